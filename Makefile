@@ -1,0 +1,42 @@
+# nbprec: the two commands of the README, and a few more for developers.
+#   make demo   create the virtualenv, install nbprec, run the demo job and write its outputs
+#   make test   create the virtualenv, install nbprec with its test extras, lint and run the whole suite
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+EXTRAS ?= all,test
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+comma := ,
+DEMO_OUT ?= demo-output
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint format bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
+	@touch $(STAMP)
+
+demo: install
+	$(BIN)/nbprec demo --out $(DEMO_OUT) $(if $(MODEL),--model $(MODEL),)
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install
+	$(BIN)/python bench/open_index.py
+
+clean:
+	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache .ruff_cache build dist

@@ -1,0 +1,3 @@
+from nbprec.cli import main
+
+raise SystemExit(main())

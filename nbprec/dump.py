@@ -1,0 +1,294 @@
+"""The dump model: one object for every dump format.
+
+A :class:`Dump` is an *index* (a pandas DataFrame with one row per tensor, columns listed in
+:data:`INDEX_COLUMNS`) plus lazy access to tensor payloads. Readers build the index from metadata only;
+payloads are read when :meth:`Dump.tensor` asks for one, memory-mapped where the format allows.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
+from nbprec.errors import DumpFormatError, NbprecError, TensorDataUnavailableError, TensorNotFoundError
+from nbprec.stats import STAT_COLUMNS
+
+#: Columns of every dump index, in order, with their meaning.
+INDEX_COLUMNS: dict[str, str] = {
+    "name": "unique tensor name within the dump, e.g. 'Functional.linear.0.forward.output.0'",
+    "run": "name of the run (the dump folder's name unless given)",
+    "step": "training step (iteration) the tensor belongs to; -1 when the format has none",
+    "rank": "device rank; -1 when the format has none",
+    "order": "execution order of the op within its step and rank, from 0",
+    "op": "the op call the tensor belongs to, e.g. 'Functional.linear.0.forward'",
+    "op_type": "the op's type or API, e.g. 'linear', 'MatMul'",
+    "api": "normalised API name without call index or direction, e.g. 'Functional.linear'",
+    "call": "how many earlier calls of the same API and direction there were (-1 if unknown)",
+    "module": "module path (e.g. 'enc.layers.0.linear1'), '' when unknown",
+    "direction": "'forward', 'backward' or '' when the format does not say",
+    "role": "'input', 'output', 'parameter' or 'gradient'",
+    "slot": "position of the tensor among the op's tensors of that role, e.g. '0', '1.0', 'weight'",
+    "dtype": "original dtype, canonical name ('bfloat16', 'float16', 'float8_e4m3fn', ...)",
+    "shape": "shape as a tuple of ints",
+    "numel": "number of elements",
+    **{c: f"{c.replace('_', ' ')} of the tensor (float64), NaN when unknown" for c in STAT_COLUMNS},
+    "checksum": "checksum string recorded by the format ('' when none)",
+    "file": "payload file, '' when the dump holds none for this tensor",
+    "has_data": "whether a payload can be loaded",
+}
+
+_DEFAULTS: dict[str, Any] = {
+    "run": "",
+    "step": -1,
+    "rank": -1,
+    "order": -1,
+    "op": "",
+    "op_type": "",
+    "api": "",
+    "call": -1,
+    "module": "",
+    "direction": "",
+    "role": "output",
+    "slot": "0",
+    "dtype": "",
+    "shape": (),
+    "numel": -1,
+    "checksum": "",
+    "file": "",
+    "has_data": False,
+}
+_INT_COLUMNS = ("step", "rank", "order", "call", "numel")
+_COUNT_COLUMNS = ("nan_count", "inf_count", "zero_count")
+
+PROBLEM_COLUMNS = ("file", "record", "problem")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something in a dump that could not be read or understood; kept, never silently dropped."""
+
+    file: str
+    problem: str
+    record: str = ""
+
+
+def make_index(records: Iterable[Mapping[str, Any]], run: str = "") -> pd.DataFrame:
+    """Build a dump index from reader records, filling defaults and fixing column types.
+
+    Records need at least ``name``; every other column of :data:`INDEX_COLUMNS` is optional.
+    """
+    frame = pd.DataFrame.from_records(list(records), columns=list(INDEX_COLUMNS))
+    for column, default in _DEFAULTS.items():
+        if column == "shape":
+            frame[column] = [() if s is None or s is np.nan else tuple(s) for s in frame[column]]
+        elif column == "run" and run:
+            frame[column] = frame[column].fillna(run).replace("", run)
+        else:
+            frame[column] = frame[column].fillna(default) if len(frame) else frame[column]
+    for column in _INT_COLUMNS:
+        frame[column] = frame[column].astype(np.int64)
+    for column in STAT_COLUMNS:
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(np.float64)
+    frame["has_data"] = frame["has_data"].astype(bool)
+    frame["dtype"] = [canonical_dtype(d) if d else "" for d in frame["dtype"]]
+    missing_numel = frame["numel"] < 0
+    if missing_numel.any():
+        frame.loc[missing_numel, "numel"] = [int(np.prod(s)) if s else 1 for s in frame.loc[missing_numel, "shape"]]
+    return frame
+
+
+def problems_frame(problems: Iterable[Problem]) -> pd.DataFrame:
+    """A DataFrame of problems, with the columns :data:`PROBLEM_COLUMNS`."""
+    return pd.DataFrame([(p.file, p.record, p.problem) for p in problems], columns=list(PROBLEM_COLUMNS))
+
+
+TensorLoader = Callable[[Mapping[str, Any]], np.ndarray]
+
+
+class Dump:
+    """A dump of one run, in any format: an index of tensors plus lazy tensor access.
+
+    Open one with :func:`nbprec.open`; readers construct it.
+
+    Attributes
+    ----------
+    index : pandas.DataFrame
+        One row per tensor; columns :data:`INDEX_COLUMNS`. Sorted by step, rank and execution order.
+    problems : pandas.DataFrame
+        Files or records that could not be read (columns ``file``, ``record``, ``problem``).
+    path : pathlib.Path
+        Where the dump was opened from.
+    format : str
+        The reader that opened it (``"msprobe"``, ``"tf_npy"``, ``"ptdbg"``, ``"nbprec"``, ...).
+    meta : dict
+        Format-specific facts (task, level, framework, ...).
+    hierarchy : dict
+        Module hierarchy: node (op or module call) -> parent module call (``None`` at the top).
+    edges : pandas.DataFrame
+        Dataflow edges where the format records them: ``src`` (tensor name), ``dst_op``, ``dst_slot``.
+
+    Examples
+    --------
+    >>> dump = nbprec.open("runs/fp32")              # doctest: +SKIP
+    >>> dump.index[["op", "role", "dtype", "shape"]]  # doctest: +SKIP
+    >>> dump.tensor("Functional.linear.0.forward.output.0")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        index: pd.DataFrame,
+        *,
+        path: str | Path,
+        format: str,
+        loader: TensorLoader | None = None,
+        problems: Iterable[Problem] | pd.DataFrame = (),
+        meta: Mapping[str, Any] | None = None,
+        hierarchy: Mapping[str, str | None] | None = None,
+        stacks: Mapping[str, list[str]] | Callable[[], Mapping[str, list[str]]] | None = None,
+        edges: pd.DataFrame | None = None,
+    ) -> None:
+        index = index.sort_values(["step", "rank", "order"], kind="stable").reset_index(drop=True)
+        self.index = index
+        self.path = Path(path)
+        self.format = format
+        self._loader = loader
+        self.problems = problems if isinstance(problems, pd.DataFrame) else problems_frame(problems)
+        self.meta = dict(meta or {})
+        self.hierarchy = dict(hierarchy or {})
+        self._stacks = stacks
+        self.edges = edges if edges is not None else pd.DataFrame(columns=["src", "dst_op", "dst_slot"])
+        self._positions: dict[str, int] | None = None
+
+    # -- index views -------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def names(self) -> pd.Series:
+        """Tensor names, in index order."""
+        return self.index["name"]
+
+    @property
+    def steps(self) -> list[int]:
+        """The steps present, sorted."""
+        return sorted(int(s) for s in self.index["step"].unique())
+
+    @property
+    def ranks(self) -> list[int]:
+        """The ranks present, sorted."""
+        return sorted(int(r) for r in self.index["rank"].unique())
+
+    @property
+    def stacks(self) -> dict[str, list[str]]:
+        """Call stack of each op where the format records one (loaded on first use)."""
+        if callable(self._stacks):
+            self._stacks = dict(self._stacks())
+        return dict(self._stacks or {})
+
+    def ops(self) -> pd.DataFrame:
+        """One row per op call in execution order: op, op_type, api, call, module, direction, tensors."""
+        grouped = self.index.groupby(["step", "rank", "op"], sort=False)
+        first = grouped.first()[["order", "op_type", "api", "call", "module", "direction"]]
+        first["tensors"] = grouped.size()
+        return first.reset_index().sort_values(["step", "rank", "order"], kind="stable").reset_index(drop=True)
+
+    def select(self, *, step: int | None = None, rank: int | None = None) -> Dump:
+        """A dump restricted to one step and/or rank, sharing the payloads."""
+        mask = np.ones(len(self.index), dtype=bool)
+        if step is not None:
+            mask &= (self.index["step"] == step).to_numpy()
+        if rank is not None:
+            mask &= (self.index["rank"] == rank).to_numpy()
+        return Dump(
+            self.index[mask],
+            path=self.path,
+            format=self.format,
+            loader=self._loader,
+            problems=self.problems,
+            meta=self.meta,
+            hierarchy=self.hierarchy,
+            stacks=self._stacks,
+            edges=self.edges,
+        )
+
+    # -- tensors -----------------------------------------------------------------------------------
+    def row(self, key: str | int) -> pd.Series:
+        """The index row of a tensor, by name or by position."""
+        if isinstance(key, (int, np.integer)):
+            if not -len(self.index) <= key < len(self.index):
+                raise TensorNotFoundError(f"{self.path}: no tensor at position {key} ({len(self)} tensors)")
+            return self.index.iloc[int(key)]
+        if self._positions is None:
+            self._positions = {name: i for i, name in enumerate(self.index["name"])}
+        try:
+            return self.index.iloc[self._positions[key]]
+        except KeyError:
+            raise TensorNotFoundError(f"{self.path}: no tensor named {key!r}") from None
+
+    def tensor(self, key: str | int | pd.Series) -> np.ndarray:
+        """The payload of one tensor as a numpy array in its original dtype (memory-mapped if possible).
+
+        ``key`` is a tensor name, a position in :attr:`index`, or an index row. bfloat16 and float8 come
+        back as ``ml_dtypes`` arrays; use ``.astype(np.float32)`` to compute with them.
+        """
+        row = key if isinstance(key, pd.Series) else self.row(key)
+        if not row["has_data"] or self._loader is None:
+            raise TensorDataUnavailableError(
+                f"{self.path}: tensor {row['name']!r} has no payload in this dump "
+                f"(format {self.format}, mode {self.meta.get('task', 'unknown')}); only its statistics are known"
+            )
+        try:
+            return self._loader(row)
+        except NbprecError:
+            raise
+        except (OSError, ValueError, EOFError, RuntimeError) as exc:
+            raise DumpFormatError(row["file"] or self.path, f"cannot read tensor payload: {exc}", row["name"]) from exc
+
+    # -- summaries ---------------------------------------------------------------------------------
+    def nbytes(self) -> int:
+        """Total payload bytes the index describes (element counts times original item sizes)."""
+        sizes = self.index["dtype"].map(lambda d: NUMPY_DTYPES[d].itemsize if d in NUMPY_DTYPES else 0)
+        return int((self.index["numel"].clip(lower=0) * sizes).sum())
+
+    def summary(self) -> dict[str, Any]:
+        """Facts about the dump as plain Python values (what ``nbprec info`` prints)."""
+        idx = self.index
+        return {
+            "path": str(self.path),
+            "format": self.format,
+            "meta": self.meta,
+            "steps": self.steps,
+            "ranks": self.ranks,
+            "ops": int(idx.groupby(["step", "rank", "op"]).ngroups) if len(idx) else 0,
+            "tensors": len(idx),
+            "with_payload": int(idx["has_data"].sum()),
+            "by_dtype": {str(k): int(v) for k, v in idx["dtype"].value_counts().items()},
+            "by_role": {str(k): int(v) for k, v in idx["role"].value_counts().items()},
+            "by_direction": {str(k or "unknown"): int(v) for k, v in idx["direction"].value_counts().items()},
+            "bytes": self.nbytes(),
+            "problems": len(self.problems),
+        }
+
+    def __repr__(self) -> str:
+        s = self.summary()
+        return (
+            f"<nbprec.Dump {s['format']} {str(self.path)!r}: {s['ops']} ops, {s['tensors']} tensors, "
+            f"steps {s['steps']}, ranks {s['ranks']}, {len(self.problems)} problems>"
+        )
+
+    def _repr_html_(self) -> str:
+        s = self.summary()
+        esc = html.escape
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{esc(k)}</th><td style='text-align:left'>{esc(str(v))}</td></tr>"
+            for k, v in s.items()
+            if k != "meta"
+        )
+        return f"<div class='nbprec-dump'><b>nbprec.Dump</b><table>{rows}</table></div>"

@@ -1,0 +1,97 @@
+"""Dump format readers, and :func:`open_dump` which picks the right one.
+
+Each reader is one module holding one :class:`~nbprec.formats.base.DumpReader` subclass. Readers are
+listed in :data:`READERS` by import path and imported only when probed, so a reader's heavy
+dependencies (torch, protobuf) are never loaded unless its format is in use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+from nbprec.dump import Dump
+from nbprec.errors import DumpFormatError, EmptyDumpError, UnknownFormatError
+from nbprec.formats.base import DumpReader
+
+#: format name -> "module:ReaderClass", in probing order (most specific first).
+READERS: dict[str, str] = {
+    "nbprec": "nbprec.formats.native:NativeDumpReader",
+    "msprobe": "nbprec.formats.msprobe:MsprobeDumpReader",
+    "ptdbg": "nbprec.formats.ptdbg:PtdbgDumpReader",
+    "tf_npy": "nbprec.formats.tf_npy:TfNpyDumpReader",
+}
+
+
+def reader_class(format: str) -> type[DumpReader]:
+    """The reader class registered under ``format``."""
+    try:
+        target = READERS[format]
+    except KeyError:
+        raise UnknownFormatError(format, f"no reader named {format!r}; known formats: {', '.join(READERS)}") from None
+    module_name, _, class_name = target.partition(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def check_dump_path(path: str | os.PathLike[str]) -> Path:
+    """Resolve ``path``, raising clear errors for missing paths, symlink loops and empty folders."""
+    p = Path(path).expanduser()
+    try:
+        resolved = p.resolve(strict=True)
+    except RuntimeError as exc:  # Python < 3.13 raises RuntimeError on a symlink loop
+        raise DumpFormatError(p, f"symlink loop: {exc}") from exc
+    except FileNotFoundError:
+        if p.is_symlink():
+            raise DumpFormatError(p, "broken symlink (or symlink loop): its target does not exist") from None
+        raise DumpFormatError(p, "no such file or folder") from None
+    except OSError as exc:
+        raise DumpFormatError(p, f"cannot resolve path: {exc.strerror or exc}") from exc
+    if resolved.is_dir():
+        try:
+            next(resolved.iterdir())
+        except StopIteration:
+            raise EmptyDumpError(p, "the folder is empty: there is no dump in it") from None
+        except PermissionError as exc:
+            raise DumpFormatError(p, "permission denied while listing the folder") from exc
+    return resolved
+
+
+def guess_format(path: str | os.PathLike[str]) -> str:
+    """Name of the first reader that recognises ``path``; raises :class:`UnknownFormatError` if none does."""
+    p = check_dump_path(path)
+    for name in READERS:
+        if reader_class(name).guess_can_open(p):
+            return name
+    raise UnknownFormatError(
+        path,
+        "not recognised as any dump format nbprec reads "
+        f"({', '.join(READERS)}); pass format=... to choose a reader explicitly",
+    )
+
+
+def open_dump(path: str | os.PathLike[str], format: str | None = None, **options: Any) -> Dump:
+    """Open a dump of any supported format.
+
+    Parameters
+    ----------
+    path
+        A dump folder (or file, for single-file formats).
+    format
+        A reader name from :data:`READERS`; guessed from the content when omitted.
+    **options
+        Passed to the reader (for example ``step=`` or ``occurrence=`` for TensorFlow dumps).
+
+    Examples
+    --------
+    >>> dump = nbprec.open("tests/fixtures/msprobe/fp32_tensor_mix")  # doctest: +SKIP
+    >>> dump.format                                                    # doctest: +SKIP
+    'msprobe'
+    """
+    p = check_dump_path(path)
+    name = format or guess_format(p)
+    return reader_class(name)().open(p, **options)
+
+
+__all__ = ["READERS", "DumpReader", "check_dump_path", "guess_format", "open_dump", "reader_class"]

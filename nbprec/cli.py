@@ -50,6 +50,56 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from nbprec.compare import compare
+
+    progress = None if args.no_progress else True
+    comp = compare(
+        args.target,
+        args.bench,
+        rule=args.rule,
+        mode=args.mode,
+        mapping=args.mapping,
+        step=args.step,
+        rank=args.rank,
+        progress=progress,
+    )
+    s = comp.summary()
+    print(f"target     {s['target']}")
+    print(f"benchmark  {s['bench']}")
+    print(f"rule       {s['rule']}")
+    print(f"tensors    {s['tensors']}  ({_counts_text(s['tensor_status'])})")
+    print(f"matching   {_counts_text({k: v for k, v in s['coverage'].items() if v})}")
+    print(f"ops        {s['ops']}, failing {s['failing_ops']}")
+    print(f"first failing op     {s['first_failing_op'] or '-'}")
+    print(f"first introduced op  {s['first_introduced_op'] or '-'}")
+    print(f"divergence onset     {s['onset_op'] or '-'}")
+    if s["random_ops_differing"]:
+        print(
+            f"random ops differing {len(s['random_ops_differing'])} (e.g. {s['random_ops_differing'][0]}): "
+            "un-fixed randomness (dropout in train mode?); use eval() or seed both runs"
+        )
+    worst = comp.worst_ops(args.top)
+    if not worst.empty:
+        print(f"worst {len(worst)} ops by output {comp.rule.primary_metric}:")
+        cols = ["order", "op", "status", "origin", "in_cosine", "out_cosine", "out_rel_euclidean"]
+        print(worst[cols].to_string(index=False, float_format=lambda v: f"{v:.6g}"))
+    counts = comp.rule_counts()
+    print("failing ops under each preset rule:")
+    for row in counts.itertuples(index=False):
+        print(f"  {row.rule:<15} {row.failing_ops:>6}   first: {row.first_failing_op or '-'}")
+    if args.output:
+        out = Path(args.output)
+        comp.save(out)
+        comp.ops.to_csv(out / "ops.csv", index=False)
+        comp.to_csv(out / "compare_msaccucmp.csv", layout="msaccucmp")
+        comp.to_csv(out / "compare_msprobe.csv", layout="msprobe")
+        print(f"wrote {out}/: comparison.json, tensors.csv, ops.csv, compare_msaccucmp.csv, compare_msprobe.csv")
+    return 0
+
+
 def _meta_text(meta: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in meta.items() if isinstance(v, (str, int, float)))
 
@@ -73,6 +123,22 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print the summary as JSON")
     info.add_argument("--max-problems", type=int, default=20, help="problems to list (default 20)")
     info.set_defaults(func=_cmd_info)
+
+    from nbprec.compare.engine import MODES
+    from nbprec.compare.rules import preset_names
+
+    cmp = sub.add_parser("compare", help="compare a target dump with a benchmark dump, name the first failing op")
+    cmp.add_argument("target", metavar="TARGET", help="target dump (NPU / low precision)")
+    cmp.add_argument("bench", metavar="BENCH", help="benchmark dump (CPU/GPU float32)")
+    cmp.add_argument("-o", "--output", metavar="DIR", help="write the tables (nbprec, msaccucmp, msprobe CSV) here")
+    cmp.add_argument("--rule", choices=preset_names(), default="default", help="pass/fail rule (default: dtype-aware)")
+    cmp.add_argument("--mode", choices=list(MODES), default="auto", help="compare payloads, statistics or checksums")
+    cmp.add_argument("--mapping", metavar="FILE", help="CSV/YAML of target,bench name pairs that override matching")
+    cmp.add_argument("--step", type=int, help="compare this step only")
+    cmp.add_argument("--rank", type=int, help="compare this rank only")
+    cmp.add_argument("--top", type=int, default=10, help="how many worst ops to list (default 10)")
+    cmp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cmp.set_defaults(func=_cmd_compare)
     return parser
 
 

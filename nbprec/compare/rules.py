@@ -1,0 +1,240 @@
+"""Pass/fail rules: values, not code paths.
+
+A :class:`Rule` is a small frozen object holding thresholds on metric columns. It decides, for every row of
+a comparison table, whether the tensor passes. Presets reproduce the thresholds users know from the
+Ascend tools; :func:`dtype_aware` (the default) scales its tolerance with the precision of the lower-precision
+side, so ordinary bfloat16 rounding against a float32 benchmark is not flagged as an error.
+
+Examples
+--------
+>>> rule = Rule.from_thresholds("strict", cosine=0.999, max_abs_err=1e-3)
+>>> [t.describe() for t in rule.thresholds]
+['cosine >= 0.999', 'max_abs_err <= 0.001']
+>>> get_rule("cann").name
+'cann'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from nbprec.errors import ComparisonError
+
+#: Metrics where larger is better (a threshold is a lower bound); every other metric is an upper bound.
+HIGHER_IS_BETTER = frozenset({"cosine", "thousandth_ratio", "five_thousandth_ratio"})
+
+STATUS_PASS = "pass"
+STATUS_FAIL = "fail"
+STATUS_NA = "n/a"
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One bound on one metric column: ``metric >= value`` (higher is better) or ``metric <= value``.
+
+    ``strict`` makes the bound exclusive (``>`` / ``<``), as some tools define theirs.
+    """
+
+    metric: str
+    value: float
+    strict: bool = False
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric in HIGHER_IS_BETTER
+
+    def describe(self) -> str:
+        op = (">" if self.strict else ">=") if self.higher_is_better else ("<" if self.strict else "<=")
+        return f"{self.metric} {op} {self.value:g}"
+
+    def passes(self, values: pd.Series | np.ndarray, bound: float | np.ndarray | None = None) -> np.ndarray:
+        """Boolean pass array against ``bound`` (default :attr:`value`); NaN metric values give False."""
+        v = np.asarray(values, dtype=np.float64)
+        b = self.value if bound is None else bound
+        with np.errstate(invalid="ignore"):
+            if self.higher_is_better:
+                return v > b if self.strict else v >= b
+            return v < b if self.strict else v <= b
+
+
+# Tolerance of the dtype-aware rule per lower-precision dtype: (min cosine, max relative Euclidean distance).
+# Calibrated on real runs (bf16/fp16 vs fp32 of the same model); documented in docs/rules.md.
+DTYPE_TOLERANCE: dict[str, tuple[float, float]] = {
+    "float64": (0.999999, 1e-5),
+    "float32": (0.9999, 1e-3),
+    "float16": (0.999, 0.02),
+    "bfloat16": (0.99, 0.08),
+    "float8_e4m3fn": (0.95, 0.3),
+    "float8_e5m2": (0.9, 0.45),
+}
+_PRECISION_RANK = ["float8_e5m2", "float8_e4m3fn", "bfloat16", "float16", "float32", "float64"]
+
+
+def lower_precision(target_dtype: str, bench_dtype: str) -> str:
+    """The lower-precision of two float dtypes ('' when neither is a float nbprec knows)."""
+    ranks = [_PRECISION_RANK.index(d) for d in (target_dtype, bench_dtype) if d in _PRECISION_RANK]
+    return _PRECISION_RANK[min(ranks)] if ranks else ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A pass/fail rule over comparison metrics.
+
+    Parameters
+    ----------
+    name
+        Short name shown in tables and reports.
+    thresholds
+        Bounds a passing tensor meets.
+    combine
+        ``"all"``: a tensor passes when it meets every bound (fails when any bound is missed);
+        ``"any"``: it fails only when it misses every bound (ptdbg's "cosine < 0.99 and max abs err > 0.001").
+    dtype_aware
+        When true, the cosine and rel_euclidean bounds come from :data:`DTYPE_TOLERANCE` for each row's
+        lower-precision dtype instead of ``thresholds``.
+    description
+        Where the thresholds come from.
+    """
+
+    name: str
+    thresholds: tuple[Threshold, ...]
+    combine: Literal["all", "any"] = "all"
+    dtype_aware: bool = False
+    description: str = ""
+
+    @classmethod
+    def from_thresholds(cls, name: str, combine: Literal["all", "any"] = "all", **bounds: float) -> Rule:
+        """A rule from keyword bounds, e.g. ``Rule.from_thresholds("mine", cosine=0.99, max_rel_err=0.01)``."""
+        return cls(name, tuple(Threshold(m, float(v)) for m, v in bounds.items()), combine=combine)
+
+    @property
+    def primary_metric(self) -> str:
+        """The metric the rule leads with (used to rank ops and draw trends)."""
+        return self.thresholds[0].metric if self.thresholds else "cosine"
+
+    def with_threshold(self, metric: str, value: float) -> Rule:
+        """A copy with the bound on ``metric`` set to ``value`` (added when absent)."""
+        kept = [t if t.metric != metric else replace(t, value=float(value)) for t in self.thresholds]
+        if all(t.metric != metric for t in self.thresholds):
+            kept.append(Threshold(metric, float(value)))
+        return replace(self, thresholds=tuple(kept), dtype_aware=False, name=f"{self.name}*")
+
+    def describe(self) -> str:
+        joiner = " and " if self.combine == "all" else " or "
+        text = joiner.join(t.describe() for t in self.thresholds)
+        if self.dtype_aware:
+            text += " (bounds scale with the lower-precision dtype)"
+        return f"{self.name}: {text}"
+
+    def _bounds_for(self, table: pd.DataFrame) -> list[tuple[Threshold, np.ndarray]]:
+        """Each threshold with the per-row bound values (constant unless the rule is dtype-aware)."""
+        n = len(table)
+        out = []
+        for t in self.thresholds:
+            values = np.full(n, t.value, dtype=np.float64)
+            if self.dtype_aware and t.metric in ("cosine", "rel_euclidean"):
+                col = 0 if t.metric == "cosine" else 1
+                low = [lower_precision(a, b) for a, b in zip(table["target_dtype"], table["bench_dtype"], strict=True)]
+                values = np.array(
+                    [DTYPE_TOLERANCE[d][col] if d in DTYPE_TOLERANCE else t.value for d in low], dtype=np.float64
+                )
+            out.append((t, values))
+        return out
+
+    def evaluate(self, table: pd.DataFrame) -> pd.Series:
+        """Status of each row: ``"pass"``, ``"fail"`` or ``"n/a"`` (no metric this rule uses was computed).
+
+        Rows compared by checksum pass or fail on the checksum; rows compared by statistics only are judged on
+        the relative differences of their statistics when the rule's metrics are absent.
+        """
+        n = len(table)
+        if n == 0:
+            return pd.Series([], dtype=object, index=table.index)
+        known = np.zeros(n, dtype=bool)
+        passed = np.ones(n, dtype=bool) if self.combine == "all" else np.zeros(n, dtype=bool)
+        for threshold, bound in self._bounds_for(table):
+            if threshold.metric not in table:
+                continue
+            values = table[threshold.metric].to_numpy(dtype=np.float64)
+            has = ~np.isnan(values)
+            ok = threshold.passes(values, bound)
+            known |= has
+            passed = (passed & (ok | ~has)) if self.combine == "all" else (passed | ok)
+        status = np.where(known, np.where(passed, STATUS_PASS, STATUS_FAIL), STATUS_NA).astype(object)
+        status = _apply_nonfinite(table, status)
+        status = _apply_checksum(table, status)
+        return pd.Series(status, index=table.index, dtype=object)
+
+
+def _apply_nonfinite(table: pd.DataFrame, status: np.ndarray) -> np.ndarray:
+    """A tensor with NaN/inf where the benchmark has none fails, whatever its metrics say."""
+    if "target_nonfinite" in table and "bench_nonfinite" in table:
+        t = table["target_nonfinite"].fillna(0).to_numpy() > 0
+        b = table["bench_nonfinite"].fillna(0).to_numpy() > 0
+        status = np.where(t & ~b, STATUS_FAIL, status)
+    return status
+
+
+def _apply_checksum(table: pd.DataFrame, status: np.ndarray) -> np.ndarray:
+    if "checksum_match" not in table:
+        return status
+    cm = table["checksum_match"]
+    mask = (table.get("compare_mode", pd.Series("", index=table.index)) == "checksum").to_numpy()
+    checksum_status = np.where(cm.fillna(False).astype(bool).to_numpy(), STATUS_PASS, STATUS_FAIL)
+    return np.where(mask & cm.notna().to_numpy(), checksum_status, status)
+
+
+def _presets() -> dict[str, Rule]:
+    return {
+        "default": Rule(
+            "default",
+            (Threshold("cosine", 0.99), Threshold("rel_euclidean", 0.05)),
+            dtype_aware=True,
+            description="nbprec's dtype-aware default: bounds scale with the lower-precision dtype of each pair",
+        ),
+        "precision_tool": Rule(
+            "precision_tool",
+            (Threshold("cosine", 0.98, strict=True),),
+            description="precision_tool `vcs`: flags output cosine <= 0.98",
+        ),
+        "cann": Rule(
+            "cann",
+            (
+                Threshold("cosine", 0.99, strict=True),
+                Threshold("rel_euclidean", 0.05, strict=True),
+                Threshold("kl_divergence", 0.005, strict=True),
+            ),
+            description="CANN recommendation: cosine > 0.99, RED < 0.05, KL < 0.005",
+        ),
+        "msprobe": Rule(
+            "msprobe",
+            (Threshold("cosine", 0.99), Threshold("max_rel_err", 0.01, strict=True)),
+            description="msprobe: cosine >= 0.99 and max relative error < 0.01",
+        ),
+        "ptdbg": Rule(
+            "ptdbg",
+            (Threshold("cosine", 0.99), Threshold("max_abs_err", 0.001)),
+            combine="any",
+            description="ptdbg_ascend: not reached when cosine < 0.99 and max abs error > 0.001",
+        ),
+    }
+
+
+def preset_names() -> list[str]:
+    """Names accepted by :func:`get_rule`."""
+    return list(_presets())
+
+
+def get_rule(rule: str | Rule | None) -> Rule:
+    """A :class:`Rule` from a preset name, or the rule itself; ``None`` means the default rule."""
+    if isinstance(rule, Rule):
+        return rule
+    presets = _presets()
+    name = rule or "default"
+    if name not in presets:
+        raise ComparisonError(f"unknown rule {name!r}; presets are {', '.join(presets)} (or pass a nbprec Rule)")
+    return presets[name]

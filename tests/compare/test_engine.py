@@ -1,0 +1,195 @@
+"""Matching, rules, the first failing op, save/load and exports, on dumps of a real numpy network."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+
+import ml_dtypes
+import numpy as np
+import pandas as pd
+import pytest
+
+from nbprec.compare import Comparison, Rule, compare, get_rule
+from nbprec.compare.matching import match_tensors, normalise_api, read_mapping
+from nbprec.errors import ComparisonError
+
+
+def test_identical_runs_pass_everywhere(make_mlp_dump):
+    comp = compare(make_mlp_dump(name="a"), make_mlp_dump(name="b"))
+    assert comp.first_failing_op() is None
+    assert bool(comp)
+    assert (comp.table["status"] == "pass").all()
+    assert (comp.table["match"] == "exact").all()
+    np.testing.assert_allclose(comp.table["cosine"], 1.0)
+    assert (comp.table["max_abs_err"] == 0).all()
+
+
+@pytest.mark.parametrize("fault_at", [3, 6])
+def test_planted_fault_is_the_first_failing_and_introduced_op(make_mlp_dump, fault_at):
+    target = make_mlp_dump(name="t", dtype=np.float16, fault_at=fault_at)
+    comp = compare(target, make_mlp_dump(name="b"))
+    first = comp.first_failing_op()
+    ops = comp.ops
+    assert first is not None and first["order"] == fault_at
+    assert first["origin"] == "introduced"
+    assert comp.first_introduced_op()["op"] == first["op"]
+    later = ops[ops["order"] > fault_at]
+    assert set(later.loc[later["status"] == "fail", "origin"]) <= {"inherited"}
+    assert comp.onset()["order"] == fault_at
+    assert not bool(comp)
+
+
+def test_plain_bfloat16_noise_is_not_flagged_by_the_default_rule(make_mlp_dump):
+    comp = compare(make_mlp_dump(name="t", dtype=ml_dtypes.bfloat16), make_mlp_dump(name="b"))
+    assert comp.first_failing_op() is None, comp.ops[["op", "out_cosine", "out_rel_euclidean"]]
+    # ... while a dtype-blind rule with msprobe's thresholds flags the same noise
+    assert len(comp.with_rule("msprobe").failing_ops()) > 0
+
+
+def test_rules_are_values_and_re_judge_without_reading(make_mlp_dump):
+    comp = compare(make_mlp_dump(name="t", dtype=np.float16, fault_at=5), make_mlp_dump(name="b"))
+    strict = comp.with_threshold("cosine", 0.999999999)
+    assert len(strict.failing_ops()) >= len(comp.failing_ops())
+    loose = comp.with_rule(Rule.from_thresholds("loose", cosine=-1.0))
+    assert loose.first_failing_op() is None
+    counts = comp.threshold_counts("cosine", [0.0, 0.999, 0.9999999])
+    assert counts["failing_ops"].is_monotonic_increasing
+    presets = comp.rule_counts()
+    assert set(presets["rule"]) == {"default", "precision_tool", "cann", "msprobe", "ptdbg"}
+    with pytest.raises(ComparisonError, match="unknown rule"):
+        get_rule("nope")
+
+
+def test_matching_by_api_and_call_index_across_naming_styles(make_mlp_dump):
+    target = make_mlp_dump(name="t", prefix="Functional")
+    bench = make_mlp_dump(name="b", prefix="Functional")
+    # rename bench tensors ptdbg-style so exact names no longer agree
+    bench.index["name"] = bench.index["name"].str.replace(".", "_", regex=False)
+    bench.index["api"] = bench.index["api"].str.replace(".", "_", regex=False)
+    result = match_tensors(target.index, bench.index)
+    assert (result.pairs["match"] == "api_call").all()
+    assert normalise_api("Functional_linear") == normalise_api("functional.linear")
+
+
+def test_order_alignment_skips_an_extra_call(make_mlp_dump):
+    target = make_mlp_dump(name="t", extra_call_at=2)
+    bench = make_mlp_dump(name="b")
+    comp = compare(target, bench)
+    coverage = comp.coverage()
+    # the extra clone has no counterpart and is reported, not dropped or mis-paired
+    clone = comp.table[comp.table["op_type"] == "clone"]
+    assert (clone["match"] == "unmatched").all() and len(clone) == 2
+    assert (clone["reason"] == "no benchmark counterpart").all()
+    assert coverage["unmatched"] == 2
+    assert comp.first_failing_op() is None
+    assert (comp.table.loc[comp.table["match"] != "unmatched", "cosine"] > 0.999999).all()
+
+
+def test_order_alignment_when_call_indices_shift(make_mlp_dump):
+    target = make_mlp_dump(name="t", extra_call_at=1)
+    bench = make_mlp_dump(name="b")
+    # make the api_call pass useless: count calls differently on the target
+    target.index["call"] = target.index["call"] + 100
+    target.index["name"] = "T." + target.index["name"]
+    comp = compare(target, bench)
+    matched = comp.table[comp.table["match"] == "order"]
+    assert len(matched) == len(bench.index)
+    assert (matched["cosine"] > 0.999999).all()
+
+
+def test_user_mapping_overrides(tmp_path, make_mlp_dump):
+    target = make_mlp_dump(name="t")
+    bench = make_mlp_dump(name="b")
+    mapping = tmp_path / "map.csv"
+    mapping.write_text("# swap two ops on purpose\ntarget,bench\nFunctional.tanh.0.forward,Functional.tanh.1.forward\n")
+    comp = compare(target, bench, mapping=mapping)
+    rows = comp.table[comp.table["op"] == "Functional.tanh.0.forward"]
+    assert (rows["match"] == "mapping").all()
+    assert (rows["bench_op"] == "Functional.tanh.1.forward").all()
+    yaml = tmp_path / "map.yaml"
+    yaml.write_text("'Functional.tanh.0.forward.output.0': Functional.tanh.0.forward.output.0\n")
+    assert read_mapping(yaml).iloc[0].tolist() == ["Functional.tanh.0.forward.output.0"] * 2
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\nx,y\n")
+    with pytest.raises(ComparisonError, match="header 'target,bench'"):
+        read_mapping(bad)
+
+
+def test_statistics_mode_when_payloads_are_absent(make_mlp_dump):
+    target = make_mlp_dump(name="t", dtype=np.float16, fault_at=4)
+    bench = make_mlp_dump(name="b")
+    target.index["has_data"] = False
+    comp = compare(target, bench)
+    assert set(comp.table["compare_mode"]) == {"statistics"}
+    assert comp.table["cosine"].isna().all()
+    assert comp.table["max_rel_diff"].notna().all()
+
+
+def test_forced_tensor_mode_gives_reasons(make_mlp_dump):
+    target = make_mlp_dump(name="t")
+    target.index["has_data"] = False
+    comp = compare(target, make_mlp_dump(name="b"), mode="tensor")
+    assert comp.table["reason"].str.contains("no payload on the target side").all()
+    assert (comp.table["status"] == "n/a").all()
+
+
+def test_save_load_round_trip(tmp_path, make_mlp_dump):
+    comp = compare(make_mlp_dump(name="t", dtype=np.float16, fault_at=3), make_mlp_dump(name="b"), rule="cann")
+    folder = comp.save(tmp_path / "saved")
+    again = Comparison.load(folder)
+    assert again.rule == comp.rule
+    pd.testing.assert_frame_equal(again.table, comp.table, check_dtype=False)
+    assert again.first_failing_op()["op"] == comp.first_failing_op()["op"]
+    (tmp_path / "junk").mkdir()
+    with pytest.raises(ComparisonError, match="not a saved nbprec comparison"):
+        Comparison.load(tmp_path / "junk")
+
+
+def test_exports_in_three_layouts(tmp_path, make_mlp_dump):
+    comp = compare(make_mlp_dump(name="t", dtype=np.float16, fault_at=3), make_mlp_dump(name="b"))
+    ms = comp.to_csv(tmp_path / "msaccucmp.csv", layout="msaccucmp")
+    with ms.open() as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0][:5] == ["Index", "OpSequence", "OpType", "NPUDump", "DataType"]
+    assert rows[0].count("DataType") == 2 and len(rows) == len(comp.table) + 1
+    assert rows[1][7] == "Functional.linear.0.forward:input:0"
+    probe = pd.read_csv(comp.to_csv(tmp_path / "msprobe.csv", layout="msprobe"))
+    assert {"NPU Name", "Bench Name", "Cosine", "MaxRelativeErr", "Accuracy Reached or Not"} <= set(probe.columns)
+    assert set(probe["Result"]) == {"pass", "error"}
+    own = pd.read_csv(comp.to_csv(tmp_path / "own.csv"))
+    assert len(own) == len(comp.table)
+    with pytest.raises(ComparisonError, match="unknown CSV layout"):
+        comp.to_csv(tmp_path / "x.csv", layout="excel")
+
+
+def test_html_summary_escapes_names(make_mlp_dump):
+    target = make_mlp_dump(name="t", dtype=np.float16, fault_at=1)
+    target.index["op"] = target.index["op"].str.replace("tanh", "<img src=x onerror=alert(1)>", regex=False)
+    comp = compare(target, make_mlp_dump(name="b"))
+    html = comp._repr_html_()
+    assert "<img" not in html and "&lt;img" in html
+
+
+def _lcs_length(a, b):
+    table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i, x in enumerate(a):
+        for j, y in enumerate(b):
+            table[i + 1][j + 1] = table[i][j] + 1 if x == y else max(table[i][j + 1], table[i + 1][j])
+    return table[-1][-1]
+
+
+def test_sequence_alignment_is_a_longest_common_subsequence():
+    from nbprec.compare.matching import align_sequences
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        a = list(rng.choice(list("abc"), rng.integers(0, 25)))
+        b = list(rng.choice(list("abc"), rng.integers(0, 25)))
+        pairs = align_sequences(a, b)
+        assert all(a[i] == b[j] for i, j in pairs)
+        assert all(p[0] < q[0] and p[1] < q[1] for p, q in itertools.pairwise(pairs))
+        assert len(pairs) == _lcs_length(a, b)
+    # a repetitive stream with one extra call: everything after the extra call stays aligned
+    ops = ["linear", "tanh"] * 50
+    assert align_sequences(ops[:2] + ["clone"] + ops[2:], ops) == [(i if i < 2 else i + 1, i) for i in range(100)]

@@ -1,0 +1,171 @@
+"""The core package: light import, errors that help, the dump model and the format registry."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import nbprec
+from nbprec._optional import require
+from nbprec.dtypes import canonical_dtype, numpy_dtype
+from nbprec.dump import INDEX_COLUMNS, Dump, Problem, make_index
+from nbprec.errors import (
+    DumpFormatError,
+    EmptyDumpError,
+    MissingDependencyError,
+    NbprecError,
+    TensorDataUnavailableError,
+    TensorNotFoundError,
+    UnknownFormatError,
+)
+from nbprec.stats import tensor_stats
+
+
+def test_core_import_loads_no_widget_or_framework_library():
+    code = (
+        "import sys, nbprec, nbprec.compare, nbprec.formats\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in "
+        "('ipywidgets', 'bqplot', 'ipycytoscape', 'ipydatagrid', 'torch', 'networkx', 'matplotlib')]\n"
+        "print(','.join(sorted(heavy)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_missing_optional_package_names_the_pip_command():
+    with pytest.raises(MissingDependencyError, match=r'pip install "nbprec\[widgets\]"'):
+        require("ipywidgets_not_installed_xyz", "the dashboard", extra="widgets")
+    with pytest.raises(ImportError):  # also an ImportError, so generic handlers work
+        require("torch_not_installed_xyz", "capture", extra="torch")
+
+
+@pytest.mark.parametrize(
+    ("spelling", "canonical"),
+    [
+        ("torch.bfloat16", "bfloat16"),
+        ("DT_FLOAT16", "float16"),
+        ("float", "float32"),
+        ("torch.float8_e4m3fn", "float8_e4m3fn"),
+        (np.dtype(np.int64), "int64"),
+        ("bool", "bool"),
+    ],
+)
+def test_canonical_dtype(spelling, canonical):
+    assert canonical_dtype(spelling) == canonical
+
+
+def test_unknown_dtype_error_names_file_and_record():
+    with pytest.raises(NbprecError, match=r"dump\.json: unknown dtype 'complex32' \(record op\.0\)"):
+        numpy_dtype("complex32", path="dump.json", record="op.0")
+
+
+def test_tensor_stats_float64_and_nonfinite_counts():
+    x = np.array([1.0, -3.0, np.inf, 0.0, np.nan], dtype=np.float16)
+    s = tensor_stats(x)
+    assert (s["min"], s["max"], s["abs_max"]) == (-3.0, 1.0, 3.0)
+    assert (s["nan_count"], s["inf_count"], s["zero_count"]) == (1, 1, 1)
+    assert s["mean"] == pytest.approx(-2 / 3)
+    assert s["norm"] == pytest.approx(np.sqrt(10))
+    empty = tensor_stats(np.zeros((0, 3), np.float32))
+    assert empty["min"] is None and empty["nan_count"] == 0
+
+
+def _toy_dump(tmp_path):
+    arrays = {"a.output.0": np.arange(6, dtype=np.float32).reshape(2, 3), "b.output.0": np.ones(4, np.float16)}
+    records = [
+        {"name": name, "op": name.split(".")[0], "order": i, "dtype": a.dtype.name, "shape": a.shape, "has_data": True}
+        for i, (name, a) in enumerate(arrays.items())
+    ]
+    records.append({"name": "c.output.0", "op": "c", "order": 2, "dtype": "bfloat16", "shape": (3,), "max": 1.0})
+    return Dump(
+        make_index(records, run="toy"),
+        path=tmp_path,
+        format="toy",
+        loader=lambda row: arrays[row["name"]],
+        problems=[Problem("x.npy", "truncated header")],
+    )
+
+
+def test_dump_index_has_every_column_and_lazy_tensors(tmp_path):
+    dump = _toy_dump(tmp_path)
+    assert list(dump.index.columns) == list(INDEX_COLUMNS)
+    assert dump.index["numel"].tolist() == [6, 4, 3]
+    assert dump.index["run"].unique().tolist() == ["toy"]
+    np.testing.assert_array_equal(dump.tensor("a.output.0"), np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(dump.tensor(1), np.ones(4))
+    with pytest.raises(TensorNotFoundError, match="no tensor named 'zzz'"):
+        dump.tensor("zzz")
+    with pytest.raises(TensorNotFoundError):
+        dump.tensor(17)
+    with pytest.raises(TensorDataUnavailableError, match=r"c\.output\.0"):
+        dump.tensor("c.output.0")
+    summary = dump.summary()
+    assert summary["tensors"] == 3 and summary["ops"] == 3 and summary["problems"] == 1
+    assert summary["bytes"] == 6 * 4 + 4 * 2 + 3 * 2
+    assert list(dump.problems.columns) == ["file", "record", "problem"]
+
+
+def test_dump_html_escapes_user_strings(tmp_path):
+    evil = tmp_path / "<img src=x onerror=alert(1)>"
+    evil.mkdir()
+    dump = _toy_dump(evil)
+    html = dump._repr_html_()
+    assert "<img" not in html and "&lt;img" in html
+
+
+def test_loader_errors_become_dump_format_errors(tmp_path):
+    def broken(row):
+        raise OSError("unexpected end of file")
+
+    dump = Dump(
+        make_index([{"name": "t", "has_data": True, "file": "t.bin"}]), path=tmp_path, format="x", loader=broken
+    )
+    with pytest.raises(DumpFormatError, match=r"t\.bin \(record t\): cannot read tensor payload: unexpected end"):
+        dump.tensor("t")
+
+
+def test_select_restricts_steps(tmp_path):
+    records = [{"name": f"t{s}", "step": s, "op": "op", "order": 0} for s in range(3)]
+    dump = Dump(make_index(records), path=tmp_path, format="x")
+    assert dump.steps == [0, 1, 2]
+    assert dump.select(step=1).index["name"].tolist() == ["t1"]
+
+
+def test_open_missing_path(tmp_path):
+    with pytest.raises(DumpFormatError, match="no such file or folder"):
+        nbprec.open(tmp_path / "nope")
+
+
+def test_open_empty_folder(tmp_path):
+    with pytest.raises(EmptyDumpError, match="empty"):
+        nbprec.open(tmp_path)
+
+
+def test_open_symlink_loop(tmp_path):
+    os.symlink(tmp_path / "b", tmp_path / "a")
+    os.symlink(tmp_path / "a", tmp_path / "b")
+    with pytest.raises(DumpFormatError, match="symlink"):
+        nbprec.open(tmp_path / "a")
+
+
+def test_open_unrecognised_folder(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(UnknownFormatError, match="not recognised"):
+        nbprec.open(tmp_path)
+
+
+def test_open_unknown_explicit_format(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(UnknownFormatError, match="no reader named 'nope'"):
+        nbprec.open(tmp_path, format="nope")
+
+
+def test_make_index_empty_is_well_typed():
+    frame = make_index([])
+    assert list(frame.columns) == list(INDEX_COLUMNS) and len(frame) == 0
+    assert isinstance(frame, pd.DataFrame)

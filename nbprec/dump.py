@@ -79,17 +79,23 @@ class Problem:
     record: str = ""
 
 
-def make_index(records: Iterable[Mapping[str, Any]], run: str = "") -> pd.DataFrame:
+def make_index(records: Iterable[Mapping[str, Any]] | pd.DataFrame, run: str = "") -> pd.DataFrame:
     """Build a dump index from reader records, filling defaults and fixing column types.
 
-    Records need at least ``name``; every other column of :data:`INDEX_COLUMNS` is optional.
+    Records need at least ``name``; every other column of :data:`INDEX_COLUMNS` is optional. ``records``
+    may also be a DataFrame of such columns (faster for column-wise formats).
     """
-    frame = pd.DataFrame.from_records(list(records), columns=list(INDEX_COLUMNS))
+    if isinstance(records, pd.DataFrame):
+        frame = records.reindex(columns=list(INDEX_COLUMNS))
+    else:
+        frame = pd.DataFrame.from_records(list(records), columns=list(INDEX_COLUMNS))
     for column, default in _DEFAULTS.items():
         if column == "shape":
-            frame[column] = [() if s is None or s is np.nan else tuple(s) for s in frame[column]]
+            frame[column] = [tuple(s) if isinstance(s, (list, tuple, np.ndarray)) else () for s in frame[column]]
         elif column == "run" and run:
-            frame[column] = frame[column].fillna(run).replace("", run)
+            frame[column] = frame[column].astype(object).fillna(run).replace("", run)
+        elif isinstance(default, (str, bool)):  # an all-missing column is float64: fill as object
+            frame[column] = frame[column].astype(object).fillna(default) if len(frame) else frame[column]
         else:
             frame[column] = frame[column].fillna(default) if len(frame) else frame[column]
     for column in _INT_COLUMNS:
@@ -97,7 +103,8 @@ def make_index(records: Iterable[Mapping[str, Any]], run: str = "") -> pd.DataFr
     for column in STAT_COLUMNS:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(np.float64)
     frame["has_data"] = frame["has_data"].astype(bool)
-    frame["dtype"] = [canonical_dtype(d) if d else "" for d in frame["dtype"]]
+    canonical = {d: canonical_dtype(d) if d else "" for d in frame["dtype"].unique()}  # once per distinct dtype
+    frame["dtype"] = frame["dtype"].map(canonical).astype(object)
     missing_numel = frame["numel"] < 0
     if missing_numel.any():
         frame.loc[missing_numel, "numel"] = [int(np.prod(s)) if s else 1 for s in frame.loc[missing_numel, "shape"]]

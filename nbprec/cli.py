@@ -100,6 +100,16 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from nbprec.demo import run_demo
+
+    runs = run_demo(args.out, args.model, echo=print)
+    for run in runs:
+        print(f"wrote {run.path}  ({run.description})" + (f"\n  {run.note}" if run.note else ""))
+    print()
+    return _cmd_info(argparse.Namespace(paths=[r.path for r in runs], format=None, json=False, max_problems=5))
+
+
 def _meta_text(meta: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in meta.items() if isinstance(v, (str, int, float)))
 
@@ -123,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print the summary as JSON")
     info.add_argument("--max-problems", type=int, default=20, help="problems to list (default 20)")
     info.set_defaults(func=_cmd_info)
+
+    demo = sub.add_parser("demo", help="capture the demo runs (tiny encoder or MiniLM) and describe them")
+    demo.add_argument("--out", required=True, metavar="DIR", help="folder to write the run folders into")
+    demo.add_argument("--model", choices=["tiny", "minilm"], default="tiny", help="demo model (default tiny)")
+    demo.set_defaults(func=_cmd_demo)
 
     from nbprec.compare.engine import MODES
     from nbprec.compare.rules import preset_names

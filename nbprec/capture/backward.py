@@ -1,0 +1,229 @@
+"""Gradients of one op call, seen through autograd hooks, without changing the model's tensors.
+
+For a forward call we note, *before* it runs, the autograd edge of every input that requires grad. After
+it ran, the autograd nodes the call created are the ones reachable from its outputs' ``grad_fn`` whose
+sequence number is newer than every input's node. Hooks then catch:
+
+- the gradient arriving for each output (a tensor hook): the backward op's ``input`` slots;
+- the gradient each of those nodes sends along an edge that leads to one of the call's inputs (a node
+  post-hook): summed per input, these are the backward op's ``output`` slots. They are the gradients *this
+  call* produced for its inputs, not the total a shared input receives from all its consumers.
+
+When every boundary node has run, the watch reports once and removes its hooks. Watches that never complete
+(an output whose gradient is never needed) are reported by :meth:`BackwardWatches.flush`, which is queued to
+run at the end of each backward pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+_LEAF_SEQ = 2**64 - 1  # AccumulateGrad nodes carry UINT64_MAX as their sequence number
+
+GradReport = Callable[[dict[str, Any], dict[str, Any]], None]
+
+
+def _seq(node: Any) -> int:
+    return int(node._sequence_nr())
+
+
+def input_edges(torch: Any, inputs: list[tuple[str, Any]]) -> list[tuple[str, Any, int]]:
+    """``(slot, node, output_nr)`` of every input that requires grad; call before the op runs."""
+    if not torch.is_grad_enabled():
+        return []
+    get_edge = torch.autograd.graph.get_gradient_edge
+    edges = []
+    for slot, t in inputs:
+        if t.requires_grad:
+            try:
+                edge = get_edge(t)
+            except RuntimeError:
+                continue
+            edges.append((slot, edge.node, int(edge.output_nr)))
+    return edges
+
+
+class BackwardWatch:
+    """Hooks on the autograd sub-graph of one forward call; reports its gradients once."""
+
+    def __init__(self, owner: BackwardWatches, report: GradReport) -> None:
+        self._owner = owner
+        self._report = report
+        self._handles: list[Any] = []
+        self.grads_in: dict[str, Any] = {}  # gradient arriving per forward-output slot
+        self.grads_out: dict[str, Any] = {}  # gradient produced per forward-input slot
+        self._waiting = 0
+        self._expected_in = 0
+        self._done = False
+
+    def attach(
+        self, edges: list[tuple[str, Any, int]], outputs: list[tuple[str, Any]], aliases: dict[str, str] | None = None
+    ) -> bool:
+        """Register the hooks; False (and nothing registered) when no output takes part in autograd.
+
+        ``aliases`` maps output slots that *are* an input (``x.float()`` on a float32 ``x`` returns ``x``) to
+        that input's slot: the gradient passes through unchanged and is reported for both.
+        """
+        grad_slots = {slot for slot, _, _ in edges}
+        in_map: dict[tuple[int, int], list[str]] = {}
+        keep = []
+        threshold = -1
+        for slot, node, nr in edges:
+            in_map.setdefault((id(node), nr), []).append(slot)
+            keep.append(node)
+            seq = _seq(node)
+            if seq != _LEAF_SEQ:
+                threshold = max(threshold, seq)
+        starts = []
+        for slot, t in outputs:
+            if not t.requires_grad:
+                continue
+            node = t.grad_fn
+            new = node is not None and bool(edges) and _seq(node) > threshold
+            alias = None if new or not aliases else aliases.get(slot)
+            self._handles.append(t.register_hook(self._tensor_hook(slot, alias if alias in grad_slots else None)))
+            if new:
+                starts.append(node)
+        if not self._handles:
+            return False
+        self._expected_in = len(self._handles)
+        boundary = self._boundary(starts, in_map, threshold) if in_map else {}
+        for node, links in boundary.values():
+            self._handles.append(node.register_hook(self._node_hook(links)))
+        self._waiting = len(boundary)
+        return True
+
+    @staticmethod
+    def _boundary(
+        starts: list[Any], in_map: dict[tuple[int, int], list[str]], threshold: int
+    ) -> dict[int, tuple[Any, list[tuple[int, list[str]]]]]:
+        boundary: dict[int, tuple[Any, list[tuple[int, list[str]]]]] = {}
+        seen = {id(n) for n in starts}
+        queue = list(starts)
+        while queue:
+            node = queue.pop()
+            for k, (nxt, nr) in enumerate(node.next_functions):
+                if nxt is None:
+                    continue
+                slots = in_map.get((id(nxt), nr))
+                if slots is not None:
+                    boundary.setdefault(id(node), (node, []))[1].append((k, slots))
+                    continue
+                seq = _seq(nxt)
+                if seq > threshold and seq != _LEAF_SEQ and id(nxt) not in seen:
+                    seen.add(id(nxt))
+                    queue.append(nxt)
+        return boundary
+
+    def _tensor_hook(self, slot: str, alias: str | None) -> Callable[[Any], None]:
+        def hook(grad: Any) -> None:
+            if not self._done:
+                self.grads_in[slot] = grad
+                if alias is not None:
+                    self.grads_out[alias] = grad
+                self._owner.touched(self)
+                if self._waiting <= 0 and len(self.grads_in) >= self._expected_in:
+                    self.finish()  # no node of its own (an identity such as x.float() on float32)
+
+        return hook
+
+    def _node_hook(self, links: list[tuple[int, list[str]]]) -> Callable[[Any, Any], None]:
+        def hook(grad_inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...]) -> None:
+            if self._done:
+                return
+            for k, slots in links:
+                g = grad_inputs[k] if k < len(grad_inputs) else None
+                if g is None:
+                    continue
+                for slot in slots:
+                    prev = self.grads_out.get(slot)
+                    self.grads_out[slot] = g if prev is None else prev + g
+            self._waiting -= 1
+            self._owner.touched(self)
+            if self._waiting <= 0:
+                self.finish()
+
+        return hook
+
+    def finish(self) -> None:
+        """Report (if any gradient arrived) and remove the hooks; idempotent."""
+        if self._done:
+            return
+        self._done = True
+        self.remove()
+        self._owner.forget(self)
+        if self.grads_in or self.grads_out:
+            self._report(self.grads_in, self.grads_out)
+
+    def remove(self) -> None:
+        """Remove every hook of this watch."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+class BackwardWatches:
+    """The live watches of a capture: flushes incomplete ones at the end of each backward pass, and on exit."""
+
+    def __init__(self, torch: Any) -> None:
+        self._torch = torch
+        self._live: dict[int, BackwardWatch] = {}
+        self._touched: dict[int, BackwardWatch] = {}
+        self._flush_queued = False
+
+    def watch(
+        self,
+        edges: list[tuple[str, Any, int]],
+        outputs: list[tuple[str, Any]],
+        report: GradReport,
+        aliases: dict[str, str] | None = None,
+    ) -> BackwardWatch | None:
+        """Watch one call's gradients; ``report(grads_in, grads_out)`` runs once they are known."""
+        w = BackwardWatch(self, report)
+        if not w.attach(edges, outputs, aliases):
+            return None
+        self._live[id(w)] = w
+        return w
+
+    def touched(self, watch: BackwardWatch) -> None:
+        """A hook of ``watch`` fired: make sure the end-of-pass flush is queued."""
+        self._touched[id(watch)] = watch
+        if not self._flush_queued:
+            self._flush_queued = True
+            try:
+                self._torch.autograd.Variable._execution_engine.queue_callback(self.flush_touched)
+            except RuntimeError:  # not inside a backward pass after all
+                self._flush_queued = False
+
+    def forget(self, watch: BackwardWatch) -> None:
+        """Drop a finished watch."""
+        self._live.pop(id(watch), None)
+        self._touched.pop(id(watch), None)
+
+    def flush_touched(self) -> None:
+        """Report every watch that received gradients in this backward pass but did not complete."""
+        self._flush_queued = False
+        for w in list(self._touched.values()):
+            w.finish()
+        self._touched.clear()
+
+    def flush(self) -> None:
+        """Report watches that received any gradient; remove every hook (end of a step or of the capture)."""
+        self._flush_queued = False
+        pending = list(self._live.values())
+        self._live.clear()
+        self._touched.clear()
+        for w in pending:
+            if w.grads_in or w.grads_out:
+                w.finish()
+            else:
+                w.remove()
+
+    def discard(self) -> None:
+        """Remove every hook without reporting (after an error)."""
+        for w in list(self._live.values()):
+            w.remove()
+        self._live.clear()
+        self._touched.clear()
+        self._flush_queued = False

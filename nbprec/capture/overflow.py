@@ -1,0 +1,59 @@
+"""Overflow-check mode: find the first ops whose outputs (or gradients) hit NaN, inf or the dtype's maximum.
+
+Like ptdbg_ascend's ``register_hook(model, overflow_check, overflow_nums=1)``: after every op the capture
+checks the op's forward outputs, or for a backward op the gradients it received and produced; an op with
+a NaN, an inf or a float16/bfloat16 value at the dtype's largest finite value (65504 for float16) is an
+*overflow*. Each overflow is written to the dump with the op's inputs and outputs as full tensors; after
+``overflow_nums`` of them (-1: never) the capture raises :class:`~nbprec.errors.OverflowDetectedError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbprec.capture.tensors import overflow_kind
+from nbprec.errors import CaptureError, OverflowDetectedError
+
+
+@dataclass
+class OverflowCheck:
+    """Counts overflows and decides when to stop.
+
+    Parameters
+    ----------
+    limit
+        Overflows to record before stopping (``overflow_nums``); -1 never stops.
+    path
+        The dump folder, named in the error.
+    """
+
+    limit: int
+    path: str
+    found: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.limit, int) or isinstance(self.limit, bool) or (self.limit < 1 and self.limit != -1):
+            raise CaptureError(f"overflow_nums must be a positive int or -1 (never stop), not {self.limit!r}")
+
+    @staticmethod
+    def problems(torch: Any, tensors: list[tuple[str, str, Any]]) -> list[str]:
+        """Descriptions (``"output.0: inf"``) of the overflowing tensors among ``(role, slot, tensor)``."""
+        found = []
+        for role, slot, t in tensors:
+            kind = overflow_kind(torch, t)
+            if kind is not None:
+                found.append(f"{role}.{slot}: {kind}")
+        return found
+
+    def register(self, op: str, problems: list[str]) -> None:
+        """Note one overflowing op; raise :class:`OverflowDetectedError` when the limit is reached."""
+        self.found.append(op)
+        if self.limit != -1 and len(self.found) >= self.limit:
+            what = ", ".join(problems[:4]) + (" ..." if len(problems) > 4 else "")
+            raise OverflowDetectedError(
+                f"overflow detected in {op} ({what}); stopped after {len(self.found)} overflowing op(s) "
+                f"(overflow_nums={self.limit}). Its inputs and outputs are in the dump {self.path}",
+                op=op,
+                dump_path=self.path,
+            )

@@ -1,0 +1,108 @@
+"""The demo runs: capture the tiny encoder (and optionally MiniLM) in float32 and low precision."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nbprec.errors import CaptureError, OverflowDetectedError
+
+MODELS = ("tiny", "minilm")
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """One captured demo run: where it went and what it is."""
+
+    name: str
+    path: Path
+    description: str
+    note: str = ""
+
+
+def _prepare(path: Path) -> bool:
+    """Whether ``path`` may be (re)written: absent, empty, or an earlier nbprec dump (never anything else)."""
+    if not path.exists():
+        return False
+    if path.is_dir() and not any(path.iterdir()):
+        return False
+    from nbprec.formats.native import NativeDumpReader
+
+    if NativeDumpReader.guess_can_open(path):
+        return True
+    raise CaptureError(f"{path}: exists and is not an nbprec dump; refusing to overwrite it with a demo run")
+
+
+def tiny_runs(out: str | os.PathLike[str], *, seed: int = 0, mode: str = "tensor") -> list[DemoRun]:
+    """Capture the tiny encoder's training step in float32, bfloat16, float16 and bfloat16 with a faulty GELU."""
+    from nbprec.capture import capture, seed_all
+    from nbprec.demo.tiny import FAULTY_LAYER, build_tiny, train_step
+
+    variants = [
+        ("tiny_fp32", "float32", False, "benchmark: float32"),
+        ("tiny_bf16", "bfloat16", False, "target: bfloat16"),
+        ("tiny_fp16", "float16", False, "target: float16"),
+        ("tiny_bf16_faulty", "bfloat16", True, f"target: bfloat16 with a planted faulty GELU in layers.{FAULTY_LAYER}"),
+    ]
+    runs = []
+    for name, dtype, faulty, what in variants:
+        path = Path(out) / name
+        seed_all(seed)
+        model, ids, labels = build_tiny(dtype, faulty=faulty, seed=seed)
+        meta = {"demo": "tiny", "dtype": dtype, "seed": seed, "faulty": faulty}
+        with capture(model, path, mode=mode, meta=meta, run=name, overwrite=_prepare(path)):
+            train_step(model, ids, labels)
+        runs.append(DemoRun(name, path, what))
+    return runs
+
+
+def minilm_runs(out: str | os.PathLike[str], *, seed: int = 0, mode: str = "statistics") -> list[DemoRun]:
+    """Capture MiniLM's fine-tuning step (loss scale 2**24) in float32 and float16, then the overflow check."""
+    from nbprec.capture import capture, seed_all
+    from nbprec.demo.minilm import LOSS_SCALE, build_minilm, finetune_step
+
+    runs = []
+    for name, dtype in (("minilm_fp32", "float32"), ("minilm_fp16", "float16")):
+        path = Path(out) / name
+        seed_all(seed)
+        model, inputs, labels = build_minilm(dtype, seed=seed)
+        meta = {"demo": "minilm", "dtype": dtype, "seed": seed, "loss_scale": LOSS_SCALE}
+        with capture(model, path, mode=mode, meta=meta, run=name, overwrite=_prepare(path)):
+            finetune_step(model, inputs, labels)
+        runs.append(DemoRun(name, path, f"{dtype}, fine-tuning step with loss scale 2**24"))
+    path = Path(out) / "minilm_fp16_overflow"
+    seed_all(seed)
+    model, inputs, labels = build_minilm("float16", seed=seed)
+    note = "no overflow found"
+    try:
+        meta = {"demo": "minilm", "dtype": "float16", "seed": seed, "loss_scale": LOSS_SCALE}
+        with capture(model, path, overflow_check=True, meta=meta, run=path.name, overwrite=_prepare(path)):
+            finetune_step(model, inputs, labels)
+    except OverflowDetectedError as exc:
+        note = f"stopped: {exc}"
+    runs.append(DemoRun(path.name, path, "float16 overflow check (overflow_nums=1)", note))
+    return runs
+
+
+def run_demo(
+    out: str | os.PathLike[str], model: str = "tiny", *, echo: Callable[[str], Any] | None = None
+) -> list[DemoRun]:
+    """Capture the demo runs of ``model`` (``"tiny"`` or ``"minilm"``) into the folder ``out``.
+
+    Run folders that already hold an nbprec dump are replaced; any other existing content is refused.
+
+    Examples
+    --------
+    >>> runs = run_demo("demo-output")          # doctest: +SKIP
+    >>> [r.name for r in runs]                  # doctest: +SKIP
+    ['tiny_fp32', 'tiny_bf16', 'tiny_fp16', 'tiny_bf16_faulty']
+    """
+    if model not in MODELS:
+        raise CaptureError(f"unknown demo model {model!r}; choose one of {MODELS}")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    if echo is not None:
+        echo(f"capturing the {model} demo runs into {out} ...")
+    return tiny_runs(out) if model == "tiny" else minilm_runs(out)

@@ -1,0 +1,225 @@
+"""The result of an overflow scan: a tensor table, an op table, the first critical op and the impact verdict."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from nbprec._version import __version__
+from nbprec.errors import NbprecError
+
+#: Op levels, most severe first ('' = nothing found).
+LEVELS = ("critical", "high", "medium", "low", "")
+_LEVEL_RANK = {level: i for i, level in enumerate(LEVELS)}
+_SAVE_FORMAT = "nbprec-overflow-report"
+
+VERDICT_HARMFUL = "harmful"
+VERDICT_HARMLESS = "transient, harmless"
+VERDICT_UNKNOWN = "unknown"
+VERDICT_NONE = "no overflow"
+
+
+@dataclass(frozen=True)
+class Impact:
+    """Whether an overflow changed the results.
+
+    Attributes
+    ----------
+    verdict
+        ``"harmful"``, ``"transient, harmless"``, ``"unknown"`` or ``"no overflow"``.
+    overflow_op
+        The overflowing op judged (the first critical op).
+    first_divergent_op
+        The first op at or after the overflow whose results fail the comparison (or, without a benchmark,
+        whose outputs are abnormal), ``""`` when none.
+    final_ops
+        The ops taken as the final outputs, each ``{"op", "status", "out_cosine", "abnormal"}``.
+    failing_after
+        How many ops at or after the overflow fail.
+    message
+        The verdict in one sentence.
+    rule
+        The comparison rule used (``""`` without a benchmark).
+    """
+
+    verdict: str
+    overflow_op: str = ""
+    first_divergent_op: str = ""
+    final_ops: list[dict[str, Any]] = field(default_factory=list)
+    failing_after: int = 0
+    message: str = ""
+    rule: str = ""
+
+    @property
+    def harmful(self) -> bool | None:
+        """True when harmful, False when harmless, None when unknown or there was no overflow."""
+        return {VERDICT_HARMFUL: True, VERDICT_HARMLESS: False}.get(self.verdict)
+
+
+class OverflowReport:
+    """What :func:`nbprec.overflow.scan` found. Truthy when no op is ``critical`` or ``high``.
+
+    Attributes
+    ----------
+    tensors : pandas.DataFrame
+        One row per tensor in execution order: status (``nan``/``inf``/``saturated``/``suspicious``/
+        ``normal``/``empty``/``n/a``), counts, ``abs_max``, ``norm``, ``source`` and ``note``.
+    ops : pandas.DataFrame
+        One row per op call in execution order: ``level``, ``reason``, input/output status and norms,
+        ``amplification``, ``contains_critical`` (a module call around a critical op).
+    meta : dict
+        Path, format, dtype override, amplification factor, where the verdicts came from.
+    impact : Impact or None
+        The "did it matter?" verdict (see :func:`nbprec.overflow.impact.assess_impact`).
+
+    Examples
+    --------
+    >>> report = nbprec.overflow.scan("runs/fp16")   # doctest: +SKIP
+    >>> report.first_critical()["op"], report.summary()["levels"]  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        tensors: pd.DataFrame,
+        ops: pd.DataFrame,
+        *,
+        meta: dict[str, Any] | None = None,
+        impact: Impact | None = None,
+    ) -> None:
+        self.tensors = tensors
+        self.ops = ops
+        self.meta = dict(meta or {})
+        self.impact = impact
+
+    # -- answers -----------------------------------------------------------------------------------
+    def first_critical(self) -> pd.Series | None:
+        """The first op in execution order that produced an overflow from normal inputs, or ``None``.
+
+        A module call that merely encloses a critical op is skipped in favour of the op inside it.
+        """
+        hits = self.ops[(self.ops["level"] == "critical") & ~self.ops["contains_critical"].astype(bool)]
+        if hits.empty:
+            hits = self.ops[self.ops["level"] == "critical"]
+        return None if hits.empty else hits.iloc[0]
+
+    def by_level(self, level: str) -> pd.DataFrame:
+        """Ops of one level, in execution order."""
+        if level not in LEVELS:
+            raise NbprecError(f"unknown level {level!r}; use one of {', '.join(repr(v) for v in LEVELS)}")
+        return self.ops[self.ops["level"] == level]
+
+    def ranked(self) -> pd.DataFrame:
+        """Ops with a level, the first critical op on top, then by severity and execution order."""
+        flagged = self.ops[self.ops["level"] != ""].copy()
+        first = self.first_critical()
+        flagged["_first"] = 0 if first is None else (flagged["op"] != first["op"]).astype(int)
+        flagged["_rank"] = flagged["level"].map(_LEVEL_RANK)
+        flagged = flagged.sort_values(["_first", "_rank", "step", "rank", "order"], kind="stable")
+        return flagged.drop(columns=["_first", "_rank"]).reset_index(drop=True)
+
+    def abnormal_tensors(self) -> pd.DataFrame:
+        """Tensors with NaN, inf or saturated values, in execution order."""
+        return self.tensors[self.tensors["abnormal"]]
+
+    def __bool__(self) -> bool:
+        return not self.ops["level"].isin(["critical", "high"]).any()
+
+    def summary(self) -> dict[str, Any]:
+        """Counts and answers as plain Python values."""
+        first = self.first_critical()
+        levels = {lv: int((self.ops["level"] == lv).sum()) for lv in LEVELS if lv}
+        status = {str(k): int(v) for k, v in self.tensors["status"].value_counts().items()}
+        return {
+            "path": self.meta.get("path", ""),
+            "format": self.meta.get("format", ""),
+            "tensors": len(self.tensors),
+            "tensor_status": status,
+            "ops": len(self.ops),
+            "levels": levels,
+            "first_critical_op": None if first is None else str(first["op"]),
+            "first_critical_reason": None if first is None else str(first["reason"]),
+            "impact": None if self.impact is None else asdict(self.impact),
+        }
+
+    def __repr__(self) -> str:
+        s = self.summary()
+        verdict = f"; {self.impact.verdict}" if self.impact else ""
+        return (
+            f"<nbprec.OverflowReport {s['tensors']} tensors, {s['ops']} ops, levels {s['levels']}; "
+            f"first critical op: {s['first_critical_op']}{verdict}>"
+        )
+
+    def _repr_html_(self) -> str:
+        s = self.summary()
+        esc = html.escape
+        first = s["first_critical_op"]
+        head = (
+            f"<p><b>nbprec overflow report</b>: {esc(str(s['path']))}<br>"
+            f"{s['tensors']} tensors, {s['ops']} ops; "
+            + ", ".join(f"{esc(k)} {v}" for k, v in s["levels"].items())
+            + "<br>first critical op: "
+            + (f"<code>{esc(first)}</code> ({esc(str(s['first_critical_reason']))})" if first else "none")
+        )
+        if self.impact is not None:
+            head += f"<br>impact: <b>{esc(self.impact.verdict)}</b>: {esc(self.impact.message)}"
+        head += "</p>"
+        cols = ["order", "op", "op_type", "level", "in_status", "out_status", "out_abs_max", "reason"]
+        table = self.ranked().head(20)[cols]
+        return head + table.to_html(index=False, escape=True, float_format=lambda v: f"{v:.6g}")
+
+    # -- persistence -------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The report header (meta, summary, impact) as JSON-ready values."""
+        return {"format": _SAVE_FORMAT, "nbprec_version": __version__, "meta": self.meta, "summary": self.summary()}
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``report.json``, ``tensors.csv`` and ``ops.csv`` into folder ``path``; :meth:`load` reads them."""
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(_clean(self.to_dict()), indent=1, default=str, allow_nan=False)
+        (folder / "report.json").write_text(text + "\n", encoding="utf-8")
+        self.tensors.to_csv(folder / "tensors.csv", index=False)
+        self.ops.to_csv(folder / "ops.csv", index=False)
+        return folder
+
+    @classmethod
+    def load(cls, path: str | Path) -> OverflowReport:
+        """Read a report written by :meth:`save`."""
+        folder = Path(path)
+        try:
+            header = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+            text = {"op": str, "name": str, "op_type": str, "api": str, "module": str, "direction": str}
+            text.update(slot=str, role=str, reason=str, note=str, level=str, in_status=str, out_status=str)
+            read = {"dtype": text, "keep_default_na": False, "na_values": [""]}
+            tensors = pd.read_csv(folder / "tensors.csv", **read)
+            ops = pd.read_csv(folder / "ops.csv", **read)
+        except (OSError, ValueError) as exc:
+            raise NbprecError(f"{folder}: not a saved nbprec overflow report ({exc})") from exc
+        if header.get("format") != _SAVE_FORMAT:
+            raise NbprecError(f"{folder / 'report.json'}: format is {header.get('format')!r}, not {_SAVE_FORMAT}")
+        for frame in (tensors, ops):
+            for column, kind in text.items():
+                if column in frame:
+                    frame[column] = frame[column].fillna("").astype(kind)
+        for column in ("dtype", "check_dtype", "source"):
+            if column in tensors:
+                tensors[column] = tensors[column].fillna("").astype(str)
+        impact = header.get("summary", {}).get("impact")
+        return cls(tensors, ops, meta=header.get("meta"), impact=Impact(**impact) if impact else None)
+
+
+def _clean(value: Any) -> Any:
+    """NaN/inf floats to None, recursively, for strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value

@@ -10,6 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from nbprec._version import __version__
+
+# The functions `capture` and `compare` share their names with the subpackages that hold them. Importing them
+# here, after their packages, binds the names to the functions for good (a lazy lookup would be shadowed by
+# the submodule as soon as anything imported it). Neither package imports torch or a widget library.
+from nbprec.capture import capture, seed_all
+from nbprec.compare import Comparison, compare
 from nbprec.dump import INDEX_COLUMNS, Dump, Problem
 from nbprec.errors import (
     CaptureError,
@@ -26,14 +32,8 @@ from nbprec.errors import (
 from nbprec.formats import guess_format
 from nbprec.formats import open_dump as open
 
-# Attributes resolved lazily from submodules that are heavier or optional.
-_LAZY = {
-    "capture": "nbprec.capture:capture",
-    "seed_all": "nbprec.capture:seed_all",
-    "compare": "nbprec.compare:compare",
-    "Comparison": "nbprec.compare:Comparison",
-    "rules": "nbprec.compare.rules",
-}
+# Attributes resolved lazily from optional layers.
+_LAZY: dict[str, str] = {}
 
 
 def __getattr__(name: str) -> Any:
@@ -50,6 +50,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "INDEX_COLUMNS",
     "CaptureError",
+    "Comparison",
     "ComparisonError",
     "Dump",
     "DumpFormatError",
@@ -62,6 +63,9 @@ __all__ = [
     "TensorNotFoundError",
     "UnknownFormatError",
     "__version__",
+    "capture",
+    "compare",
     "guess_format",
     "open",
+    "seed_all",
 ]

@@ -21,7 +21,7 @@ from nbprec.compare.metrics import (
     statistics_metrics,
     tensor_metrics,
 )
-from nbprec.compare.rules import Rule, get_rule
+from nbprec.compare.rules import Rule, get_rule, running_precision
 from nbprec.dump import Dump
 from nbprec.errors import ComparisonError, NbprecError
 
@@ -236,6 +236,7 @@ def compare(
             table[column] = arr
     table["checksum_match"] = checksum_match
     table["reason"] = reasons
+    table["precision"] = running_precision(table)
 
     unmatched_bench = b_idx.iloc[matched.unmatched_bench].reset_index(drop=True)
     meta = {

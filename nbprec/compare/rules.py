@@ -74,10 +74,38 @@ DTYPE_TOLERANCE: dict[str, tuple[float, float]] = {
 _PRECISION_RANK = ["float8_e5m2", "float8_e4m3fn", "bfloat16", "float16", "float32", "float64"]
 
 
-def lower_precision(target_dtype: str, bench_dtype: str) -> str:
-    """The lower-precision of two float dtypes ('' when neither is a float nbprec knows)."""
-    ranks = [_PRECISION_RANK.index(d) for d in (target_dtype, bench_dtype) if d in _PRECISION_RANK]
+def lower_precision(*dtypes: str) -> str:
+    """The lowest-precision float dtype among ``dtypes`` ('' when none is a float nbprec knows).
+
+    >>> lower_precision("float32", "bfloat16"), lower_precision("int64", "bool")
+    ('bfloat16', '')
+    """
+    ranks = [_PRECISION_RANK.index(d) for d in dtypes if d in _PRECISION_RANK]
     return _PRECISION_RANK[min(ranks)] if ranks else ""
+
+
+def precision_rank(dtype: str) -> int:
+    """Position of a float dtype from lowest (0) to highest precision; ``len(ranks)`` for non-floats."""
+    return _PRECISION_RANK.index(dtype) if dtype in _PRECISION_RANK else len(_PRECISION_RANK)
+
+
+def running_precision(table: pd.DataFrame) -> list[str]:
+    """Per row, the lowest float precision the target run has used up to that row's op (and the bench dtype).
+
+    A float32 tensor computed from bfloat16 results carries bfloat16 rounding error; judging it by float32
+    tolerances would flag inherited noise. Rows must be in execution order within each step and rank.
+    """
+    t_rank = np.array([precision_rank(d) for d in table["target_dtype"]])
+    b_rank = np.array([precision_rank(d) for d in table["bench_dtype"]])
+    groups = table["step"].astype(str) + "/" + table["rank"].astype(str)
+    running = pd.Series(t_rank, index=table.index).groupby(groups.to_numpy()).cummin().to_numpy()
+    lowest = np.minimum(running, b_rank)
+    names = [*_PRECISION_RANK, ""]
+    # a non-float tensor (ids, masks) keeps its own '' so that it is judged by the plain thresholds
+    return [
+        names[r] if tr < len(_PRECISION_RANK) or br < len(_PRECISION_RANK) else ""
+        for r, tr, br in zip(lowest, t_rank, b_rank, strict=True)
+    ]
 
 
 @dataclass(frozen=True)
@@ -138,7 +166,13 @@ class Rule:
             values = np.full(n, t.value, dtype=np.float64)
             if self.dtype_aware and t.metric in ("cosine", "rel_euclidean"):
                 col = 0 if t.metric == "cosine" else 1
-                low = [lower_precision(a, b) for a, b in zip(table["target_dtype"], table["bench_dtype"], strict=True)]
+                low = (
+                    table["precision"].tolist()
+                    if "precision" in table
+                    else [
+                        lower_precision(a, b) for a, b in zip(table["target_dtype"], table["bench_dtype"], strict=True)
+                    ]
+                )
                 values = np.array(
                     [DTYPE_TOLERANCE[d][col] if d in DTYPE_TOLERANCE else t.value for d in low], dtype=np.float64
                 )

@@ -83,6 +83,13 @@ def assess_impact(
         return Impact(VERDICT_NONE, message="no op produced an overflow")
     op, step, rank, order = str(first["op"]), int(first["step"]), int(first["rank"]), int(first["order"])
     finals = list(outputs) if outputs else final_ops(report.ops, step, rank, order)
+    here = report.ops[(report.ops["step"] == step) & (report.ops["rank"] == rank)]
+    if not outputs and here["out_abnormal"].all():
+        return Impact(
+            VERDICT_UNKNOWN,
+            op,
+            message=f"every op in this dump overflows (an overflow-check dump?): nothing after {op} to judge",
+        )
     ops = report.ops
     after = ops[(ops["step"] == step) & (ops["rank"] == rank) & (ops["order"] >= order)]
     abnormal = dict(zip(ops["op"], ops["out_abnormal"], strict=False))

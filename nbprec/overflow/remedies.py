@@ -4,6 +4,9 @@
 ops are blamed) or a :class:`~nbprec.overflow.headroom.HeadroomReport` (the ops that would overflow in
 float16) and returns a :class:`Remedies` with:
 
+The ops blamed in an overflow report are the ``critical`` ops and the ``high`` ops whose inputs are normal
+(the amplifiers, such as a loss-scale multiply); ops that merely pass on an abnormal input are not.
+
 - ``pytorch``: a snippet that wraps each blamed module so it runs in float32 with autocast disabled
   (inputs cast to float32), or, for an op outside any known module, the ``torch.autocast(enabled=False)``
   pattern to put around it;
@@ -187,10 +190,14 @@ def _wrapper_snippet(modules: list[str], loose_ops: list[str], device_type: str)
     if modules:
         lines.append(f"for path in {json.dumps(modules)}:")
         lines.append("    keep_float32(model.get_submodule(path))")
+    forwards: dict[str, str] = {}
     for op in loose_ops:
+        fwd = op.replace(".backward", ".forward") if ".backward" in op else op
+        forwards.setdefault(fwd, f" (its backward {op} overflowed)" if fwd != op else "")
+    for op, why in forwards.items():
         lines += [
             "",
-            f"# {op}: outside any recorded module; run the call in float32:",
+            f"# {op}{why}: outside any recorded module; run the call in float32:",
             f"with torch.autocast(device_type={device_type!r}, enabled=False):",
             "    y = the_call(x.float())  # the op above, on float32 inputs",
         ]
@@ -208,18 +215,21 @@ def _module_of(row: pd.Series) -> str:
     return ""
 
 
-def _ascend_types(op_types: list[str]) -> tuple[list[str], list[str]]:
+_TORCH_PREFIXES = ("Module.", "Functional.", "Tensor.", "Torch.", "NPU.", "VF.", "Distributed.", "Aten.")
+
+
+def _ascend_types(blamed: pd.DataFrame) -> tuple[list[str], list[str]]:
     keep: list[str] = []
     unmapped: list[str] = []
-    for t in op_types:
-        key = t.lower()
+    for op, op_type in zip(blamed["op"].astype(str), blamed["op_type"].astype(str), strict=True):
+        key = op_type.lower()
         if key in ASCEND_OP_TYPES:
             keep.extend(x for x in ASCEND_OP_TYPES[key] if x not in keep)
-        elif t[:1].isupper() and t.isidentifier() and not key.startswith("module"):
-            if t not in keep:  # already an Ascend IR type (a CANN dump)
-                keep.append(t)
-        elif t not in unmapped:
-            unmapped.append(t)
+        elif op_type and not op.startswith(_TORCH_PREFIXES):  # an NPU dump: the op type is the Ascend IR type
+            if op_type not in keep:
+                keep.append(op_type)
+        elif op_type and op_type not in unmapped:
+            unmapped.append(op_type)
     return keep, unmapped
 
 
@@ -237,7 +247,7 @@ def remedies(
     *,
     ops: list[str] | None = None,
     device_type: str = "cuda",
-    recorded_scale: float = 1.0,
+    recorded_scale: float | None = None,
     dtype: str = "float16",
 ) -> Remedies:
     """Paste-able fixes for the ops an overflow or headroom report blames.
@@ -252,7 +262,8 @@ def remedies(
     device_type
         ``torch.autocast`` device type in the snippet (``"cuda"``, ``"cpu"``, ``"npu"``).
     recorded_scale
-        The loss scale the dump's gradients were recorded with (they are divided by it).
+        The loss scale the dump's gradients were recorded with (they are divided by it); default the
+        ``loss_scale`` the run's metadata records, else 1.
     dtype
         For a headroom report: the dtype whose overflows are blamed.
 
@@ -265,7 +276,9 @@ def remedies(
     from nbprec.overflow.report import OverflowReport
 
     if isinstance(report, OverflowReport):
-        blamed = report.ops[report.ops["level"].isin(["critical", "high"]) & ~report.ops["contains_critical"]]
+        o = report.ops
+        producers = (o["level"] == "critical") | ((o["level"] == "high") & ~o["in_abnormal"].astype(bool))
+        blamed = o[producers & ~o["contains_critical"].astype(bool)]
         tensors = report.tensors
     elif isinstance(report, HeadroomReport):
         blamed = report.would_overflow(dtype)
@@ -274,8 +287,6 @@ def remedies(
         raise NbprecError(f"remedies() needs an OverflowReport or a HeadroomReport, not {type(report).__name__}")
     if ops is not None:
         blamed = report.ops[report.ops["op"].isin(ops)]
-    if recorded_scale <= 0 or not math.isfinite(recorded_scale):
-        raise NbprecError(f"recorded_scale must be a positive finite number, not {recorded_scale!r}")
     modules: list[str] = []
     loose: list[str] = []
     for _, row in blamed.iterrows():
@@ -284,8 +295,11 @@ def remedies(
             modules.append(module)
         elif not module:
             loose.append(str(row["op"]))
-    op_types = [str(t) for t in dict.fromkeys(blamed["op_type"]) if str(t)]
-    keep, unmapped = _ascend_types(op_types)
+    keep, unmapped = _ascend_types(blamed)
+    if recorded_scale is None:
+        recorded_scale = float(report.meta.get("loss_scale") or 1.0)
+    if recorded_scale <= 0 or not math.isfinite(recorded_scale):
+        raise NbprecError(f"recorded_scale must be a positive finite number, not {recorded_scale!r}")
     grad_max, overflowed = _gradient_abs_max(tensors)
     unscaled = grad_max / recorded_scale if math.isfinite(grad_max) else math.nan
     note = ""

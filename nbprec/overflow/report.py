@@ -63,7 +63,7 @@ class Impact:
 
 
 class OverflowReport:
-    """What :func:`nbprec.overflow.scan` found. Truthy when no op is ``critical`` or ``high``.
+    """What :func:`nbprec.overflow.scan` found. Truthy when no op output holds NaN, inf or saturated values.
 
     Attributes
     ----------
@@ -128,7 +128,7 @@ class OverflowReport:
         return self.tensors[self.tensors["abnormal"]]
 
     def __bool__(self) -> bool:
-        return not self.ops["level"].isin(["critical", "high"]).any()
+        return not self.ops["out_abnormal"].astype(bool).any()
 
     def summary(self) -> dict[str, Any]:
         """Counts and answers as plain Python values."""

@@ -292,6 +292,15 @@ def _contains_critical(ops: pd.DataFrame, hierarchy: dict[str, str | None]) -> n
     return ops["op"].isin(enclosing).to_numpy()
 
 
+def _recorded_loss_scale(meta: dict[str, Any]) -> float | None:
+    """The loss scale a run's metadata records (``loss_scale`` at the top or under ``meta``), if any."""
+    for where in (meta, meta.get("meta") if isinstance(meta.get("meta"), dict) else {}):
+        value = where.get("loss_scale")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return None
+
+
 def scan(
     dump: Dump | str | os.PathLike[str],
     *,
@@ -347,6 +356,7 @@ def scan(
         "amplification": amplification,
         "payload": payload,
         "sources": {str(k): int(v) for k, v in tensors["source"].value_counts().items()},
+        "loss_scale": _recorded_loss_scale(target.meta),
     }
     report = OverflowReport(tensors, ops, meta=meta)
     if bench is not None or report.first_critical() is not None:

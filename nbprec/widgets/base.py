@@ -1,0 +1,66 @@
+"""What every dashboard view shares: a widget built on first display, and a static HTML/SVG fallback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nbprec._optional import require
+
+_WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+class View:
+    """A plain Python object that owns a view's state and builds its widget only when displayed.
+
+    Subclasses implement :meth:`_build` (the ipywidgets tree) and :meth:`to_html` (the static fallback), and
+    may implement :meth:`to_svg`. ``_repr_mimebundle_`` returns the live widget together with the fallbacks, so
+    a notebook opened without a kernel or without widget JavaScript still shows the tables and plots.
+    """
+
+    title = "view"
+
+    def __init__(self) -> None:
+        self._widget: Any = None
+
+    @property
+    def widget(self) -> Any:
+        """The ipywidgets object of this view (built on first use)."""
+        if self._widget is None:
+            require("ipywidgets", "nbprec notebook views")
+            self._widget = self._build()
+            self.refresh()
+        return self._widget
+
+    @property
+    def built(self) -> bool:
+        """Whether the widget exists (views update widgets only once they are built)."""
+        return self._widget is not None
+
+    def _build(self) -> Any:
+        raise NotImplementedError
+
+    def refresh(self) -> None:
+        """Push the current state into the widget (called after every state change once built)."""
+
+    def to_html(self) -> str:
+        """The static HTML fallback."""
+        raise NotImplementedError
+
+    def to_svg(self) -> str | None:
+        """An SVG fallback for plot views (``None`` for others)."""
+        return None
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any) -> dict[str, Any]:
+        data: dict[str, Any] = {"text/plain": repr(self), "text/html": self.to_html()}
+        svg = self.to_svg()
+        if svg:
+            data["image/svg+xml"] = svg
+        bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude)
+        if isinstance(bundle, tuple):
+            bundle = bundle[0]
+        if bundle and _WIDGET_MIME in bundle:
+            data[_WIDGET_MIME] = bundle[_WIDGET_MIME]
+        return data
+
+    def __repr__(self) -> str:
+        return f"<nbprec {self.title}>"

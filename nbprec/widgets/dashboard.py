@@ -1,0 +1,139 @@
+"""The dashboard: linked views over one comparison, sharing one :class:`~nbprec.widgets.model.Selection`."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from nbprec.compare.comparison import Comparison
+from nbprec.dump import Dump
+from nbprec.widgets.base import View
+from nbprec.widgets.inspector import InspectorView
+from nbprec.widgets.model import OpsModel, Selection, TensorSource
+from nbprec.widgets.overflow import OverflowView
+from nbprec.widgets.static import esc
+from nbprec.widgets.subgraph import SubgraphView
+from nbprec.widgets.table import OpsTableView
+from nbprec.widgets.trend import TrendView
+
+
+class Dashboard(View):
+    """Operator table, error trend, tensor inspector, subgraph and overflow views over one comparison.
+
+    Selecting an op in any view (a grid row, a trend dot, a graph node, an overflow row) sets
+    :attr:`selection`, and every view follows. The first op that introduced an error (else the first failing
+    op) is selected when the dashboard opens.
+
+    Attributes
+    ----------
+    comparison : Comparison
+    selection : Selection
+    model : OpsModel
+    table, trend, inspector, subgraph, overflow : View
+    """
+
+    title = "dashboard"
+
+    def __init__(
+        self,
+        comparison: Comparison,
+        *,
+        target: Dump | str | os.PathLike[str] | None = None,
+        bench: Dump | str | os.PathLike[str] | None = None,
+        metric: str | None = None,
+        page_size: int = 200,
+        depth: int = 6,
+        overflow: bool = True,
+        overflow_report: Any = None,
+    ) -> None:
+        super().__init__()
+        self.comparison = comparison
+        self.selection = Selection()
+        self.model = OpsModel(comparison, metric=metric, page_size=page_size)
+        self.source = TensorSource(comparison, target, bench)
+        self.table = OpsTableView(self.model, self.selection, on_change=self._rule_changed)
+        self.trend = TrendView(self.model, self.selection)
+        self.inspector = InspectorView(comparison.table, self.selection, self.source)
+        self.subgraph = SubgraphView(self.model, self.selection, self.source, depth=depth)
+        self.overflow = OverflowView(self.selection, self.source, overflow_report) if overflow else None
+        first = self.model.first_introduced()
+        first = first if first is not None else self.model.first_failing()
+        start = first if first is not None else (self.model.ops.iloc[0] if len(self.model.ops) else None)
+        if start is not None:
+            self.selection.select(str(start["op"]))
+
+    @property
+    def views(self) -> list[View]:
+        """The views, top to bottom."""
+        views: list[View] = [self.table, self.trend, self.inspector, self.subgraph]
+        return [*views, self.overflow] if self.overflow is not None else views
+
+    def select(self, op: str | None) -> None:
+        """Select ``op`` in every view."""
+        self.selection.select(op)
+
+    def _rule_changed(self) -> None:
+        self.trend.refresh()
+        self.subgraph.update()
+
+    def header_html(self) -> str:
+        """Title line: the two runs and the rule."""
+        meta = self.comparison.meta
+        return (
+            f"<h2 style='margin:4px 0'>nbprec: {esc(meta.get('target', 'target'))} vs "
+            f"{esc(meta.get('bench', 'benchmark'))}</h2>"
+        )
+
+    def _build(self) -> Any:
+        import ipywidgets as w
+
+        return w.VBox([w.HTML(self.header_html()), *[v.widget for v in self.views]], layout=w.Layout(width="100%"))
+
+    def to_html(self) -> str:
+        parts = [self.header_html()] + [f"<section>{v.to_html()}</section>" for v in self.views]
+        return "<div class='nbprec-dashboard'>" + "".join(parts) + "</div>"
+
+
+def explore(
+    comparison_or_target: Comparison | Dump | str | os.PathLike[str],
+    bench: Dump | str | os.PathLike[str] | None = None,
+    **kwargs: Any,
+) -> Dashboard:
+    """Open the linked dashboard on a comparison, or compare ``target`` with ``bench`` first.
+
+    Parameters
+    ----------
+    comparison_or_target
+        A :class:`~nbprec.compare.Comparison`, or the target dump (a Dump or a path).
+    bench
+        The benchmark dump, when the first argument is a target.
+    **kwargs
+        ``rule``/``mode``/``mapping`` go to :func:`nbprec.compare`; ``metric``, ``page_size``, ``depth``,
+        ``overflow``, ``overflow_report``, ``target`` and ``bench`` go to :class:`Dashboard`.
+
+    Returns
+    -------
+    Dashboard
+        Display it (last expression of a cell) to get the widgets.
+
+    Examples
+    --------
+    >>> dash = nbprec.explore("runs/bf16", "runs/fp32")   # doctest: +SKIP
+    >>> dash                                               # doctest: +SKIP
+    """
+    compare_keys = {"rule", "mode", "mapping", "fusion", "by_order", "step", "rank", "workers"}
+    compare_kw = {k: kwargs.pop(k) for k in list(kwargs) if k in compare_keys}
+    if isinstance(comparison_or_target, Comparison):
+        if compare_kw.get("rule") is not None:
+            comparison_or_target = comparison_or_target.with_rule(compare_kw["rule"])
+        if bench is not None:
+            kwargs.setdefault("bench", bench)
+        return Dashboard(comparison_or_target, **kwargs)
+    if bench is None:
+        raise TypeError("explore(target, bench): give a Comparison, or both a target and a benchmark dump")
+    from nbprec.compare import compare
+
+    comparison = compare(comparison_or_target, bench, **compare_kw)
+    kwargs.setdefault("target", comparison_or_target)
+    kwargs.setdefault("bench", bench)
+    return Dashboard(comparison, **kwargs)

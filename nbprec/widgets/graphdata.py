@@ -1,0 +1,230 @@
+"""Cytoscape.js elements for the subgraph view, with positions computed in Python (no widget import).
+
+When :mod:`nbprec.graph` can build the operator graph of the target dump, the neighbourhood and its layout
+come from it. Otherwise the neighbourhood is the ops around the selected one in execution order, joined in
+that order (said so in the view's caption). Either way at most :data:`MAX_ELEMENTS` elements are produced,
+module blocks can be collapsed to one node, and node colours come from the chosen metric.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from nbprec.compare.rules import HIGHER_IS_BETTER, STATUS_FAIL
+
+#: Most nodes plus edges a graph view sends to the browser (ipycytoscape makes one widget per element).
+MAX_ELEMENTS = 300
+#: Colour ramp from best to worst metric value.
+RAMP = ("#1a9850", "#91cf60", "#fee08b", "#fc8d59", "#d73027")
+NA_COLOUR = "#bdbdbd"
+_PER_ROW = 6
+_DX, _DY = 210, 100
+
+
+@dataclass
+class GraphElements:
+    """Nodes and edges in Cytoscape.js JSON, with the facts the legend needs."""
+
+    nodes: list[dict[str, Any]]
+    edges: list[dict[str, Any]]
+    metric: str
+    bins: list[tuple[float, float, str]] = field(default_factory=list)
+    source: str = "execution order"
+    truncated: bool = False
+    labels: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.nodes) + len(self.edges)
+
+
+def colour_bins(values: np.ndarray, metric: str) -> list[tuple[float, float, str]]:
+    """Five value ranges of ``values`` from best to worst, each with its colour (for nodes and the legend)."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return []
+    lo, hi = float(finite.min()), float(finite.max())
+    edges = np.linspace(lo, hi, len(RAMP) + 1)
+    ranges = list(itertools.pairwise(edges))
+    if metric in HIGHER_IS_BETTER:  # best = highest
+        ranges = ranges[::-1]
+    return [(float(a), float(b), c) for (a, b), c in zip(ranges, RAMP, strict=True)]
+
+
+def colour_of(value: float, bins: list[tuple[float, float, str]]) -> str:
+    """The colour of ``value`` under ``bins`` (grey when NaN)."""
+    if not np.isfinite(value) or not bins:
+        return NA_COLOUR
+    for lo, hi, colour in bins:
+        if lo <= value <= hi:
+            return colour
+    return bins[-1][2]
+
+
+def _block_of(module: str, collapsed: frozenset[str]) -> str | None:
+    """The collapsed module block an op of ``module`` falls into (the outermost collapsed ancestor)."""
+    parts = module.split(".") if module else []
+    for i in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:i])
+        if prefix in collapsed:
+            return prefix
+    return None
+
+
+def order_neighbourhood(
+    ops: pd.DataFrame,
+    op: str,
+    depth: int,
+    metric_column: str,
+    *,
+    collapsed: frozenset[str] = frozenset(),
+    fused: frozenset[str] = frozenset(),
+    max_elements: int = MAX_ELEMENTS,
+) -> GraphElements:
+    """The ops within ``depth`` positions of ``op`` in execution order, as a chain laid out in rows.
+
+    Parameters
+    ----------
+    ops
+        ``OpsModel.ops`` (per-op statuses and metrics).
+    op
+        The selected op.
+    depth
+        How many ops before and after to include.
+    metric_column
+        Per-op column that colours the nodes.
+    collapsed
+        Module paths shown as one block node each.
+    fused
+        Ops matched through fusion records (marked with a double border).
+    max_elements
+        Cap on nodes plus edges; the window shrinks to fit.
+    """
+    hits = np.flatnonzero(ops["op"].to_numpy() == op)
+    if hits.size == 0:
+        return GraphElements([], [], metric_column)
+    centre = int(hits[0])
+    depth = max(0, min(int(depth), (max_elements - 1) // 4))
+    lo, hi = max(0, centre - depth), min(len(ops), centre + depth + 1)
+    window = ops.iloc[lo:hi]
+    values = (
+        window[metric_column].to_numpy(dtype=np.float64) if metric_column in window else np.full(len(window), np.nan)
+    )
+    bins = colour_bins(values, metric_column.removeprefix("out_"))
+    groups: list[dict[str, Any]] = []
+    for (_, row), value in zip(window.iterrows(), values, strict=True):
+        block = _block_of(str(row["module"]), collapsed)
+        if block is not None and groups and groups[-1]["block"] == block:
+            g = groups[-1]
+            g["members"] += 1
+            g["fail"] |= row["status"] == STATUS_FAIL
+            g["selected"] |= row["op"] == op
+            g["value"] = _worse(g["value"], value, metric_column)
+            continue
+        groups.append(
+            {
+                "block": block,
+                "op": str(row["op"]),
+                "type": str(row["op_type"]),
+                "members": 1,
+                "fail": row["status"] == STATUS_FAIL,
+                "selected": row["op"] == op,
+                "value": value,
+                "unmatched": not row.get("bench_op", "x"),
+                "fused": str(row["op"]) in fused,
+                "origin": str(row.get("origin", "")),
+            }
+        )
+    nodes, edges = [], []
+    for i, g in enumerate(groups):
+        r, c = divmod(i, _PER_ROW)
+        col = c if r % 2 == 0 else _PER_ROW - 1 - c
+        node_id = f"block:{g['block']}:{i}" if g["block"] is not None else g["op"]
+        label = f"{g['block']} ({g['members']} ops)" if g["block"] is not None else _short(g["op"])
+        classes = ["block" if g["block"] is not None else "op"]
+        classes += [name for name in ("fail", "selected", "unmatched", "fused") if g[name]]
+        nodes.append(
+            {
+                "data": {
+                    "id": node_id,
+                    "label": label,
+                    "op": g["op"],
+                    "block": g["block"] or "",
+                    "type": g["type"],
+                    "value": None if not np.isfinite(g["value"]) else float(g["value"]),
+                    "colour": colour_of(g["value"], bins),
+                    "origin": g["origin"],
+                },
+                "position": {"x": float(col * _DX), "y": float(r * _DY)},
+                "classes": " ".join(classes),
+            }
+        )
+        if i:
+            edges.append({"data": {"id": f"e{i}", "source": nodes[i - 1]["data"]["id"], "target": node_id}})
+    labels = [f"{lo:.6g} – {hi:.6g}" for lo, hi, _ in bins]
+    return GraphElements(
+        nodes, edges, metric_column, bins, "execution order (edges join consecutive ops)", labels=labels
+    )
+
+
+def _worse(a: float, b: float, metric_column: str) -> float:
+    if not np.isfinite(a):
+        return b
+    if not np.isfinite(b):
+        return a
+    return min(a, b) if metric_column.removeprefix("out_") in HIGHER_IS_BETTER else max(a, b)
+
+
+def _short(op: str, width: int = 30) -> str:
+    return op if len(op) <= width else "…" + op[-(width - 1) :]
+
+
+def module_paths(ops: pd.DataFrame) -> list[str]:
+    """Every module path and its ancestors present in the ops (the blocks one can collapse), sorted."""
+    paths: set[str] = set()
+    for module in ops["module"].dropna().unique():
+        parts = str(module).split(".") if module else []
+        paths.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return sorted(paths)
+
+
+def cytoscape_style() -> list[dict[str, Any]]:
+    """The Cytoscape.js style of the subgraph view (colours come from each node's ``colour`` datum)."""
+    return [
+        {
+            "selector": "node",
+            "style": {
+                "label": "data(label)",
+                "background-color": "data(colour)",
+                "font-size": "11px",
+                "text-valign": "bottom",
+                "text-margin-y": "4px",
+                "width": 26,
+                "height": 26,
+                "border-width": 1,
+                "border-color": "#555",
+            },
+        },
+        {"selector": "node.block", "style": {"shape": "round-rectangle", "width": 60, "height": 30}},
+        {"selector": "node.fail", "style": {"border-width": 3, "border-color": "#b71c1c"}},
+        {"selector": "node.unmatched", "style": {"border-style": "dashed", "border-width": 3}},
+        {"selector": "node.fused", "style": {"border-style": "double", "border-width": 5}},
+        {
+            "selector": "node.selected",
+            "style": {"border-width": 5, "border-color": "#1565c0", "width": 36, "height": 36},
+        },
+        {
+            "selector": "edge",
+            "style": {
+                "width": 1.5,
+                "line-color": "#888",
+                "target-arrow-color": "#888",
+                "target-arrow-shape": "triangle",
+                "curve-style": "bezier",
+            },
+        },
+    ]

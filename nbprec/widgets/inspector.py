@@ -1,0 +1,264 @@
+"""Tensor inspector: the selected op's tensors, target against benchmark, prepared by :mod:`nbprec.inspect`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from nbprec.errors import NbprecError
+from nbprec.inspect import PairInspection, inspect_pair, op_tensor_rows
+from nbprec.widgets.base import View
+from nbprec.widgets.model import Selection, TensorSource
+from nbprec.widgets.static import Series, esc, html_table, svg_histogram, svg_plot
+
+_SUMMARY_COLUMNS = ("role", "slot", "target_dtype", "bench_dtype", "target_shape", "cosine", "rel_euclidean",
+                    "max_abs_err", "status", "reason")  # fmt: skip
+_TABLE_STATS = ("max", "min", "mean", "norm")
+
+
+class InspectorView(View):
+    """Statistics, histograms, scatter, error profiles, worst elements and bits of one tensor pair.
+
+    Parameters
+    ----------
+    table
+        The comparison's tensor table (the view reads rows of the selected op from it).
+    selection
+        The shared selection; a new op selects its worst output tensor.
+    source
+        Where payloads come from.
+    k
+        How many worst elements to list.
+    """
+
+    title = "tensor inspector"
+
+    def __init__(self, table: pd.DataFrame, selection: Selection, source: TensorSource, k: int = 10) -> None:
+        super().__init__()
+        self.table = table
+        self.selection = selection
+        self.source = source
+        self.k = k
+        self.rows = pd.DataFrame()
+        self.tensor: str | None = None
+        self.inspection: PairInspection | None = None
+        self.problem = ""
+        selection.observe(self._on_selection)
+        self._on_selection(selection.op)
+
+    # -- state -------------------------------------------------------------------------------------------
+    def _on_selection(self, op: str | None) -> None:
+        self.rows = op_tensor_rows(self.table, op) if op else self.table.iloc[:0]
+        self.choose_tensor(_default_tensor(self.rows))
+
+    def choose_tensor(self, name: str | None) -> None:
+        """Inspect the tensor pair whose target tensor is ``name`` (one of the selected op's)."""
+        self.tensor, self.inspection, self.problem = name, None, ""
+        if name is not None:
+            row = self.rows[self.rows["target_name"] == name]
+            if row.empty:
+                self.problem = f"{name} is not a tensor of the selected op"
+            else:
+                try:
+                    target, bench = self.source.pair(row.iloc[0])
+                    self.inspection = inspect_pair(target, bench, name=name, k=self.k)
+                    self.problem = self.inspection.problem
+                except (NbprecError, ValueError) as exc:
+                    self.problem = f"element-wise views unavailable: {exc}"
+        self.refresh()
+
+    def header_html(self) -> str:
+        """Which op and tensor are shown, and the op's tensors with their metrics."""
+        op = self.selection.op
+        if op is None:
+            return "<p>Select an op in the table, the trend or the graph.</p>"
+        cols = [c for c in ("target_name", *_SUMMARY_COLUMNS) if c in self.rows]
+        shown = self.rows[cols].rename(columns={"target_name": "tensor"})
+        note = f"<p style='color:#b71c1c'>{esc(self.problem)}</p>" if self.problem else ""
+        return (
+            f"<p class='nbprec-selected'>Selected op: <b>{esc(op)}</b>; tensor: <code>{esc(self.tensor)}</code></p>"
+            f"{html_table(shown, max_rows=20)}{note}"
+        )
+
+    def stats_frame(self) -> pd.DataFrame:
+        """Side-by-side statistics: from the payloads when read, else from the comparison table."""
+        if self.inspection is not None:
+            return self.inspection.stats.reset_index()
+        row = self.rows[self.rows["target_name"] == self.tensor]
+        if row.empty:
+            return pd.DataFrame(columns=["statistic", "target", "bench"])
+        r = row.iloc[0]
+        return pd.DataFrame(
+            [(k, r.get(f"target_{k}", np.nan), r.get(f"bench_{k}", np.nan)) for k in _TABLE_STATS],
+            columns=["statistic", "target", "bench"],
+        )
+
+    # -- widget --------------------------------------------------------------------------------------
+    def _build(self) -> Any:
+        import bqplot as bq
+        import ipywidgets as w
+
+        def figure(title: str, xlabel: str, ylabel: str, marks: list[Any], scales: tuple[Any, Any]) -> Any:
+            axes = [
+                bq.Axis(scale=scales[0], label=xlabel, num_ticks=5, tick_format=".3g"),
+                bq.Axis(scale=scales[1], side="left", label=ylabel, num_ticks=5, tick_format=".3g"),
+            ]
+            return bq.Figure(
+                marks=marks,
+                axes=axes,
+                title=title,
+                fig_margin={"top": 40, "bottom": 45, "left": 65, "right": 15},
+                layout=w.Layout(width="400px", height="290px"),
+            )
+
+        s = (bq.LinearScale(), bq.LinearScale())
+        self._hist = bq.Bars(scales={"x": s[0], "y": s[1]}, colors=["#d62728", "#1f77b4"], type="grouped",
+                             opacities=[0.6, 0.6], labels=["target", "benchmark"], display_legend=True)  # fmt: skip
+        hist_fig = figure("histogram: target (red) vs benchmark (blue)", "value", "count", [self._hist], s)
+        s2 = (bq.LinearScale(), bq.LinearScale())
+        self._diag = bq.Lines(scales={"x": s2[0], "y": s2[1]}, colors=["#999"], line_style="dashed")
+        self._scatter = bq.Scatter(scales={"x": s2[0], "y": s2[1]}, colors=["#1f77b4"], default_size=8)
+        scatter_fig = figure("target vs benchmark", "benchmark", "target", [self._diag, self._scatter], s2)
+        s3 = (bq.LogScale(), bq.LinearScale())
+        self._by_mag = bq.Lines(scales={"x": s3[0], "y": s3[1]}, colors=["#d62728", "#1f77b4"], marker="circle",
+                                labels=["max", "mean"], display_legend=True)  # fmt: skip
+        mag_fig = figure("abs error vs |benchmark|", "|benchmark| (log)", "abs error", [self._by_mag], s3)
+        s4 = (bq.LinearScale(), bq.LinearScale())
+        self._by_pos = bq.Lines(scales={"x": s4[0], "y": s4[1]}, colors=["#d62728", "#1f77b4"],
+                                labels=["max", "mean"], display_legend=True)  # fmt: skip
+        pos_fig = figure("abs error vs position", "flat element index", "abs error", [self._by_pos], s4)
+        self._header = w.HTML()
+        self._tensor = w.Dropdown(description="tensor", layout=w.Layout(width="640px"))
+        self._tensor.observe(self._tensor_picked, names="value")
+        self._stats = w.HTML()
+        self._top = w.HTML()
+        self._bits = w.HTML()
+        self._updating = False
+        return w.VBox(
+            [
+                w.HTML("<h3 style='margin:4px 0'>Tensor inspector</h3>"),
+                self._header,
+                self._tensor,
+                w.HBox([self._stats, hist_fig]),
+                w.HBox([scatter_fig, mag_fig, pos_fig]),
+                w.HBox([self._top, self._bits]),
+            ]
+        )
+
+    def _tensor_picked(self, change: dict[str, Any]) -> None:
+        if not self._updating and change["new"] and change["new"] != self.tensor:
+            self.choose_tensor(change["new"])
+
+    def refresh(self) -> None:
+        """Push the current inspection into the widgets (once built)."""
+        if not self.built:
+            return
+        self._updating = True
+        try:
+            names = [str(n) for n in self.rows.get("target_name", pd.Series(dtype=object))]
+            labels = [
+                (f"{r['role']} {r['slot']}: {r['target_name']}", str(r["target_name"])) for _, r in self.rows.iterrows()
+            ]
+            self._tensor.options = labels
+            self._tensor.value = self.tensor if self.tensor in names else None
+            self._header.value = self.header_html()
+            self._stats.value = html_table(self.stats_frame(), caption="statistics")
+            ins = self.inspection
+            empty = np.array([], dtype=np.float64)
+            if ins is None or ins.histogram.empty:
+                self._hist.x, self._hist.y = empty, np.zeros((2, 0))
+                self._scatter.x = self._scatter.y = self._diag.x = self._diag.y = empty
+                self._by_mag.x = self._by_mag.y = self._by_pos.x = self._by_pos.y = empty
+                self._top.value = self._bits.value = ""
+                return
+            h = ins.histogram
+            self._hist.x = ((h["left"] + h["right"]) / 2).to_numpy()
+            self._hist.y = np.vstack([h["target"].to_numpy(), h["bench"].to_numpy()])
+            sc = ins.scatter
+            lo, hi = float(np.nanmin(sc["bench"])), float(np.nanmax(sc["bench"]))
+            self._diag.x = self._diag.y = np.array([lo, hi])
+            self._scatter.x, self._scatter.y = sc["bench"].to_numpy(), sc["target"].to_numpy()
+            bm = ins.by_magnitude
+            mid = np.sqrt(bm["lo"].to_numpy() * bm["hi"].to_numpy())
+            self._by_mag.x = mid
+            self._by_mag.y = np.vstack([bm["max_abs_err"].to_numpy(), bm["mean_abs_err"].to_numpy()])
+            bp = ins.by_position
+            self._by_pos.x = bp["start"].to_numpy(dtype=np.float64)
+            self._by_pos.y = np.vstack([bp["max_abs_err"].to_numpy(), bp["mean_abs_err"].to_numpy()])
+            self._top.value = self.top_html()
+            self._bits.value = self.bits_html()
+        finally:
+            self._updating = False
+
+    def top_html(self) -> str:
+        """The worst elements table."""
+        if self.inspection is None:
+            return ""
+        top = self.inspection.top_k.reset_index()
+        top["index"] = top["index"].map(str)
+        return html_table(top, caption=f"top {len(top)} worst elements (by abs error)")
+
+    def bits_html(self) -> str:
+        """Sign/exponent/mantissa of the worst elements (float16/bfloat16/float8 targets)."""
+        if self.inspection is None or self.inspection.bits.empty:
+            return "<p>bit view: only for float16/bfloat16/float8 targets</p>"
+        bits = self.inspection.bits[["position", "side", "value", "sign", "exponent", "mantissa", "kind"]]
+        return (
+            "<div style='font-family:monospace'>"
+            + html_table(bits, max_rows=2 * self.k, caption="bits of the worst elements")
+            + "</div>"
+        )
+
+    def to_svg(self) -> str | None:
+        ins = self.inspection
+        if ins is None or ins.histogram.empty:
+            return None
+        sc, bm = ins.scatter, ins.by_magnitude
+        parts = [
+            svg_histogram(ins.histogram, title="histogram", width=400),
+            svg_plot(
+                [Series(sc["bench"].to_numpy(), sc["target"].to_numpy(), "dots")],
+                title="target vs benchmark",
+                xlabel="benchmark",
+                ylabel="target",
+                width=400,
+            ),
+            svg_plot(
+                [
+                    Series(
+                        np.log10(np.sqrt(bm["lo"] * bm["hi"]).to_numpy()),
+                        bm["max_abs_err"].to_numpy(),
+                        "line",
+                        "#d62728",
+                        "max",
+                    )
+                ],
+                title="abs error vs log10 |benchmark|",
+                width=400,
+            ),
+        ]
+        return (
+            "<svg xmlns='http://www.w3.org/2000/svg' width='1220' height='240'>"
+            + "".join(f"<g transform='translate({i * 410},0)'>{p}</g>" for i, p in enumerate(parts))
+            + "</svg>"
+        )
+
+    def to_html(self) -> str:
+        body = [self.header_html(), html_table(self.stats_frame(), caption="statistics")]
+        svg = self.to_svg()
+        if svg:
+            body += [svg, self.top_html(), self.bits_html()]
+        return "<div class='nbprec-inspector'>" + "".join(body) + "</div>"
+
+
+def _default_tensor(rows: pd.DataFrame) -> str | None:
+    """The op's worst output by cosine (else its first tensor)."""
+    if rows.empty:
+        return None
+    outputs = rows[rows["role"].isin(["output", "gradient"])]
+    pool = outputs if not outputs.empty else rows
+    if "cosine" in pool and pool["cosine"].notna().any():
+        return str(pool.loc[pool["cosine"].idxmin(), "target_name"])
+    return str(pool.iloc[0]["target_name"])

@@ -110,6 +110,40 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return _cmd_info(argparse.Namespace(paths=[r.path for r in runs], format=None, json=False, max_problems=5))
 
 
+def _cmd_ni(args: argparse.Namespace) -> int:
+    """``nbprec ni``: node info of one op, its neighbourhood, and optionally an SVG of it."""
+    from nbprec.formats import open_dump
+    from nbprec.graph import OpGraph, node_info
+
+    target = open_dump(args.target)
+    bench = open_dump(args.bench) if args.bench else None
+    comparison = None
+    if bench is not None:
+        from nbprec.compare import compare
+
+        comparison = compare(target, bench, progress=None)
+    rows = target.index[target.index["op"] == args.name]
+    step = int(rows["step"].iloc[0]) if len(rows) else None
+    rank = int(rows["rank"].iloc[0]) if len(rows) else None
+    graph = OpGraph.from_dump(target, step=step, rank=rank)
+    if args.name not in graph and len(rows):
+        graph = OpGraph.from_dump(target, step=step, rank=rank, level="module")
+    if comparison is not None:
+        graph.attach_metrics(comparison)
+    print(node_info(args.name, target, bench, comparison, graph=graph).to_text())
+    sub = graph.subgraph(args.name, up=args.depth, down=args.depth)
+    print(f"  subgraph (depth {args.depth}): {len(sub)} ops, {sub.nx.number_of_edges()} edges")
+    for node, dist in sorted(sub.nx.nodes(data="distance"), key=lambda nd: (nd[1], nd[0])):
+        status = sub.nx.nodes[node].get("status", "n/a")
+        print(f"    {dist:+d}  {node}  ({sub.nx.nodes[node]['type']}, {status})")
+    for note in sub.notes[-1:] if sub.truncated else []:
+        print(f"  note: {note}")
+    if args.svg:
+        sub.to_svg(args.svg, metric="cosine" if comparison is not None else "status")
+        print(f"wrote {args.svg}")
+    return 0
+
+
 def _meta_text(meta: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in meta.items() if isinstance(v, (str, int, float)))
 
@@ -154,6 +188,16 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--top", type=int, default=10, help="how many worst ops to list (default 10)")
     cmp.add_argument("--no-progress", action="store_true", help="no progress bar")
     cmp.set_defaults(func=_cmd_compare)
+
+    ni = sub.add_parser(
+        "ni", help="node info: an op's type, module, inputs/outputs with statistics and metrics, neighbours"
+    )
+    ni.add_argument("name", metavar="NAME", help="op name, e.g. Functional.linear.0.forward")
+    ni.add_argument("--target", required=True, metavar="PATH", help="target dump")
+    ni.add_argument("--bench", metavar="PATH", help="benchmark dump: compare and show metrics")
+    ni.add_argument("--depth", type=int, default=2, help="subgraph depth up and down (default 2)")
+    ni.add_argument("--svg", metavar="FILE", help="draw the subgraph to this SVG file (needs Graphviz dot)")
+    ni.set_defaults(func=_cmd_ni)
     return parser
 
 

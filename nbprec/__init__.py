@@ -33,7 +33,7 @@ from nbprec.formats import guess_format
 from nbprec.formats import open_dump as open
 
 # Attributes resolved lazily from optional layers.
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {"explore": "nbprec.widgets:explore"}
 
 
 def __getattr__(name: str) -> Any:

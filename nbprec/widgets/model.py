@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nbprec.compare import culprit
 from nbprec.compare.comparison import Comparison
 from nbprec.compare.culprit import INPUT_ROLES, divergence_onset, first_failing, is_random_op
 from nbprec.compare.rules import STATUS_FAIL, STATUS_NA, STATUS_PASS, Rule, get_rule, preset_names
@@ -111,6 +112,14 @@ class OpsModel:
         self._op_code = key_ops.get_indexer(key_rows)
         self._is_in = table["role"].isin(INPUT_ROLES).to_numpy()
         self._random = ops["op_type"].map(is_random_op).to_numpy(dtype=bool)
+        # Discontinuous ops (relu, max, sort...) whose outputs stay close are "discontinuous", not introduced.
+        is_discontinuous = getattr(culprit, "is_discontinuous_op", None)
+        min_cos = getattr(culprit, "DISCONTINUITY_MIN_COSINE", 0.9)
+        if is_discontinuous is None:
+            self._discontinuous = np.zeros(len(ops), dtype=bool)
+        else:
+            close = ops["out_cosine"].fillna(1.0).to_numpy() >= min_cos
+            self._discontinuous = ops["op_type"].map(is_discontinuous).to_numpy(dtype=bool) & close
         keep = [c for c in (*_RULE_INPUT_COLUMNS, *_RULE_CHECKSUM_COLUMNS) if c in table]
         keep += [c for c in table.columns if c not in keep and pd.api.types.is_float_dtype(table[c])]
         self._thin = table[keep]
@@ -129,8 +138,12 @@ class OpsModel:
         introduced = failed & (ins != 2)
         origin = np.where(introduced, "introduced", np.where(failed, "inherited", ""))
         origin = np.where(introduced & self._random, "random", origin)
+        origin = np.where(introduced & ~self._random & self._discontinuous, "discontinuous", origin)
         ops = self.ops if hasattr(self, "ops") else self.comparison.ops.copy()
         ops = ops.assign(in_status=_CODE_STATUS[ins], status=_CODE_STATUS[outs], origin=origin.astype(object))
+        explain = getattr(culprit, "_explained", None)  # the core's own walk (no public entry point yet)
+        if explain is not None and "explained" in ops:
+            ops["explained"] = explain(ops)
         return ops
 
     def set_threshold(self, value: float, metric: str | None = None) -> None:
@@ -164,8 +177,12 @@ class OpsModel:
     # -- facts ---------------------------------------------------------------------------------------
     @property
     def flagged(self) -> int:
-        """How many ops fail under the current rule."""
-        return int((self.ops["status"] == STATUS_FAIL).sum())
+        """How many ops fail under the current rule, leaving out failures explained by randomness or
+        discontinuous ops (as ``Comparison.failing_ops()`` does)."""
+        mask = self.ops["status"] == STATUS_FAIL
+        if "explained" in self.ops:
+            mask &= ~self.ops["explained"].astype(bool)
+        return int(mask.sum())
 
     def first_failing(self) -> pd.Series | None:
         """The first failing op in execution order (core :func:`first_failing`)."""

@@ -80,3 +80,10 @@ def record_saturating(model, inputs, folder: Path, *, mode: str = "tensor", satu
         for h in handles:
             h.remove()
         writer.close()
+
+
+@pytest.fixture
+def record_saturating_fn():
+    """:func:`record_saturating`, as a fixture (test modules cannot import conftest)."""
+    pytest.importorskip("torch")
+    return record_saturating

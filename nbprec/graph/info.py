@@ -7,6 +7,7 @@ and the ops reading each output, and the call stack.
 
 from __future__ import annotations
 
+import contextlib
 import html
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -291,6 +292,10 @@ def node_info(
             t.bench_name, t.bench_dtype = str(c["bench_name"]), str(c["bench_dtype"])
             t.bench_shape = tuple(c["bench_shape"]) if c["bench_shape"] is not None else None
             t.bench_stats = {s: _float(c.get(f"bench_{s}")) for s in STATS}
+            if bench_dump is not None and t.bench_name:  # prefer the benchmark dump's own recorded statistics
+                with contextlib.suppress(NbprecError):
+                    b_row = bench_dump.row(t.bench_name)
+                    t.bench_stats = {s: _float(b_row[s]) for s in STATS}
             t.metrics = {m: _float(c.get(m)) for m in METRICS if m in c}
             t.status, t.reason = str(c["status"]), str(c.get("reason", "") or "")
         elif bench_dump is not None and comparison is None:

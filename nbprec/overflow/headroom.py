@@ -34,6 +34,7 @@ from nbprec.dtypes import FLOAT_DTYPES, canonical_dtype
 from nbprec.dump import Dump
 from nbprec.errors import NbprecError
 from nbprec.overflow.numerics import HEADROOM_DTYPES, dtype_limits, profile_array
+from nbprec.overflow.scan import encloses
 
 _LABELS = {"float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 _SAVE_FORMAT = "nbprec-headroom-report"
@@ -87,8 +88,14 @@ class HeadroomReport:
         return self.ops[self.ops[f"verdict_{lab}"] == "precision loss"]
 
     def first_overflow(self, dtype: str = "float16") -> pd.Series | None:
-        """The first op in execution order that would produce an overflow in ``dtype``."""
+        """The first op in execution order that would produce an overflow in ``dtype``.
+
+        A module call is skipped in favour of the op inside it that overflows.
+        """
         hits = self.would_overflow(dtype)
+        column = f"encloses_overflow_{self._label(dtype)}"
+        inner = hits[~hits[column].astype(bool)] if column in hits else hits
+        hits = inner if not inner.empty else hits
         return None if hits.empty else hits.iloc[0]
 
     def summary(self) -> dict[str, Any]:
@@ -196,7 +203,9 @@ def _tensor_rows(dump: Dump, dtypes: tuple[str, ...], payload: bool) -> pd.DataF
     return pd.concat([dump.index[[*_KEYS, "dtype", "numel"]], table], axis=1).reset_index(drop=True)
 
 
-def _op_rows(tensors: pd.DataFrame, dtypes: tuple[str, ...], underflow_share: float) -> pd.DataFrame:
+def _op_rows(
+    tensors: pd.DataFrame, dtypes: tuple[str, ...], underflow_share: float, hierarchy: dict[str, str | None]
+) -> pd.DataFrame:
     keys = ["step", "rank", "op"]
     ops = tensors.groupby(keys, sort=False).agg(
         order=("order", "first"),
@@ -220,7 +229,11 @@ def _op_rows(tensors: pd.DataFrame, dtypes: tuple[str, ...], underflow_share: fl
         ops[f"verdict_{lab}"] = np.select(
             [over & ~inherited, over & inherited, loss], ["overflow", "inherits overflow", "precision loss"], ""
         )
-    return ops.reset_index().sort_values(["step", "rank", "order"], kind="stable").reset_index(drop=True)
+    ops = ops.reset_index().sort_values(["step", "rank", "order"], kind="stable").reset_index(drop=True)
+    for dt in dtypes:
+        lab = dtype_label(dt)
+        ops[f"encloses_overflow_{lab}"] = encloses(ops, (ops[f"verdict_{lab}"] == "overflow").to_numpy(), hierarchy)
+    return ops
 
 
 def headroom(
@@ -262,7 +275,7 @@ def headroom(
     for name in names:
         dtype_limits(name)  # raises for an unknown dtype
     tensors = _tensor_rows(source, names, payload)
-    ops = _op_rows(tensors, names, underflow_share)
+    ops = _op_rows(tensors, names, underflow_share, source.hierarchy)
     meta = {
         "path": str(source.path),
         "format": source.format,

@@ -8,8 +8,8 @@ The ops blamed in an overflow report are the ``critical`` ops and the ``high`` o
 (the amplifiers, such as a loss-scale multiply); ops that merely pass on an abnormal input are not.
 
 - ``pytorch``: a snippet that wraps each blamed module so it runs in float32 with autocast disabled
-  (inputs cast to float32), or, for an op outside any known module, the ``torch.autocast(enabled=False)``
-  pattern to put around it;
+  (inputs cast to float32; runnable as-is once ``model`` is defined), and, for an op outside any known
+  module, the ``torch.autocast(enabled=False)`` pattern to put around that call (as a comment);
 - ``loss_scale``: the largest power of two that keeps the largest gradient below 65504 (from the
   gradients of the dump, divided by the scale they were recorded with);
 - ``mixlist``: a CANN ``modify_mixlist`` JSON (``{"black-list": {"to-add": [OpType, ...]}}``) naming the
@@ -197,9 +197,9 @@ def _wrapper_snippet(modules: list[str], loose_ops: list[str], device_type: str)
     for op, why in forwards.items():
         lines += [
             "",
-            f"# {op}{why}: outside any recorded module; run the call in float32:",
-            f"with torch.autocast(device_type={device_type!r}, enabled=False):",
-            "    y = the_call(x.float())  # the op above, on float32 inputs",
+            f"# {op}{why}: outside any recorded module; run that call in float32:",
+            f"#     with torch.autocast(device_type={device_type!r}, enabled=False):",
+            "#         y = <the call>(x.float())",
         ]
     return "\n".join(lines)
 

@@ -282,9 +282,14 @@ def _inputs_from_edges(ops: pd.DataFrame, tensors: pd.DataFrame, dump: Dump) -> 
 
 
 def _contains_critical(ops: pd.DataFrame, hierarchy: dict[str, str | None]) -> np.ndarray:
-    """Whether each op is a module call enclosing a critical op (walk the hierarchy up from every critical op)."""
+    """Whether each op is a module call enclosing a critical op."""
+    return encloses(ops, (ops["level"] == "critical").to_numpy(), hierarchy)
+
+
+def encloses(ops: pd.DataFrame, flagged: np.ndarray, hierarchy: dict[str, str | None]) -> np.ndarray:
+    """Whether each op is a module call enclosing a flagged op (walk the hierarchy up from every flagged op)."""
     enclosing: set[str] = set()
-    for op in ops.loc[ops["level"] == "critical", "op"]:
+    for op in ops.loc[flagged, "op"]:
         parent, seen = hierarchy.get(op), 0
         while parent and seen < 10_000 and parent not in enclosing:
             enclosing.add(parent)

@@ -71,9 +71,16 @@ class Comparison:
         """Per-op roll-up in execution order (see :func:`nbprec.compare.culprit.rollup_ops`)."""
         return rollup_ops(self.table, self.table["status"])
 
-    def failing_ops(self) -> pd.DataFrame:
-        """Ops whose outputs fail under the rule, in execution order."""
-        return self.ops[self.ops["status"] == STATUS_FAIL]
+    def failing_ops(self, include_explained: bool = False) -> pd.DataFrame:
+        """Ops whose outputs fail under the rule, in execution order.
+
+        Failures explained by randomness or discontinuous ops (see :func:`first_failing`) are left out unless
+        ``include_explained``.
+        """
+        mask = self.ops["status"] == STATUS_FAIL
+        if not include_explained:
+            mask &= ~self.ops["explained"]
+        return self.ops[mask]
 
     def first_failing_op(self) -> pd.Series | None:
         """The first failing op in execution order (the first suspect), or ``None`` when all pass."""
@@ -107,7 +114,11 @@ class Comparison:
             probe = Rule(f"{metric}-{value:g}", (Threshold(metric, value),))
             ops = rollup_ops(self.table, probe.evaluate(self.table))
             rows.append(
-                {"metric": metric, "threshold": value, "failing_ops": int((ops["status"] == STATUS_FAIL).sum())}
+                {
+                    "metric": metric,
+                    "threshold": value,
+                    "failing_ops": int(((ops["status"] == STATUS_FAIL) & ~ops["explained"]).sum()),
+                }
             )
         return pd.DataFrame(rows)
 
@@ -151,6 +162,8 @@ class Comparison:
             "first_introduced_op": None if introduced is None else str(introduced["op"]),
             "onset_op": None if onset is None else str(onset["op"]),
             "random_ops_differing": self.ops.loc[self.ops["origin"] == "random", "op"].tolist(),
+            "discontinuous_ops_differing": self.ops.loc[self.ops["origin"] == "discontinuous", "op"].tolist(),
+            "explained_failing_ops": int(self.ops["explained"].sum()),
         }
 
     def __repr__(self) -> str:

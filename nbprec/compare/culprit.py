@@ -42,6 +42,55 @@ RANDOM_OP_TYPES = frozenset(
     }
 )
 
+#: Op types whose output jumps when an input crosses a threshold or changes order (relu's kink, max, sort,
+#: comparisons). Rounding noise in their inputs flips some elements, so their outputs (and their backward
+#: gradients) can differ a lot without any kernel defect.
+DISCONTINUOUS_OP_TYPES = frozenset(
+    {
+        "relu",
+        "relu_",
+        "relu6",
+        "threshold",
+        "hardtanh",
+        "hardswish",
+        "hardsigmoid",
+        "max_pool1d",
+        "max_pool2d",
+        "max_pool3d",
+        "adaptive_max_pool1d",
+        "adaptive_max_pool2d",
+        "max",
+        "min",
+        "amax",
+        "amin",
+        "argmax",
+        "argmin",
+        "sort",
+        "argsort",
+        "topk",
+        "where",
+        "gt",
+        "lt",
+        "ge",
+        "le",
+        "eq",
+        "ne",
+        "__gt__",
+        "__lt__",
+        "__ge__",
+        "__le__",
+        "round",
+        "floor",
+        "ceil",
+        "sign",
+        "clamp",
+        "clip",
+    }
+)
+
+#: A discontinuous op whose output cosine falls below this is treated as a real defect, not flipped elements.
+DISCONTINUITY_MIN_COSINE = 0.9
+
 INPUT_ROLES = ("input", "parameter")
 OUTPUT_ROLES = ("output", "gradient")
 
@@ -53,12 +102,35 @@ _ROLLUP = (
     ("out_rel_euclidean", "rel_euclidean", OUTPUT_ROLES, "max"),
     ("out_max_abs_err", "max_abs_err", OUTPUT_ROLES, "max"),
     ("out_max_rel_err", "max_rel_err", OUTPUT_ROLES, "max"),
+    ("in_error", "_error", INPUT_ROLES, "max"),
+    ("out_error", "_error", OUTPUT_ROLES, "max"),
 )
+
+#: An op whose worst output error is within this factor of its worst input error passed the error on
+#: rather than introducing it (well-conditioned ops roughly preserve relative error).
+INHERIT_FACTOR = 4.0
+
+
+def is_discontinuous_op(op_type: str) -> bool:
+    """Whether small input differences can flip an op's output elements (relu, max, sort, comparisons)."""
+    return str(op_type).lower() in DISCONTINUOUS_OP_TYPES
 
 
 def is_random_op(op_type: str) -> bool:
     """Whether an op type draws random numbers (``Dropout`` module or ``dropout`` API alike)."""
     return str(op_type).lower() in RANDOM_OP_TYPES
+
+
+def relative_error(table: pd.DataFrame) -> np.ndarray:
+    """Per row, the relative error used to follow errors through ops: RED, or the norms' relative difference.
+
+    With payloads this is the relative Euclidean distance; with statistics only, the relative difference of
+    the L2 norms, a lower bound of it.
+    """
+    red = table["rel_euclidean"].to_numpy(np.float64) if "rel_euclidean" in table else np.full(len(table), np.nan)
+    if "norm_rel_diff" in table:
+        red = np.where(np.isnan(red), table["norm_rel_diff"].to_numpy(np.float64), red)
+    return red
 
 
 def _worst_status(statuses: pd.Series) -> str:
@@ -78,7 +150,11 @@ def rollup_ops(table: pd.DataFrame, status: pd.Series) -> pd.DataFrame:
     ``inherited``, ``random`` or ``''``) and ``amplification`` (output RED over input RED).
     """
     keys = ["step", "rank", "op"]
-    frame = table.assign(_status=status.to_numpy(), _is_in=table["role"].isin(INPUT_ROLES).to_numpy())
+    frame = table.assign(
+        _status=status.to_numpy(),
+        _is_in=table["role"].isin(INPUT_ROLES).to_numpy(),
+        _error=relative_error(table),
+    )
     grouped = frame.groupby(keys, sort=False)
     ops = grouped.agg(
         order=("order", "first"),
@@ -101,19 +177,58 @@ def rollup_ops(table: pd.DataFrame, status: pd.Series) -> pd.DataFrame:
     ops = ops.reset_index().sort_values(["step", "rank", "order"], kind="stable").reset_index(drop=True)
 
     failed = ops["status"] == STATUS_FAIL
-    inputs_ok = ops["in_status"] != STATUS_FAIL
+    with np.errstate(invalid="ignore"):
+        passed_on = ops["out_error"].to_numpy() <= INHERIT_FACTOR * ops["in_error"].to_numpy()
+    inputs_ok = (ops["in_status"] != STATUS_FAIL).to_numpy() & ~passed_on
     random = ops["op_type"].map(is_random_op)
     origin = np.where(failed & inputs_ok, "introduced", np.where(failed, "inherited", ""))
     origin = np.where((origin == "introduced") & random, "random", origin)
+    discontinuous = ops["op_type"].map(is_discontinuous_op) & (
+        ops["out_cosine"].fillna(1.0) >= DISCONTINUITY_MIN_COSINE
+    )
+    origin = np.where((origin == "introduced") & discontinuous, "discontinuous", origin)
     ops["origin"] = origin
+    ops["explained"] = _explained(ops)
     with np.errstate(divide="ignore", invalid="ignore"):
         ops["amplification"] = ops["out_rel_euclidean"] / ops["in_rel_euclidean"]
     return ops
 
 
-def first_failing(ops: pd.DataFrame, *, origin: str | None = None) -> pd.Series | None:
-    """The first op in execution order that fails (optionally with the given origin), or ``None``."""
+def _explained(ops: pd.DataFrame) -> np.ndarray:
+    """Failures explained by randomness or discontinuity: such ops, and the inherited failures after them.
+
+    Walking in execution order (per step and rank): a ``random``/``discontinuous`` failure is explained, and
+    so is every ``inherited`` failure that follows while no genuinely ``introduced`` failure has occurred.
+    """
+    explained = np.zeros(len(ops), dtype=bool)
+    state: dict[tuple, bool] = {}
+    for i, (step, rank, status, origin) in enumerate(
+        zip(ops["step"], ops["rank"], ops["status"], ops["origin"], strict=True)
+    ):
+        if status != STATUS_FAIL:
+            continue
+        key = (step, rank)
+        if origin in ("random", "discontinuous"):
+            explained[i] = True
+            state.setdefault(key, True)
+        elif origin == "introduced":
+            state[key] = False
+        elif origin == "inherited" and state.get(key, False):
+            explained[i] = True
+        else:
+            state.setdefault(key, False)
+    return explained
+
+
+def first_failing(ops: pd.DataFrame, *, origin: str | None = None, include_explained: bool = False) -> pd.Series | None:
+    """The first op in execution order that fails, or ``None``.
+
+    Failures explained by un-fixed randomness or by discontinuous ops flipping elements (and what they pass
+    on) are skipped unless ``include_explained``; ``origin`` restricts the search to one origin.
+    """
     mask = ops["status"] == STATUS_FAIL
+    if not include_explained and "explained" in ops:
+        mask &= ~ops["explained"]
     if origin is not None:
         mask &= ops["origin"] == origin
     hits = ops[mask]
@@ -127,7 +242,9 @@ def divergence_onset(ops: pd.DataFrame, window: int = 20, share: float = 0.5) ->
     also fail; a lone failure that the run recovers from is not an onset.
     """
     judged = ops[ops["status"] != STATUS_NA].reset_index()
-    fails = (judged["status"] == STATUS_FAIL).to_numpy()
+    fails = (judged["status"] == STATUS_FAIL).to_numpy().copy()
+    if "explained" in judged:
+        fails &= ~judged["explained"].to_numpy(bool)
     if not fails.any():
         return None
     counts = np.concatenate([[0], np.cumsum(fails)])

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -63,6 +65,15 @@ def _side(index: pd.DataFrame, positions: np.ndarray, prefix: str) -> pd.DataFra
     return out
 
 
+def _op_input_scale(table: pd.DataFrame) -> np.ndarray:
+    """Per row, the largest benchmark magnitude among its op's inputs (the scale rounding errors live at)."""
+    bench_abs = np.fmax(table["bench_max"].abs().to_numpy(np.float64), table["bench_min"].abs().to_numpy(np.float64))
+    is_input = table["role"].isin(("input", "parameter")).to_numpy()
+    keys = [table["step"].to_numpy(), table["rank"].to_numpy(), table["op"].to_numpy()]
+    scale = pd.Series(np.where(is_input, bench_abs, np.nan)).groupby(keys).transform("max")
+    return scale.to_numpy(np.float64)
+
+
 def _choose_mode(mode: CompareMode, t_row: pd.Series, b_row: pd.Series) -> tuple[str, str]:
     """(compare mode, reason) for one matched pair."""
     both_data = bool(t_row["has_data"] and b_row["has_data"])
@@ -99,7 +110,74 @@ def _measure(job: tuple[int, str, pd.Series, pd.Series], t_dump: Dump, b_dump: D
         return i, {}, f"could not compare: {type(exc).__name__}: {exc}"
 
 
+#: (get, set) thread-count functions of OpenBLAS builds numpy ships with, newest naming first.
+_OPENBLAS_SYMBOLS = (
+    ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+    ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
+    ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+    ("openblas_get_num_threads", "openblas_set_num_threads"),
+)
+
+
+def _loaded_openblas() -> list[tuple[Any, Any]]:
+    """(get, set) thread-count functions of the OpenBLAS libraries numpy has already loaded (Unix wheels)."""
+    noload = getattr(os, "RTLD_NOLOAD", None)
+    if noload is None:
+        return []
+    root = Path(np.__file__).resolve().parent
+    controls = []
+    for lib in sorted({*root.parent.glob("numpy.libs/*openblas*"), *root.glob(".dylibs/*openblas*")}):
+        try:
+            handle = ctypes.CDLL(str(lib), mode=noload | os.RTLD_LAZY)  # never loads a second copy
+        except OSError:
+            continue
+        for get_name, set_name in _OPENBLAS_SYMBOLS:
+            if hasattr(handle, get_name) and hasattr(handle, set_name):
+                controls.append((getattr(handle, get_name), getattr(handle, set_name)))
+                break
+    return controls
+
+
+@contextmanager
+def _single_threaded_blas() -> Iterator[None]:
+    """Run BLAS single-threaded for the duration, then restore the previous thread counts.
+
+    The metrics sum through BLAS ``dot``, which OpenBLAS splits over all cores above 10,000 elements; the
+    engine already runs one worker per core, and threaded ``dot`` on top of that (or on a busy machine)
+    spends far longer waking and waiting for BLAS threads than summing (30x slower measured on 2 cores).
+    Uses threadpoolctl when installed, else numpy's own OpenBLAS; a no-op where neither is found.
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        threadpool_limits = None
+    if threadpool_limits is not None:
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
+        return
+    controls = _loaded_openblas()
+    previous = [int(get()) for get, _set in controls]
+    for _get, set_threads in controls:
+        set_threads(1)
+    try:
+        yield
+    finally:
+        for (_get, set_threads), count in zip(controls, previous, strict=True):
+            set_threads(count)
+
+
 def _run_jobs(
+    jobs: list[tuple[int, str, pd.Series, pd.Series]],
+    t_dump: Dump,
+    b_dump: Dump,
+    workers: int,
+    progress: ProgressCallback | None,
+) -> Iterator[tuple[int, dict[str, Any], str]]:
+    with _single_threaded_blas():
+        yield from _run_jobs_unlimited(jobs, t_dump, b_dump, workers, progress)
+
+
+def _run_jobs_unlimited(
     jobs: list[tuple[int, str, pd.Series, pd.Series]],
     t_dump: Dump,
     b_dump: Dump,
@@ -232,11 +310,14 @@ def compare(
 
     table["compare_mode"] = modes
     for column, arr in values.items():
-        if not np.isnan(arr).all() or column in METRIC_COLUMNS:
+        if column in table:  # target_mean/bench_mean: keep the index statistics where no payload was read
+            table[column] = np.where(np.isnan(arr), table[column].to_numpy(np.float64), arr)
+        elif not np.isnan(arr).all() or column in METRIC_COLUMNS:
             table[column] = arr
     table["checksum_match"] = checksum_match
     table["reason"] = reasons
     table["precision"] = running_precision(table)
+    table["op_input_scale"] = _op_input_scale(table)
 
     unmatched_bench = b_idx.iloc[matched.unmatched_bench].reset_index(drop=True)
     meta = {

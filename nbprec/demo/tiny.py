@@ -4,7 +4,7 @@ The model is written the way real models are: ``torch.nn.functional`` calls, ten
 and ``relu`` imported as ``from torch import relu`` (which function-wrapping capture tools miss). Its
 forward checks ``isinstance`` on its submodules, as many real models do, so a capture that replaced modules
 with wrappers would break it. ``faulty=True`` plants a faulty kernel: layer 1's GELU returns outputs
-perturbed by +6.25% on every 8th feature, under the same API name (``Functional.gelu``), as a broken
+perturbed by +50% on every 4th feature (well above bfloat16 rounding noise), under the same API name (``Functional.gelu``), as a broken
 fused kernel would.
 """
 
@@ -26,14 +26,14 @@ FAULTY_LAYER = 1
 
 
 def faulty_gelu(input: Any, approximate: str = "none") -> Any:
-    """GELU with a planted bug: every 8th feature comes out 6.25% too large. Poses as ``F.gelu``."""
+    """GELU with a planted bug: every 4th feature comes out 50% too large. Poses as ``F.gelu``."""
     overrides = torch.overrides
     if overrides.has_torch_function_unary(input):
         return overrides.handle_torch_function(faulty_gelu, (input,), input, approximate=approximate)
     with torch._C.DisableTorchFunction():
         out = F.gelu(input, approximate=approximate)
-        bad = torch.arange(out.shape[-1], device=out.device) % 8 == 0
-        return out * (1 + 0.0625 * bad.to(out.dtype))
+        bad = torch.arange(out.shape[-1], device=out.device) % 4 == 0
+        return out * (1 + 0.5 * bad.to(out.dtype))
 
 
 faulty_gelu.__name__ = faulty_gelu.__qualname__ = "gelu"

@@ -193,3 +193,38 @@ def test_sequence_alignment_is_a_longest_common_subsequence():
     # a repetitive stream with one extra call: everything after the extra call stays aligned
     ops = ["linear", "tanh"] * 50
     assert align_sequences(ops[:2] + ["clone"] + ops[2:], ops) == [(i if i < 2 else i + 1, i) for i in range(100)]
+
+
+def _ops_frame(rows):
+    from nbprec.compare.culprit import _explained
+
+    frame = pd.DataFrame(rows, columns=["order", "op_type", "status", "origin"]).assign(step=0, rank=0)
+    frame["op"] = [f"op{i}" for i in range(len(frame))]
+    frame["explained"] = _explained(frame)
+    return frame
+
+
+def test_failures_downstream_of_discontinuous_or_random_ops_are_explained():
+    from nbprec.compare.culprit import first_failing
+
+    ops = _ops_frame(
+        [
+            (0, "linear", "pass", ""),
+            (1, "relu", "fail", "discontinuous"),
+            (2, "linear", "fail", "inherited"),
+            (3, "gelu", "fail", "introduced"),
+            (4, "linear", "fail", "inherited"),
+        ]
+    )
+    assert ops["explained"].tolist() == [False, True, True, False, False]
+    assert first_failing(ops)["op"] == "op3"
+    assert first_failing(ops, include_explained=True)["op"] == "op1"
+    only_noise = _ops_frame([(0, "dropout", "fail", "random"), (1, "linear", "fail", "inherited")])
+    assert first_failing(only_noise) is None
+
+
+def test_origin_labels_random_and_discontinuous_ops(make_mlp_dump):
+    from nbprec.compare.culprit import is_discontinuous_op, is_random_op
+
+    assert is_random_op("Dropout") and is_random_op("dropout") and not is_random_op("linear")
+    assert is_discontinuous_op("relu") and is_discontinuous_op("max_pool2d") and not is_discontinuous_op("gelu")

@@ -197,52 +197,6 @@ def _cmd_overflow(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_overflow(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from nbprec.overflow import headroom, remedies, scan
-
-    report = scan(args.path, bench=args.bench, dtype=args.dtype, payload=not args.no_payload, rule=args.rule)
-    s = report.summary()
-    print(f"dump       {s['path']} ({s['format']})")
-    print(f"tensors    {s['tensors']}  ({', '.join(f'{k}: {v}' for k, v in s['tensor_status'].items())})")
-    print(f"ops        {s['ops']}  ({', '.join(f'{k}: {v}' for k, v in s['levels'].items())})")
-    first = report.first_critical()
-    if first is None:
-        print("first critical op: none (no op produced NaN/inf/saturated values from normal inputs)")
-    else:
-        print(f"first critical op: {first['op']} (order {first['order']})")
-        print(f"  {first['reason']}")
-    if report.impact is not None:
-        print(f"impact     {report.impact.verdict}: {report.impact.message}")
-    ranked = report.ranked().head(args.top)
-    if not ranked.empty:
-        print(f"ranked ops (top {len(ranked)}):")
-        cols = ["order", "op", "level", "out_status", "out_abs_max", "reason"]
-        print(ranked[cols].to_string(index=False, max_colwidth=90, float_format=lambda v: f"{v:.6g}"))
-    if first is not None or not report:
-        print()
-        print(remedies(report, device_type=args.device_type, recorded_scale=args.loss_scale).to_text())
-    hr = None
-    if args.headroom:
-        hr = headroom(args.path, payload=not args.no_payload)
-        print()
-        print("headroom if cast down (bits = log2(max_finite / abs_max)):")
-        for dt, v in hr.summary()["dtypes"].items():
-            bits = "-" if v["min_headroom_bits"] is None else f"{v['min_headroom_bits']:.2f}"
-            print(
-                f"  {dt:<14} overflow {v['overflowing_ops']:>4} ops (first: {v['first_overflow_op'] or '-'}), "
-                f"precision loss {v['precision_loss_ops']:>4} ops, min headroom {bits} bits"
-            )
-    if args.output:
-        out = Path(args.output)
-        report.save(out)
-        if hr is not None:
-            hr.save(out / "headroom")
-        print(f"wrote {out}/")
-    return 0
-
-
 def _meta_text(meta: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in meta.items() if isinstance(v, (str, int, float)))
 
@@ -287,19 +241,6 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--top", type=int, default=10, help="how many worst ops to list (default 10)")
     cmp.add_argument("--no-progress", action="store_true", help="no progress bar")
     cmp.set_defaults(func=_cmd_compare)
-
-    ovf = sub.add_parser("overflow", help="find the first overflowing op, judge its impact, predict headroom")
-    ovf.add_argument("path", metavar="PATH", help="the dump to scan (target run)")
-    ovf.add_argument("--bench", metavar="PATH", help="benchmark dump: say whether the overflow changed the results")
-    ovf.add_argument("--headroom", action="store_true", help="also predict overflow/underflow if cast to fp16/bf16/fp8")
-    ovf.add_argument("--dtype", help="judge every float tensor against this dtype's maximum (e.g. float16)")
-    ovf.add_argument("--rule", choices=preset_names(), default=None, help="comparison rule for the impact verdict")
-    ovf.add_argument("--device-type", default="cuda", help="torch.autocast device type in the snippet (default cuda)")
-    ovf.add_argument("--loss-scale", type=float, help="loss scale the gradients were recorded with (default: run meta)")
-    ovf.add_argument("--no-payload", action="store_true", help="use the index statistics only (faster)")
-    ovf.add_argument("--top", type=int, default=15, help="how many ranked ops to list (default 15)")
-    ovf.add_argument("-o", "--output", metavar="DIR", help="save the report (report.json, tensors.csv, ops.csv)")
-    ovf.set_defaults(func=_cmd_overflow)
 
     ovf = sub.add_parser("overflow", help="find the first overflowing op, judge its impact, predict headroom")
     ovf.add_argument("path", metavar="PATH", help="the dump to scan (target run)")

@@ -1,4 +1,4 @@
-"""nbprec's own dump format: a writer (used by the PyTorch capture) and a reader.
+"""nbprec's own dump format: the writer (used by the PyTorch capture); the reader is re-exported here.
 
 The layout is specified in ``docs/dump-format.md``. In short, a run folder holds::
 
@@ -27,42 +27,35 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from nbprec.dtypes import canonical_dtype, numpy_dtype
-from nbprec.dump import INDEX_COLUMNS, Dump, Problem, make_index
-from nbprec.errors import CaptureError, DumpFormatError, EmptyDumpError
-from nbprec.formats.base import DumpReader
+from nbprec.dump import INDEX_COLUMNS
+from nbprec.errors import CaptureError
+from nbprec.formats.native_read import (
+    COLUMNS_FILE,
+    COMPLETE_FILE,
+    EDGES_FILE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    HEADER_FILE,
+    INDEX_FILE,
+    MODES,
+    MODULES_FILE,
+    RAW_BITS_STORAGE,
+    STACKS_FILE,
+    TENSOR_DIR,
+    NativeDumpReader,
+)
 from nbprec.stats import STAT_COLUMNS, tensor_stats
-
-FORMAT_NAME = "nbprec-dump"
-FORMAT_VERSION = 1
-HEADER_FILE = "nbprec-dump.json"
-INDEX_FILE = "index.jsonl"
-EDGES_FILE = "edges.jsonl"
-MODULES_FILE = "modules.jsonl"
-STACKS_FILE = "stacks.jsonl"
-COMPLETE_FILE = "complete"
-COLUMNS_FILE = "index.columns.json"
-TENSOR_DIR = "tensors"
-MODES = ("tensor", "statistics")
-
-#: Dtypes numpy lacks, stored as their raw bits: canonical name -> storage dtype.
-RAW_BITS_STORAGE: dict[str, np.dtype] = {
-    "bfloat16": np.dtype(np.uint16),
-    "float8_e4m3fn": np.dtype(np.uint8),
-    "float8_e5m2": np.dtype(np.uint8),
-}
 
 _RECORD_FIELDS = tuple(c for c in INDEX_COLUMNS if c not in ("run", "file", "has_data", *STAT_COLUMNS))
 _COUNT_COLUMNS = ("nan_count", "inf_count", "zero_count")
-_SAFE_FILE = rf"{TENSOR_DIR}/[A-Za-z0-9_-][A-Za-z0-9._~-]*\.npy"
 _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_STEM_BYTES = 160
 
@@ -392,236 +385,9 @@ class _OSErrorToCapture:
             raise CaptureError(f"{self.target}: cannot write the dump: {exc.strerror or exc}") from exc
 
 
-class NativeDumpReader(DumpReader):
-    """Reads nbprec's own dump format (``nbprec-dump.json`` + ``index.jsonl`` + ``tensors/``)."""
-
-    name: ClassVar[str] = "nbprec"
-    description: ClassVar[str] = "nbprec's native dump (written by nbprec.capture / NativeDumpWriter)"
-
-    @classmethod
-    def guess_can_open(cls, path: Path) -> bool:
-        """A folder holding ``nbprec-dump.json``."""
-        try:
-            return Path(path).is_dir() and (Path(path) / HEADER_FILE).is_file()
-        except OSError:
-            return False
-
-    def open(self, path: Path, **options: Any) -> Dump:
-        """Read the header and index of the run folder ``path`` (never the payloads)."""
-        if options:
-            raise TypeError(f"the nbprec reader takes no options, got {sorted(options)}")
-        return read_native_dump(Path(path))
-
-
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"non-strict JSON constant {token}")
-
-
-def read_jsonl(file: Path, problems: list[Problem]) -> list[dict[str, Any]]:
-    """Parse a JSON-lines file of objects; bad lines (and a truncated last line) become problems.
-
-    The fast path parses the whole file with one ``json.loads`` (lines joined into an array, newlines kept
-    so that no string can span two lines); any error falls back to line-by-line parsing to say which lines
-    are bad. A missing file gives no records.
-    """
-    try:
-        raw = file.read_bytes()
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise DumpFormatError(file, f"cannot read: {exc.strerror or exc}") from exc
-    body = raw.rstrip(b"\n")
-    if not body.strip():
-        return []
-    n_lines = body.count(b"\n") + 1
-    try:
-        text = body.decode("utf-8")
-        records = json.loads("[" + text.replace("\n", ",\n") + "]", parse_constant=_reject_constant)
-        if len(records) == n_lines and all(type(r) is dict for r in records):
-            return records
-    except (UnicodeDecodeError, ValueError):
-        pass
-    records = []
-    lines = body.split(b"\n")
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
-        except (UnicodeDecodeError, ValueError) as exc:
-            last = number == len(lines) and not raw.endswith(b"\n")
-            what = "truncated last line (the run stopped while writing it)" if last else f"invalid JSON: {exc}"
-            problems.append(Problem(str(file), what, f"line {number}"))
-            continue
-        if type(obj) is not dict:
-            problems.append(Problem(str(file), f"expected a JSON object, got {type(obj).__name__}", f"line {number}"))
-            continue
-        records.append(obj)
-    return records
-
-
-def read_columns(path: Path, problems: list[Problem]) -> pd.DataFrame | None:
-    """The column cache ``index.columns.json`` close() wrote, or None when absent, stale or unreadable.
-
-    The cache is used only if it describes exactly the bytes of ``index.jsonl`` (same size); otherwise the
-    reader falls back to ``index.jsonl``, which stays the source of truth.
-    """
-    file = path / COLUMNS_FILE
-    try:
-        cache = json.loads(file.read_text(encoding="utf-8"), parse_constant=_reject_constant)
-        index_bytes = (path / INDEX_FILE).stat().st_size
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        problems.append(Problem(str(file), f"unreadable column cache ignored, {INDEX_FILE} read instead: {exc}"))
-        return None
-    columns = cache.get("columns") if isinstance(cache, dict) else None
-    rows = cache.get("rows") if isinstance(cache, dict) else None
-    if (
-        not isinstance(columns, dict)
-        or "name" not in columns
-        or not all(isinstance(v, list) and len(v) == rows for v in columns.values())
-    ):
-        problems.append(Problem(str(file), f"malformed column cache ignored, {INDEX_FILE} read instead"))
-        return None
-    if cache.get("index_bytes") != index_bytes:
-        problems.append(Problem(str(file), f"stale column cache ignored ({INDEX_FILE} changed after the run)"))
-        return None
-    return pd.DataFrame(columns)
-
-
-def read_header(path: Path) -> dict[str, Any]:
-    """The validated header ``nbprec-dump.json`` of the run folder ``path``."""
-    file = path / HEADER_FILE
-    try:
-        header = json.loads(file.read_text(encoding="utf-8"), parse_constant=_reject_constant)
-    except FileNotFoundError:
-        raise DumpFormatError(file, "missing: not an nbprec dump folder") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise DumpFormatError(file, f"corrupt header, not strict JSON: {exc}") from exc
-    except OSError as exc:
-        raise DumpFormatError(file, f"cannot read: {exc.strerror or exc}") from exc
-    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
-        raise DumpFormatError(file, f"not an nbprec dump header (expected format {FORMAT_NAME!r})")
-    version = header.get("version")
-    if not isinstance(version, int) or version < 1 or version > FORMAT_VERSION:
-        raise DumpFormatError(file, f"unsupported format version {version!r} (this nbprec reads 1..{FORMAT_VERSION})")
-    if header.get("mode") not in MODES:
-        raise DumpFormatError(file, f"mode must be one of {MODES}, got {header.get('mode')!r}", "mode")
-    return header
-
-
-def _read_complete(path: Path, problems: list[Problem]) -> dict[str, Any]:
-    file = path / COMPLETE_FILE
-    try:
-        record = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        problems.append(
-            Problem(str(file), "the run did not finish (no complete marker): it crashed or is still being written")
-        )
-        return {"finished": False}
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        problems.append(Problem(str(file), f"unreadable complete marker: {exc}"))
-        return {"finished": False}
-    if not isinstance(record, dict):
-        problems.append(Problem(str(file), "complete marker is not a JSON object"))
-        return {"finished": False}
-    if not record.get("finished"):
-        problems.append(Problem(str(file), f"the run ended with an error: {record.get('error') or 'unknown'}"))
-    return record
-
-
-def _make_loader(path: Path) -> Callable[[Mapping[str, Any]], np.ndarray]:
-    tensor_dir = os.path.realpath(path / TENSOR_DIR) + os.sep
-
-    def load(row: Mapping[str, Any]) -> np.ndarray:
-        file = str(row["file"])
-        if not os.path.realpath(file).startswith(tensor_dir):
-            raise DumpFormatError(file, f"payload outside the dump's {TENSOR_DIR}/ folder refused", row["name"])
-        array = np.load(file, mmap_mode="r", allow_pickle=False)
-        dtype = str(row["dtype"])
-        target = numpy_dtype(dtype, path=file, record=str(row["name"]))
-        expected = RAW_BITS_STORAGE.get(dtype, target)
-        if array.dtype != expected or tuple(array.shape) != tuple(row["shape"]):
-            raise DumpFormatError(
-                file,
-                f"payload is {array.dtype}{list(array.shape)}, index says {dtype}{list(row['shape'])}",
-                str(row["name"]),
-            )
-        return array.view(target) if expected != target else array
-
-    return load
-
-
-def read_native_dump(path: Path) -> Dump:
-    """Open the nbprec run folder ``path``: header, index, edges, module hierarchy, lazy stacks."""
-    header = read_header(path)
-    problems: list[Problem] = []
-    index_file = path / INDEX_FILE
-    columns = read_columns(path, problems)
-    records: pd.DataFrame | list[dict[str, Any]] = columns if columns is not None else read_jsonl(index_file, problems)
-    if not len(records):
-        raise EmptyDumpError(index_file, "no tensor records: the run wrote no tensors (or its index is missing)")
-    complete = _read_complete(path, problems)
-    try:
-        index = make_index(records, run=str(header.get("run") or path.name))
-    except (TypeError, ValueError) as exc:
-        raise DumpFormatError(index_file, f"a record holds a value of the wrong type: {exc}") from exc
-    named = np.fromiter((type(n) is str and n != "" for n in index["name"]), bool, len(index))
-    if not named.all():
-        for position in np.flatnonzero(~named):
-            problems.append(Problem(str(index_file), "record without a string 'name' skipped", f"row {position}"))
-        index = index[named].reset_index(drop=True)
-    files = index["file"].astype(str)
-    has_file = files != ""
-    good = files.str.fullmatch(_SAFE_FILE) & has_file
-    for position in np.flatnonzero((has_file & ~good).to_numpy()):
-        name = index.at[position, "name"]
-        problems.append(Problem(str(index_file), f"unsafe payload path {files[position]!r} ignored", str(name)))
-    index["file"] = np.where(good, str(path) + os.sep + files, "")
-    index["has_data"] = good.to_numpy()
-    duplicated = index.duplicated(["step", "rank", "name"])
-    for name in index.loc[duplicated, "name"]:
-        problems.append(Problem(str(index_file), "tensor name appears twice in the same step and rank", str(name)))
-    edges = pd.DataFrame(read_jsonl(path / EDGES_FILE, problems), columns=["src", "dst_op", "dst_slot"])
-    hierarchy = {
-        str(r.get("node")): (None if r.get("parent") is None else str(r["parent"]))
-        for r in read_jsonl(path / MODULES_FILE, problems)
-    }
-
-    def stacks() -> dict[str, list[str]]:
-        found: list[Problem] = []
-        return {str(r.get("op")): list(r.get("frames") or []) for r in read_jsonl(path / STACKS_FILE, found)}
-
-    meta = {
-        "task": header["mode"],
-        "mode": header["mode"],
-        "run": header.get("run", ""),
-        "version": header["version"],
-        "created": header.get("created", ""),
-        "framework": header.get("framework", {}),
-        "finished": bool(complete.get("finished")),
-        "ended": complete.get("ended"),
-        "error": complete.get("error"),
-        "meta": header.get("meta", {}),
-    }
-    return Dump(
-        index,
-        path=path,
-        format=NativeDumpReader.name,
-        loader=_make_loader(path),
-        problems=problems,
-        meta=meta,
-        hierarchy=hierarchy,
-        stacks=stacks,
-        edges=edges,
-    )
-
-
 __all__ = [
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
-    "RAW_BITS_STORAGE",
+    "COLUMNS_FILE",
+    "INDEX_FILE",
     "NativeDumpReader",
     "NativeDumpWriter",
     "encode_float",

@@ -1,0 +1,445 @@
+"""Per-tensor comparison metrics: the numbers of METRICS.md, computed in float64, in bounded memory.
+
+:func:`tensor_metrics` compares a target tensor ``x`` (NPU / low precision) with a benchmark tensor
+``y`` (fp32) and returns every column of :data:`METRIC_COLUMNS` plus a reason wherever a metric could
+not be computed. Large tensors are processed in chunks (one cheap min/max pass, then one pass that
+feeds every sum), so peak memory is a few chunk buffers whatever the tensor size.
+
+Conventions (METRICS.md, checked against msprobe's own compare CSV in the tests):
+
+- Every value is converted to float64 before any arithmetic; complex tensors are compared by magnitude
+  (``abs``, as :func:`nbprec.stats.as_float64` does), and the reason says so.
+- NaN/inf propagate: sums, maxima, cosine and KL become NaN/inf, the error ratios become NaN, and the
+  reason counts the non-finite values. (msprobe instead zeroes NaN/inf found at the same positions on
+  both sides, and gives up when the positions differ.)
+- ``cosine``: a tensor whose L2 norm is <= eps (2.22e-16) counts as all zero, like msprobe. Both all
+  zero -> 1.0; one all zero -> NaN with a reason; one element (0-d or size 1) -> 1.0 (msprobe writes
+  "unsupported" there). Capped at 1.0. msprobe rounds cosine above 0.9999 to 6 decimals; nbprec does not.
+- ``accumulated_rel_err``/``max_rel_err``/``mean_rel_err`` use ``abs(x - y) / abs(y)`` over
+  ``abs(y) > eps`` only (0 elsewhere; the mean divides by all elements). msprobe's ``MaxRelativeErr``
+  differs where ``y == 0`` and ``x != 0``: it adds the bench dtype's eps to both sides there, which gives
+  ``abs(x) / eps`` (e.g. 7072.0 for x = 8.4e-4 against an fp32 zero).
+- ``thousandth_ratio``/``five_thousandth_ratio`` follow msprobe exactly: the share of *all* elements
+  with ``abs(x - y) / abs(y)`` strictly below 0.001 / 0.005, where an element with ``y == 0`` uses
+  ``abs(x) / eps_bench`` (so 0 vs 0 passes and a nonzero against 0 fails unless it is below
+  ``threshold * eps_bench``). ``eps_bench`` is the machine epsilon of the benchmark dtype as msprobe sees
+  it: float16 and float64 keep theirs, integer/bool data is promoted to float64, anything else (float32,
+  bfloat16, float8) is float32.
+- ``kl_divergence``: min-max normalise each side (unchanged when max == min), floor at float32 eps,
+  divide by the sum, ``sum(Px * log(Px / Py))``; results below eps are 0. Computed in one pass as
+  ``T / Sx + log(Sy / Sx)`` with ``T = sum(ax * log(ax / ay))`` over the floored values ``ax``, ``ay``.
+- ``target_std``/``bench_std`` are population standard deviations (ddof=0) from the sum and the sum of
+  squares; when those cancel (``var < 1e-4 * mean(v**2)``, e.g. a layer-norm weight near 1) an exact
+  second pass over ``(v - mean)**2`` is made instead.
+- Sums of products use BLAS dot products over segments of 8,192 elements (batched through ``matmul``):
+  OpenBLAS runs a dot product of more than 10,000 elements on all its threads, which collapses when the
+  comparison engine already runs one worker per core. Plain sums use ``np.add.reduce`` (pairwise).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "EPS",
+    "METRIC_COLUMNS",
+    "STAT_METRIC_COLUMNS",
+    "MetricResult",
+    "checksum_equal",
+    "statistics_metrics",
+    "tensor_metrics",
+]
+
+METRIC_COLUMNS: tuple[str, ...] = (
+    "cosine",
+    "max_abs_err",
+    "mean_abs_err",
+    "rmse",
+    "rel_euclidean",
+    "accumulated_rel_err",
+    "max_rel_err",
+    "mean_rel_err",
+    "kl_divergence",
+    "target_mean",
+    "target_std",
+    "bench_mean",
+    "bench_std",
+    "thousandth_ratio",
+    "five_thousandth_ratio",
+    "euclidean",
+)
+
+STAT_METRIC_COLUMNS: tuple[str, ...] = (
+    "max_diff",
+    "min_diff",
+    "mean_diff",
+    "norm_diff",
+    "max_rel_diff",
+    "min_rel_diff",
+    "mean_rel_diff",
+    "norm_rel_diff",
+)
+
+EPS = float(np.finfo(np.float64).eps)  # 2.22e-16
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
+DEFAULT_CHUNK_SIZE = 1 << 16  # elements per chunk: 512 KiB per float64 buffer (cache-sized)
+_DOT_SEGMENT = 8192  # OpenBLAS stays single-threaded for dot products of <= 10,000 elements
+THOUSANDTH = 0.001
+FIVE_THOUSANDTH = 0.005
+_BOOL_METRICS = ("cosine", "rel_euclidean")
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    """Metric values of one comparison and why any of them is missing.
+
+    Parameters
+    ----------
+    values
+        Column name -> float; NaN where the metric was not computed.
+    reason
+        ``''`` when everything was computed; otherwise a short reason a user can read.
+
+    Examples
+    --------
+    >>> r = tensor_metrics(np.ones(3, np.float32), np.ones(3, np.float32))
+    >>> r["cosine"], r.reason, bool(r)
+    (1.0, '', True)
+    """
+
+    values: dict[str, float] = field(default_factory=dict)
+    reason: str = ""
+
+    def __getitem__(self, column: str) -> float:
+        return self.values[column]
+
+    def __bool__(self) -> bool:
+        """True when no reason was given (every metric was computed)."""
+        return not self.reason
+
+
+def _eps_bench(dtype: np.dtype) -> float:
+    """The epsilon msprobe adds where the benchmark is exactly zero (see the module docstring)."""
+    if dtype == np.float16:
+        return float(np.finfo(np.float16).eps)
+    if dtype == np.float64 or dtype.kind in "biu":
+        return EPS
+    return FLOAT32_EPS
+
+
+def _to_f64(src: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Copy a chunk of any numeric dtype into the float64 buffer ``out`` (complex -> magnitude)."""
+    if src.dtype.kind == "c":
+        np.abs(src, out=out)
+    else:
+        np.copyto(out, src, casting="unsafe")
+    return out
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """sum(a * b) of two contiguous float64 vectors without a temporary and on the calling thread only."""
+    if a.size <= _DOT_SEGMENT:
+        return float(np.dot(a, b))
+    k = a.size // _DOT_SEGMENT
+    m = k * _DOT_SEGMENT
+    head = np.matmul(a[:m].reshape(k, 1, _DOT_SEGMENT), b[:m].reshape(k, _DOT_SEGMENT, 1))
+    return float(np.add.reduce(head, axis=None)) + float(np.dot(a[m:], b[m:]))
+
+
+def _nan_max(a: float, b: float) -> float:
+    """max() that propagates NaN (Python's max does not)."""
+    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
+
+
+def _min_max(flat: np.ndarray, buf: np.ndarray, chunk: int) -> tuple[float, float]:
+    """Minimum and maximum (in float64 terms, NaN propagating) of a flat array, chunk by chunk."""
+    native = flat.dtype.isbuiltin == 1 and flat.dtype.kind in "fiu"
+    lows, highs = [], []
+    for start in range(0, flat.size, chunk):
+        part = flat[start : start + chunk]
+        if not native:
+            part = _to_f64(part, buf[: part.size])
+        lows.append(part.min())
+        highs.append(part.max())
+    return float(np.min(np.array(lows, dtype=np.float64))), float(np.max(np.array(highs, dtype=np.float64)))
+
+
+class _Sums:
+    """Running sums of one comparison (a plain accumulator, local to one call)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.sx = self.sy = self.sxx = self.syy = self.sxy = 0.0
+        self.sdd = self.sad = self.mad = 0.0
+        self.acc_rel = self.max_rel = 0.0
+        self.pass1 = self.pass5 = 0
+        self.kl_sx = self.kl_sy = self.kl_t = 0.0
+
+
+def _buffers(n: int, chunk: int, kl: tuple[tuple[float, float], tuple[float, float]]) -> np.ndarray:
+    """Scratch rows x, y, d, t, a, r, floor_x, floor_y, each min(n, chunk) float64 long."""
+    bufs = np.empty((8, min(n, chunk)), dtype=np.float64)
+    for row, (_lo, span) in zip((6, 7), kl, strict=True):
+        bufs[row] = FLOAT32_EPS * span if span > 0 else FLOAT32_EPS
+    return bufs
+
+
+def _accumulate(xs: np.ndarray, ys: np.ndarray, bufs: np.ndarray, acc: _Sums, kl: tuple, eps_b: float) -> None:
+    """Feed one chunk of target ``xs`` and benchmark ``ys`` into the running sums ``acc``."""
+    n = xs.size
+    x, y, d, t, a, r, floor_x, floor_y = (b[:n] for b in bufs)
+    _to_f64(xs, x)
+    _to_f64(ys, y)
+    acc.n += n
+    acc.sx += float(np.add.reduce(x))
+    acc.sy += float(np.add.reduce(y))
+    acc.sxx += _dot(x, x)
+    acc.syy += _dot(y, y)
+    acc.sxy += _dot(x, y)
+    np.subtract(x, y, out=d)
+    acc.sdd += _dot(d, d)
+    np.abs(d, out=t)
+    acc.sad += float(np.add.reduce(t))
+    acc.mad = _nan_max(acc.mad, float(t.max()))
+    # relative error |x - y| / |y|, 0 where |y| <= eps (NaN in y is not excluded: it propagates)
+    np.abs(y, out=a)
+    np.divide(t, a, out=r)
+    excluded = a <= EPS
+    n_excluded = int(np.count_nonzero(excluded))
+    if n_excluded:
+        np.copyto(r, 0.0, where=excluded)
+    acc.acc_rel += float(np.add.reduce(r))
+    acc.max_rel = _nan_max(acc.max_rel, float(r.max()))
+    acc.pass1 += int(np.count_nonzero(r < THOUSANDTH))
+    acc.pass5 += int(np.count_nonzero(r < FIVE_THOUSANDTH))
+    if n_excluded:  # they passed as r = 0; apply msprobe's convention to them instead
+        idx = np.flatnonzero(excluded)
+        den = a[idx]
+        den[den == 0] = eps_b
+        err = t[idx]
+        acc.pass1 -= n_excluded - int(np.count_nonzero(err < THOUSANDTH * den))
+        acc.pass5 -= n_excluded - int(np.count_nonzero(err < FIVE_THOUSANDTH * den))
+    # KL on u = max(v - min, feps * span), i.e. span * (the floored min-max normalised values): the
+    # divergence of the normalised distributions does not depend on that scale, so no division is needed.
+    (min_x, span_x), (min_y, span_y) = kl
+    for v, lo, span, floor, out in ((x, min_x, span_x, floor_x, d), (y, min_y, span_y, floor_y, t)):
+        np.subtract(v, lo if span > 0 else 0.0, out=out)
+        np.maximum(out, floor, out=out)
+    acc.kl_sx += float(np.add.reduce(d))
+    acc.kl_sy += float(np.add.reduce(t))
+    np.divide(d, t, out=r)
+    np.log(r, out=r)
+    acc.kl_t += _dot(d, r)
+
+
+def _central_m2(flat: np.ndarray, mean: float, buf: np.ndarray, chunk: int) -> float:
+    """sum((v - mean)**2) in a second pass: the exact variance when sxx/n - mean**2 would cancel."""
+    total = 0.0
+    for start in range(0, flat.size, chunk):
+        part = _to_f64(flat[start : start + chunk], buf[: min(chunk, flat.size - start)])
+        np.subtract(part, mean, out=part)
+        total += _dot(part, part)
+    return total
+
+
+def _std(flat: np.ndarray, s: float, ss: float, n: int, buf: np.ndarray, chunk: int) -> float:
+    """Population std from the sum and sum of squares, with an exact pass when they cancel badly."""
+    mean = s / n
+    var = ss / n - mean * mean
+    if not var >= 1e-4 * (ss / n) and math.isfinite(var):  # relative error of var above ~1e-12
+        var = _central_m2(flat, mean, buf, chunk) / n
+    return math.sqrt(max(var, 0.0)) if not math.isnan(var) else math.nan
+
+
+def _nonfinite_reason(flat_x: np.ndarray, flat_y: np.ndarray, chunk: int) -> str:
+    """'target has 2 NaN, 1 inf; ...' for the sides holding non-finite values."""
+    parts = []
+    for label, flat in (("target", flat_x), ("benchmark", flat_y)):
+        if flat.dtype.kind not in "fc" and flat.dtype.isbuiltin == 1:
+            continue
+        n_nan = n_inf = 0
+        for start in range(0, flat.size, chunk):
+            part = flat[start : start + chunk].astype(np.float64)
+            n_nan += int(np.count_nonzero(np.isnan(part)))
+            n_inf += int(np.count_nonzero(np.isinf(part)))
+        if n_nan or n_inf:
+            parts.append(f"{label} has {n_nan} NaN, {n_inf} inf")
+    return "non-finite values: " + "; ".join(parts) if parts else ""
+
+
+def _finish(acc: _Sums) -> dict[str, float]:
+    """Turn the running sums into the metric columns (std is filled in by the caller)."""
+    n = acc.n
+    norm_x, norm_y = math.sqrt(acc.sxx), math.sqrt(acc.syy)
+    with np.errstate(all="ignore"):
+        if n == 1:
+            cosine = 1.0 if math.isfinite(acc.sxy) else math.nan
+        elif norm_x <= EPS and norm_y <= EPS:
+            cosine = 1.0
+        elif norm_x <= EPS or norm_y <= EPS:
+            cosine = math.nan
+        else:
+            cosine = min(float(np.float64(acc.sxy) / (np.float64(norm_x) * norm_y)), 1.0)
+        rel_euclidean = 0.0 if acc.syy == 0 else float(np.sqrt(np.float64(acc.sdd) / acc.syy))
+        kl = float(np.float64(acc.kl_t) / acc.kl_sx + np.log(np.float64(acc.kl_sy) / acc.kl_sx))
+    return {
+        "cosine": cosine,
+        "max_abs_err": acc.mad,
+        "mean_abs_err": acc.sad / n,
+        "rmse": math.sqrt(acc.sdd / n),
+        "rel_euclidean": rel_euclidean,
+        "accumulated_rel_err": acc.acc_rel,
+        "max_rel_err": acc.max_rel,
+        "mean_rel_err": acc.acc_rel / n,
+        "kl_divergence": 0.0 if kl < EPS else kl,
+        "target_mean": acc.sx / n,
+        "target_std": math.nan,
+        "bench_mean": acc.sy / n,
+        "bench_std": math.nan,
+        "thousandth_ratio": acc.pass1 / n,
+        "five_thousandth_ratio": acc.pass5 / n,
+        "euclidean": math.sqrt(acc.sdd),
+    }
+
+
+def tensor_metrics(target: np.ndarray, bench: np.ndarray, *, chunk_size: int = DEFAULT_CHUNK_SIZE) -> MetricResult:
+    """Every metric of :data:`METRIC_COLUMNS` for one target/benchmark tensor pair.
+
+    Parameters
+    ----------
+    target
+        The tensor under test (``x``): any numeric, bool or complex numpy array, including ml_dtypes
+        bfloat16/float8. Memory-mapped arrays are read chunk by chunk.
+    bench
+        The benchmark tensor (``y``), same element count as ``target``.
+    chunk_size
+        Elements processed at once; peak extra memory is about ``9 * 8 * chunk_size`` bytes.
+
+    Returns
+    -------
+    MetricResult
+        ``values`` holds every column (NaN where not computed), ``reason`` says why ('' if none).
+
+    Examples
+    --------
+    >>> r = tensor_metrics(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 4.0], dtype=np.float32))
+    >>> r["max_abs_err"], r["max_rel_err"], r["thousandth_ratio"]
+    (1.0, 0.25, 0.6666666666666666)
+    >>> tensor_metrics(np.zeros(6), np.zeros(8)).reason
+    'element count differs: 6 vs 8'
+    """
+    x, y = np.asarray(target), np.asarray(bench)
+    missing = dict.fromkeys(METRIC_COLUMNS, math.nan)
+    if x.size != y.size:
+        return MetricResult(missing, f"element count differs: {x.size} vs {y.size}")
+    if x.size == 0:
+        return MetricResult(missing, "empty tensors")
+    reasons = []
+    if x.shape != y.shape:
+        reasons.append(f"shape mismatch {x.shape} vs {y.shape}: compared flattened")
+    if x.dtype.kind == "c" or y.dtype.kind == "c":
+        reasons.append("complex tensors: compared magnitudes")
+    flat_x, flat_y = x.reshape(-1), y.reshape(-1)
+    n, chunk = x.size, max(1, int(chunk_size))
+    scratch = np.empty(min(n, chunk), dtype=np.float64)
+    kl = []
+    for flat in (flat_x, flat_y):
+        lo, hi = _min_max(flat, scratch, chunk)
+        kl.append((lo, hi - lo))
+    bufs = _buffers(n, chunk, (kl[0], kl[1]))
+    acc = _Sums()
+    eps_b = _eps_bench(y.dtype)
+    with np.errstate(all="ignore"):
+        for start in range(0, n, chunk):
+            _accumulate(flat_x[start : start + chunk], flat_y[start : start + chunk], bufs, acc, tuple(kl), eps_b)
+        values = _finish(acc)
+        values["target_std"] = _std(flat_x, acc.sx, acc.sxx, n, bufs[0], chunk)
+        values["bench_std"] = _std(flat_y, acc.sy, acc.syy, n, bufs[0], chunk)
+    if not math.isfinite(acc.sxx + acc.syy):
+        nonfinite = _nonfinite_reason(flat_x, flat_y, chunk)
+        if nonfinite:
+            values["thousandth_ratio"] = values["five_thousandth_ratio"] = math.nan
+            reasons.append(nonfinite)
+    elif math.isnan(values["cosine"]):
+        zero_side = "target" if math.sqrt(acc.sxx) <= EPS else "benchmark"
+        other = "benchmark" if zero_side == "target" else "target"
+        reasons.append(f"{zero_side} is all zero, {other} is not: cosine undefined")
+    if x.dtype == np.bool_ or y.dtype == np.bool_:
+        values = {k: (v if k in _BOOL_METRICS else math.nan) for k, v in values.items()}
+        reasons.append("bool tensors: only cosine and RED")
+    return MetricResult(values, "; ".join(reasons))
+
+
+def _stat_value(stats: dict, key: str) -> float:
+    """A statistic as float, NaN when absent or unreadable (accepts msprobe's capitalised keys)."""
+    value = stats.get(key, stats.get(key.capitalize()))
+    try:
+        return math.nan if value is None else float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def statistics_metrics(target_stats: dict, bench_stats: dict) -> MetricResult:
+    """Differences of max/min/mean/norm when only statistics were dumped (no tensor payloads).
+
+    ``<stat>_diff`` is ``target - bench`` (signed, as msprobe's "Max diff"); ``<stat>_rel_diff`` is
+    ``abs(target - bench) / abs(bench)`` as a fraction (msprobe prints the same in percent). A relative
+    difference against a benchmark of exactly 0 is 0 when the target is 0 too, otherwise NaN with a reason.
+
+    Parameters
+    ----------
+    target_stats, bench_stats
+        Mappings with keys ``max``, ``min``, ``mean``, ``norm`` (or ``Max``, ...); missing or None
+        values give NaN and a reason.
+
+    Returns
+    -------
+    MetricResult
+        ``values`` keyed by :data:`STAT_METRIC_COLUMNS`.
+
+    Examples
+    --------
+    >>> r = statistics_metrics({"max": 2.0, "min": -1.0, "mean": 0.5, "norm": 3.0},
+    ...                        {"max": 2.5, "min": -1.0, "mean": 0.0, "norm": 3.0})
+    >>> r["max_diff"], r["max_rel_diff"], r["min_rel_diff"], r.reason
+    (-0.5, 0.2, 0.0, 'mean: benchmark is 0, relative difference undefined')
+    """
+    values: dict[str, float] = {}
+    missing, zero_bench = [], []
+    for key in ("max", "min", "mean", "norm"):
+        t, b = _stat_value(target_stats, key), _stat_value(bench_stats, key)
+        if math.isnan(t) or math.isnan(b):
+            missing.append(key)
+        diff = t - b
+        if diff == 0:
+            rel = 0.0
+        elif b == 0:
+            zero_bench.append(key)
+            rel = math.nan
+        else:
+            rel = abs(diff) / abs(b)
+        values[f"{key}_diff"] = diff
+        values[f"{key}_rel_diff"] = rel
+    reasons = []
+    if missing:
+        reasons.append(f"statistics missing or NaN: {', '.join(missing)}")
+    reasons.extend(f"{key}: benchmark is 0, relative difference undefined" for key in zero_bench)
+    return MetricResult({c: values[c] for c in STAT_METRIC_COLUMNS}, "; ".join(reasons))
+
+
+def checksum_equal(a: str | None, b: str | None) -> bool | None:
+    """Whether two checksums (md5/crc32 hex strings) are equal; None when either is absent.
+
+    Examples
+    --------
+    >>> checksum_equal("ABCD1234", "abcd1234"), checksum_equal("abcd", "abce"), checksum_equal("", "abcd")
+    (True, False, None)
+    """
+    texts = [str(v).strip().lower() if v is not None else "" for v in (a, b)]
+    if any(text in ("", "nan", "none", "n/a", "-1") for text in texts):
+        return None
+    return texts[0] == texts[1]

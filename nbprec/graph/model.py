@@ -108,6 +108,7 @@ class OpGraph:
         A ``networkx.MultiDiGraph`` to wrap (a new empty one when omitted).
     hierarchy
         Node or module call -> parent module call (``None`` at the top), as :attr:`nbprec.Dump.hierarchy`.
+        A dict is shared with the caller (and with subgraphs and collapsed views), not copied.
     source
         Where the graph came from (``"nbprec"``, ``"msprobe"``, ``"onnx"``, ...).
     notes
@@ -135,7 +136,8 @@ class OpGraph:
         meta: Mapping[str, Any] | None = None,
     ) -> None:
         self.nx = graph if graph is not None else networkx().MultiDiGraph()
-        self.hierarchy: dict[str, str | None] = dict(hierarchy or {})
+        # a dict is shared, not copied: subgraphs and collapsed views of a 100,000-op graph stay cheap
+        self.hierarchy: dict[str, str | None] = hierarchy if isinstance(hierarchy, dict) else dict(hierarchy or {})
         self.source = source
         self.notes: list[str] = list(notes)
         self.meta: dict[str, Any] = dict(meta or {})

@@ -62,7 +62,7 @@ class Threshold:
 
 
 # Tolerance of the dtype-aware rule per lower-precision dtype: (min cosine, max relative Euclidean distance).
-# Calibrated on real runs (bf16/fp16 vs fp32 of the same model); documented in docs/rules.md.
+# Calibrated on real runs (bf16/fp16 vs fp32 of the same model); documented in docs/compare.md.
 DTYPE_TOLERANCE: dict[str, tuple[float, float]] = {
     "float64": (0.999999, 1e-5),
     "float32": (0.9999, 1e-3),

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -110,74 +108,7 @@ def _measure(job: tuple[int, str, pd.Series, pd.Series], t_dump: Dump, b_dump: D
         return i, {}, f"could not compare: {type(exc).__name__}: {exc}"
 
 
-#: (get, set) thread-count functions of OpenBLAS builds numpy ships with, newest naming first.
-_OPENBLAS_SYMBOLS = (
-    ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
-    ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
-    ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
-    ("openblas_get_num_threads", "openblas_set_num_threads"),
-)
-
-
-def _loaded_openblas() -> list[tuple[Any, Any]]:
-    """(get, set) thread-count functions of the OpenBLAS libraries numpy has already loaded (Unix wheels)."""
-    noload = getattr(os, "RTLD_NOLOAD", None)
-    if noload is None:
-        return []
-    root = Path(np.__file__).resolve().parent
-    controls = []
-    for lib in sorted({*root.parent.glob("numpy.libs/*openblas*"), *root.glob(".dylibs/*openblas*")}):
-        try:
-            handle = ctypes.CDLL(str(lib), mode=noload | os.RTLD_LAZY)  # never loads a second copy
-        except OSError:
-            continue
-        for get_name, set_name in _OPENBLAS_SYMBOLS:
-            if hasattr(handle, get_name) and hasattr(handle, set_name):
-                controls.append((getattr(handle, get_name), getattr(handle, set_name)))
-                break
-    return controls
-
-
-@contextmanager
-def _single_threaded_blas() -> Iterator[None]:
-    """Run BLAS single-threaded for the duration, then restore the previous thread counts.
-
-    The metrics sum through BLAS ``dot``, which OpenBLAS splits over all cores above 10,000 elements; the
-    engine already runs one worker per core, and threaded ``dot`` on top of that (or on a busy machine)
-    spends far longer waking and waiting for BLAS threads than summing (30x slower measured on 2 cores).
-    Uses threadpoolctl when installed, else numpy's own OpenBLAS; a no-op where neither is found.
-    """
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        threadpool_limits = None
-    if threadpool_limits is not None:
-        with threadpool_limits(limits=1, user_api="blas"):
-            yield
-        return
-    controls = _loaded_openblas()
-    previous = [int(get()) for get, _set in controls]
-    for _get, set_threads in controls:
-        set_threads(1)
-    try:
-        yield
-    finally:
-        for (_get, set_threads), count in zip(controls, previous, strict=True):
-            set_threads(count)
-
-
 def _run_jobs(
-    jobs: list[tuple[int, str, pd.Series, pd.Series]],
-    t_dump: Dump,
-    b_dump: Dump,
-    workers: int,
-    progress: ProgressCallback | None,
-) -> Iterator[tuple[int, dict[str, Any], str]]:
-    with _single_threaded_blas():
-        yield from _run_jobs_unlimited(jobs, t_dump, b_dump, workers, progress)
-
-
-def _run_jobs_unlimited(
     jobs: list[tuple[int, str, pd.Series, pd.Series]],
     t_dump: Dump,
     b_dump: Dump,

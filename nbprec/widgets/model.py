@@ -115,6 +115,13 @@ class OpsModel:
         # Discontinuous ops (relu, max, sort...) whose outputs stay close are "discontinuous", not introduced.
         is_discontinuous = getattr(culprit, "is_discontinuous_op", None)
         min_cos = getattr(culprit, "DISCONTINUITY_MIN_COSINE", 0.9)
+        # An op whose error did not grow past its inputs' passes it on (inherited) even when its inputs pass.
+        factor = getattr(culprit, "INHERIT_FACTOR", None)
+        if factor is not None and {"out_error", "in_error"} <= set(ops.columns):
+            with np.errstate(invalid="ignore"):
+                self._passed_on = ops["out_error"].to_numpy() <= factor * ops["in_error"].to_numpy()
+        else:
+            self._passed_on = np.zeros(len(ops), dtype=bool)
         if is_discontinuous is None:
             self._discontinuous = np.zeros(len(ops), dtype=bool)
         else:
@@ -135,7 +142,7 @@ class OpsModel:
         np.maximum.at(ins, self._op_code[self._is_in], codes[self._is_in])
         np.maximum.at(outs, self._op_code[~self._is_in], codes[~self._is_in])
         failed = outs == 2
-        introduced = failed & (ins != 2)
+        introduced = failed & (ins != 2) & ~self._passed_on
         origin = np.where(introduced, "introduced", np.where(failed, "inherited", ""))
         origin = np.where(introduced & self._random, "random", origin)
         origin = np.where(introduced & ~self._random & self._discontinuous, "discontinuous", origin)
@@ -143,7 +150,15 @@ class OpsModel:
         ops = ops.assign(in_status=_CODE_STATUS[ins], status=_CODE_STATUS[outs], origin=origin.astype(object))
         explain = getattr(culprit, "_explained", None)  # the core's own walk (no public entry point yet)
         if explain is not None and "explained" in ops:
-            ops["explained"] = explain(ops)
+            # The walk only looks at failing ops: run it on those, with plain object columns (fast to iterate).
+            rows = np.flatnonzero(failed)
+            walk = pd.DataFrame(
+                {c: ops[c].to_numpy(dtype=object)[rows] for c in ("step", "rank", "status", "origin")}, dtype=object
+            )
+            explained = np.zeros(len(ops), dtype=bool)
+            explained[rows] = explain(walk) if len(rows) else False
+            ops["explained"] = explained
+        self._facts: dict[str, pd.Series | None] = {}
         return ops
 
     def set_threshold(self, value: float, metric: str | None = None) -> None:
@@ -184,17 +199,26 @@ class OpsModel:
             mask &= ~self.ops["explained"].astype(bool)
         return int(mask.sum())
 
+    def _fact(self, name: str) -> pd.Series | None:
+        facts = self.__dict__.setdefault("_facts", {})
+        if name not in facts:
+            if name == "onset":
+                facts[name] = divergence_onset(self.ops)
+            else:
+                facts[name] = first_failing(self.ops, origin="introduced" if name == "introduced" else None)
+        return facts[name]
+
     def first_failing(self) -> pd.Series | None:
-        """The first failing op in execution order (core :func:`first_failing`)."""
-        return first_failing(self.ops)
+        """The first failing op in execution order (core :func:`first_failing`), computed once per rule."""
+        return self._fact("first")
 
     def first_introduced(self) -> pd.Series | None:
         """The first op that introduced an error (inputs pass, outputs fail)."""
-        return first_failing(self.ops, origin="introduced")
+        return self._fact("introduced")
 
     def onset(self) -> pd.Series | None:
         """Where the divergence sets in and persists (core :func:`divergence_onset`)."""
-        return divergence_onset(self.ops)
+        return self._fact("onset")
 
     @property
     def metric_column(self) -> str:

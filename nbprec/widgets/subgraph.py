@@ -152,6 +152,10 @@ class SubgraphView(View):
         failing = set(self.model.ops.loc[self.model.ops["status"] == STATUS_FAIL, "op"])
         nodes = [e for e in export.elements if "source" not in e["data"]]
         edges = [e for e in export.elements if "source" in e["data"]]
+        if not edges:
+            self.graph_note = f"{op} has no recorded or inferred data-flow edge; neighbours in execution order"
+            return None
+        self.graph_note = ""
         for node in nodes:
             data = node["data"]
             data["colour"] = data.get("color", NA_COLOUR)

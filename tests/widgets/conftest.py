@@ -25,3 +25,30 @@ def demo_runs(tmp_path_factory):
 
     runs = {r.name: r.path for r in tiny_runs(tmp_path_factory.mktemp("demo"))}
     return runs["tiny_bf16_faulty"], runs["tiny_fp32"]
+
+
+@pytest.fixture(scope="session")
+def demo_notebook(demo_runs, tmp_path_factory):
+    """A notebook (in its own folder) that compares the demo runs and displays the dashboard."""
+    target, bench = demo_runs
+    return write_demo_notebook(tmp_path_factory.mktemp("nb") / "explore.ipynb", target, bench)
+
+
+def write_demo_notebook(path: Path, target: Path, bench: Path, rule: str = "cann") -> Path:
+    """A notebook that compares ``target`` with ``bench`` and displays the dashboard (last cell)."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# nbprec dashboard on the demo comparison"),
+        nbformat.v4.new_code_cell(
+            "import nbprec\n"
+            f"comp = nbprec.compare({str(target)!r}, {str(bench)!r}, rule={rule!r})\n"
+            "dash = nbprec.explore(comp)\n"
+            "print(dash.selection.op)"
+        ),
+        nbformat.v4.new_code_cell("dash"),
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path

@@ -15,6 +15,49 @@ from typing import Any
 from nbprec.capture.tensors import overflow_kind
 from nbprec.errors import CaptureError, OverflowDetectedError
 
+#: Ops that copy, select or fill values rather than compute them: saturation there is not an overflow.
+COPIES_VALUES = frozenset(
+    {
+        "where",
+        "masked_fill",
+        "masked_fill_",
+        "fill_",
+        "full",
+        "full_like",
+        "new_full",
+        "clamp",
+        "clamp_",
+        "clip",
+        "cat",
+        "stack",
+        "expand",
+        "expand_as",
+        "repeat",
+        "index_select",
+        "gather",
+        "__getitem__",
+        "to",
+        "type_as",
+        "copy_",
+        "view",
+        "reshape",
+        "transpose",
+        "permute",
+        "contiguous",
+        "squeeze",
+        "unsqueeze",
+        "flatten",
+        "detach",
+        "clone",
+        "max",
+        "min",
+        "amax",
+        "amin",
+        "maximum",
+        "minimum",
+    }
+)
+
 
 @dataclass
 class OverflowCheck:
@@ -37,13 +80,29 @@ class OverflowCheck:
             raise CaptureError(f"overflow_nums must be a positive int or -1 (never stop), not {self.limit!r}")
 
     @staticmethod
-    def problems(torch: Any, tensors: list[tuple[str, str, Any]]) -> list[str]:
-        """Descriptions (``"output.0: inf"``) of the overflowing tensors among ``(role, slot, tensor)``."""
+    def problems(
+        torch: Any, checked: list[tuple[str, str, Any]], op_type: str, sources: list[tuple[str, Any]]
+    ) -> list[str]:
+        """Descriptions (``"output.0: inf"``) of the overflowing tensors among ``checked`` (role, slot, tensor).
+
+        NaN and inf always count. A value at the dtype's maximum counts only if the op *made* it: not for ops
+        that copy or select values (``torch.where(mask, 0, finfo.min)`` builds attention masks that way), and
+        not when one of the op's ``sources`` (its inputs) already held such a value.
+        """
         found = []
-        for role, slot, t in tensors:
+        saturated = []
+        for role, slot, t in checked:
             kind = overflow_kind(torch, t)
-            if kind is not None:
+            if kind == "saturated":
+                saturated.append(f"{role}.{slot}: {kind}")
+            elif kind is not None:
                 found.append(f"{role}.{slot}: {kind}")
+        if (
+            saturated
+            and op_type not in COPIES_VALUES
+            and not any(overflow_kind(torch, t) is not None for _, t in sources)
+        ):
+            found.extend(saturated)
         return found
 
     def register(self, op: str, problems: list[str]) -> None:

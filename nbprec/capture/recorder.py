@@ -16,11 +16,35 @@ from nbprec.capture.naming import CallCounter, OpName, api_identity, module_api,
 from nbprec.capture.overflow import OverflowCheck
 from nbprec.capture.select import Selection
 from nbprec.capture.stacks import StackCollector
-from nbprec.capture.tensors import call_tensors, dtype_name, iter_tensors, torch_stats
+from nbprec.capture.tensors import call_tensors, dtype_name, iter_tensors, tensor_to_numpy, torch_stats
 
 _INPLACE_DUNDERS = frozenset(
     f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "lshift")
 ) | frozenset({"__irshift__", "__imatmul__", "__setitem__"})
+
+
+#: APIs whose single output holds exactly the values of their first input, rearranged (same statistics).
+SAME_VALUES = frozenset(
+    {
+        "view",
+        "view_as",
+        "reshape",
+        "reshape_as",
+        "transpose",
+        "permute",
+        "contiguous",
+        "flatten",
+        "unflatten",
+        "squeeze",
+        "unsqueeze",
+        "detach",
+        "clone",
+        "t",
+        "movedim",
+        "swapaxes",
+        "mT",
+    }
+)
 
 
 def is_inplace(name: str, kwargs: dict[str, Any] | None) -> bool:
@@ -143,7 +167,7 @@ class Recorder:
         except TypeError:  # unhashable callable
             ident = api_identity(func)
         sel = self.opt.selection
-        if ident is None or (sel.modules and not (self.module_stack and self.module_stack[-1].selected)):
+        if ident is None:
             return func(*args, **kwargs)
         torch = self.torch
         inputs = call_tensors(torch, args, kwargs)
@@ -158,7 +182,8 @@ class Recorder:
         call = self.api_calls.next(api)
         module = self.module_stack[-1].name.module if self.module_stack else ""
         name = OpName(op_name(api, call, "forward", "api"), ident[1], api, call, "api", module)
-        if not sel.op_selected(name.op):
+        outside = bool(sel.modules) and not (self.module_stack and self.module_stack[-1].selected)
+        if outside or not sel.op_selected(name.op):  # counted all the same: names do not depend on filters
             return out
         parent = self.module_stack[-1].name.op if self.module_stack else None
         edges = before[1] if before is not None else (input_edges(torch, inputs) if self.opt.backward else [])
@@ -243,7 +268,19 @@ class Recorder:
         self._structure(name.op, parent)
         self._write_stack(name.op)
         self._write_tensors(name, "input", inputs, order, edges_to=name.op, snapshot=snapshot)
+        if name.op_type in SAME_VALUES and snapshot is None and len(outputs) == 1 and inputs:
+            self._inherit_stats(inputs[0][1], outputs[0][1])
         self._write_tensors(name, "output", outputs, order, produced=True)
+
+    def _inherit_stats(self, src: Any, dst: Any) -> None:
+        """Give ``dst`` the statistics of ``src`` when it holds the same values rearranged (a view or copy)."""
+        if dst is src or dst.numel() != src.numel() or dst.dtype != src.dtype:
+            return
+        entry = self.memo.get(src)
+        if entry is not None and entry.stats is not None and entry.version == src._version:
+            out = self.memo.put(dst)
+            out.version = dst._version
+            out.stats = entry.stats
 
     def _check_overflow(
         self,
@@ -255,9 +292,11 @@ class Recorder:
         snapshot: dict[str, tuple[Any, Any]] | None = None,
     ) -> None:
         checked = [("output", s, t) for s, t in outputs]
-        if name.direction == "backward":
+        sources = inputs
+        if name.direction == "backward":  # gradients arriving non-finite were made elsewhere, but still count
             checked += [("input", s, t) for s, t in inputs]
-        problems = OverflowCheck.problems(self.torch, checked)
+            sources = []
+        problems = OverflowCheck.problems(self.torch, checked, name.op_type, sources)
         if not problems:
             return
         self._structure(name.op, parent)
@@ -329,9 +368,7 @@ class Recorder:
             return None
 
     def _array(self, t: Any, copy: bool = False) -> Any:
-        from nbprec.formats._torch import torch_to_numpy
-
-        array = torch_to_numpy(t)
+        array = tensor_to_numpy(self.torch, t)
         return array.copy() if copy else array
 
     def _structure(self, node: str, parent: str | None) -> None:

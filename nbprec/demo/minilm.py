@@ -64,7 +64,7 @@ def build_minilm(dtype: str = "float32", *, seed: int = 0) -> tuple[Any, dict[st
     transformers.utils.logging.disable_progress_bar()
     folder = minilm_folder()
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
-    encoder = transformers.AutoModel.from_pretrained(str(folder), attn_implementation="eager")
+    encoder = transformers.AutoModel.from_pretrained(str(folder), attn_implementation="sdpa")
     torch.manual_seed(seed)
     model = MiniLMClassifier(encoder).to(getattr(torch, dtype)).eval()
     batch = tokenizer(list(SENTENCES), padding=True, return_tensors="pt")

@@ -1,0 +1,28 @@
+"""Shared captures of the tiny demo encoder (real PyTorch runs written to real folders)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def capture_tiny(path: Path, dtype: str = "float32", **options: object) -> Path:
+    """Capture one training step of the seeded tiny encoder into ``path``."""
+    from nbprec.capture import capture, seed_all
+    from nbprec.demo.tiny import build_tiny, train_step
+
+    seed_all(0)
+    model, ids, labels = build_tiny(dtype)
+    with capture(model, path, **options):
+        train_step(model, ids, labels)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_dumps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tensor-mode captures of the tiny encoder in float32 and float16."""
+    root = tmp_path_factory.mktemp("tiny")
+    return {dtype: capture_tiny(root / dtype, dtype, mode="tensor") for dtype in ("float32", "float16")}

@@ -1,0 +1,149 @@
+"""Capture of the tiny demo encoder: dumps open, names line up, statistics, edges, hierarchy, stacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nbprec
+from nbprec.stats import STAT_COLUMNS, tensor_stats
+
+from .conftest import capture_tiny
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+
+def test_both_dumps_open_and_names_line_up(tiny_dumps: dict[str, Path]) -> None:
+    fp32, fp16 = nbprec.open(tiny_dumps["float32"]), nbprec.open(tiny_dumps["float16"])
+    assert fp32.format == fp16.format == "nbprec"
+    assert fp32.meta["finished"] and fp16.meta["finished"]
+    assert len(fp32.problems) == len(fp16.problems) == 0
+    assert set(fp32.names) == set(fp16.names)
+    forward = [d.ops().query("direction == 'forward'")["op"].tolist() for d in (fp32, fp16)]
+    assert forward[0] == forward[1]
+    assert set(fp16.index.query("role == 'output' and op_type == 'linear'")["dtype"]) == {"float16"}
+    ops = set(fp32.ops()["op"])
+    for expected in (
+        "Functional.linear.0.forward",
+        "Functional.linear.0.backward",
+        "Functional.layer_norm.0.forward",
+        "Functional.softmax.0.forward",
+        "Tensor.transpose.0.forward",
+        "Torch.matmul.0.forward",
+        "Module.layers.0.ff1.Linear.forward.0",
+        "Module.layers.0.ff1.Linear.backward.0",
+        "Module.TinyEncoder.forward.0",
+    ):
+        assert expected in ops
+
+
+def test_statistics_agree_with_saved_tensors(tiny_dumps: dict[str, Path]) -> None:
+    for path in tiny_dumps.values():
+        dump = nbprec.open(path)
+        assert dump.index["has_data"].all()
+        for _, row in dump.index.iterrows():
+            array = dump.tensor(row)
+            assert tuple(array.shape) == tuple(row["shape"])
+            expected = tensor_stats(array)
+            for column in STAT_COLUMNS:
+                if expected[column] is None:
+                    assert np.isnan(row[column]), (row["name"], column)
+                else:
+                    assert row[column] == pytest.approx(expected[column], rel=1e-9, abs=1e-12), (row["name"], column)
+
+
+def test_statistics_mode_matches_tensor_mode(tmp_path: Path, tiny_dumps: dict[str, Path]) -> None:
+    stats = nbprec.open(capture_tiny(tmp_path / "stats", "float32", mode="statistics"))
+    full = nbprec.open(tiny_dumps["float32"])
+    assert not stats.index["has_data"].any()
+    assert stats.meta["mode"] == "statistics"
+    merged = stats.index.merge(full.index, on="name", suffixes=("_s", "_t"))
+    assert len(merged) == len(full.index) == len(stats.index)
+    for column in ("mean", "std", "norm", "min", "max", "zero_count"):
+        np.testing.assert_allclose(merged[f"{column}_s"], merged[f"{column}_t"], rtol=1e-12)
+
+
+def test_dataflow_edges_reproduce_the_wiring(tiny_dumps: dict[str, Path]) -> None:
+    dump = nbprec.open(tiny_dumps["float32"])
+    edges = set(dump.edges.itertuples(index=False, name=None))
+    ops = dump.ops().set_index("op")
+    # every edge runs from an earlier op's output tensor to a later op
+    for src, dst_op, _ in edges:
+        src_row = dump.row(src)
+        assert src_row["role"] == "output" and src_row["direction"] == "forward"
+        assert ops.loc[src_row["op"], "order"] < ops.loc[dst_op, "order"]
+    # layer 0's feed-forward: ff1's linear output is the GELU's input, whose output is ff2's linear input
+    ff1 = dump.index.query("module == 'layers.0.ff1' and op_type == 'linear' and direction == 'forward'")["op"].iloc[0]
+    ff2 = dump.index.query("module == 'layers.0.ff2' and op_type == 'linear' and direction == 'forward'")["op"].iloc[0]
+    assert (f"{ff1}.output.0", "Functional.gelu.0.forward", "0") in edges
+    assert ("Functional.gelu.0.forward.output.0", ff2, "0") in edges
+    # module level: layer 0's output feeds layer 1
+    assert ("Module.layers.0.EncoderLayer.forward.0.output.0", "Module.layers.1.EncoderLayer.forward.0", "0") in edges
+    # the residual: the attention block's add consumes the layer input (embedding sum) and the attention output
+    add_inputs = {(s, slot) for s, d, slot in edges if d == "Tensor.add.1.forward"}
+    assert ("Tensor.add.0.forward.output.0", "0") in add_inputs
+
+
+def test_from_torch_import_relu_is_captured(tiny_dumps: dict[str, Path]) -> None:
+    dump = nbprec.open(tiny_dumps["float32"])
+    relu = dump.index.query("op == 'Torch.relu.0.forward'")
+    assert set(relu["role"]) == {"input", "output"}
+    head1 = dump.index.query("module == 'head1' and op_type == 'linear' and role == 'output'")["name"].iloc[0]
+    assert (head1, "Torch.relu.0.forward", "0") in set(dump.edges.itertuples(index=False, name=None))
+    assert "Torch.relu.0.backward" in set(dump.ops()["op"])
+
+
+def test_module_hierarchy(tiny_dumps: dict[str, Path]) -> None:
+    h = nbprec.open(tiny_dumps["float32"]).hierarchy
+    assert h["Module.TinyEncoder.forward.0"] is None
+    assert h["Module.layers.0.EncoderLayer.forward.0"] == "Module.TinyEncoder.forward.0"
+    assert h["Module.layers.0.attn.SelfAttention.forward.0"] == "Module.layers.0.EncoderLayer.forward.0"
+    assert h["Functional.softmax.0.forward"] == "Module.layers.0.attn.SelfAttention.forward.0"
+    assert h["Functional.gelu.0.forward"] == "Module.layers.0.EncoderLayer.forward.0"
+    assert h["Functional.gelu.0.backward"] == "Module.layers.0.EncoderLayer.backward.0"
+
+
+def test_user_call_stacks(tiny_dumps: dict[str, Path]) -> None:
+    stacks = nbprec.open(tiny_dumps["float32"]).stacks
+    frames = stacks["Torch.relu.0.forward"]
+    assert "relu(self.head1(pooled))" in frames[-1] and "tiny.py" in frames[-1]
+    torch_dir = str(Path(torch.__file__).parent)
+    for op_frames in stacks.values():
+        assert not any(torch_dir in f or "nbprec/capture" in f for f in op_frames)
+
+
+def test_backward_gradients_are_the_ops_own(tmp_path: Path) -> None:
+    from nbprec.capture import capture
+    from nbprec.demo.tiny import build_tiny, train_step
+
+    model, ids, labels = build_tiny("float32")
+    with capture(model, tmp_path / "run", mode="tensor", level="apis"):
+        train_step(model, ids, labels)
+    dump = nbprec.open(tmp_path / "run")
+    ff1 = dump.index.query("module == 'layers.0.ff1' and op_type == 'linear'")["op"].iloc[0]
+    bwd = ff1.replace(".forward", ".backward")
+    np.testing.assert_array_equal(dump.tensor(f"{bwd}.output.1"), model.layers[0].ff1.weight.grad.numpy())
+    np.testing.assert_array_equal(dump.tensor(f"{bwd}.output.2"), model.layers[0].ff1.bias.grad.numpy())
+    # the gradient a consumer receives equals the one its producer's output got (single consumer)
+    np.testing.assert_array_equal(
+        dump.tensor("Functional.gelu.0.backward.output.0"),
+        dump.tensor(f"{bwd}.input.0"),
+    )
+    # per-consumer: layer 0's output goes only to layer 1's attention block, whose residual add gets it too
+    total = dump.tensor("Functional.layer_norm.1.backward.input.0").astype(np.float64)
+    assert np.isfinite(total).all()
+
+
+def test_model_checking_isinstance_of_submodules_works(tmp_path: Path) -> None:
+    from nbprec.capture import capture
+    from nbprec.demo.tiny import EncoderLayer, build_tiny
+
+    model, ids, _ = build_tiny("float32")
+    with capture(model, tmp_path / "run"):
+        assert type(model.layers[0]) is EncoderLayer
+        out = model(ids)
+    assert out.shape == (4, 3)
+    assert all(type(layer) is EncoderLayer for layer in model.layers)

@@ -11,7 +11,7 @@ comma := ,
 DEMO_OUT ?= demo-output
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint format bench clean
+.PHONY: install demo test lint format bench clean report-assets
 
 install: $(STAMP)
 
@@ -21,9 +21,16 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: install
-	$(BIN)/nbprec demo --out $(DEMO_OUT) $(if $(MODEL),--model $(MODEL),)
+	-$(BIN)/nbprec report --fetch-assets
+	$(BIN)/nbprec demo --out $(DEMO_OUT) $(if $(MODEL),--model $(MODEL),) --report
+
+# The widget JavaScript offline reports inline (html-manager embed bundle, require.js), fetched from the npm
+# registry into the virtualenv (never committed). Without it reports fall back to static tables and plots.
+report-assets: install
+	$(BIN)/nbprec report --fetch-assets
 
 test: install
+	-$(BIN)/nbprec report --fetch-assets
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -114,7 +114,53 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     for run in runs:
         print(f"wrote {run.path}  ({run.description})" + (f"\n  {run.note}" if run.note else ""))
     print()
-    return _cmd_info(argparse.Namespace(paths=[r.path for r in runs], format=None, json=False, max_problems=5))
+    status = _cmd_info(argparse.Namespace(paths=[r.path for r in runs], format=None, json=False, max_problems=5))
+    if getattr(args, "report", False):
+        from nbprec.report.demo import write_demo_report
+
+        report = write_demo_report(args.out, runs, echo=print)
+        print(f"demo report: {report.html.resolve()}")
+    return status
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    """``nbprec report``: write the offline HTML report (and its executed notebook), or fetch its JavaScript."""
+    from nbprec.report import fetch_assets, find_assets, missing_assets_message, write_report
+
+    if args.fetch_assets:
+        assets = fetch_assets(args.assets, force=args.force)
+        versions = ", ".join(f"{k} {v}" for k, v in assets.versions.items())
+        print(f"report assets in {assets.folder}" + (f" ({versions})" if versions else ""))
+        if not (args.target and args.bench):
+            return 0
+    if not (args.target and args.bench and args.output):
+        raise SystemExit("nbprec report: give TARGET BENCH -o REPORT.html (or --fetch-assets)")
+    if find_assets(args.assets) is None:
+        print(f"note: {missing_assets_message()}", file=sys.stderr)
+    report = write_report(
+        args.target, args.bench, args.output, rule=args.rule, title=args.title, depth=args.depth,
+        notebook=args.notebook, assets=args.assets,
+    )  # fmt: skip
+    size = _human_bytes(report.export.bytes)
+    live = "live widgets embedded" if report.offline_widgets else "static tables and plots only"
+    print(f"wrote {report.notebook}")
+    print(f"wrote {report.html}  ({size}, {live}; opens offline from disk)")
+    for problem in report.export.missing:
+        print(f"  note: {problem}")
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    """``nbprec serve``: the explore dashboard as a Voila page on 127.0.0.1, until interrupted."""
+    from nbprec.report import serve
+
+    server = serve(args.target, args.bench, port=args.port, rule=args.rule)
+    print(f"nbprec dashboard: {server.url}  (Voila; press Ctrl-C to stop)", flush=True)
+    try:
+        server.process.wait()
+    finally:
+        server.stop()
+    return 0
 
 
 def _cmd_ni(args: argparse.Namespace) -> int:
@@ -224,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="capture the demo runs (tiny encoder or MiniLM) and describe them")
     demo.add_argument("--out", required=True, metavar="DIR", help="folder to write the run folders into")
     demo.add_argument("--model", choices=["tiny", "minilm"], default="tiny", help="demo model (default tiny)")
+    demo.add_argument("--report", action="store_true", help="end by writing the demo report (DIR/report.html)")
     demo.set_defaults(func=_cmd_demo)
 
     from nbprec.compare.engine import MODES
@@ -254,6 +301,26 @@ def build_parser() -> argparse.ArgumentParser:
     ovf.add_argument("--top", type=int, default=15, help="how many ranked ops to list (default 15)")
     ovf.add_argument("-o", "--output", metavar="DIR", help="save the report (report.json, tensors.csv, ops.csv)")
     ovf.set_defaults(func=_cmd_overflow)
+
+    rep = sub.add_parser("report", help="write an offline HTML report (and the executed notebook) of two runs")
+    rep.add_argument("target", nargs="?", metavar="TARGET", help="target dump (NPU / low precision)")
+    rep.add_argument("bench", nargs="?", metavar="BENCH", help="benchmark dump (CPU/GPU float32)")
+    rep.add_argument("-o", "--output", metavar="HTML", help="the HTML file to write (the .ipynb goes next to it)")
+    rep.add_argument("--notebook", metavar="IPYNB", help="where to write the executed notebook")
+    rep.add_argument("--rule", choices=preset_names(), default="default", help="pass/fail rule (default: dtype-aware)")
+    rep.add_argument("--title", default="", help="report title")
+    rep.add_argument("--depth", type=int, default=4, help="subgraph depth around the culprit (default 4)")
+    rep.add_argument("--fetch-assets", action="store_true", help="fetch the widget JavaScript from npm (needs npm)")
+    rep.add_argument("--assets", metavar="DIR", help="folder of the fetched JavaScript (default: found/created)")
+    rep.add_argument("--force", action="store_true", help="with --fetch-assets: fetch again")
+    rep.set_defaults(func=_cmd_report)
+
+    srv = sub.add_parser("serve", help="serve the explore dashboard of two runs as a Voila page on 127.0.0.1")
+    srv.add_argument("target", metavar="TARGET", help="target dump")
+    srv.add_argument("bench", metavar="BENCH", help="benchmark dump")
+    srv.add_argument("--port", type=int, help="TCP port (default: a free one)")
+    srv.add_argument("--rule", choices=preset_names(), default="default", help="pass/fail rule (default: dtype-aware)")
+    srv.set_defaults(func=_cmd_serve)
 
     ni = sub.add_parser(
         "ni", help="node info: an op's type, module, inputs/outputs with statistics and metrics, neighbours"

@@ -1,0 +1,155 @@
+"""The explore dashboard as a standalone web page: Voila serving a generated notebook on 127.0.0.1.
+
+``nbprec serve TARGET BENCH`` calls :func:`serve`, prints the URL and waits. The notebook holds two code
+cells: the parameters (paths as Python literals) and ``nbprec.explore(...)``; Voila runs it in a kernel and
+shows only the outputs, so the page is the live dashboard with no code.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nbprec._optional import require
+from nbprec.report.notebook import KERNEL, ReportError, parameters_source
+
+_EXPLORE = """\
+import nbprec
+dash = nbprec.explore(TARGET, BENCH, rule=RULE)
+dash"""
+
+
+def write_dashboard_notebook(
+    path: str | os.PathLike[str], target: str | os.PathLike[str], bench: str | os.PathLike[str], rule: str = "default"
+) -> Path:
+    """Write the dashboard notebook (parameters cell, then ``nbprec.explore``) to ``path``."""
+    nbformat = require("nbformat", "nbprec serve", extra="report")
+    v4 = nbformat.v4
+    params = {"target": str(Path(target).resolve()), "bench": str(Path(bench).resolve()), "rule": rule}
+    cell = v4.new_code_cell(parameters_source(params))
+    cell.metadata["tags"] = ["parameters"]
+    nb = v4.new_notebook(cells=[cell, v4.new_code_cell(_EXPLORE)])
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+    return path
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class DashboardServer:
+    """A running Voila server: its URL, process, notebook and log. Use as a context manager, or :meth:`stop`."""
+
+    url: str
+    process: subprocess.Popen
+    notebook: Path
+    log: Path
+    _tmp: Any = None
+
+    def stop(self, timeout: float = 20) -> None:
+        """Stop Voila (terminate, then kill after ``timeout`` seconds) and remove its temporary folder."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=timeout)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> DashboardServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(
+    target: str | os.PathLike[str],
+    bench: str | os.PathLike[str],
+    *,
+    port: int | None = None,
+    rule: str = "default",
+    workdir: str | os.PathLike[str] | None = None,
+    ready_timeout: float = 60,
+) -> DashboardServer:
+    """Start Voila on 127.0.0.1 serving the explore dashboard of ``target`` against ``bench``.
+
+    Parameters
+    ----------
+    target, bench
+        The two dumps.
+    port
+        TCP port (a free one by default).
+    rule
+        Comparison rule preset.
+    workdir
+        Folder for the generated notebook, Voila's Jupyter dirs and log (a temporary folder by default,
+        removed by :meth:`DashboardServer.stop`).
+    ready_timeout
+        Seconds to wait for the server to answer.
+
+    Returns
+    -------
+    DashboardServer
+        Open ``.url`` in a browser; the dashboard is computed when the page is opened.
+
+    Raises
+    ------
+    ReportError
+        A dump is missing, Voila is not installed, or it did not start (the message quotes its log).
+    """
+    for label, path in (("target", target), ("benchmark", bench)):
+        if not Path(path).exists():
+            raise ReportError(f"{path}: the {label} dump does not exist")
+    require("voila", "nbprec serve", extra="report")
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="nbprec-serve-")
+        workdir = tmp.name
+    home = Path(workdir)
+    nb = write_dashboard_notebook(home / "nbprec-dashboard.ipynb", target, bench, rule=rule)
+    port = port or free_port()
+    voila = shutil.which("voila", path=str(Path(sys.executable).parent)) or shutil.which("voila")
+    base = [voila] if voila else [sys.executable, "-m", "voila"]
+    cmd = [*base, str(nb), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
+           "--ServerApp.port_retries=0", "--Voila.show_tracebacks=True"]  # fmt: skip
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(home / "jupyter-config"),
+        "JUPYTER_RUNTIME_DIR": str(home / "jupyter-runtime"),
+    }
+    log = home / "voila.log"
+    with log.open("w") as handle:
+        proc = subprocess.Popen(cmd, cwd=home, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    server = DashboardServer(f"http://127.0.0.1:{port}/", proc, nb, log, tmp)
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            text = log.read_text(errors="replace")[-1500:]
+            server.stop()
+            raise ReportError(f"voila exited with status {proc.returncode} before serving {nb}:\n{text}")
+        try:  # a TCP connection, not a page request (which would make Voila run the notebook)
+            with socket.create_connection(("127.0.0.1", port), timeout=2):
+                return server
+        except OSError:
+            time.sleep(0.3)
+    server.stop()
+    raise ReportError(f"voila did not answer on {server.url} within {ready_timeout:.0f} s (log: {log})")

@@ -1,0 +1,96 @@
+"""Shared real-browser helpers: Debian Chromium driven by Python playwright (see ../shared docs, BROWSER.md).
+
+Import from a test module (``from tests.browser_support import ...`` does not work with importlib mode; load it
+with :func:`load` below or ``importlib``). Never runs ``playwright install``: the browser is ``/usr/bin/chromium``
+(``apt-get install -y chromium``); tests skip with that hint when it is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+ARGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+)
+TIMEOUT_MS = 90_000
+#: Text that must never appear on a page whose widgets rendered.
+WIDGET_ERRORS = ("Error displaying widget", "Loading widget", "Traceback")
+#: JavaScript: a predicate over the page, true once cytoscape drew a graph with nodes.
+CYTOSCAPE_NODES_JS = (
+    "() => { const d = [...document.querySelectorAll('div')].find(e => e._cyreg && e._cyreg.cy);"
+    " return d ? d._cyreg.cy.nodes().length : 0; }"
+)
+
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Debian Chromium at /usr/bin/chromium (apt-get install -y chromium)"
+)
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def chromium(viewport: tuple[int, int] = (1400, 1000)) -> Iterator[Any]:
+    """A fresh browser context (Debian Chromium, headless) for one test module; closed on exit."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=list(ARGS))
+        try:
+            context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+            yield context
+        finally:
+            browser.close()
+
+
+def block_network(context: Any, allow_hosts: tuple[str, ...] = ()) -> list[str]:
+    """Abort every request except ``file://``, ``data:`` and ``allow_hosts``; returns the list of blocked URLs."""
+    blocked: list[str] = []
+
+    def route(r: Any) -> None:
+        url = r.request.url
+        parsed = urllib.parse.urlparse(url)
+        if parsed.scheme in ("file", "data", "blob") or parsed.hostname in allow_hosts:
+            r.continue_()
+        else:
+            blocked.append(url)
+            r.abort()
+
+    context.route("**/*", route)
+    return blocked
+
+
+def wait_until(page: Any, predicate_js: str, timeout_ms: int = TIMEOUT_MS) -> float:
+    """Wait for a JavaScript predicate over the page; returns the seconds waited."""
+    start = time.monotonic()
+    page.wait_for_function(predicate_js, timeout=timeout_ms)
+    return time.monotonic() - start
+
+
+def screenshot(page: Any, name: str, full_page: bool = True) -> Path:
+    """Save a screenshot under ``tests/artifacts/`` (gitignored) and return its path."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path), full_page=full_page)
+    return path

@@ -1,0 +1,62 @@
+"""nbprec serve: Voila serves the explore dashboard on 127.0.0.1; Chromium renders every view."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location("browser_support", Path(__file__).parents[1] / "browser_support.py")
+bs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bs)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, bs.needs_chromium]
+
+
+def test_serve_renders_the_dashboard(tiny_pair, tmp_path):
+    pytest.importorskip("voila")
+    from nbprec.report import serve
+
+    with serve(*tiny_pair, workdir=tmp_path) as server, bs.chromium() as ctx:
+        assert server.url.startswith("http://127.0.0.1:")
+        blocked = bs.block_network(ctx, allow_hosts=("127.0.0.1",))
+        page = ctx.new_page()
+        start = time.monotonic()
+        page.goto(server.url, timeout=bs.TIMEOUT_MS)
+        bs.wait_until(
+            page,
+            f"() => ({bs.CYTOSCAPE_NODES_JS})() > 0 && document.querySelectorAll('.dot').length > 0"
+            " && document.querySelector('.lm-DataGrid canvas, .p-DataGrid canvas')",
+        )
+        seconds = time.monotonic() - start
+        text = page.inner_text("body")
+        for bad in bs.WIDGET_ERRORS:
+            assert bad not in text
+        assert "Functional.gelu.1.forward" in text  # the culprit is selected
+        assert "import nbprec" not in text  # a page, not a notebook: no code shown
+        # Voila's page template links Font Awesome (icons) from a CDN; nothing else leaves the machine
+        assert all("fontawesome" in url for url in blocked), blocked
+        bs.screenshot(page, "serve.png")
+        print(f"nbprec serve: dashboard rendered in {seconds:.1f} s")
+    assert server.process.poll() is not None  # stopped
+
+
+def test_cli_serve_prints_the_url(tiny_pair, tmp_path):
+    """The command prints the URL and keeps serving until stopped."""
+    import subprocess
+    import sys
+
+    port = bs.free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nbprec", "serve", str(tiny_pair[0]), str(tiny_pair[1]), "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        assert f"http://127.0.0.1:{port}/" in line, line
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -218,7 +218,11 @@ def read_native_dump(path: Path) -> Dump:
         index = make_index(records, run=str(header.get("run") or path.name))
     except (TypeError, ValueError) as exc:
         raise DumpFormatError(index_file, f"a record holds a value of the wrong type: {exc}") from exc
-    named = np.fromiter((type(n) is str and n != "" for n in index["name"]), bool, len(index))
+    names = index["name"]
+    if pd.api.types.infer_dtype(names, skipna=False) == "string":  # the usual case, checked in C
+        named = (names != "").to_numpy()
+    else:
+        named = np.fromiter((type(n) is str and n != "" for n in names), bool, len(index))
     if not named.all():
         for position in np.flatnonzero(~named):
             problems.append(Problem(str(index_file), "record without a string 'name' skipped", f"row {position}"))

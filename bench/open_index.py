@@ -1,0 +1,159 @@
+"""How long does opening a big dump take? ``nbprec.open`` on 100,000 tensors, against merely listing them.
+
+Builds, in a temporary folder that is removed afterwards:
+
+- an nbprec-format dump of ``--tensors`` tensors written with :class:`NativeDumpWriter` (mode "tensor"),
+  once with small payloads (``--small-elems`` float32 each) and once with large ones (``--large-elems``),
+  to show that the index time does not grow with payload size;
+- a TensorFlow ``{op}.{idx}.{timestamp}.npy`` folder of as many files (for the tf_npy reader).
+
+For each it times, in the same process, the baseline (listing the files with ``os.scandir``) and
+``nbprec.open``; for the nbprec dump also the fallback path that parses ``index.jsonl`` when the column cache
+is absent (as after a crash). Prints the best of ``--repeat`` runs and the ratio to the baseline.
+Target: ``nbprec.open`` of the nbprec dump under 2 s.
+
+Usage::
+
+    .venv/bin/python bench/open_index.py [--tensors 100000] [--small-elems 32] [--large-elems 4096] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import nbprec
+from nbprec.formats.native import COLUMNS_FILE, NativeDumpWriter
+from nbprec.stats import tensor_stats
+
+TARGET_SECONDS = 2.0
+
+
+def build_native(folder: Path, tensors: int, elems: int) -> None:
+    """A synthetic run: ``tensors`` records of an MLP-like op sequence (input and output of each call)."""
+    array = np.linspace(-1, 1, elems, dtype=np.float32)
+    stats = tensor_stats(array)  # the same payload everywhere: skip recomputing identical statistics
+    with NativeDumpWriter(folder, run=folder.name, meta={"synthetic": True}) as writer:
+        for i in range(tensors):
+            call, role = divmod(i, 2)
+            api = ("Functional.linear", "Functional.gelu", "Tensor.add")[call % 3]
+            op = f"{api}.{call // 3}.forward"
+            name = f"{op}.{'input' if role == 0 else 'output'}.0"
+            record = {
+                "name": name,
+                "step": 0,
+                "rank": 0,
+                "order": call,
+                "op": op,
+                "op_type": api.split(".")[1],
+                "api": api,
+                "call": call // 3,
+                "module": f"encoder.layers.{call % 12}.mlp",
+                "direction": "forward",
+                "role": "input" if role == 0 else "output",
+                "slot": "0",
+            }
+            writer.write_tensor(record, array, stats=stats)
+            if role == 0 and call:
+                writer.write_edge(f"{api}.{(call - 1) // 3}.forward.output.0", op, "0")
+
+
+def build_tf(folder: Path, tensors: int, elems: int) -> None:
+    """A TensorFlow dump folder: the same .npy bytes under ``tensors`` valid names."""
+    folder.mkdir()
+    np.save(folder / "template.npy", np.linspace(-1, 1, elems, dtype=np.float32))
+    data = (folder / "template.npy").read_bytes()
+    (folder / "template.npy").unlink()
+    for i in range(tensors):
+        (folder / f"scope_layer{i % 12}_op{i}.0.{1675157077176648 + 13 * i}.npy").write_bytes(data)
+
+
+def list_files(folder: Path) -> int:
+    """Baseline: count every file of the dump with os.scandir (recursing into subfolders)."""
+    count, stack = 0, [str(folder)]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                else:
+                    count += 1
+    return count
+
+
+def best_of(repeat: int, func: Callable[[], object]) -> tuple[float, float, object]:
+    """Best wall time and best CPU time of ``repeat`` calls, and the last result.
+
+    The CPU time (this process only) is printed too because the machine may be shared: when other
+    processes compete for the cores, wall time grows but CPU time stays close to the true cost.
+    """
+    best, best_cpu, result = float("inf"), float("inf"), None
+    for _ in range(repeat):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        result = func()
+        best = min(best, time.perf_counter() - start)
+        best_cpu = min(best_cpu, time.process_time() - start_cpu)
+    return best, best_cpu, result
+
+
+def report(label: str, listing: float, files: int, opening: float, cpu: float, tensors: int) -> None:
+    verdict = "ok" if opening < TARGET_SECONDS else "OVER TARGET"
+    print(
+        f"{label:<36} list {files:>6} files {listing:6.3f} s | open {tensors:>6} tensors {opening:6.3f} s "
+        f"(cpu {cpu:6.3f} s) | ratio {opening / listing:5.1f}x | {verdict}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tensors", type=int, default=100_000)
+    parser.add_argument("--small-elems", type=int, default=32)
+    parser.add_argument("--large-elems", type=int, default=4096)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tmp", default=None, help="parent folder for the generated data (default: system temp)")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="nbprec-bench-open-", dir=args.tmp))
+    print(f"nbprec.open benchmark: {args.tensors} tensors, best of {args.repeat}, data in {root} (removed after)")
+    print(f"  load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
+    try:
+        for label, elems in (("small", args.small_elems), ("large", args.large_elems)):
+            folder = root / f"native-{label}"
+            start = time.perf_counter()
+            build_native(folder, args.tensors, elems)
+            size = sum(p.stat().st_size for p in (folder / "tensors").iterdir()) / 2**20
+            took = time.perf_counter() - start
+            print(f"  built nbprec dump ({elems} float32 per tensor, {size:.0f} MiB of payload) in {took:.1f} s")
+            listing, _, files = best_of(args.repeat, lambda f=folder: list_files(f))
+            opening, cpu, dump = best_of(args.repeat, lambda f=folder: nbprec.open(f))
+            assert len(dump) == args.tensors and dump.problems.empty, dump.problems  # type: ignore[arg-type]
+            report(f"nbprec, {label} payloads ({elems} el.)", listing, files, opening, cpu, len(dump))  # type: ignore[arg-type]
+            cache = folder / COLUMNS_FILE
+            cache.rename(folder / "cache.off")
+            fallback, cpu, dump = best_of(args.repeat, lambda f=folder: nbprec.open(f))
+            (folder / "cache.off").rename(cache)
+            report(f"nbprec, {label}, index.jsonl only", listing, files, fallback, cpu, len(dump))  # type: ignore[arg-type]
+            shutil.rmtree(folder)
+        folder = root / "tf"
+        start = time.perf_counter()
+        build_tf(folder, args.tensors, args.small_elems)
+        print(f"  built TensorFlow npy folder in {time.perf_counter() - start:.1f} s")
+        listing, _, files = best_of(args.repeat, lambda: list_files(folder))
+        opening, cpu, dump = best_of(args.repeat, lambda: nbprec.open(folder, format="tf_npy"))
+        report("tf_npy (format given)", listing, files, opening, cpu, len(dump))  # type: ignore[arg-type]
+        guessed, cpu, dump = best_of(1, lambda: nbprec.open(folder))
+        report("tf_npy (format guessed, all probes)", listing, files, guessed, cpu, len(dump))  # type: ignore[arg-type]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    cores = os.cpu_count()
+    print(f"target: nbprec.open of the nbprec dump under {TARGET_SECONDS:.0f} s on this machine ({cores} cores)")
+
+
+if __name__ == "__main__":
+    main()

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nbprec._version import __version__
-from nbprec.compare.culprit import divergence_onset, first_failing, rollup_ops
+from nbprec.compare.culprit import OpIndex, divergence_onset, first_failing, judge_ops
 from nbprec.compare.rules import STATUS_FAIL, Rule, Threshold, get_rule, preset_names
 from nbprec.errors import ComparisonError
 
@@ -47,29 +47,55 @@ class Comparison:
         unmatched_bench: pd.DataFrame | None = None,
         rule: Rule | str | None = None,
         meta: dict[str, Any] | None = None,
+        _op_index: OpIndex | None = None,
     ) -> None:
         self.rule = get_rule(rule)
-        self.table = table.copy()
-        if "checksum_match" in self.table:  # True/False where checksums were compared, None elsewhere
-            flags = self.table["checksum_match"].astype(object)
-            self.table["checksum_match"] = flags.where(flags.notna(), None)
-        self.table["status"] = self.rule.evaluate(self.table)
+        if _op_index is None:  # a new table: normalise it once (re-judged copies share it unchanged)
+            table = table.drop(columns=["status"], errors="ignore").copy()
+            for column in ("compare_mode", "precision", "match", "role"):  # few distinct values: fast to judge
+                if column in table:
+                    table[column] = table[column].fillna("").astype(str).astype("category")
+            if "checksum_match" in table:  # True/False where checksums were compared, None elsewhere
+                flags = table["checksum_match"].astype(object)
+                table["checksum_match"] = flags.where(flags.notna(), None)
+        self._data = table
+        self._status = self.rule.evaluate(table).to_numpy(dtype=object)
+        self._op_index = _op_index
         self.unmatched_bench = unmatched_bench if unmatched_bench is not None else pd.DataFrame()
         self.meta = dict(meta or {})
 
+    @cached_property
+    def table(self) -> pd.DataFrame:
+        """One row per target tensor with every metric and the ``status`` under :attr:`rule`."""
+        return self._data.assign(status=self._status)
+
+    @property
+    def status(self) -> np.ndarray:
+        """The status of each table row (``"pass"``, ``"fail"``, ``"n/a"``), without building :attr:`table`."""
+        return self._status
+
     # -- judging -----------------------------------------------------------------------------------
     def with_rule(self, rule: Rule | str) -> Comparison:
-        """The same comparison judged by another rule (no tensor is read again)."""
-        return Comparison(self.table, unmatched_bench=self.unmatched_bench, rule=rule, meta=self.meta)
+        """The same comparison judged by another rule (no tensor is read again; the data is shared)."""
+        return Comparison(
+            self._data, unmatched_bench=self.unmatched_bench, rule=rule, meta=self.meta, _op_index=self.op_index
+        )
 
     def with_threshold(self, metric: str, value: float) -> Comparison:
         """The same comparison with one bound of the rule changed (what a threshold slider does)."""
         return self.with_rule(self.rule.with_threshold(metric, value))
 
+    @property
+    def op_index(self) -> OpIndex:
+        """The rule-independent per-op roll-up, shared by every re-judged copy."""
+        if self._op_index is None:
+            self._op_index = OpIndex(self._data)
+        return self._op_index
+
     @cached_property
     def ops(self) -> pd.DataFrame:
         """Per-op roll-up in execution order (see :func:`nbprec.compare.culprit.rollup_ops`)."""
-        return rollup_ops(self.table, self.table["status"])
+        return judge_ops(self.op_index, self._status)
 
     def failing_ops(self, include_explained: bool = False) -> pd.DataFrame:
         """Ops whose outputs fail under the rule, in execution order.
@@ -112,7 +138,7 @@ class Comparison:
         rows = []
         for value in values:
             probe = Rule(f"{metric}-{value:g}", (Threshold(metric, value),))
-            ops = rollup_ops(self.table, probe.evaluate(self.table))
+            ops = judge_ops(self.op_index, probe.evaluate(self._data).to_numpy(dtype=object))
             rows.append(
                 {
                     "metric": metric,
@@ -191,7 +217,7 @@ class Comparison:
         """Save to a folder (``comparison.json`` + CSV tables) that :meth:`load` reads back."""
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
-        table = self.table.drop(columns=["status"]).copy()
+        table = self._data.copy()
         for column in _SHAPE_COLUMNS:
             table[column] = [json.dumps(list(s)) if s is not None else "" for s in table[column]]
         table.to_csv(folder / "tensors.csv", index=False)

@@ -133,91 +133,134 @@ def relative_error(table: pd.DataFrame) -> np.ndarray:
     return red
 
 
-def _worst_status(statuses: pd.Series) -> str:
-    values = set(statuses)
-    if STATUS_FAIL in values:
-        return STATUS_FAIL
-    if STATUS_PASS in values:
-        return STATUS_PASS
-    return STATUS_NA
+class OpIndex:
+    """The rule-independent half of the per-op roll-up, computed once per comparison.
 
-
-def rollup_ops(table: pd.DataFrame, status: pd.Series) -> pd.DataFrame:
-    """One row per target op, in execution order, with worst input/output metrics and a status.
-
-    Columns: step, rank, order, op, op_type, module, direction, bench_op, tensors, the ``in_*``/``out_*``
-    metric columns, ``in_status``, ``status`` (from outputs and gradients), ``origin`` (``introduced``,
-    ``inherited``, ``random`` or ``''``) and ``amplification`` (output RED over input RED).
+    ``codes`` maps every table row to its op (a row of :attr:`ops`, which is in execution order);
+    :attr:`ops` holds the op's identity and its worst input/output metrics. :func:`judge_ops` adds the
+    rule-dependent statuses in a few vectorised passes, which is what a threshold slider runs.
     """
-    keys = ["step", "rank", "op"]
-    frame = table.assign(
-        _status=status.to_numpy(),
-        _is_in=table["role"].isin(INPUT_ROLES).to_numpy(),
-        _error=relative_error(table),
-    )
-    grouped = frame.groupby(keys, sort=False)
-    ops = grouped.agg(
-        order=("order", "first"),
-        op_type=("op_type", "first"),
-        module=("module", "first"),
-        direction=("direction", "first"),
-        bench_op=("bench_op", lambda s: next((v for v in s if v), "")),
-        tensors=("role", "size"),
-    )
-    for column, metric, roles, how in _ROLLUP:
-        if metric not in frame:
-            ops[column] = np.nan
-            continue
-        sub = frame[frame["role"].isin(roles)].groupby(keys, sort=False)[metric]
-        ops[column] = sub.min() if how == "min" else sub.max()
-    ins = frame[frame["_is_in"]].groupby(keys, sort=False)["_status"].agg(_worst_status)
-    outs = frame[~frame["_is_in"]].groupby(keys, sort=False)["_status"].agg(_worst_status)
-    ops["in_status"] = ins.reindex(ops.index).fillna(STATUS_NA)
-    ops["status"] = outs.reindex(ops.index).fillna(STATUS_NA)
-    ops = ops.reset_index().sort_values(["step", "rank", "order"], kind="stable").reset_index(drop=True)
 
-    failed = ops["status"] == STATUS_FAIL
+    def __init__(self, table: pd.DataFrame) -> None:
+        keys = ["step", "rank", "op"]
+        n = len(table)
+        self.is_input = table["role"].isin(INPUT_ROLES).to_numpy()
+        if n == 0:
+            self.codes = np.empty(0, dtype=np.int64)
+            self.ops = pd.DataFrame(columns=[*keys, "order", "op_type", "module", "direction", "bench_op", "tensors"])
+            for column, *_ in _ROLLUP:
+                self.ops[column] = pd.Series(dtype=np.float64)
+            self.starts = np.empty(0, dtype=np.int64)
+            return
+        first_rows = table.drop_duplicates(keys)
+        first_rows = first_rows.sort_values(["step", "rank", "order"], kind="stable")
+        op_id = pd.MultiIndex.from_frame(first_rows[keys])
+        self.codes = op_id.get_indexer(pd.MultiIndex.from_frame(table[keys])).astype(np.int64)
+        n_ops = len(first_rows)
+        ops = first_rows[[*keys, "order", "op_type", "module", "direction"]].reset_index(drop=True)
+        bench_op = table["bench_op"].to_numpy(dtype=object)
+        has_bench = bench_op != ""
+        first_bench = np.full(n_ops, "", dtype=object)
+        # the first non-empty benchmark op of each target op (rows are in index order within an op)
+        rows = np.flatnonzero(has_bench)[::-1]
+        first_bench[self.codes[rows]] = bench_op[rows]
+        ops["bench_op"] = first_bench
+        ops["tensors"] = np.bincount(self.codes, minlength=n_ops)
+        error = relative_error(table)
+        for column, metric, roles, how in _ROLLUP:
+            values = error if metric == "_error" else (table[metric].to_numpy(np.float64) if metric in table else None)
+            if values is None:
+                ops[column] = np.nan
+                continue
+            mask = np.isin(table["role"].to_numpy(), roles) & ~np.isnan(values)
+            out = np.full(n_ops, np.inf if how == "min" else -np.inf)
+            (np.minimum if how == "min" else np.maximum).at(out, self.codes[mask], values[mask])
+            ops[column] = np.where(np.isinf(out) & (out > 0 if how == "min" else out < 0), np.nan, out)
+        self.ops = ops
+        self.starts = _group_starts(ops)
+        self._random = ops["op_type"].map(is_random_op).to_numpy(bool)
+        discontinuous = ops["op_type"].map(is_discontinuous_op).to_numpy(bool)
+        self._flips = discontinuous & (ops["out_cosine"].fillna(1.0).to_numpy() >= DISCONTINUITY_MIN_COSINE)
+
+
+_STATUS_NAMES = np.array([STATUS_NA, STATUS_PASS, STATUS_FAIL], dtype=object)
+_ORIGIN_NAMES = np.array(["", "inherited", "introduced", "random", "discontinuous"], dtype=object)
+
+
+def _op_status(codes: np.ndarray, status: np.ndarray, n_ops: int) -> np.ndarray:
+    """Worst status per op as codes 0 (n/a), 1 (pass), 2 (fail)."""
+    fail = np.bincount(codes, weights=(status == STATUS_FAIL), minlength=n_ops) > 0
+    ok = np.bincount(codes, weights=(status == STATUS_PASS), minlength=n_ops) > 0
+    return np.where(fail, 2, np.where(ok, 1, 0))
+
+
+def judge_ops(index: OpIndex, status: np.ndarray | pd.Series) -> pd.DataFrame:
+    """The per-op roll-up under one rule: :attr:`OpIndex.ops` plus statuses, origin and ``explained``."""
+    status = np.asarray(status, dtype=object)
+    ops = index.ops.copy(deep=False)  # copy-on-write: the shared index is never modified
+    n_ops = len(ops)
+    if n_ops == 0:
+        for column in ("in_status", "status", "origin"):
+            ops[column] = pd.Series(dtype=object)
+        ops["explained"] = pd.Series(dtype=bool)
+        ops["amplification"] = pd.Series(dtype=np.float64)
+        return ops
+    ins, outs = index.is_input, ~index.is_input
+    in_code = _op_status(index.codes[ins], status[ins], n_ops)
+    out_code = _op_status(index.codes[outs], status[outs], n_ops)
+    ops["in_status"] = _STATUS_NAMES[in_code]
+    ops["status"] = _STATUS_NAMES[out_code]
+    failed = out_code == 2
     with np.errstate(invalid="ignore"):
         passed_on = ops["out_error"].to_numpy() <= INHERIT_FACTOR * ops["in_error"].to_numpy()
-    inputs_ok = (ops["in_status"] != STATUS_FAIL).to_numpy() & ~passed_on
-    random = ops["op_type"].map(is_random_op)
-    origin = np.where(failed & inputs_ok, "introduced", np.where(failed, "inherited", ""))
-    origin = np.where((origin == "introduced") & random, "random", origin)
-    discontinuous = ops["op_type"].map(is_discontinuous_op) & (
-        ops["out_cosine"].fillna(1.0) >= DISCONTINUITY_MIN_COSINE
-    )
-    origin = np.where((origin == "introduced") & discontinuous, "discontinuous", origin)
-    ops["origin"] = origin
-    ops["explained"] = _explained(ops)
+    introduced = failed & (in_code != 2) & ~passed_on
+    origin = np.where(introduced, 2, np.where(failed, 1, 0))
+    origin[introduced & index._random] = 3
+    origin[introduced & ~index._random & index._flips] = 4
+    ops["origin"] = _ORIGIN_NAMES[origin]
+    ops["explained"] = _explained(ops, index.starts)
     with np.errstate(divide="ignore", invalid="ignore"):
         ops["amplification"] = ops["out_rel_euclidean"] / ops["in_rel_euclidean"]
     return ops
 
 
-def _explained(ops: pd.DataFrame) -> np.ndarray:
+def rollup_ops(table: pd.DataFrame, status: pd.Series | np.ndarray) -> pd.DataFrame:
+    """One row per target op, in execution order, with worst input/output metrics and a status.
+
+    Columns: step, rank, op, order, op_type, module, direction, bench_op, tensors, the ``in_*``/``out_*``
+    metric columns, ``in_error``/``out_error`` (RED, or the norms' relative difference without payloads),
+    ``in_status``, ``status`` (from outputs and gradients), ``origin`` (``introduced``, ``inherited``,
+    ``random``, ``discontinuous`` or ``''``), ``explained`` and ``amplification`` (output RED over input RED).
+    """
+    return judge_ops(OpIndex(table), status)
+
+
+def _group_starts(ops: pd.DataFrame) -> np.ndarray:
+    """Per op, the position of the first op of its (step, rank) stream (ops are sorted by step, rank, order)."""
+    step, rank = ops["step"].to_numpy(), ops["rank"].to_numpy()
+    new_group = np.ones(len(ops), dtype=bool)
+    new_group[1:] = (step[1:] != step[:-1]) | (rank[1:] != rank[:-1])
+    return np.maximum.accumulate(np.where(new_group, np.arange(len(ops)), 0))
+
+
+def _explained(ops: pd.DataFrame, starts: np.ndarray | None = None) -> np.ndarray:
     """Failures explained by randomness or discontinuity: such ops, and the inherited failures after them.
 
-    Walking in execution order (per step and rank): a ``random``/``discontinuous`` failure is explained, and
-    so is every ``inherited`` failure that follows while no genuinely ``introduced`` failure has occurred.
+    Per step and rank, in execution order: a ``random``/``discontinuous`` failure is explained, and so is an
+    ``inherited`` failure that comes after one of those while no ``introduced`` failure has occurred yet.
     """
-    explained = np.zeros(len(ops), dtype=bool)
-    state: dict[tuple, bool] = {}
-    for i, (step, rank, status, origin) in enumerate(
-        zip(ops["step"], ops["rank"], ops["status"], ops["origin"], strict=True)
-    ):
-        if status != STATUS_FAIL:
-            continue
-        key = (step, rank)
-        if origin in ("random", "discontinuous"):
-            explained[i] = True
-            state.setdefault(key, True)
-        elif origin == "introduced":
-            state[key] = False
-        elif origin == "inherited" and state.get(key, False):
-            explained[i] = True
-        else:
-            state.setdefault(key, False)
-    return explained
+    origin = ops["origin"].to_numpy()
+    if len(origin) == 0:
+        return np.zeros(0, dtype=bool)
+    starts = _group_starts(ops) if starts is None else starts
+    noise = (origin == "random") | (origin == "discontinuous")
+    introduced = origin == "introduced"
+
+    def before(flags: np.ndarray) -> np.ndarray:  # count of flags earlier in the same stream
+        total = np.concatenate([[0], np.cumsum(flags)])
+        return total[:-1] - total[starts]
+
+    return noise | ((origin == "inherited") & (before(noise) > 0) & (before(introduced) == 0))
 
 
 def first_failing(ops: pd.DataFrame, *, origin: str | None = None, include_explained: bool = False) -> pd.Series | None:

@@ -167,15 +167,18 @@ class Rule:
             if self.dtype_aware and t.metric in ("cosine", "rel_euclidean"):
                 col = 0 if t.metric == "cosine" else 1
                 low = (
-                    table["precision"].tolist()
+                    table["precision"]
                     if "precision" in table
-                    else [
-                        lower_precision(a, b) for a, b in zip(table["target_dtype"], table["bench_dtype"], strict=True)
-                    ]
+                    else pd.Series(
+                        [
+                            lower_precision(a, b)
+                            for a, b in zip(table["target_dtype"], table["bench_dtype"], strict=True)
+                        ],
+                        index=table.index,
+                    )
                 )
-                values = np.array(
-                    [DTYPE_TOLERANCE[d][col] if d in DTYPE_TOLERANCE else t.value for d in low], dtype=np.float64
-                )
+                bounds = {d: tol[col] for d, tol in DTYPE_TOLERANCE.items()}
+                values = low.map(bounds).fillna(t.value).to_numpy(np.float64)
             out.append((t, values))
         return out
 

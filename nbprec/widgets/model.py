@@ -16,9 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nbprec.compare import culprit
 from nbprec.compare.comparison import Comparison
-from nbprec.compare.culprit import INPUT_ROLES, divergence_onset, first_failing, is_random_op
+from nbprec.compare.culprit import divergence_onset, first_failing
 from nbprec.compare.rules import STATUS_FAIL, STATUS_NA, STATUS_PASS, Rule, get_rule, preset_names
 from nbprec.dump import Dump
 
@@ -106,60 +105,13 @@ class OpsModel:
 
     # -- preparation (once) ------------------------------------------------------------------------
     def _prepare(self) -> None:
-        table, ops = self.comparison.table, self.comparison.ops
-        key_ops = pd.MultiIndex.from_frame(ops[["step", "rank", "op"]])
-        key_rows = pd.MultiIndex.from_frame(table[["step", "rank", "op"]])
-        self._op_code = key_ops.get_indexer(key_rows)
-        self._is_in = table["role"].isin(INPUT_ROLES).to_numpy()
-        self._random = ops["op_type"].map(is_random_op).to_numpy(dtype=bool)
-        # Discontinuous ops (relu, max, sort...) whose outputs stay close are "discontinuous", not introduced.
-        is_discontinuous = getattr(culprit, "is_discontinuous_op", None)
-        min_cos = getattr(culprit, "DISCONTINUITY_MIN_COSINE", 0.9)
-        # An op whose error did not grow past its inputs' passes it on (inherited) even when its inputs pass.
-        factor = getattr(culprit, "INHERIT_FACTOR", None)
-        if factor is not None and {"out_error", "in_error"} <= set(ops.columns):
-            with np.errstate(invalid="ignore"):
-                self._passed_on = ops["out_error"].to_numpy() <= factor * ops["in_error"].to_numpy()
-        else:
-            self._passed_on = np.zeros(len(ops), dtype=bool)
-        if is_discontinuous is None:
-            self._discontinuous = np.zeros(len(ops), dtype=bool)
-        else:
-            close = ops["out_cosine"].fillna(1.0).to_numpy() >= min_cos
-            self._discontinuous = ops["op_type"].map(is_discontinuous).to_numpy(dtype=bool) & close
-        keep = [c for c in (*_RULE_INPUT_COLUMNS, *_RULE_CHECKSUM_COLUMNS) if c in table]
-        keep += [c for c in table.columns if c not in keep and pd.api.types.is_float_dtype(table[c])]
-        self._thin = table[keep]
-        self._n_ops = len(ops)
-        self._names_lower = ops["op"].str.lower().to_numpy(dtype=object)
+        self._names_lower = self.comparison.ops["op"].str.lower().to_numpy(dtype=object)
 
     # -- judging (every slider move) ---------------------------------------------------------------
     def judge(self, rule: Rule) -> pd.DataFrame:
-        """``comparison.ops`` with ``in_status``, ``status`` and ``origin`` under ``rule``."""
-        codes = rule.evaluate(self._thin).map(_STATUS_CODES).to_numpy(dtype=np.int8)
-        ins = np.zeros(self._n_ops, dtype=np.int8)
-        outs = np.zeros(self._n_ops, dtype=np.int8)
-        np.maximum.at(ins, self._op_code[self._is_in], codes[self._is_in])
-        np.maximum.at(outs, self._op_code[~self._is_in], codes[~self._is_in])
-        failed = outs == 2
-        introduced = failed & (ins != 2) & ~self._passed_on
-        origin = np.where(introduced, "introduced", np.where(failed, "inherited", ""))
-        origin = np.where(introduced & self._random, "random", origin)
-        origin = np.where(introduced & ~self._random & self._discontinuous, "discontinuous", origin)
-        ops = self.ops if hasattr(self, "ops") else self.comparison.ops.copy()
-        ops = ops.assign(in_status=_CODE_STATUS[ins], status=_CODE_STATUS[outs], origin=origin.astype(object))
-        explain = getattr(culprit, "_explained", None)  # the core's own walk (no public entry point yet)
-        if explain is not None and "explained" in ops:
-            # The walk only looks at failing ops: run it on those, with plain object columns (fast to iterate).
-            rows = np.flatnonzero(failed)
-            walk = pd.DataFrame(
-                {c: ops[c].to_numpy(dtype=object)[rows] for c in ("step", "rank", "status", "origin")}, dtype=object
-            )
-            explained = np.zeros(len(ops), dtype=bool)
-            explained[rows] = explain(walk) if len(rows) else False
-            ops["explained"] = explained
+        """``comparison.ops`` under ``rule``, re-judged by the core (which shares its per-op index)."""
         self._facts: dict[str, pd.Series | None] = {}
-        return ops
+        return self.comparison.with_rule(rule).ops
 
     def set_threshold(self, value: float, metric: str | None = None) -> None:
         """Set the bound on ``metric`` (default: the current metric) and re-judge every op."""

@@ -4,7 +4,13 @@ Prints, for each demo model: the bare forward+backward time, the statistics-mode
 bare run (target: under 2x; msprobe measured about 4.3x on a similar model), and the full-tensor mode's
 write throughput (target: at least 500 MB/s; msprobe wrote about 31 MB/s).
 
-Run: ``.venv/bin/python bench/capture.py [--repeat 5] [--models tiny,wide,minilm]``
+Run: ``.venv/bin/python bench/capture.py [--repeat 5] [--models tiny,wide,minilm] [--threads N]``
+
+Models: ``tiny`` (the demo encoder: dim 32, 8 tokens; its ops are so small that per-op costs dominate),
+``wide`` (the same code at dim 256, 64 tokens, 4 layers), ``minilm`` (all-MiniLM-L6-v2, 4 sentences).
+Each figure is the best of ``--repeat`` interleaved runs. On a machine shared with other work, torch's
+OpenMP threads lose their cores whenever Python code runs between kernels; ``--threads 1`` shows the
+capture's own cost without that effect.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ def _models(names: list[str]) -> dict[str, tuple[Any, Callable[[], Any]]]:
             out[name] = (model, step)
         else:
             raise SystemExit(f"unknown model {name!r}")
-    torch.set_num_threads(torch.get_num_threads())
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s)")
     return out
 
 
@@ -100,7 +106,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per figure; the best is kept (default 5)")
     parser.add_argument("--models", default="tiny,wide,minilm", help="comma-separated: tiny, wide, minilm")
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's choice)")
     args = parser.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     bench([m for m in args.models.split(",") if m], args.repeat)
 
 

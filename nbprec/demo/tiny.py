@@ -4,8 +4,8 @@ The model is written the way real models are: ``torch.nn.functional`` calls, ten
 and ``relu`` imported as ``from torch import relu`` (which function-wrapping capture tools miss). Its
 forward checks ``isinstance`` on its submodules, as many real models do, so a capture that replaced modules
 with wrappers would break it. ``faulty=True`` plants a faulty kernel: layer 1's GELU returns outputs
-perturbed by +50% on every 4th feature (well above bfloat16 rounding noise), under the same API name (``Functional.gelu``), as a broken
-fused kernel would.
+perturbed by +50% on every 4th feature (well above bfloat16 rounding noise), under the same API name
+(``Functional.gelu``), as a broken fused kernel would.
 """
 
 from __future__ import annotations

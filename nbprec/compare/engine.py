@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -72,7 +72,31 @@ def _op_input_scale(table: pd.DataFrame) -> np.ndarray:
     return scale.to_numpy(np.float64)
 
 
-def _choose_mode(mode: CompareMode, t_row: pd.Series, b_row: pd.Series) -> tuple[str, str]:
+class _Rows:
+    """Index rows by position: ``index.iloc[i]`` about twice as fast, and single fields without a row.
+
+    The per-row ``iloc`` (and Series look-ups) of a mixed-dtype frame dominated the set-up of dumps with
+    many small tensors; here the values are boxed once, up front.
+    """
+
+    def __init__(self, index: pd.DataFrame) -> None:
+        self._values = index.to_numpy(dtype=object)
+        self._columns, self._labels = index.columns, index.index
+        self._position = {column: k for k, column in enumerate(index.columns)}
+
+    def row(self, i: int) -> pd.Series:
+        """``index.iloc[i]``."""
+        return pd.Series(self._values[i], index=self._columns, dtype=object, name=self._labels[i], copy=False)
+
+    def fields(self, i: int, names: tuple[str, ...]) -> dict[str, Any]:
+        """``{name: index.iloc[i][name]}`` for a few columns."""
+        return {name: self._values[i, self._position[name]] for name in names}
+
+
+_MODE_FIELDS = ("has_data", "max", "checksum")
+
+
+def _choose_mode(mode: CompareMode, t_row: Mapping[str, Any], b_row: Mapping[str, Any]) -> tuple[str, str]:
     """(compare mode, reason) for one matched pair."""
     both_data = bool(t_row["has_data"] and b_row["has_data"])
     both_stats = not (np.isnan(t_row["max"]) or np.isnan(b_row["max"]))
@@ -211,15 +235,15 @@ def compare(
     reasons = np.full(len(table), "", dtype=object)
     jobs = []
     b_positions = pairs["b"].to_numpy()
+    t_rows, b_rows = _Rows(t_idx), _Rows(b_idx)
     for i in range(len(table)):
         b = b_positions[i]
         if b < 0:
             reasons[i] = "no benchmark counterpart"
             continue
-        t_row, b_row = t_idx.iloc[i], b_idx.iloc[b]
-        modes[i], reasons[i] = _choose_mode(mode, t_row, b_row)
+        modes[i], reasons[i] = _choose_mode(mode, t_rows.fields(i, _MODE_FIELDS), b_rows.fields(b, _MODE_FIELDS))
         if modes[i] != "none":
-            jobs.append((i, modes[i], t_row, b_row))
+            jobs.append((i, modes[i], t_rows.row(i), b_rows.row(b)))
 
     if progress is True:
         from nbprec._progress import TextProgress

@@ -157,7 +157,8 @@ def _nan_max(a: float, b: float) -> float:
 
 def _min_max(flat: np.ndarray, buf: np.ndarray, chunk: int) -> tuple[float, float]:
     """Minimum and maximum (in float64 terms, NaN propagating) of a flat array, chunk by chunk."""
-    native = flat.dtype.isbuiltin == 1 and flat.dtype.kind in "fiu"
+    # numpy's float16 min/max has no SIMD loop: converting to float64 first is ~14x faster, same values
+    native = flat.dtype.isbuiltin == 1 and flat.dtype.kind in "fiu" and flat.dtype != np.float16
     lows, highs = [], []
     for start in range(0, flat.size, chunk):
         part = flat[start : start + chunk]

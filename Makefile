@@ -44,6 +44,7 @@ format: install
 
 bench: install
 	$(BIN)/python bench/open_index.py
+	$(BIN)/python bench/compare.py
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache .ruff_cache build dist

@@ -1,0 +1,140 @@
+"""Write a float32 and a bfloat16 msprobe dump of the same seeded model, with msprobe itself.
+
+Runs inside the msprobe virtualenv (``bench/.venv-msprobe``: ``torch==2.13.0`` + ``mindstudio-probe``), not
+nbprec's: ``bench/compare.py`` creates that venv and calls this script. The model is a small pre-norm
+transformer (hand-written RMSNorm, attention and SwiGLU MLP, so each block makes ~30 API calls) with hidden
+size ``--hidden``; its weights are drawn once in float32 from ``--seed`` and the bfloat16 run uses the
+same weights cast down. Each precision runs in its own process, both at once (msprobe's ``PrecisionDebugger``
+is a singleton) under task ``tensor``, level ``L1``, one forward pass, so the dumps are::
+
+    OUT/fp32/step0/rank0/dump.json + dump_tensor_data/*.pt
+    OUT/bf16/step0/rank0/dump.json + dump_tensor_data/*.pt
+
+Usage::
+
+    bench/.venv-msprobe/bin/python bench/msprobe_dump.py --out DIR [--layers 8] [--hidden 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def build_model(layers: int, hidden: int, heads: int, seed: int):
+    """A seeded float32 transformer (torch imported here: only the msprobe venv has msprobe)."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    class RMSNorm(nn.Module):
+        def __init__(self, dim: int) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(dim))
+
+        def forward(self, x):
+            var = x.pow(2).mean(-1, keepdim=True)
+            return x * torch.rsqrt(var + 1e-6) * self.weight
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm1 = RMSNorm(hidden)
+            self.qkv = nn.Linear(hidden, 3 * hidden, bias=False)
+            self.proj = nn.Linear(hidden, hidden, bias=False)
+            self.norm2 = RMSNorm(hidden)
+            self.gate = nn.Linear(hidden, hidden, bias=False)
+            self.up = nn.Linear(hidden, hidden, bias=False)
+            self.down = nn.Linear(hidden, hidden, bias=False)
+
+        def forward(self, x):
+            b, s, d = x.shape
+            q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+            q, k, v = (t.reshape(b, s, heads, d // heads).transpose(1, 2) for t in (q, k, v))
+            scores = torch.matmul(q, k.transpose(-2, -1)) * (d // heads) ** -0.5
+            attn = torch.matmul(F.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, s, d)
+            x = x + self.proj(attn)
+            h = self.norm2(x)
+            return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.norm = RMSNorm(hidden)
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            return self.norm(x)
+
+    torch.manual_seed(seed)
+    model = Model()
+    with torch.no_grad():  # larger weights than the default init, so errors grow visibly with depth
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 1.5 / p.shape[1] ** 0.5)
+    return model.eval()
+
+
+def dump_one(args: argparse.Namespace) -> None:
+    """One run in one precision, dumped by msprobe."""
+    import torch
+    from msprobe.pytorch import PrecisionDebugger
+
+    torch.set_num_threads(1)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    model = build_model(args.layers, args.hidden, args.heads, args.seed).to(dtype)
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    x = torch.randn(args.batch, args.seq, args.hidden, generator=gen).to(dtype)
+    out = Path(args.out) / args.dtype
+    out.mkdir(parents=True, exist_ok=True)
+    config = {
+        "task": "tensor",
+        "dump_path": str(out),
+        "rank": [],
+        "step": [],
+        "level": "L1",
+        "async_dump": False,
+        "tensor": {"scope": [], "list": [], "data_mode": ["all"]},
+    }
+    config_path = Path(args.out) / f"config_{args.dtype}.json"
+    config_path.write_text(json.dumps(config, indent=1))
+    debugger = PrecisionDebugger(config_path=str(config_path))
+    with torch.no_grad():
+        debugger.start(rank_id=0)  # rank0/ rather than proc<pid>/ without torch.distributed
+        model(x)
+        debugger.stop()
+        debugger.step()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="output folder (fp32/ and bf16/ are made in it)")
+    parser.add_argument("--dtype", choices=("fp32", "bf16"), help="one run only (default: both, one process each)")
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.dtype:
+        dump_one(args)
+        return
+    procs = []
+    for dtype in ("fp32", "bf16"):  # in parallel: each is mostly single-threaded hook overhead
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--dtype", dtype]
+        for key in ("out", "layers", "hidden", "heads", "batch", "seq", "seed"):
+            cmd += [f"--{key}", str(getattr(args, key))]
+        procs.append((dtype, subprocess.Popen(cmd)))
+    failed = [dtype for dtype, proc in procs if proc.wait() != 0]
+    if failed:
+        sys.exit(f"msprobe dump failed for {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()

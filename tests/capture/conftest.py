@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ def capture_tiny(path: Path, dtype: str = "float32", **options: object) -> Path:
     from nbprec.capture import capture, seed_all
     from nbprec.demo.tiny import build_tiny, train_step
 
-    seed_all(0)
+    seed_all(0, deterministic=False)  # leave torch's global default alone
     model, ids, labels = build_tiny(dtype)
     with capture(model, path, **options):
         train_step(model, ids, labels)
@@ -26,3 +27,14 @@ def tiny_dumps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tensor-mode captures of the tiny encoder in float32 and float16."""
     root = tmp_path_factory.mktemp("tiny")
     return {dtype: capture_tiny(root / dtype, dtype, mode="tensor") for dtype in ("float32", "float16")}
+
+
+@pytest.fixture(autouse=True)
+def _restore_global_torch_state(monkeypatch: pytest.MonkeyPatch) -> object:
+    """seed_all switches deterministic algorithms on and sets environment variables: undo that per test."""
+    monkeypatch.setenv("PYTHONHASHSEED", os.environ.get("PYTHONHASHSEED", "0"))
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8"))
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    yield
+    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)

@@ -233,11 +233,21 @@ class Dump:
                 raise TensorNotFoundError(f"{self.path}: no tensor at position {key} ({len(self)} tensors)")
             return self.index.iloc[int(key)]
         if self._positions is None:
-            self._positions = {name: i for i, name in enumerate(self.index["name"])}
-        try:
-            return self.index.iloc[self._positions[key]]
-        except KeyError:
-            raise TensorNotFoundError(f"{self.path}: no tensor named {key!r}") from None
+            positions: dict[str, int] = {}
+            for i, name in enumerate(self.index["name"]):
+                positions[name] = -1 if name in positions else i  # -1: the name is in several steps/ranks
+            self._positions = positions
+        position = self._positions.get(key)
+        if position is None:
+            raise TensorNotFoundError(f"{self.path}: no tensor named {key!r}")
+        if position < 0:
+            where = self.index.loc[self.index["name"] == key, ["step", "rank"]].drop_duplicates()
+            places = ", ".join(f"step {s} rank {r}" for s, r in where.itertuples(index=False))
+            raise TensorNotFoundError(
+                f"{self.path}: tensor name {key!r} occurs in several places ({places}); "
+                "pick one with dump.select(step=..., rank=...) or pass a position"
+            )
+        return self.index.iloc[position]
 
     def tensor(self, key: str | int | pd.Series) -> np.ndarray:
         """The payload of one tensor as a numpy array in its original dtype (memory-mapped if possible).

@@ -169,3 +169,12 @@ def test_make_index_empty_is_well_typed():
     frame = make_index([])
     assert list(frame.columns) == list(INDEX_COLUMNS) and len(frame) == 0
     assert isinstance(frame, pd.DataFrame)
+
+
+def test_a_name_in_several_steps_is_ambiguous(tmp_path):
+    records = [{"name": "t", "step": s, "op": "op", "order": 0, "has_data": True} for s in range(2)]
+    dump = Dump(make_index(records), path=tmp_path, format="x", loader=lambda row: np.full(1, row["step"]))
+    with pytest.raises(TensorNotFoundError, match=r"occurs in several places \(step 0 rank -1, step 1 rank -1\)"):
+        dump.tensor("t")
+    assert dump.select(step=1).tensor("t")[0] == 1
+    assert dump.tensor(0)[0] == 0

@@ -50,6 +50,7 @@ from nbprec._optional import require
 from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
 from nbprec.dump import Dump, Problem, make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
+from nbprec.formats._probe import find_first_file
 from nbprec.formats._torch import torch_to_numpy
 from nbprec.formats.base import DumpReader
 
@@ -457,8 +458,10 @@ class MsprobeDumpReader(DumpReader):
         try:
             if path.is_file():
                 return path.suffix == ".json" and _looks_like_dump_json(path)
-            for pattern in ("dump.json", "rank*/dump.json", "step*/rank*/dump.json"):
-                candidate = next(iter(path.glob(pattern)), None)
+            for depth, folders in ((0, "*"), (1, "rank*"), (2, "[sr][ta]*")):  # ./, rank*/, step*/rank*/
+                candidate = find_first_file(
+                    path, lambda name: name == "dump.json", max_depth=depth, dir_pattern=folders
+                )
                 if candidate is not None:
                     return _looks_like_dump_json(candidate)
         except (OSError, RuntimeError):

@@ -52,6 +52,7 @@ import numpy as np
 from nbprec.dtypes import LOW_PRECISION_FLOATS, NUMPY_DTYPES, canonical_dtype
 from nbprec.dump import Dump, Problem, make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
+from nbprec.formats._probe import find_first_file
 from nbprec.formats.base import DumpReader
 
 PREFIXES = ("Tensor", "Torch", "Functional", "NPU", "VF", "Aten", "Distributed")
@@ -390,10 +391,9 @@ class PtdbgDumpReader(DumpReader):
         try:
             if path.is_file():
                 return path.suffix == ".pkl" and _looks_like_ptdbg_pkl(path)
-            for pattern in ("*.pkl", "*/*.pkl", "*/*/*.pkl", "*/*/*/*.pkl"):
-                candidate = next(iter(path.glob(pattern)), None)
-                if candidate is not None:
-                    return _looks_like_ptdbg_pkl(candidate)
+            candidate = find_first_file(path, lambda name: name.endswith(".pkl"), max_depth=3)
+            if candidate is not None:
+                return _looks_like_ptdbg_pkl(candidate)
         except (OSError, RuntimeError):
             return False
         return False

@@ -133,7 +133,7 @@ def test_statistics_mode_derives_the_same_names_as_tensor_mode():
     assert not stats.index["has_data"].any() and (stats.index["file"] == "").all()
     assert stats.meta["task"] == "statistics"
     with pytest.raises(TensorDataUnavailableError, match="statistics"):
-        stats.tensor("Functional.linear.0.forward.output.0")
+        stats.select(step=1).tensor("Functional.linear.0.forward.output.0")
 
 
 def test_md5_mode_fills_the_checksum_with_the_crc32_of_the_tensor_bytes():

@@ -114,9 +114,14 @@ class InspectorView(View):
             )
 
         s = (bq.LinearScale(), bq.LinearScale())
-        self._hist = bq.Bars(scales={"x": s[0], "y": s[1]}, colors=["#d62728", "#1f77b4"], type="grouped",
-                             opacities=[0.6, 0.6], labels=["target", "benchmark"], display_legend=True)  # fmt: skip
-        hist_fig = figure("histogram: target (red) vs benchmark (blue)", "value", "count", [self._hist], s)
+        # Two overlaid 1-D marks: bqplot 0.13 draws 2-D "grouped" bars from binary arrays with zero height.
+        self._hist_target = bq.Bars(scales={"x": s[0], "y": s[1]}, colors=["#d62728"], opacities=[0.55],
+                                    labels=["target"], display_legend=True)  # fmt: skip
+        self._hist_bench = bq.Bars(scales={"x": s[0], "y": s[1]}, colors=["#1f77b4"], opacities=[0.55],
+                                   labels=["benchmark"], display_legend=True)  # fmt: skip
+        hist_fig = figure(
+            "histogram: target (red) vs benchmark (blue)", "value", "count", [self._hist_bench, self._hist_target], s
+        )
         s2 = (bq.LinearScale(), bq.LinearScale())
         self._diag = bq.Lines(scales={"x": s2[0], "y": s2[1]}, colors=["#999"], line_style="dashed")
         self._scatter = bq.Scatter(scales={"x": s2[0], "y": s2[1]}, colors=["#1f77b4"], default_size=8)
@@ -168,14 +173,18 @@ class InspectorView(View):
             ins = self.inspection
             empty = np.array([], dtype=np.float64)
             if ins is None or ins.histogram.empty:
-                self._hist.x, self._hist.y = empty, np.zeros((2, 0))
+                for bars in (self._hist_target, self._hist_bench):
+                    with bars.hold_sync():
+                        bars.x, bars.y = empty, empty
                 self._scatter.x = self._scatter.y = self._diag.x = self._diag.y = empty
                 self._by_mag.x = self._by_mag.y = self._by_pos.x = self._by_pos.y = empty
                 self._top.value = self._bits.value = ""
                 return
             h = ins.histogram
-            self._hist.x = ((h["left"] + h["right"]) / 2).to_numpy()
-            self._hist.y = np.vstack([h["target"].to_numpy(), h["bench"].to_numpy()])
+            centres = ((h["left"] + h["right"]) / 2).to_numpy(np.float64)
+            for bars, side in ((self._hist_target, "target"), (self._hist_bench, "bench")):
+                with bars.hold_sync():  # x and y change together: never a half-updated mark in the browser
+                    bars.x, bars.y = centres, h[side].to_numpy(np.float64)
             sc = ins.scatter
             lo, hi = float(np.nanmin(sc["bench"])), float(np.nanmax(sc["bench"]))
             self._diag.x = self._diag.y = np.array([lo, hi])

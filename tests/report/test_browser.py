@@ -59,6 +59,10 @@ def test_report_renders_offline(context, tiny_report):
     assert grid["width"] > 300 and grid["height"] > 150  # the operator table (a virtualised grid)
     assert page.locator(".dot").count() > 100  # trend and scatter marks (bqplot SVG)
     assert page.locator(".bargroup rect").count() > 0  # histogram bars
+    heights = page.evaluate(
+        "() => [...document.querySelectorAll('.bargroup rect')].map(r => parseFloat(r.getAttribute('height')))"
+    )
+    assert any(h > 0 for h in heights), "histogram bars are drawn with no height"
     assert page.locator(".line").count() > 0
     nodes = page.evaluate(bs.CYTOSCAPE_NODES_JS)
     assert 1 < nodes <= 300  # the culprit's subgraph (cytoscape draws on canvas)

@@ -120,6 +120,10 @@ def test_dashboard_renders_every_view(page):
     assert 0 < nodes <= 300
     assert page.locator(".dot").count() > 10  # trend and scatter points
     assert page.locator(".bargroup rect, .bar").count() > 0  # histogram bars
+    heights = page.evaluate(
+        "() => [...document.querySelectorAll('.bargroup rect')].map(r => parseFloat(r.getAttribute('height')))"
+    )
+    assert any(h > 0 for h in heights), "histogram bars are drawn with no height"
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
     print(f"dashboard rendered in {page.render_seconds:.1f} s")

@@ -34,7 +34,7 @@ def demo_notebook(demo_runs, tmp_path_factory):
     return write_demo_notebook(tmp_path_factory.mktemp("nb") / "explore.ipynb", target, bench)
 
 
-def write_demo_notebook(path: Path, target: Path, bench: Path, rule: str = "cann") -> Path:
+def write_demo_notebook(path: Path, target: Path, bench: Path, rule: str = "default") -> Path:
     """A notebook that compares ``target`` with ``bench`` and displays the dashboard (last cell)."""
     import nbformat
 

@@ -243,6 +243,14 @@ def _cmd_overflow(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_isolate(args: argparse.Namespace) -> int:
+    from nbprec.compare.isolate import isolate
+
+    for op in args.ops:
+        print(isolate(args.target, op, dtype=args.dtype))
+    return 0
+
+
 def _meta_text(meta: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in meta.items() if isinstance(v, (str, int, float)))
 
@@ -288,6 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--top", type=int, default=10, help="how many worst ops to list (default 10)")
     cmp.add_argument("--no-progress", action="store_true", help="no progress bar")
     cmp.set_defaults(func=_cmd_compare)
+
+    iso = sub.add_parser("isolate", help="re-run ops on the target's own inputs in float64: each op's own error")
+    iso.add_argument("target", metavar="TARGET", help="target dump captured by nbprec (tensor mode)")
+    iso.add_argument("ops", nargs="+", metavar="OP", help="forward API op(s), e.g. Functional.gelu.1.forward")
+    iso.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision of the re-run")
+    iso.set_defaults(func=_cmd_isolate)
 
     ovf = sub.add_parser("overflow", help="find the first overflowing op, judge its impact, predict headroom")
     ovf.add_argument("path", metavar="PATH", help="the dump to scan (target run)")

@@ -140,6 +140,8 @@ class Dump:
         Module hierarchy: node (op or module call) -> parent module call (``None`` at the top).
     edges : pandas.DataFrame
         Dataflow edges where the format records them: ``src`` (tensor name), ``dst_op``, ``dst_slot``.
+    calls : dict
+        How each API op was called (its API and non-tensor arguments), where the format records it.
 
     Examples
     --------
@@ -160,6 +162,7 @@ class Dump:
         hierarchy: Mapping[str, str | None] | None = None,
         stacks: Mapping[str, list[str]] | Callable[[], Mapping[str, list[str]]] | None = None,
         edges: pd.DataFrame | None = None,
+        calls: Mapping[str, dict] | Callable[[], Mapping[str, dict]] | None = None,
     ) -> None:
         index = index.sort_values(["step", "rank", "order"], kind="stable").reset_index(drop=True)
         self.index = index
@@ -170,6 +173,7 @@ class Dump:
         self.meta = dict(meta or {})
         self.hierarchy = dict(hierarchy or {})
         self._stacks = stacks
+        self._calls = calls
         self.edges = edges if edges is not None else pd.DataFrame(columns=["src", "dst_op", "dst_slot"])
         self._positions: dict[str, int] | None = None
 
@@ -199,6 +203,13 @@ class Dump:
             self._stacks = dict(self._stacks())
         return dict(self._stacks or {})
 
+    @property
+    def calls(self) -> dict[str, dict]:
+        """How each API op was called (API and arguments), where the format records it (loaded on first use)."""
+        if callable(self._calls):
+            self._calls = dict(self._calls())
+        return dict(self._calls or {})
+
     def ops(self) -> pd.DataFrame:
         """One row per op call in execution order: op, op_type, api, call, module, direction, tensors."""
         grouped = self.index.groupby(["step", "rank", "op"], sort=False)
@@ -223,6 +234,7 @@ class Dump:
             hierarchy=self.hierarchy,
             stacks=self._stacks,
             edges=self.edges,
+            calls=self._calls,
         )
 
     # -- tensors -----------------------------------------------------------------------------------

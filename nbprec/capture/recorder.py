@@ -15,6 +15,7 @@ from nbprec.capture.backward import BackwardWatches, input_edges
 from nbprec.capture.naming import CallCounter, OpName, api_identity, module_api, op_name, parent_backward
 from nbprec.capture.overflow import OverflowCheck
 from nbprec.capture.select import Selection
+from nbprec.capture.signature import encode_call
 from nbprec.capture.stacks import StackCollector
 from nbprec.capture.tensors import call_tensors, dtype_name, iter_tensors, tensor_to_numpy, torch_stats
 
@@ -188,6 +189,8 @@ class Recorder:
         parent = self.module_stack[-1].name.op if self.module_stack else None
         edges = before[1] if before is not None else (input_edges(torch, inputs) if self.opt.backward else [])
         self.forward_op(name, parent, inputs, outputs, snapshot=None if before is None else before[0])
+        if not self.opt.overflow:
+            self.writer.write_call(name.op, encode_call(api, args, kwargs, torch))
         if self.opt.backward:
             aliases = {o: i for o, ot in outputs for i, it in inputs if ot is it}
             self._watch(name, parent, edges, outputs, aliases)

@@ -275,6 +275,15 @@ class Comparison:
 
         return write_csv(self, Path(path), layout)
 
+    def isolate(self, op: str, dtype: str = "float64") -> Any:
+        """Re-run ``op`` on the target's own inputs in high precision (see :func:`nbprec.compare.isolate.isolate`).
+
+        Needs a target captured by nbprec from PyTorch in tensor mode.
+        """
+        from nbprec.compare.isolate import isolate
+
+        return isolate(self.meta["target"], op, dtype=dtype)
+
     def explore(self, **kwargs: Any) -> Any:
         """Open the linked notebook dashboard on this comparison (needs ``nbprec[widgets]``)."""
         from nbprec._optional import require

@@ -38,6 +38,7 @@ from nbprec.dtypes import canonical_dtype, numpy_dtype
 from nbprec.dump import INDEX_COLUMNS
 from nbprec.errors import CaptureError
 from nbprec.formats.native_read import (
+    CALLS_FILE,
     COLUMNS_FILE,
     COMPLETE_FILE,
     EDGES_FILE,
@@ -168,7 +169,7 @@ class NativeDumpWriter:
             tmp = self._path / (HEADER_FILE + ".tmp")
             tmp.write_text(header_text + "\n", encoding="utf-8")
             tmp.replace(self._path / HEADER_FILE)
-            for name in (INDEX_FILE, EDGES_FILE, MODULES_FILE, STACKS_FILE):
+            for name in (INDEX_FILE, EDGES_FILE, MODULES_FILE, STACKS_FILE, CALLS_FILE):
                 self._files[name] = open(self._path / name, "w", encoding="utf-8", buffering=1)  # noqa: SIM115
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -314,6 +315,13 @@ class NativeDumpWriter:
     def write_stack(self, op: str, frames: list[str]) -> None:
         """Record the user call stack of ``op`` (outermost frame first)."""
         self._append(STACKS_FILE, {"op": op, "frames": [str(f) for f in frames]})
+
+    def write_call(self, op: str, call: Mapping[str, object]) -> None:
+        """Record how ``op`` was called: its API and its arguments, tensors as slot references.
+
+        ``call`` is JSON-safe (see :mod:`nbprec.capture.signature`); isolation re-runs use it.
+        """
+        self._append(CALLS_FILE, {"op": op, "call": dict(call)})
 
     def close(self, *, error: BaseException | None = None) -> None:
         """Flush and close every file and write the ``complete`` record (``finished`` false if ``error``)."""

@@ -7,8 +7,11 @@ module hierarchy; payloads are memory-mapped on demand and call stacks read on f
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -28,6 +31,7 @@ INDEX_FILE = "index.jsonl"
 EDGES_FILE = "edges.jsonl"
 MODULES_FILE = "modules.jsonl"
 STACKS_FILE = "stacks.jsonl"
+CALLS_FILE = "calls.jsonl"
 COMPLETE_FILE = "complete"
 COLUMNS_FILE = "index.columns.json"
 TENSOR_DIR = "tensors"
@@ -182,14 +186,60 @@ def _read_complete(path: Path, problems: list[Problem]) -> dict[str, Any]:
     return record
 
 
+_NPY_HEADER = re.compile(
+    r"\{'descr': '([<>|=][a-zA-Z][0-9]*)', 'fortran_order': (True|False), 'shape': \(([0-9, ]*)\), *\} *\n?"
+)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _open_nofollow(file: str, flags: int) -> int:
+    return os.open(file, flags | _NOFOLLOW)
+
+
+def _open_npy(file: str, f: Any) -> np.ndarray:
+    """Memory-map the ``.npy`` payload open as the unbuffered binary file ``f``.
+
+    Parses the plain headers numpy writes (simple dtype, C or Fortran order) itself, where ``np.load``
+    opens the file three times and compiles the header with ``ast``; anything else goes to ``np.load``.
+    """
+    head = f.read(4096)
+    match = None
+    if head[:6] == b"\x93NUMPY" and len(head) >= 12 and head[6] in (1, 2, 3):
+        start = 10 if head[6] == 1 else 12
+        length = int.from_bytes(head[8:start], "little")
+        match = _NPY_HEADER.fullmatch(head[start : start + length].decode("latin1"))
+    if match is None:
+        return np.load(file, mmap_mode="r", allow_pickle=False)
+    dtype = np.dtype(match[1])
+    shape = tuple(int(v) for v in match[3].replace(" ", "").split(",") if v)
+    if dtype.hasobject or math.prod(shape) == 0:
+        return np.load(file, mmap_mode="r", allow_pickle=False)  # the usual error, or numpy's empty array
+    order = "F" if match[2] == "True" else "C"
+    return np.memmap(f, dtype=dtype, mode="r", offset=start + length, shape=shape, order=order)
+
+
 def _make_loader(path: Path) -> Callable[[Mapping[str, Any]], np.ndarray]:
     tensor_dir = os.path.realpath(path / TENSOR_DIR) + os.sep
+    real_dirs: dict[str, str] = {}  # payload folder as written in the index -> its real path
 
     def load(row: Mapping[str, Any]) -> np.ndarray:
         file = str(row["file"])
-        if not os.path.realpath(file).startswith(tensor_dir):
-            raise DumpFormatError(file, f"payload outside the dump's {TENSOR_DIR}/ folder refused", row["name"])
-        array = np.load(file, mmap_mode="r", allow_pickle=False)
+        folder = os.path.dirname(file)
+        if folder not in real_dirs:
+            real_dirs[folder] = os.path.realpath(folder) + os.sep
+        f = None
+        if real_dirs[folder] == tensor_dir and _NOFOLLOW:
+            try:  # in the dump's tensors/ and no symbolic link itself: inside the dump, no realpath needed
+                f = open(file, "rb", buffering=0, opener=_open_nofollow)  # noqa: SIM115 (closed below)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+        if f is None:
+            if not os.path.realpath(file).startswith(tensor_dir):
+                raise DumpFormatError(file, f"payload outside the dump's {TENSOR_DIR}/ folder refused", row["name"])
+            f = open(file, "rb", buffering=0)  # noqa: SIM115
+        with f:
+            array = _open_npy(file, f)
         dtype = str(row["dtype"])
         target = numpy_dtype(dtype, path=file, record=str(row["name"]))
         expected = RAW_BITS_STORAGE.get(dtype, target)
@@ -248,6 +298,10 @@ def read_native_dump(path: Path) -> Dump:
         found: list[Problem] = []
         return {str(r.get("op")): list(r.get("frames") or []) for r in read_jsonl(path / STACKS_FILE, found)}
 
+    def calls() -> dict[str, dict]:
+        found: list[Problem] = []
+        return {str(r.get("op")): dict(r.get("call") or {}) for r in read_jsonl(path / CALLS_FILE, found)}
+
     meta = {
         "task": header["mode"],
         "mode": header["mode"],
@@ -269,6 +323,7 @@ def read_native_dump(path: Path) -> Dump:
         meta=meta,
         hierarchy=hierarchy,
         stacks=stacks,
+        calls=calls,
         edges=edges,
     )
 

@@ -1,0 +1,127 @@
+"""Call signatures: how an API op was called, in strict JSON, so that the call can be replayed.
+
+The capture records, for every API op, its API name and its arguments with tensors replaced by references
+to their slots (``{"$tensor": "1"}``); isolation (:mod:`nbprec.compare.isolate`) rebuilds the call from a
+dump's own tensors. Values JSON cannot hold are tagged: ``{"$dtype": "float16"}``, ``{"$slice": [0, 4,
+None]}``, ``{"$float": "nan"}``, ``{"$tuple": [...]}``, ``{"$device": "cpu"}``, ``{"$ellipsis": true}``;
+anything else is kept as ``{"$repr": "..."}``, which marks the call as not replayable.
+
+Examples
+--------
+>>> encode_value(slice(0, 4, None), None, "")
+{'$slice': [0, 4, None]}
+>>> decode_value({'$tuple': [1, {'$float': 'inf'}]}, None, {})
+(1, inf)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from nbprec.errors import NbprecError
+
+#: Where each API prefix of the capture's names lives in torch.
+API_NAMESPACES = {"Functional": "torch.nn.functional", "Torch": "torch", "Tensor": "torch.Tensor"}
+
+_MAX_DEPTH = 8
+_MAX_REPR = 200
+
+
+class NotReplayableError(NbprecError):
+    """A recorded call cannot be rebuilt (an argument was recorded only as its repr, or the API is unknown)."""
+
+
+def _slot(prefix: str, key: str | int) -> str:
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+def encode_value(value: Any, torch: Any, prefix: str, depth: int = 0) -> Any:
+    """A JSON-safe form of one argument; tensors become ``{"$tensor": slot}`` (slots as the capture names them)."""
+    if torch is not None and isinstance(value, torch.Tensor):
+        return {"$tensor": prefix or "0"}
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if depth > _MAX_DEPTH:
+        return {"$repr": "nested too deep"}
+    if isinstance(value, (list, tuple)):
+        items = [encode_value(v, torch, _slot(prefix, i), depth + 1) for i, v in enumerate(value)]
+        return items if isinstance(value, list) else {"$tuple": items}
+    if isinstance(value, Mapping):
+        return {"$dict": {str(k): encode_value(v, torch, _slot(prefix, k), depth + 1) for k, v in value.items()}}
+    if isinstance(value, slice):
+        return {"$slice": [encode_value(v, torch, prefix, depth + 1) for v in (value.start, value.stop, value.step)]}
+    if value is Ellipsis:
+        return {"$ellipsis": True}
+    if torch is not None:
+        if isinstance(value, torch.dtype):
+            return {"$dtype": str(value).removeprefix("torch.")}
+        if isinstance(value, torch.device):
+            return {"$device": str(value)}
+        if isinstance(value, torch.Size):
+            return {"$tuple": list(value)}
+    return {"$repr": repr(value)[:_MAX_REPR]}
+
+
+def encode_call(api: str, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, torch: Any) -> dict[str, Any]:
+    """The recorded form of one call: ``{"api", "args", "kwargs", "replayable"}``."""
+    encoded_args = [encode_value(a, torch, str(i)) for i, a in enumerate(args)]
+    encoded_kwargs = {str(k): encode_value(v, torch, str(k)) for k, v in (kwargs or {}).items()}
+    replayable = "$repr" not in repr((encoded_args, encoded_kwargs))
+    return {"api": api, "args": encoded_args, "kwargs": encoded_kwargs, "replayable": replayable}
+
+
+def decode_value(value: Any, torch: Any, tensors: Mapping[str, Any]) -> Any:
+    """Rebuild one argument; ``tensors`` maps slots to the tensors to put back."""
+    if isinstance(value, list):
+        return [decode_value(v, torch, tensors) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "$tensor" in value:
+        slot = value["$tensor"]
+        if slot not in tensors:
+            raise NotReplayableError(f"the call needs the tensor in slot {slot!r}, which the dump does not hold")
+        return tensors[slot]
+    if "$float" in value:
+        return float(value["$float"])
+    if "$tuple" in value:
+        return tuple(decode_value(v, torch, tensors) for v in value["$tuple"])
+    if "$dict" in value:
+        return {k: decode_value(v, torch, tensors) for k, v in value["$dict"].items()}
+    if "$slice" in value:
+        return slice(*(decode_value(v, torch, tensors) for v in value["$slice"]))
+    if "$ellipsis" in value:
+        return Ellipsis
+    if "$dtype" in value:
+        return getattr(torch, value["$dtype"])
+    if "$device" in value:
+        return torch.device(value["$device"])
+    if "$repr" in value:
+        raise NotReplayableError(f"an argument was recorded only as {value['$repr']!r}")
+    raise NotReplayableError(f"unknown recorded value {value!r}")
+
+
+def resolve_api(api: str, torch: Any) -> Any:
+    """The torch callable of a capture API name such as ``"Functional.gelu"`` or ``"Tensor.add"``."""
+    prefix, _, name = api.partition(".")
+    namespace = API_NAMESPACES.get(prefix)
+    if namespace is None or not name:
+        raise NotReplayableError(f"{api!r} is not an API the capture records (prefixes {', '.join(API_NAMESPACES)})")
+    target: Any = torch
+    for part in namespace.split(".")[1:]:
+        target = getattr(target, part)
+    func = getattr(target, name, None)
+    if func is None:
+        raise NotReplayableError(f"{namespace}.{name} does not exist in this torch version")
+    return func
+
+
+def decode_call(call: Mapping[str, Any], torch: Any, tensors: Mapping[str, Any]) -> tuple[Any, tuple, dict]:
+    """``(callable, args, kwargs)`` rebuilt from a recorded call and the tensors of its slots."""
+    func = resolve_api(str(call.get("api", "")), torch)
+    args = tuple(decode_value(a, torch, tensors) for a in call.get("args", []))
+    kwargs = {k: decode_value(v, torch, tensors) for k, v in dict(call.get("kwargs", {})).items()}
+    return func, args, kwargs

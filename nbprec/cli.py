@@ -115,12 +115,36 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         print(f"wrote {run.path}  ({run.description})" + (f"\n  {run.note}" if run.note else ""))
     print()
     status = _cmd_info(argparse.Namespace(paths=[r.path for r in runs], format=None, json=False, max_problems=5))
+    _demo_comparisons(runs)
     if getattr(args, "report", False):
         from nbprec.report.demo import write_demo_report
 
         report = write_demo_report(args.out, runs, echo=print)
         print(f"demo report: {report.html.resolve()}")
     return status
+
+
+def _demo_comparisons(runs: list) -> None:
+    """The main job on the demo runs: compare every target with its benchmark and isolate the culprit."""
+    from nbprec.compare import compare
+    from nbprec.demo import demo_pairs
+
+    pairs = demo_pairs(runs)
+    if not pairs:
+        return
+    print("\ncomparing each target with its float32 benchmark (default dtype-aware rule):")
+    for target, bench in pairs:
+        comp = compare(target.path, bench.path)
+        s = comp.summary()
+        first = s["first_failing_op"] or "none: differences are precision noise"
+        print(f"  {target.name:<20} {s['failing_ops']:>4} failing ops of {s['ops']}; first failing op: {first}")
+        culprit = comp.first_failing_op()
+        if culprit is not None and target.path.joinpath("calls.jsonl").is_file():
+            try:
+                verdict = comp.isolate(str(culprit["op"])).verdict
+            except NbprecError as exc:
+                verdict = f"not re-run ({exc})"
+            print(f"  {'':<20} {culprit['op']} re-run in float64 on its own inputs: {verdict}")
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

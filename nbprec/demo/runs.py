@@ -106,3 +106,18 @@ def run_demo(
     if echo is not None:
         echo(f"capturing the {model} demo runs into {out} ...")
     return tiny_runs(out) if model == "tiny" else minilm_runs(out)
+
+
+def demo_pairs(runs: list[DemoRun]) -> list[tuple[DemoRun, DemoRun]]:
+    """(target, benchmark) pairs among demo runs: every run against the float32 run of the same model.
+
+    Overflow-check runs hold only the overflowing ops and are left out.
+    """
+    bench = {r.name.rsplit("_", 1)[0]: r for r in runs if r.name.endswith("_fp32")}
+    pairs = []
+    for run in runs:
+        model = run.name.split("_", 1)[0]
+        if run.name.endswith(("_fp32", "_overflow")) or model not in bench:
+            continue
+        pairs.append((run, bench[model]))
+    return pairs

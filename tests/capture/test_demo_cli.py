@@ -22,6 +22,10 @@ def test_demo_command_writes_the_tiny_runs(tmp_path: Path, capsys: pytest.Captur
         assert f"wrote {out / name}" in text
         assert nbprec.open(out / name).meta["finished"]
     assert "format      nbprec" in text
+    # the main job: each target against the float32 run; the planted fault is named and confirmed by isolation
+    assert "tiny_bf16_faulty" in text and "first failing op: Functional.gelu.1.forward" in text
+    assert "Functional.gelu.1.forward re-run in float64 on its own inputs: kernel error" in text
+    assert text.count("first failing op: none") == 2  # plain bfloat16 and float16: no false alarm
     faulty, clean = nbprec.open(out / "tiny_bf16_faulty"), nbprec.open(out / "tiny_bf16")
     assert list(faulty.names) == list(clean.names)
     gelu = "Functional.gelu.1.forward.output.0"  # layer 1's GELU is the faulty kernel

@@ -28,3 +28,11 @@ class DumpReader(ABC):
     @abstractmethod
     def open(self, path: Path, **options: Any) -> Dump:
         """Read the index of the dump at ``path``."""
+
+
+def take_run_option(reader: str, options: dict[str, Any]) -> str | None:
+    """Pop the ``run=`` option (the run's name) and reject any other option with a message naming the reader."""
+    run = options.pop("run", None)
+    if options:
+        raise TypeError(f"{reader} reader: unknown option(s) {', '.join(options)}; it accepts run=")
+    return run

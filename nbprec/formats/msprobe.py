@@ -52,7 +52,7 @@ from nbprec.dump import Dump, Problem, make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._probe import find_first_file
 from nbprec.formats._torch import torch_to_numpy
-from nbprec.formats.base import DumpReader
+from nbprec.formats.base import DumpReader, take_run_option
 
 _STEP_RE = re.compile(r"^step(\d*)$")
 _RANK_RE = re.compile(r"^rank(\d*)$")
@@ -470,9 +470,7 @@ class MsprobeDumpReader(DumpReader):
 
     def open(self, path: Path, **options: Any) -> Dump:
         """Read the index of the msprobe dump at ``path``; see the module docstring for the conventions."""
-        run = options.pop("run", None)
-        if options:
-            raise TypeError(f"msprobe reader: unknown option(s) {', '.join(options)}; it accepts run=")
+        run = take_run_option(self.name, options)
         from nbprec.formats import check_dump_path
 
         path = check_dump_path(path)

@@ -53,7 +53,7 @@ from nbprec.dtypes import LOW_PRECISION_FLOATS, NUMPY_DTYPES, canonical_dtype
 from nbprec.dump import Dump, Problem, make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._probe import find_first_file
-from nbprec.formats.base import DumpReader
+from nbprec.formats.base import DumpReader, take_run_option
 
 PREFIXES = ("Tensor", "Torch", "Functional", "NPU", "VF", "Aten", "Distributed")
 OVERFLOW_STEP = 101
@@ -400,9 +400,7 @@ class PtdbgDumpReader(DumpReader):
 
     def open(self, path: Path, **options: Any) -> Dump:
         """Read the index of the ptdbg dump at ``path`` (a folder or one ``.pkl``)."""
-        run = options.pop("run", None)
-        if options:
-            raise TypeError(f"ptdbg reader: unknown option(s) {', '.join(options)}; it accepts run=")
+        run = take_run_option(self.name, options)
         from nbprec.formats import check_dump_path
 
         path = check_dump_path(path)

@@ -33,7 +33,14 @@ from nbprec.formats import guess_format
 from nbprec.formats import open_dump as open
 
 # Attributes resolved lazily from optional layers.
-_LAZY: dict[str, str] = {"explore": "nbprec.widgets:explore"}
+_LAZY: dict[str, str] = {
+    "explore": "nbprec.widgets:explore",
+    "isolate": "nbprec.compare.isolate:isolate",
+    "node_info": "nbprec.graph:node_info",
+    "overflow": "nbprec.overflow",
+    "graph": "nbprec.graph",
+    "report": "nbprec.report",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import queue
+import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -132,24 +136,153 @@ def _measure(job: tuple[int, str, pd.Series, pd.Series], t_dump: Dump, b_dump: D
         return i, {}, f"could not compare: {type(exc).__name__}: {exc}"
 
 
+Job = tuple[int, str, Any, Any]  # (table row, mode, target row, bench row); rows as pd.Series or positions
+Result = tuple[int, dict[str, Any], str]
+_BATCH_ELEMENTS = 1 << 22  # a process batch ends after this many target elements ...
+_BATCH_JOBS = 128  # ... or this many pairs
+_POLL_SECONDS = 1.0
+
+
+def _batches(jobs: list[Job], numel: np.ndarray) -> list[list[Job]]:
+    """Consecutive runs of jobs of about 4 M elements (or 128 pairs) each."""
+    batches: list[list[Job]] = [[]]
+    size = 0
+    for job in jobs:
+        if batches[-1] and (size >= _BATCH_ELEMENTS or len(batches[-1]) >= _BATCH_JOBS):
+            batches.append([])
+            size = 0
+        batches[-1].append(job)
+        size += max(int(numel[job[0]]), 0)
+    return batches if batches[0] else []
+
+
+def _measure_positions(batch: list[Job], t_dump: Dump, b_dump: Dump, t_rows: _Rows, b_rows: _Rows) -> list[Result]:
+    """Measure jobs whose rows are given as index positions (what crosses the process boundary)."""
+    return [_measure((i, mode, t_rows.row(t), b_rows.row(b)), t_dump, b_dump) for i, mode, t, b in batch]
+
+
+def _process_worker(t_dump: Dump, b_dump: Dump, t_rows: _Rows, b_rows: _Rows, inbox: Any, outbox: Any) -> None:
+    """Body of a forked worker: measure batches ``(id, jobs)`` from ``inbox`` until ``None``."""
+    while (item := inbox.get()) is not None:
+        number, batch = item
+        outbox.put((number, _measure_positions(batch, t_dump, b_dump, t_rows, b_rows)))
+
+
+def _run_processes(
+    batches: list[list[Job]], t_dump: Dump, b_dump: Dump, rows: tuple[_Rows, _Rows], workers: int
+) -> Iterator[list[Result]]:
+    """Measure batches in ``workers`` forked processes; yields each batch's results as it arrives.
+
+    The processes inherit the opened dumps (fork: nothing is pickled but the jobs, as index positions, and
+    the metric values). At most two batches per worker are queued, so memory stays bounded by a few tensors
+    per worker. A batch lost with a worker that died (killed, out of memory) is measured here instead.
+    """
+    ctx = multiprocessing.get_context("fork")
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    procs = [
+        ctx.Process(target=_process_worker, args=(t_dump, b_dump, *rows, inbox, outbox), daemon=True)
+        for _ in range(workers)
+    ]
+    for proc in procs:
+        proc.start()
+    pending: set[int] = set()
+    sent = 0
+    try:
+        while sent < len(batches) or pending:
+            while sent < len(batches) and len(pending) < 2 * workers:
+                inbox.put((sent, batches[sent]))
+                pending.add(sent)
+                sent += 1
+            try:
+                number, results = outbox.get(timeout=_POLL_SECONDS)
+            except queue.Empty:
+                if all(proc.is_alive() for proc in procs):
+                    continue
+                for proc in procs:  # a worker is gone (killed, out of memory): finish here, without them
+                    proc.terminate()
+                for number in sorted(pending):
+                    yield _measure_positions(batches[number], t_dump, b_dump, *rows)
+                pending.clear()
+                for number in range(sent, len(batches)):
+                    yield _measure_positions(batches[number], t_dump, b_dump, *rows)
+                sent = len(batches)
+                continue
+            pending.discard(number)
+            yield results
+    finally:
+        for _ in procs:
+            inbox.put(None)
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+        inbox.close()
+        outbox.close()
+
+
+def _use_processes(parallel: str, workers: int, batches: list[list[Job]], numel: np.ndarray) -> bool:
+    """Whether forked processes are used: asked for, or ``auto`` and the work is large enough to pay."""
+    if parallel == "threads" or workers <= 1 or len(batches) < 2:
+        return False
+    if "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "darwin":
+        return False
+    if parallel == "processes":
+        return True
+    # auto: only from a single-threaded process (forking a threaded one can copy a held lock), and only
+    # when the pairs cost more than starting the workers: about 60 us per pair plus 7 ns per element.
+    jobs = sum(len(batch) for batch in batches)
+    elements = sum(max(int(numel[job[0]]), 0) for batch in batches for job in batch)
+    return threading.active_count() == 1 and jobs * 60e-6 + elements * 7e-9 > 0.5
+
+
+def _default_workers() -> int:
+    """Usable cores, at most 2."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(2, cores))
+
+
 def _run_jobs(
-    jobs: list[tuple[int, str, pd.Series, pd.Series]],
+    jobs: list[Job],
     t_dump: Dump,
     b_dump: Dump,
     workers: int,
     progress: ProgressCallback | None,
-) -> Iterator[tuple[int, dict[str, Any], str]]:
+    *,
+    parallel: str = "auto",
+    rows: tuple[_Rows, _Rows] | None = None,
+    numel: np.ndarray | None = None,
+) -> Iterator[Result]:
+    """Measure every job: in forked processes, threads or this thread (see :func:`compare`).
+
+    ``jobs`` hold index positions when ``rows`` is given, ``pd.Series`` rows otherwise.
+    """
     total = len(jobs)
-    if workers <= 1:
-        for done, job in enumerate(jobs, 1):
+    done = 0
+    if rows is not None and numel is not None:
+        batches = _batches(jobs, numel)
+        if _use_processes(parallel, workers, batches, numel):
+            for results in _run_processes(batches, t_dump, b_dump, rows, workers):
+                yield from results
+                done += len(results)
+                if progress:
+                    progress(done, total)
+            return
+        t_rows, b_rows = rows
+        jobs = [(i, mode, t_rows.row(t), b_rows.row(b)) for i, mode, t, b in jobs]
+    if workers <= 1 or parallel != "threads":
+        for job in jobs:
             yield _measure(job, t_dump, b_dump)
+            done += 1
             if progress:
                 progress(done, total)
         return
     with ThreadPoolExecutor(max_workers=workers) as pool:
         # submit in bounded windows so that at most a few tensors per worker are in flight
         window = workers * 4
-        done = 0
         for start in range(0, total, window):
             for result in pool.map(lambda j: _measure(j, t_dump, b_dump), jobs[start : start + window]):
                 done += 1
@@ -170,6 +303,7 @@ def compare(
     step: int | None = None,
     rank: int | None = None,
     workers: int | None = None,
+    parallel: Literal["auto", "processes", "threads"] = "auto",
     progress: ProgressCallback | bool | None = None,
 ) -> Comparison:
     """Compare a target dump with a benchmark dump, tensor by tensor.
@@ -194,7 +328,14 @@ def compare(
     step, rank
         Restrict both dumps to one step / rank.
     workers
-        Threads measuring pairs (default: up to 2). Memory stays bounded by a few tensors per worker.
+        Parallel workers measuring pairs (default: the usable cores, at most 2; 1 measures in this thread).
+        Memory stays bounded by a few tensors per worker.
+    parallel
+        How ``workers > 1`` run. ``"processes"``: forked processes that inherit the opened dumps (Linux;
+        elsewhere this thread). ``"threads"``: threads, which contend for the GIL and for the process's
+        memory map: on 2 cores they were slower than one thread on the 10,000-tensor benchmark.
+        ``"auto"`` (default): processes when the pairs are worth it (about 0.5 s of work or more) and this
+        process runs a single thread (forking a threaded process can copy a held lock), else this thread.
     progress
         ``True`` for a progress bar on stderr, or a callback ``(done, total)``.
 
@@ -243,16 +384,22 @@ def compare(
             continue
         modes[i], reasons[i] = _choose_mode(mode, t_rows.fields(i, _MODE_FIELDS), b_rows.fields(b, _MODE_FIELDS))
         if modes[i] != "none":
-            jobs.append((i, modes[i], t_rows.row(i), b_rows.row(b)))
+            jobs.append((i, modes[i], i, int(b)))
 
     if progress is True:
         from nbprec._progress import TextProgress
 
         progress = TextProgress("comparing")
-    n_workers = workers if workers is not None else min(2, os.cpu_count() or 1)
+    n_workers = workers if workers is not None else _default_workers()
+    if parallel not in ("auto", "processes", "threads"):
+        raise ComparisonError(f"unknown parallel {parallel!r}; use auto, processes or threads")
     values: dict[str, np.ndarray] = {c: np.full(len(table), np.nan) for c in (*METRIC_COLUMNS, *STAT_METRIC_COLUMNS)}
     checksum_match = np.full(len(table), None, dtype=object)
-    for i, result, reason in _run_jobs(jobs, t_dump, b_dump, n_workers, progress or None):
+    numel = np.nan_to_num(table["numel"].to_numpy(np.float64), nan=0.0)
+    results = _run_jobs(
+        jobs, t_dump, b_dump, n_workers, progress or None, parallel=parallel, rows=(t_rows, b_rows), numel=numel
+    )
+    for i, result, reason in results:
         for key, value in result.items():
             if key == "checksum_match":
                 checksum_match[i] = value

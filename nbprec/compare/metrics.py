@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nbprec.compare._kernels import EPS, FLOAT32_EPS, Scratch, Sums, accumulate, dot, to_f64
+
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "EPS",
@@ -84,12 +86,7 @@ STAT_METRIC_COLUMNS: tuple[str, ...] = (
     "norm_rel_diff",
 )
 
-EPS = float(np.finfo(np.float64).eps)  # 2.22e-16
-FLOAT32_EPS = float(np.finfo(np.float32).eps)
 DEFAULT_CHUNK_SIZE = 1 << 16  # elements per chunk: 512 KiB per float64 buffer (cache-sized)
-_DOT_SEGMENT = 8192  # OpenBLAS stays single-threaded for dot products of <= 10,000 elements
-THOUSANDTH = 0.001
-FIVE_THOUSANDTH = 0.005
 _BOOL_METRICS = ("cosine", "rel_euclidean")
 
 
@@ -131,30 +128,6 @@ def _eps_bench(dtype: np.dtype) -> float:
     return FLOAT32_EPS
 
 
-def _to_f64(src: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Copy a chunk of any numeric dtype into the float64 buffer ``out`` (complex -> magnitude)."""
-    if src.dtype.kind == "c":
-        np.abs(src, out=out)
-    else:
-        np.copyto(out, src, casting="unsafe")
-    return out
-
-
-def _dot(a: np.ndarray, b: np.ndarray) -> float:
-    """sum(a * b) of two contiguous float64 vectors without a temporary and on the calling thread only."""
-    if a.size <= _DOT_SEGMENT:
-        return float(np.dot(a, b))
-    k = a.size // _DOT_SEGMENT
-    m = k * _DOT_SEGMENT
-    head = np.matmul(a[:m].reshape(k, 1, _DOT_SEGMENT), b[:m].reshape(k, _DOT_SEGMENT, 1))
-    return float(np.add.reduce(head, axis=None)) + float(np.dot(a[m:], b[m:]))
-
-
-def _nan_max(a: float, b: float) -> float:
-    """max() that propagates NaN (Python's max does not)."""
-    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
-
-
 def _min_max(flat: np.ndarray, buf: np.ndarray, chunk: int) -> tuple[float, float]:
     """Minimum and maximum (in float64 terms, NaN propagating) of a flat array, chunk by chunk."""
     # numpy's float16 min/max has no SIMD loop: converting to float64 first is ~14x faster, same values
@@ -163,87 +136,19 @@ def _min_max(flat: np.ndarray, buf: np.ndarray, chunk: int) -> tuple[float, floa
     for start in range(0, flat.size, chunk):
         part = flat[start : start + chunk]
         if not native:
-            part = _to_f64(part, buf[: part.size])
+            part = to_f64(part, buf[: part.size])
         lows.append(part.min())
         highs.append(part.max())
     return float(np.min(np.array(lows, dtype=np.float64))), float(np.max(np.array(highs, dtype=np.float64)))
-
-
-class _Sums:
-    """Running sums of one comparison (a plain accumulator, local to one call)."""
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.sx = self.sy = self.sxx = self.syy = self.sxy = 0.0
-        self.sdd = self.sad = self.mad = 0.0
-        self.acc_rel = self.max_rel = 0.0
-        self.pass1 = self.pass5 = 0
-        self.kl_sx = self.kl_sy = self.kl_t = 0.0
-
-
-def _buffers(n: int, chunk: int, kl: tuple[tuple[float, float], tuple[float, float]]) -> np.ndarray:
-    """Scratch rows x, y, d, t, a, r, floor_x, floor_y, each min(n, chunk) float64 long."""
-    bufs = np.empty((8, min(n, chunk)), dtype=np.float64)
-    for row, (_lo, span) in zip((6, 7), kl, strict=True):
-        bufs[row] = FLOAT32_EPS * span if span > 0 else FLOAT32_EPS
-    return bufs
-
-
-def _accumulate(xs: np.ndarray, ys: np.ndarray, bufs: np.ndarray, acc: _Sums, kl: tuple, eps_b: float) -> None:
-    """Feed one chunk of target ``xs`` and benchmark ``ys`` into the running sums ``acc``."""
-    n = xs.size
-    x, y, d, t, a, r, floor_x, floor_y = (b[:n] for b in bufs)
-    _to_f64(xs, x)
-    _to_f64(ys, y)
-    acc.n += n
-    acc.sx += float(np.add.reduce(x))
-    acc.sy += float(np.add.reduce(y))
-    acc.sxx += _dot(x, x)
-    acc.syy += _dot(y, y)
-    acc.sxy += _dot(x, y)
-    np.subtract(x, y, out=d)
-    acc.sdd += _dot(d, d)
-    np.abs(d, out=t)
-    acc.sad += float(np.add.reduce(t))
-    acc.mad = _nan_max(acc.mad, float(t.max()))
-    # relative error |x - y| / |y|, 0 where |y| <= eps (NaN in y is not excluded: it propagates)
-    np.abs(y, out=a)
-    np.divide(t, a, out=r)
-    excluded = a <= EPS
-    n_excluded = int(np.count_nonzero(excluded))
-    if n_excluded:
-        np.copyto(r, 0.0, where=excluded)
-    acc.acc_rel += float(np.add.reduce(r))
-    acc.max_rel = _nan_max(acc.max_rel, float(r.max()))
-    acc.pass1 += int(np.count_nonzero(r < THOUSANDTH))
-    acc.pass5 += int(np.count_nonzero(r < FIVE_THOUSANDTH))
-    if n_excluded:  # they passed as r = 0; apply msprobe's convention to them instead
-        idx = np.flatnonzero(excluded)
-        den = a[idx]
-        den[den == 0] = eps_b
-        err = t[idx]
-        acc.pass1 -= n_excluded - int(np.count_nonzero(err < THOUSANDTH * den))
-        acc.pass5 -= n_excluded - int(np.count_nonzero(err < FIVE_THOUSANDTH * den))
-    # KL on u = max(v - min, feps * span), i.e. span * (the floored min-max normalised values): the
-    # divergence of the normalised distributions does not depend on that scale, so no division is needed.
-    (min_x, span_x), (min_y, span_y) = kl
-    for v, lo, span, floor, out in ((x, min_x, span_x, floor_x, d), (y, min_y, span_y, floor_y, t)):
-        np.subtract(v, lo if span > 0 else 0.0, out=out)
-        np.maximum(out, floor, out=out)
-    acc.kl_sx += float(np.add.reduce(d))
-    acc.kl_sy += float(np.add.reduce(t))
-    np.divide(d, t, out=r)
-    np.log(r, out=r)
-    acc.kl_t += _dot(d, r)
 
 
 def _central_m2(flat: np.ndarray, mean: float, buf: np.ndarray, chunk: int) -> float:
     """sum((v - mean)**2) in a second pass: the exact variance when sxx/n - mean**2 would cancel."""
     total = 0.0
     for start in range(0, flat.size, chunk):
-        part = _to_f64(flat[start : start + chunk], buf[: min(chunk, flat.size - start)])
+        part = to_f64(flat[start : start + chunk], buf[: min(chunk, flat.size - start)])
         np.subtract(part, mean, out=part)
-        total += _dot(part, part)
+        total += dot(part, part)
     return total
 
 
@@ -272,7 +177,7 @@ def _nonfinite_reason(flat_x: np.ndarray, flat_y: np.ndarray, chunk: int) -> str
     return "non-finite values: " + "; ".join(parts) if parts else ""
 
 
-def _finish(acc: _Sums) -> dict[str, float]:
+def _finish(acc: Sums) -> dict[str, float]:
     """Turn the running sums into the metric columns (std is filled in by the caller)."""
     n = acc.n
     norm_x, norm_y = math.sqrt(acc.sxx), math.sqrt(acc.syy)
@@ -346,20 +251,27 @@ def tensor_metrics(target: np.ndarray, bench: np.ndarray, *, chunk_size: int = D
         reasons.append("complex tensors: compared magnitudes")
     flat_x, flat_y = x.reshape(-1), y.reshape(-1)
     n, chunk = x.size, max(1, int(chunk_size))
-    scratch = np.empty(min(n, chunk), dtype=np.float64)
-    kl = []
-    for flat in (flat_x, flat_y):
-        lo, hi = _min_max(flat, scratch, chunk)
-        kl.append((lo, hi - lo))
-    bufs = _buffers(n, chunk, (kl[0], kl[1]))
-    acc = _Sums()
+    scratch = Scratch(min(n, chunk))
+    rows = scratch.rows
+    acc = Sums()
     eps_b = _eps_bench(y.dtype)
     with np.errstate(all="ignore"):
+        if n <= chunk:  # one chunk: convert once, take the minima and maxima from the float64 rows
+            xs, ys = to_f64(flat_x, rows[0]), to_f64(flat_y, rows[1])
+            kl = ((float(xs.min()), float(xs.max())), (float(ys.min()), float(ys.max())))
+        else:
+            kl = (_min_max(flat_x, rows[0], chunk), _min_max(flat_y, rows[0], chunk))
+        kl = tuple((lo, hi - lo) for lo, hi in kl)
+        scratch.set_floors(kl[0][1], kl[1][1])
         for start in range(0, n, chunk):
-            _accumulate(flat_x[start : start + chunk], flat_y[start : start + chunk], bufs, acc, tuple(kl), eps_b)
+            size = min(chunk, n - start)
+            if n > chunk:
+                xs = to_f64(flat_x[start : start + size], rows[0, :size])
+                ys = to_f64(flat_y[start : start + size], rows[1, :size])
+            accumulate(xs, ys, scratch, acc, kl, eps_b)
         values = _finish(acc)
-        values["target_std"] = _std(flat_x, acc.sx, acc.sxx, n, bufs[0], chunk)
-        values["bench_std"] = _std(flat_y, acc.sy, acc.syy, n, bufs[0], chunk)
+        values["target_std"] = _std(flat_x, acc.sx, acc.sxx, n, rows[2], chunk)
+        values["bench_std"] = _std(flat_y, acc.sy, acc.syy, n, rows[2], chunk)
     if not math.isfinite(acc.sxx + acc.syy):
         nonfinite = _nonfinite_reason(flat_x, flat_y, chunk)
         if nonfinite:

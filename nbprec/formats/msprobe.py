@@ -428,10 +428,13 @@ def load_pt_tensor(row: Mapping[str, Any]) -> np.ndarray:
     """Load one msprobe ``.pt`` payload (``weights_only=True``) as a bit-exact numpy array."""
     torch = require("torch", "reading msprobe .pt tensors")
     path = row["file"]
-    try:
-        obj = torch.load(path, weights_only=True, map_location="cpu")
-    except Exception as exc:  # torch.load raises many types (zip, pickle, runtime, EOF) for corrupt files
-        raise DumpFormatError(path, f"cannot load the .pt file: {type(exc).__name__}: {exc}", row["name"]) from exc
+    try:  # memory-mapped: the payload is not copied into a fresh storage (zip-format files only)
+        obj = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    except Exception:  # legacy (non-zip) files cannot be mapped; corrupt ones fail again below
+        try:
+            obj = torch.load(path, weights_only=True, map_location="cpu")
+        except Exception as exc:  # torch.load raises many types (zip, pickle, runtime, EOF) for corrupt files
+            raise DumpFormatError(path, f"cannot load the .pt file: {type(exc).__name__}: {exc}", row["name"]) from exc
     if not isinstance(obj, torch.Tensor):
         raise DumpFormatError(path, f"holds a {type(obj).__name__}, expected a tensor", row["name"])
     return torch_to_numpy(obj)

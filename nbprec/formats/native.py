@@ -27,6 +27,7 @@ import math
 import os
 import re
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -54,6 +55,10 @@ from nbprec.formats.native_read import (
     NativeDumpReader,
 )
 from nbprec.stats import STAT_COLUMNS, tensor_stats
+
+#: Records are handed to the operating system at least this often (seconds): a killed process loses at most
+#: the records of its last FLUSH_INTERVAL; exceptions in Python close the writer and lose nothing.
+FLUSH_INTERVAL = 0.2
 
 _RECORD_FIELDS = tuple(c for c in INDEX_COLUMNS if c not in ("run", "file", "has_data", *STAT_COLUMNS))
 _COUNT_COLUMNS = ("nan_count", "inf_count", "zero_count")
@@ -170,7 +175,8 @@ class NativeDumpWriter:
             tmp.write_text(header_text + "\n", encoding="utf-8")
             tmp.replace(self._path / HEADER_FILE)
             for name in (INDEX_FILE, EDGES_FILE, MODULES_FILE, STACKS_FILE, CALLS_FILE):
-                self._files[name] = open(self._path / name, "w", encoding="utf-8", buffering=1)  # noqa: SIM115
+                self._files[name] = open(self._path / name, "w", encoding="utf-8")  # noqa: SIM115
+        self._last_flush = time.monotonic()
 
     # -- helpers -----------------------------------------------------------------------------------
     def _check_target(self, overwrite: bool) -> None:
@@ -198,10 +204,21 @@ class NativeDumpWriter:
             line = json.dumps(obj, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
         except (TypeError, ValueError) as exc:
             raise CaptureError(f"{self._path / file_name}: record is not strict-JSON-serialisable: {exc}") from exc
-        with self._io(self._path / file_name):
-            handle = self._files[file_name]
-            handle.write(line + "\n")
-            handle.flush()
+        try:
+            self._files[file_name].write(line + "\n")
+            now = time.monotonic()
+            if now - self._last_flush >= FLUSH_INTERVAL:
+                self.flush()
+                self._last_flush = now
+        except OSError as exc:
+            with self._io(self._path / file_name):
+                raise exc
+
+    def flush(self) -> None:
+        """Hand every buffered record to the operating system now (also done every FLUSH_INTERVAL seconds)."""
+        with self._io(self._path):
+            for handle in self._files.values():
+                handle.flush()
 
     # -- public API --------------------------------------------------------------------------------
     @property

@@ -146,6 +146,7 @@ def test_killed_run_with_truncated_last_line(tmp_path: Path) -> None:
     writer = NativeDumpWriter(tmp_path / "run")
     for i in range(3):
         writer.write_tensor({"name": f"t{i}", "order": i}, np.full(2, i, np.float32))
+    writer.flush()  # the periodic flush (every FLUSH_INTERVAL seconds) has run
     # the process dies: no close(), and the last line is cut in the middle
     with open(tmp_path / "run" / INDEX_FILE, "a") as f:
         f.write('{"name": "t3", "dtype": "float3')
@@ -261,3 +262,14 @@ def test_writer_rejects_bad_records(tmp_path: Path) -> None:
         writer.write_tensor({"name": "raw", "dtype": "bfloat16"}, bits)
     loaded = nbprec.open(tmp_path / "run").tensor("raw")
     assert loaded.dtype == ml_dtypes.bfloat16 and loaded.view(np.uint16).tolist() == [0x3F80, 0x7FC0]
+
+
+def test_records_reach_the_disk_within_the_flush_interval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nbprec.formats.native as native
+
+    monkeypatch.setattr(native, "FLUSH_INTERVAL", 0.0)
+    writer = NativeDumpWriter(tmp_path / "run", mode="statistics")
+    writer.write_tensor({"name": "t0", "dtype": "float32", "shape": [2]})
+    # no close(): as if the process were killed right now
+    assert [r["name"] for r in map(json.loads, (tmp_path / "run" / INDEX_FILE).read_text().splitlines())] == ["t0"]
+    writer.close()

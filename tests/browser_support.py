@@ -1,7 +1,7 @@
 """Shared real-browser helpers: Debian Chromium driven by Python playwright (see ../shared docs, BROWSER.md).
 
-Import from a test module (``from tests.browser_support import ...`` does not work with importlib mode; load it
-with :func:`load` below or ``importlib``). Never runs ``playwright install``: the browser is ``/usr/bin/chromium``
+Test modules ``import browser_support`` (pytest puts ``tests/`` on the path, see pyproject.toml).
+Never runs ``playwright install``: the browser is ``/usr/bin/chromium``
 (``apt-get install -y chromium``); tests skip with that hint when it is missing.
 """
 

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from pathlib import Path
 
+import browser_support as bs
 import pytest
-
-_spec = importlib.util.spec_from_file_location("browser_support", Path(__file__).parents[1] / "browser_support.py")
-bs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bs)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, bs.needs_chromium]
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -16,35 +15,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import browser_support as bs
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
-TIMEOUT_MS = 90_000
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(), reason="needs Debian Chromium at /usr/bin/chromium (apt-get install chromium)"
-    ),
-]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+pytestmark = [pytest.mark.browser, bs.needs_chromium]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +33,7 @@ def voila_url(demo_notebook, tmp_path_factory):
         "JUPYTER_DATA_DIR": str(home / "data"),
         "IPYTHONDIR": str(home / "ipython"),
     }
-    port = _free_port()
+    port = bs.free_port()
     voila = shutil.which("voila", path=str(Path(sys.executable).parent)) or "voila"
     cmd = [voila, str(demo_notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
            "--ServerApp.port_retries=0", "--Voila.show_tracebacks=True"]  # fmt: skip
@@ -86,17 +60,17 @@ def page(voila_url):
     """The rendered dashboard page (all widgets drawn)."""
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        browser = pw.chromium.launch(executable_path=str(bs.CHROMIUM), args=list(bs.ARGS))
         pg = browser.new_page(viewport={"width": 1500, "height": 1000})
         start = time.monotonic()
-        pg.goto(voila_url, timeout=TIMEOUT_MS)
+        pg.goto(voila_url, timeout=bs.TIMEOUT_MS)
         pg.wait_for_function(
             "() => [...document.querySelectorAll('div')].some(d => d._cyreg && d._cyreg.cy"
             " && d._cyreg.cy.nodes().length)"
             " && document.querySelectorAll('.dot').length > 0"
             " && document.querySelector('.lm-DataGrid canvas, .p-DataGrid canvas')"
             " && document.querySelector('.nbprec-selected')",
-            timeout=TIMEOUT_MS,
+            timeout=bs.TIMEOUT_MS,
         )
         pg.render_seconds = time.monotonic() - start
         yield pg
@@ -124,8 +98,8 @@ def test_dashboard_renders_every_view(page):
         "() => [...document.querySelectorAll('.bargroup rect')].map(r => parseFloat(r.getAttribute('height')))"
     )
     assert any(h > 0 for h in heights), "histogram bars are drawn with no height"
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+    bs.ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(bs.ARTIFACTS / "dashboard.png"), full_page=True)
     print(f"dashboard rendered in {page.render_seconds:.1f} s")
 
 
@@ -139,7 +113,7 @@ def test_clicking_a_table_row_updates_the_inspector(page):
         "() => !document.querySelector('.nbprec-selected').innerText.includes('gelu.1.forward')", timeout=30_000
     )
     assert "Selected op:" in _selected_text(page)
-    page.screenshot(path=str(ARTIFACTS / "after_row_click.png"), full_page=False)
+    page.screenshot(path=str(bs.ARTIFACTS / "after_row_click.png"), full_page=False)
 
 
 def test_clicking_a_graph_node_updates_the_inspector(page):
@@ -165,7 +139,7 @@ def test_clicking_a_graph_node_updates_the_inspector(page):
         "(op) => document.querySelector('.nbprec-selected').innerText.includes(op)", arg=info["op"], timeout=30_000
     )
     clip = page.locator(".nbprec-selected").first.bounding_box()
-    page.screenshot(path=str(ARTIFACTS / "after_node_click.png"), clip={"x": 0, "y": max(clip["y"] - 40, 0),
+    page.screenshot(path=str(bs.ARTIFACTS / "after_node_click.png"), clip={"x": 0, "y": max(clip["y"] - 40, 0),
                     "width": 1500, "height": 900})  # fmt: skip
 
 

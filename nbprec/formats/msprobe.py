@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,12 +48,16 @@ from nbprec._optional import require
 from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
 from nbprec.dump import Dump, Problem, make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
+from nbprec.formats._layout import (
+    DumpSource,
+    find_dump_files,
+    read_json_file,
+    run_name,
+)
 from nbprec.formats._probe import find_first_file
 from nbprec.formats._torch import torch_to_numpy
 from nbprec.formats.base import DumpReader, take_run_option
 
-_STEP_RE = re.compile(r"^step(\d*)$")
-_RANK_RE = re.compile(r"^rank(\d*)$")
 # section of an op entry -> role; rows follow this order (inputs, parameters, outputs, as msprobe's compare CSV)
 _SECTIONS = dict(input_args="input", input_kwargs="input", input="input", parameters="parameter", output="output")
 _SECTION_RANK = {section: i for i, section in enumerate(_SECTIONS)}
@@ -63,15 +65,6 @@ _MODULE_PREFIXES = ("Module", "Cell")
 _DIRECTIONS = ("forward", "backward")
 _MAX_FILE_NAME = 255
 _PROBE_BYTES = 8192
-
-
-@dataclass(frozen=True)
-class _Source:
-    """One ``dump.json`` with the step and rank its folders name (-1 when they do not)."""
-
-    dump_json: Path
-    step: int
-    rank: int
 
 
 @dataclass(frozen=True)
@@ -111,99 +104,6 @@ def parse_op_key(key: str) -> _OpKey | None:
     if len(parts) >= 3 and parts[-1] in _DIRECTIONS and parts[-2].isdigit():
         return _OpKey(".".join(parts[:-2]), ".".join(parts[1:-2]), int(parts[-2]), parts[-1], None, False)
     return None
-
-
-def read_json_file(path: Path) -> Any:
-    """Parse a JSON file leniently (bare ``NaN``/``Infinity`` accepted); errors name file and position."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DumpFormatError(path, f"cannot read the file: {exc.strerror or exc}") from exc
-    if not raw.strip():
-        raise DumpFormatError(path, "the file is empty (expected a JSON object)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DumpFormatError(path, f"not UTF-8 text: undecodable byte at offset {exc.start}") from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        at_end = exc.pos >= len(text.rstrip())
-        open_string = exc.msg.startswith("Unterminated string") and '"' not in text[exc.pos + 1 :]
-        hint = "; the file ends early (truncated?)" if at_end or open_string else ""
-        raise DumpFormatError(
-            path, f"invalid JSON at line {exc.lineno}, column {exc.colno} (character {exc.pos}): {exc.msg}{hint}"
-        ) from exc
-    except RecursionError as exc:
-        raise DumpFormatError(path, "invalid JSON: nested too deeply to parse") from exc
-
-
-def _folder_number(name: str, pattern: re.Pattern[str]) -> int | None:
-    m = pattern.match(name)
-    if m is None:
-        return None
-    return int(m.group(1)) if m.group(1) else -1
-
-
-def _is_dir(p: Path) -> bool:
-    try:
-        return p.is_dir()
-    except OSError:
-        return False
-
-
-def _children(folder: Path, pattern: re.Pattern[str], problems: list[Problem]) -> list[tuple[int, Path]]:
-    """Sub-folders of ``folder`` whose names match ``pattern``, sorted by their number."""
-    found = []
-    try:
-        entries = sorted(folder.iterdir())
-    except OSError as exc:
-        problems.append(Problem(str(folder), f"cannot list the folder: {exc.strerror or exc}"))
-        return []
-    for entry in entries:
-        number = _folder_number(entry.name, pattern)
-        if number is None:
-            continue
-        if not _is_dir(entry):
-            if entry.is_symlink():
-                problems.append(Problem(str(entry), "broken symlink or symlink loop; folder skipped"))
-            continue
-        found.append((number, entry))
-    return sorted(found, key=lambda item: (item[0], item[1].name))
-
-
-def find_dump_files(path: Path, problems: list[Problem]) -> list[_Source]:
-    """Every ``dump.json`` under ``path`` (a run, step or rank folder, or the file itself)."""
-    if not _is_dir(path):
-        rank = _folder_number(path.parent.name, _RANK_RE)
-        step = _folder_number(path.parent.parent.name, _STEP_RE) if rank is not None else None
-        return [_Source(path, -1 if step is None else step, -1 if rank is None else rank)]
-    if (path / "dump.json").is_file():
-        return find_dump_files(path / "dump.json", problems)
-    sources = []
-    own_step = _folder_number(path.name, _STEP_RE)
-    for rank, rank_dir in _children(path, _RANK_RE, problems):
-        if (rank_dir / "dump.json").is_file():
-            sources.append(_Source(rank_dir / "dump.json", -1 if own_step is None else own_step, rank))
-    if sources:
-        return sources
-    for step, step_dir in _children(path, _STEP_RE, problems):
-        for rank, rank_dir in _children(step_dir, _RANK_RE, problems):
-            if (rank_dir / "dump.json").is_file():
-                sources.append(_Source(rank_dir / "dump.json", step, rank))
-            else:
-                problems.append(Problem(str(rank_dir), "rank folder without dump.json; skipped"))
-    return sources
-
-
-def _run_name(path: Path) -> str:
-    """The run's name: the folder above ``step*/rank*/`` when the layout shows it, else the folder's name."""
-    folder = path if _is_dir(path) else path.parent
-    if _RANK_RE.match(folder.name):
-        folder = folder.parent
-    if _STEP_RE.match(folder.name):
-        folder = folder.parent
-    return folder.name
 
 
 def _is_tensor_entry(value: Any) -> bool:
@@ -251,10 +151,10 @@ def _module_path(node: Any) -> str:
     return key.module if key is not None and key.module is not None else ""
 
 
-class _SourceReader:
+class DumpSourceReader:
     """Builds the records of one ``dump.json``."""
 
-    def __init__(self, source: _Source, problems: list[Problem]) -> None:
+    def __init__(self, source: DumpSource, problems: list[Problem]) -> None:
         self.source = source
         self.folder = source.dump_json.parent
         self.problems = problems
@@ -486,7 +386,7 @@ class MsprobeDumpReader(DumpReader):
         meta: dict[str, Any] = {}
         non_tensor = 0
         for source in sources:
-            reader = _SourceReader(source, problems)
+            reader = DumpSourceReader(source, problems)
             rows, source_meta = reader.records()
             records.extend(rows)
             hierarchy.update(reader.hierarchy)
@@ -498,7 +398,7 @@ class MsprobeDumpReader(DumpReader):
                 path, f"dump.json lists no tensors ({non_tensor} non-tensor values, {len(problems)} problems)"
             )
         unknown_shape = [bool(r.pop("_shape_unknown")) for r in records]
-        index = make_index(records, run=run or _run_name(path))
+        index = make_index(records, run=run or run_name(path))
         index.loc[np.array(unknown_shape, dtype=bool), "numel"] = -1
         meta.update(
             non_tensor_values=non_tensor,

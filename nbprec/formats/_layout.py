@@ -1,0 +1,120 @@
+"""Finding dump files in ``step{N}/rank{M}/`` folder layouts, and reading JSON files leniently.
+
+Shared by the readers of PyTorch dump tools (msprobe writes ``<run>/step{N}/rank{M}/dump.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nbprec.dump import Problem
+from nbprec.errors import DumpFormatError
+
+STEP_RE = re.compile(r"^step(\d*)$")
+RANK_RE = re.compile(r"^rank(\d*)$")
+
+
+@dataclass(frozen=True)
+class DumpSource:
+    """One ``dump.json`` with the step and rank its folders name (-1 when they do not)."""
+
+    dump_json: Path
+    step: int
+    rank: int
+
+
+def read_json_file(path: Path) -> Any:
+    """Parse a JSON file leniently (bare ``NaN``/``Infinity`` accepted); errors name file and position."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DumpFormatError(path, f"cannot read the file: {exc.strerror or exc}") from exc
+    if not raw.strip():
+        raise DumpFormatError(path, "the file is empty (expected a JSON object)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DumpFormatError(path, f"not UTF-8 text: undecodable byte at offset {exc.start}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        at_end = exc.pos >= len(text.rstrip())
+        open_string = exc.msg.startswith("Unterminated string") and '"' not in text[exc.pos + 1 :]
+        hint = "; the file ends early (truncated?)" if at_end or open_string else ""
+        raise DumpFormatError(
+            path, f"invalid JSON at line {exc.lineno}, column {exc.colno} (character {exc.pos}): {exc.msg}{hint}"
+        ) from exc
+    except RecursionError as exc:
+        raise DumpFormatError(path, "invalid JSON: nested too deeply to parse") from exc
+
+
+def folder_number(name: str, pattern: re.Pattern[str]) -> int | None:
+    m = pattern.match(name)
+    if m is None:
+        return None
+    return int(m.group(1)) if m.group(1) else -1
+
+
+def is_dir(p: Path) -> bool:
+    try:
+        return p.is_dir()
+    except OSError:
+        return False
+
+
+def child_folders(folder: Path, pattern: re.Pattern[str], problems: list[Problem]) -> list[tuple[int, Path]]:
+    """Sub-folders of ``folder`` whose names match ``pattern``, sorted by their number."""
+    found = []
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError as exc:
+        problems.append(Problem(str(folder), f"cannot list the folder: {exc.strerror or exc}"))
+        return []
+    for entry in entries:
+        number = folder_number(entry.name, pattern)
+        if number is None:
+            continue
+        if not is_dir(entry):
+            if entry.is_symlink():
+                problems.append(Problem(str(entry), "broken symlink or symlink loop; folder skipped"))
+            continue
+        found.append((number, entry))
+    return sorted(found, key=lambda item: (item[0], item[1].name))
+
+
+def find_dump_files(path: Path, problems: list[Problem]) -> list[DumpSource]:
+    """Every ``dump.json`` under ``path`` (a run, step or rank folder, or the file itself), with its step and rank."""
+    if not is_dir(path):
+        rank = folder_number(path.parent.name, RANK_RE)
+        step = folder_number(path.parent.parent.name, STEP_RE) if rank is not None else None
+        return [DumpSource(path, -1 if step is None else step, -1 if rank is None else rank)]
+    if (path / "dump.json").is_file():
+        return find_dump_files(path / "dump.json", problems)
+    sources = []
+    own_step = folder_number(path.name, STEP_RE)
+    for rank, rank_dir in child_folders(path, RANK_RE, problems):
+        if (rank_dir / "dump.json").is_file():
+            sources.append(DumpSource(rank_dir / "dump.json", -1 if own_step is None else own_step, rank))
+    if sources:
+        return sources
+    for step, step_dir in child_folders(path, STEP_RE, problems):
+        for rank, rank_dir in child_folders(step_dir, RANK_RE, problems):
+            if (rank_dir / "dump.json").is_file():
+                sources.append(DumpSource(rank_dir / "dump.json", step, rank))
+            else:
+                problems.append(Problem(str(rank_dir), "rank folder without dump.json; skipped"))
+    return sources
+
+
+def run_name(path: Path) -> str:
+    """The run's name: the folder above ``step*/rank*/`` when the layout shows it, else the folder's name."""
+    folder = path if is_dir(path) else path.parent
+    if RANK_RE.match(folder.name):
+        folder = folder.parent
+    if STEP_RE.match(folder.name):
+        folder = folder.parent
+    return folder.name

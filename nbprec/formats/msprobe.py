@@ -55,6 +55,7 @@ from nbprec.formats._layout import (
     run_name,
 )
 from nbprec.formats._probe import find_first_file
+from nbprec.formats._pt import read_pt_tensor
 from nbprec.formats._torch import torch_to_numpy
 from nbprec.formats.base import DumpReader, take_run_option
 
@@ -325,9 +326,16 @@ def _load_stacks(files: tuple[Path, ...]) -> dict[str, list[str]]:
 
 
 def load_pt_tensor(row: Mapping[str, Any]) -> np.ndarray:
-    """Load one msprobe ``.pt`` payload (``weights_only=True``) as a bit-exact numpy array."""
-    torch = require("torch", "reading msprobe .pt tensors")
+    """Load one msprobe ``.pt`` payload as a bit-exact numpy array.
+
+    Plain one-tensor archives are read directly (:func:`nbprec.formats._pt.read_pt_tensor`: no torch, nothing
+    unpickled); anything else goes through ``torch.load(weights_only=True)``.
+    """
     path = row["file"]
+    array = read_pt_tensor(path)
+    if array is not None:
+        return array
+    torch = require("torch", "reading msprobe .pt tensors")
     try:  # memory-mapped: the payload is not copied into a fresh storage (zip-format files only)
         obj = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
     except Exception:  # legacy (non-zip) files cannot be mapped; corrupt ones fail again below

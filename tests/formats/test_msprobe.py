@@ -354,11 +354,17 @@ def test_pt_file_holding_a_non_tensor_is_a_format_error(run_copy):
         nbprec.open(run_copy).tensor("Functional.linear.0.forward.output.0")
 
 
-def test_missing_torch_gives_the_install_hint(run_copy, monkeypatch):
+def test_plain_pt_files_load_without_torch_and_others_give_the_install_hint(run_copy, monkeypatch):
+    torch = pytest.importorskip("torch")
     dump = nbprec.open(run_copy)
+    name = "Functional.linear.0.forward.output.0"
+    expected = dump.tensor(name)
+    legacy = Path(dump.row("Functional.linear.1.forward.output.0")["file"])
+    torch.save(torch.load(legacy, weights_only=True), legacy, _use_new_zipfile_serialization=False)
     monkeypatch.setitem(sys.modules, "torch", None)  # makes "import torch" fail
+    np.testing.assert_array_equal(dump.tensor(name).view(np.uint16), expected.view(np.uint16))
     with pytest.raises(MissingDependencyError, match=r'pip install "nbprec\[torch\]"'):
-        dump.tensor("Functional.linear.0.forward.output.0")
+        dump.tensor("Functional.linear.1.forward.output.0")  # a legacy (non-zip) file needs torch.load
 
 
 def test_unknown_dtype_and_shape_are_problems(run_copy):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
@@ -225,11 +226,11 @@ def _renderer(selected: str | None) -> Any:
     """Row colours: first failing op, selected op, failing ops (a Vega expression evaluated in the browser)."""
     from ipydatagrid import TextRenderer, VegaExpr
 
-    name = (selected or "").replace("\\", "\\\\").replace("'", "\\'")
+    name = json.dumps(selected or "")  # a string literal with every quote, backslash and control char escaped
     return TextRenderer(
         background_color=VegaExpr(
             f"cell.metadata.data['mark'] == 'first failing' ? '{FIRST_COLOUR}' : "
-            f"(cell.metadata.data['op'] == '{name}' ? '{SELECTED_COLOUR}' : "
+            f"(cell.metadata.data['op'] == {name} ? '{SELECTED_COLOUR}' : "
             f"(cell.metadata.data['status'] == 'fail' ? '{FAIL_COLOUR}' : 'white'))"
         )
     )

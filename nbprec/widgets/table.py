@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from nbprec.compare.rules import HIGHER_IS_BETTER, STATUS_FAIL, STATUS_NA, STATUS_PASS
@@ -177,7 +178,10 @@ class OpsTableView(View):
             self.selection.select(str(first["op"]))
 
     def _grid_frame(self) -> pd.DataFrame:
-        return self.page_rows.set_index("order")
+        """The page as the grid shows it: metrics to 6 significant digits (readable cells; the model keeps all)."""
+        frame = self.page_rows.set_index("order")
+        floats = frame.select_dtypes("float").columns
+        return frame.assign(**{c: frame[c].map(_six_digits) for c in floats})
 
     def _on_grid_select(self, change: dict[str, Any]) -> None:
         if self._updating or not change["new"]:
@@ -215,6 +219,10 @@ class OpsTableView(View):
         highlight = {int(i): FAIL_COLOUR for i in range(len(rows)) if rows.at[i, "status"] == STATUS_FAIL}
         highlight.update({int(i): FIRST_COLOUR for i in range(len(rows)) if rows.at[i, "mark"] == "first failing"})
         return f"<div class='nbprec-ops'><p>{self.summary_text()}</p>{html_table(rows, highlight=highlight)}</div>"
+
+
+def _six_digits(value: float) -> float:
+    return float(f"{value:.6g}") if np.isfinite(value) else value
 
 
 def _preset_or_none(model: OpsModel) -> str | None:

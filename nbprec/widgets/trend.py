@@ -88,12 +88,12 @@ class TrendView(View):
         self._fail_positions = np.array([], dtype=np.int64)
         self._label = w.HTML()
         ax = bq.Axis(scale=sx, label="execution order", num_ticks=8)
-        ay = bq.Axis(scale=sy, side="left", label="", tick_format=".4g", num_ticks=6)
+        ay = bq.Axis(scale=sy, side="left", label="", tick_format=".4g", num_ticks=6, label_offset="60px")
         self._ay = ay
         self._figure = bq.Figure(
             marks=[self._line, self._threshold, self._onset, self._dots, self._fail_dots, self._selected],
             axes=[ax, ay],
-            fig_margin={"top": 20, "bottom": 45, "left": 70, "right": 20},
+            fig_margin={"top": 20, "bottom": 45, "left": 85, "right": 20},
             layout=w.Layout(width="100%", height="300px"),
             title="",
         )

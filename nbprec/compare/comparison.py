@@ -309,8 +309,3 @@ def _rule_from_dict(data: dict[str, Any]) -> Rule:
         dtype_aware=bool(data.get("dtype_aware", False)),
         description=data.get("description", ""),
     )
-
-
-def nan_to_none(value: float) -> float | None:
-    """JSON-friendly float: NaN becomes ``None``."""
-    return None if value is None or (isinstance(value, float) and np.isnan(value)) else value

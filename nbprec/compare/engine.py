@@ -7,7 +7,7 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -431,10 +431,3 @@ def compare(
         "coverage": matched.coverage(),
     }
     return Comparison(table, unmatched_bench=unmatched_bench, rule=the_rule, meta=meta)
-
-
-def comparison_progress(label: str = "comparing") -> Callable[[int, int], None]:
-    """A stderr progress bar suitable for ``compare(progress=...)``."""
-    from nbprec._progress import TextProgress
-
-    return TextProgress(label)

@@ -185,8 +185,10 @@ class Rule:
     def evaluate(self, table: pd.DataFrame) -> pd.Series:
         """Status of each row: ``"pass"``, ``"fail"`` or ``"n/a"`` (no metric this rule uses was computed).
 
-        Rows compared by checksum pass or fail on the checksum; rows compared by statistics only are judged on
-        the relative differences of their statistics when the rule's metrics are absent.
+        Rows compared by checksum pass or fail on the checksum. Under a dtype-aware rule, rows compared by
+        statistics only are judged on the relative differences of their norms and extremes, and rows whose
+        benchmark is ~0 next to the op's inputs on absolute error; other rules judge only their own metrics
+        (statistics-only rows are then ``"n/a"``). A target with NaN/inf where the benchmark is finite fails.
         """
         n = len(table)
         if n == 0:

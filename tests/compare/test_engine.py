@@ -228,3 +228,10 @@ def test_origin_labels_random_and_discontinuous_ops(make_mlp_dump):
 
     assert is_random_op("Dropout") and is_random_op("dropout") and not is_random_op("linear")
     assert is_discontinuous_op("relu") and is_discontinuous_op("max_pool2d") and not is_discontinuous_op("gelu")
+
+
+def test_rollup_from_a_table_equals_the_comparisons_own(make_mlp_dump):
+    from nbprec.compare.culprit import rollup_ops
+
+    comp = compare(make_mlp_dump(name="t", dtype=np.float16, fault_at=3), make_mlp_dump(name="b"))
+    pd.testing.assert_frame_equal(rollup_ops(comp.table, comp.status), comp.ops)

@@ -261,13 +261,14 @@ class Dump:
             )
         return self.index.iloc[position]
 
-    def tensor(self, key: str | int | pd.Series) -> np.ndarray:
+    def tensor(self, key: str | int | Mapping[str, Any]) -> np.ndarray:
         """The payload of one tensor as a numpy array in its original dtype (memory-mapped if possible).
 
-        ``key`` is a tensor name, a position in :attr:`index`, or an index row. bfloat16 and float8 come
-        back as ``ml_dtypes`` arrays; use ``.astype(np.float32)`` to compute with them.
+        ``key`` is a tensor name, a position in :attr:`index`, or an index row (a ``pd.Series`` or any
+        mapping of the index columns). bfloat16 and float8 come back as ``ml_dtypes`` arrays; use
+        ``.astype(np.float32)`` to compute with them.
         """
-        row = key if isinstance(key, pd.Series) else self.row(key)
+        row = key if isinstance(key, (pd.Series, Mapping)) else self.row(key)
         if not row["has_data"] or self._loader is None:
             raise TensorDataUnavailableError(
                 f"{self.path}: tensor {row['name']!r} has no payload in this dump "

@@ -14,16 +14,28 @@ costs about 6e-8 absolute per element, far more than KL itself for bf16 noise).
 
 The float16 conversion, which numpy does without SIMD (2-4x slower than the other casts), is done here by
 moving the bits into a float64 and rescaling.
+
+The compiled kernel (``_fused``, built from ``_fused.c`` when the package is installed with a C compiler)
+does the same sums in one pass per pair, with the GIL released; :func:`fused_sums` drives it and
+:func:`tensor_metrics <nbprec.compare.metrics.tensor_metrics>` prefers it. This numpy kernel stays as the
+fallback and as the reference the tests hold the compiled one to.
 """
 
 from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
+
+try:  # the compiled one-pass kernel; absent when the package was installed without a C compiler
+    from nbprec.compare import _fused as FUSED
+except ImportError:  # pragma: no cover - depends on the build
+    FUSED = None
 
 EPS = float(np.finfo(np.float64).eps)  # 2.22e-16
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
+_DBL_MIN = float(np.finfo(np.float64).tiny)  # smallest positive normal double
 THOUSANDTH = 0.001
 FIVE_THOUSANDTH = 0.005
 DOT_SEGMENT = 8192  # OpenBLAS stays single-threaded for dot products of <= 10,000 elements
@@ -71,7 +83,12 @@ def nan_max(a: float, b: float) -> float:
 
 
 class Sums:
-    """Running sums of one comparison (a plain accumulator, local to one call)."""
+    """Running sums of one comparison (a plain accumulator, local to one call).
+
+    ``cx, cxx, cy, cyy`` are sums of ``v - shift`` and ``(v - shift)**2`` for a shift near each side's
+    mean (the compiled kernel fills them; they give the standard deviations without cancellation); they
+    stay ``None`` on the numpy path.
+    """
 
     def __init__(self) -> None:
         self.n = 0
@@ -80,6 +97,48 @@ class Sums:
         self.acc_rel = self.max_rel = 0.0
         self.pass1 = self.pass5 = 0
         self.kl_sx = self.kl_sy = self.kl_t = 0.0
+        self.cx: float | None = None
+        self.cxx = self.cy = self.cyy = 0.0
+        self.shift_x = self.shift_y = 0.0
+
+    def add_fused(self, sums: tuple) -> None:
+        """Add what one ``_fused.pair_sums`` call returned (fields in :data:`FUSED_SUMS` order)."""
+        (n, sx, sy, sxx, syy, sxy, sdd, sad, mad, rel, mrel, p1, p5, ksx, ksy, kt, cx, cxx, cy, cyy) = sums[:20]
+        self.n += n
+        self.sx += sx
+        self.sy += sy
+        self.sxx += sxx
+        self.syy += syy
+        self.sxy += sxy
+        self.sdd += sdd
+        self.sad += sad
+        self.mad = nan_max(self.mad, mad)
+        self.acc_rel += rel
+        self.max_rel = nan_max(self.max_rel, mrel)
+        self.pass1 += p1
+        self.pass5 += p5
+        self.kl_sx += ksx
+        self.kl_sy += ksy
+        self.kl_t += kt
+        self.cx = (self.cx or 0.0) + cx
+        self.cxx += cxx
+        self.cy += cy
+        self.cyy += cyy
+
+
+#: Field order of ``_fused.pair_sums``'s result tuple.
+FUSED_SUMS = (
+    "n", "sx", "sy", "sxx", "syy", "sxy", "sdd", "sad", "mad", "acc_rel", "max_rel",
+    "pass1", "pass5", "kl_sx", "kl_sy", "kl_t", "cx", "cxx", "cy", "cyy", "min_x", "max_x", "min_y", "max_y",
+)  # fmt: skip
+
+#: dtypes the compiled kernel reads directly (native byte order) -> its element type codes.
+FUSED_TYPES = {
+    np.dtype(np.float64): 0,
+    np.dtype(np.float32): 1,
+    np.dtype(np.float16): 2,
+    np.dtype(ml_dtypes.bfloat16): 3,
+}
 
 
 class Scratch:
@@ -152,3 +211,101 @@ def accumulate(x: np.ndarray, y: np.ndarray, scratch: Scratch, acc: Sums, kl: tu
     np.divide(a, r, out=d)
     np.log(d, out=d)
     acc.kl_t += dot(a, d)
+
+
+def _fused_min_max(flat: np.ndarray, code: int | None, buf: np.ndarray | None, chunk: int) -> tuple[float, float]:
+    """(min, max) of a flat array in float64 terms through the compiled kernel; NaN when it holds a NaN.
+
+    ``code`` is the side's :data:`FUSED_TYPES` code when it is read in place, else ``None`` and ``buf`` a float64
+    row it is converted into, ``chunk`` elements at a time.
+    """
+    if code is not None:
+        lo, hi, nans = FUSED.min_max(flat.view(np.uint8), code)
+    else:
+        lo, hi, nans = math.inf, -math.inf, 0
+        for start in range(0, flat.size, chunk):
+            part = to_f64(flat[start : start + chunk], buf[: min(chunk, flat.size - start)])
+            c_lo, c_hi, c_nans = FUSED.min_max(part, 0)
+            lo, hi, nans = min(lo, c_lo), max(hi, c_hi), nans + c_nans
+    return (math.nan, math.nan) if nans else (lo, hi)
+
+
+def kl_offset_floor(low: float, span: float) -> tuple[float, float]:
+    """What KL subtracts from a side (its minimum, or 0 when the span is not positive) and its floor."""
+    return (low, FLOAT32_EPS * span) if span > 0 else (0.0, FLOAT32_EPS)
+
+
+def _pair_params(extremes: tuple[float, float, float, float], eps_b: float) -> tuple:
+    """``pair_sums``'s parameters (after the buffers) from the sides' (min, max) as numpy's min/max give them."""
+    lo_x, hi_x, lo_y, hi_y = extremes
+    (off_x, floor_x), (off_y, floor_y) = kl_offset_floor(lo_x, hi_x - lo_x), kl_offset_floor(lo_y, hi_y - lo_y)
+    shifts = [0.5 * lo + 0.5 * hi for lo, hi in ((lo_x, hi_x), (lo_y, hi_y))]  # near the means
+    shift_x, shift_y = (v if math.isfinite(v) else 0.0 for v in shifts)
+    # every max(v - off, floor) is a positive normal double when the data and the spans are finite and the
+    # floors normal: the kernel then skips its per-element checks
+    kl_normal = all(math.isfinite(v) for v in (hi_x - lo_x, hi_y - lo_y)) and min(floor_x, floor_y) >= _DBL_MIN
+    return off_x, floor_x, off_y, floor_y, shift_x, shift_y, eps_b, kl_normal
+
+
+def _usable_hints(hints: tuple | None) -> bool:
+    return (
+        hints is not None
+        and all(isinstance(v, float) and math.isfinite(v) for v in hints)
+        and (hints[0] <= hints[1] and hints[2] <= hints[3])
+    )
+
+
+def fused_sums(
+    flat_x: np.ndarray, flat_y: np.ndarray, eps_b: float, chunk: int, hints: tuple | None = None
+) -> tuple[Sums, bool]:
+    """Every running sum of one pair through the compiled kernel (requires :data:`FUSED`).
+
+    Contiguous sides whose dtype is in :data:`FUSED_TYPES` are read in place (memory maps included) in one call;
+    any other side (integers, bool, float8, complex, other byte orders, strided views) is converted into float64
+    ``chunk`` elements at a time.
+
+    KL needs each side's minimum and maximum before its pass. ``hints`` ``(min_x, max_x, min_y, max_y)`` (the
+    dump's recorded statistics) let the pair be read once: the kernel reports the true extremes, and when
+    they differ from the hints (or a side holds NaN) the pass is made again with the true ones. Without usable
+    hints a min/max pass over each side comes first. Returns the sums and whether the hints held (``False``
+    when they were wrong or not usable).
+    """
+    code_x, code_y = (FUSED_TYPES.get(f.dtype) if f.flags.c_contiguous else None for f in (flat_x, flat_y))
+    if code_x is not None and code_y is not None:
+        buffers = (flat_x.view(np.uint8), code_x, flat_y.view(np.uint8), code_y)
+        if _usable_hints(hints):
+            sums = FUSED.pair_sums(*buffers, *_pair_params(hints, eps_b))
+            found = tuple(sums[-4:])
+            has_nan = math.isnan(sums[FUSED_SUMS.index("cxx")]) or math.isnan(sums[FUSED_SUMS.index("cyy")])
+            if found == tuple(hints) and not has_nan:
+                return _sums_of(sums, _pair_params(hints, eps_b)), True
+            if not has_nan:  # the true extremes are known now: one more pass
+                return _sums_of(
+                    FUSED.pair_sums(*buffers, *_pair_params(found, eps_b)), _pair_params(found, eps_b)
+                ), False
+        extremes = (*_fused_min_max(flat_x, code_x, None, chunk), *_fused_min_max(flat_y, code_y, None, chunk))
+        params = _pair_params(extremes, eps_b)
+        return _sums_of(FUSED.pair_sums(*buffers, *params), params), False
+    rows = np.empty((2, min(flat_x.size, chunk)), dtype=np.float64)
+    extremes = (*_fused_min_max(flat_x, code_x, rows[0], chunk), *_fused_min_max(flat_y, code_y, rows[0], chunk))
+    params = _pair_params(extremes, eps_b)
+    acc = _sums_of(None, params)
+    n = flat_x.size
+    for start in range(0, n, chunk):
+        size = min(chunk, n - start)
+        part_x, part_y = flat_x[start : start + size], flat_y[start : start + size]
+        if code_x is None:
+            part_x = to_f64(part_x, rows[0, :size])
+        if code_y is None:
+            part_y = to_f64(part_y, rows[1, :size])
+        acc.add_fused(FUSED.pair_sums(part_x.view(np.uint8), code_x or 0, part_y.view(np.uint8), code_y or 0, *params))
+    return acc, False
+
+
+def _sums_of(sums: tuple | None, params: tuple) -> Sums:
+    """A :class:`Sums` holding one ``pair_sums`` result (or none yet) and the shifts it was computed with."""
+    acc = Sums()
+    acc.shift_x, acc.shift_y = params[4], params[5]
+    if sums is not None:
+        acc.add_fused(sums)
+    return acc

@@ -8,7 +8,7 @@ import queue
 import sys
 import threading
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, as_completed, wait
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +19,7 @@ from nbprec._progress import ProgressCallback
 from nbprec.compare.comparison import Comparison
 from nbprec.compare.matching import FusionMatcher, match_tensors, read_mapping
 from nbprec.compare.metrics import (
+    KERNEL,
     METRIC_COLUMNS,
     STAT_METRIC_COLUMNS,
     checksum_equal,
@@ -77,20 +78,21 @@ def _op_input_scale(table: pd.DataFrame) -> np.ndarray:
 
 
 class _Rows:
-    """Index rows by position: ``index.iloc[i]`` about twice as fast, and single fields without a row.
+    """Index rows by position as plain dicts, and single fields without a row.
 
     The per-row ``iloc`` (and Series look-ups) of a mixed-dtype frame dominated the set-up of dumps with
-    many small tensors; here the values are boxed once, up front.
+    many small tensors; here the values are boxed once, up front, and a row is a dict (readers' loaders take
+    any mapping).
     """
 
     def __init__(self, index: pd.DataFrame) -> None:
         self._values = index.to_numpy(dtype=object)
-        self._columns, self._labels = index.columns, index.index
+        self._columns = list(index.columns)
         self._position = {column: k for k, column in enumerate(index.columns)}
 
-    def row(self, i: int) -> pd.Series:
-        """``index.iloc[i]``."""
-        return pd.Series(self._values[i], index=self._columns, dtype=object, name=self._labels[i], copy=False)
+    def row(self, i: int) -> dict[str, Any]:
+        """``index.iloc[i]`` as a dict."""
+        return dict(zip(self._columns, self._values[i], strict=True))
 
     def fields(self, i: int, names: tuple[str, ...]) -> dict[str, Any]:
         """``{name: index.iloc[i][name]}`` for a few columns."""
@@ -117,11 +119,39 @@ def _choose_mode(mode: CompareMode, t_row: Mapping[str, Any], b_row: Mapping[str
     return "none", "neither payloads, statistics nor checksums are available on both sides"
 
 
-def _measure(job: tuple[int, str, pd.Series, pd.Series], t_dump: Dump, b_dump: Dump) -> tuple[int, dict[str, Any], str]:
+class _ExtremeHints:
+    """Whether to hand the dumps' recorded minima and maxima to the kernel (``tensor_metrics(extremes=...)``),
+    which then reads a pair once instead of twice. Formats whose statistics are exact (msprobe, nbprec's own)
+    make them right; once they are wrong for more than a quarter of the pairs (a format that rounds them),
+    they are no longer given. Local to one :func:`compare` call."""
+
+    def __init__(self) -> None:
+        self.given = self.wrong = 0
+
+    def extremes(self, t_row: Mapping[str, Any], b_row: Mapping[str, Any]) -> tuple[float, ...] | None:
+        if self.wrong > 4 and 4 * self.wrong > self.given:
+            return None
+        return (t_row["min"], t_row["max"], b_row["min"], b_row["max"])
+
+    def record(self, held: bool | None) -> None:
+        if held is not None:
+            self.given += 1
+            self.wrong += not held
+
+
+def _measure(
+    job: tuple[int, str, Mapping[str, Any], Mapping[str, Any]],
+    t_dump: Dump,
+    b_dump: Dump,
+    hints: _ExtremeHints | None = None,
+) -> tuple[int, dict[str, Any], str]:
     i, mode, t_row, b_row = job
     try:
         if mode == "tensor":
-            result = tensor_metrics(t_dump.tensor(t_row), b_dump.tensor(b_row))
+            extremes = hints.extremes(t_row, b_row) if hints is not None else None
+            result = tensor_metrics(t_dump.tensor(t_row), b_dump.tensor(b_row), extremes=extremes)
+            if hints is not None:
+                hints.record(result.extremes_held)
             return i, dict(result.values), result.reason
         if mode == "statistics":
             t_stats = {k: t_row[k] for k in _STAT_KEYS}
@@ -222,18 +252,41 @@ def _run_processes(
 
 
 def _use_processes(parallel: str, workers: int, batches: list[list[Job]], numel: np.ndarray) -> bool:
-    """Whether forked processes are used: asked for, or ``auto`` and the work is large enough to pay."""
+    """Whether forked processes are used: asked for, or ``auto`` without the compiled kernel (whose threads
+    run in parallel) and with work large enough to pay for starting them."""
     if parallel == "threads" or workers <= 1 or len(batches) < 2:
         return False
     if "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "darwin":
         return False
     if parallel == "processes":
         return True
+    if KERNEL != "numpy":
+        return False
     # auto: only from a single-threaded process (forking a threaded one can copy a held lock), and only
     # when the pairs cost more than starting the workers: about 60 us per pair plus 7 ns per element.
     jobs = sum(len(batch) for batch in batches)
     elements = sum(max(int(numel[job[0]]), 0) for batch in batches for job in batch)
     return threading.active_count() == 1 and jobs * 60e-6 + elements * 7e-9 > 0.5
+
+
+def _use_threads(parallel: str, workers: int, jobs: int) -> bool:
+    """Threads: asked for, or ``auto`` with the compiled kernel, which releases the GIL while it measures."""
+    return workers > 1 and jobs > 1 and (parallel == "threads" or (parallel == "auto" and KERNEL != "numpy"))
+
+
+def _run_threads(jobs: list[Job], measure: Any, workers: int) -> Iterator[Result]:
+    """Measure jobs on ``workers`` threads; yields results as they complete (at most 2 per worker in flight,
+    so memory stays bounded by a few tensors per worker)."""
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nbprec-compare") as pool:
+        pending: set = set()
+        for job in jobs:
+            if len(pending) >= 2 * workers:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()
+            pending.add(pool.submit(measure, job))
+        for future in as_completed(pending):
+            yield future.result()
 
 
 def _default_workers() -> int:
@@ -256,15 +309,15 @@ def _run_jobs(
     rows: tuple[_Rows, _Rows] | None = None,
     numel: np.ndarray | None = None,
 ) -> Iterator[Result]:
-    """Measure every job: in forked processes, threads or this thread (see :func:`compare`).
+    """Measure every job: in threads, forked processes or this thread (see :func:`compare`).
 
-    ``jobs`` hold index positions when ``rows`` is given, ``pd.Series`` rows otherwise.
+    ``jobs`` hold index positions when ``rows`` is given, row mappings otherwise.
     """
     total = len(jobs)
-    done = 0
     if rows is not None and numel is not None:
         batches = _batches(jobs, numel)
         if _use_processes(parallel, workers, batches, numel):
+            done = 0
             for results in _run_processes(batches, t_dump, b_dump, rows, workers):
                 yield from results
                 done += len(results)
@@ -272,23 +325,24 @@ def _run_jobs(
                     progress(done, total)
             return
         t_rows, b_rows = rows
-        jobs = [(i, mode, t_rows.row(t), b_rows.row(b)) for i, mode, t, b in jobs]
-    if workers <= 1 or parallel != "threads":
-        for job in jobs:
-            yield _measure(job, t_dump, b_dump)
-            done += 1
-            if progress:
-                progress(done, total)
-        return
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        # submit in bounded windows so that at most a few tensors per worker are in flight
-        window = workers * 4
-        for start in range(0, total, window):
-            for result in pool.map(lambda j: _measure(j, t_dump, b_dump), jobs[start : start + window]):
-                done += 1
-                yield result
-                if progress:
-                    progress(done, total)
+        hints = _ExtremeHints()
+
+        def measure(job: Job) -> Result:
+            i, mode, t, b = job
+            return _measure((i, mode, t_rows.row(t), b_rows.row(b)), t_dump, b_dump, hints)
+
+    else:
+
+        def measure(job: Job) -> Result:
+            return _measure(job, t_dump, b_dump, hints)
+
+        hints = _ExtremeHints()
+
+    results = _run_threads(jobs, measure, workers) if _use_threads(parallel, workers, total) else map(measure, jobs)
+    for done, result in enumerate(results, start=1):
+        yield result
+        if progress:
+            progress(done, total)
 
 
 def compare(
@@ -331,11 +385,12 @@ def compare(
         Parallel workers measuring pairs (default: the usable cores, at most 2; 1 measures in this thread).
         Memory stays bounded by a few tensors per worker.
     parallel
-        How ``workers > 1`` run. ``"processes"``: forked processes that inherit the opened dumps (Linux;
-        elsewhere this thread). ``"threads"``: threads, which contend for the GIL and for the process's
-        memory map: on 2 cores they were slower than one thread on the 10,000-tensor benchmark.
-        ``"auto"`` (default): processes when the pairs are worth it (about 0.5 s of work or more) and this
-        process runs a single thread (forking a threaded process can copy a held lock), else this thread.
+        How ``workers > 1`` run. ``"threads"``: threads; the compiled kernel releases the GIL while it
+        measures a pair, so they run in parallel (with the numpy kernel they contend for the GIL).
+        ``"processes"``: forked processes that inherit the opened dumps (Linux; elsewhere this thread).
+        ``"auto"`` (default): threads with the compiled kernel (:data:`nbprec.compare.metrics.KERNEL`);
+        without it, processes when the pairs are worth it (about 0.5 s of work or more) and this process runs
+        a single thread (forking a threaded process can copy a held lock), else this thread.
     progress
         ``True`` for a progress bar on stderr, or a callback ``(done, total)``.
 

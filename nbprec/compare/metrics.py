@@ -43,11 +43,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nbprec.compare._kernels import EPS, FLOAT32_EPS, Scratch, Sums, accumulate, dot, to_f64
+from nbprec.compare._kernels import EPS, FLOAT32_EPS, FUSED, Scratch, Sums, accumulate, dot, fused_sums, to_f64
+from nbprec.errors import ComparisonError
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "EPS",
+    "KERNEL",
     "METRIC_COLUMNS",
     "STAT_METRIC_COLUMNS",
     "MetricResult",
@@ -86,6 +88,9 @@ STAT_METRIC_COLUMNS: tuple[str, ...] = (
     "norm_rel_diff",
 )
 
+#: Which kernel ``tensor_metrics(kernel="auto")`` uses: ``"c (avx2+fma)"``, ``"c (baseline)"`` or ``"numpy"``.
+KERNEL = f"c ({FUSED.ISA})" if FUSED is not None else "numpy"
+
 DEFAULT_CHUNK_SIZE = 1 << 16  # elements per chunk: 512 KiB per float64 buffer (cache-sized)
 _BOOL_METRICS = ("cosine", "rel_euclidean")
 
@@ -100,6 +105,9 @@ class MetricResult:
         Column name -> float; NaN where the metric was not computed.
     reason
         ``''`` when everything was computed; otherwise a short reason a user can read.
+    extremes_held
+        Whether the ``extremes`` given to :func:`tensor_metrics` were the tensors' true minima and maxima
+        (so the pair was read once); ``None`` when none were given or the numpy kernel ran.
 
     Examples
     --------
@@ -110,6 +118,7 @@ class MetricResult:
 
     values: dict[str, float] = field(default_factory=dict)
     reason: str = ""
+    extremes_held: bool | None = None
 
     def __getitem__(self, column: str) -> float:
         return self.values[column]
@@ -152,12 +161,12 @@ def _central_m2(flat: np.ndarray, mean: float, buf: np.ndarray, chunk: int) -> f
     return total
 
 
-def _std(flat: np.ndarray, s: float, ss: float, n: int, buf: np.ndarray, chunk: int) -> float:
-    """Population std from the sum and sum of squares, with an exact pass when they cancel badly."""
+def _std(flat: np.ndarray, s: float, ss: float, n: int, chunk: int, shift: float = 0.0) -> float:
+    """Population std from the sum and sum of squares of ``v - shift``, with an exact pass when they cancel."""
     mean = s / n
     var = ss / n - mean * mean
     if not var >= 1e-4 * (ss / n) and math.isfinite(var):  # relative error of var above ~1e-12
-        var = _central_m2(flat, mean, buf, chunk) / n
+        var = _central_m2(flat, shift + mean, np.empty(min(n, chunk)), chunk) / n
     return math.sqrt(max(var, 0.0)) if not math.isnan(var) else math.nan
 
 
@@ -175,6 +184,28 @@ def _nonfinite_reason(flat_x: np.ndarray, flat_y: np.ndarray, chunk: int) -> str
         if n_nan or n_inf:
             parts.append(f"{label} has {n_nan} NaN, {n_inf} inf")
     return "non-finite values: " + "; ".join(parts) if parts else ""
+
+
+def _numpy_sums(flat_x: np.ndarray, flat_y: np.ndarray, eps_b: float, chunk: int) -> Sums:
+    """Every running sum of one pair with numpy, chunk by chunk (the fallback of the compiled kernel)."""
+    n = flat_x.size
+    scratch = Scratch(min(n, chunk))
+    rows = scratch.rows
+    acc = Sums()
+    if n <= chunk:  # one chunk: convert once, take the minima and maxima from the float64 rows
+        xs, ys = to_f64(flat_x, rows[0]), to_f64(flat_y, rows[1])
+        kl = ((float(xs.min()), float(xs.max())), (float(ys.min()), float(ys.max())))
+    else:
+        kl = (_min_max(flat_x, rows[0], chunk), _min_max(flat_y, rows[0], chunk))
+    kl = tuple((lo, hi - lo) for lo, hi in kl)
+    scratch.set_floors(kl[0][1], kl[1][1])
+    for start in range(0, n, chunk):
+        size = min(chunk, n - start)
+        if n > chunk:
+            xs = to_f64(flat_x[start : start + size], rows[0, :size])
+            ys = to_f64(flat_y[start : start + size], rows[1, :size])
+        accumulate(xs, ys, scratch, acc, kl, eps_b)
+    return acc
 
 
 def _finish(acc: Sums) -> dict[str, float]:
@@ -212,7 +243,14 @@ def _finish(acc: Sums) -> dict[str, float]:
     }
 
 
-def tensor_metrics(target: np.ndarray, bench: np.ndarray, *, chunk_size: int = DEFAULT_CHUNK_SIZE) -> MetricResult:
+def tensor_metrics(
+    target: np.ndarray,
+    bench: np.ndarray,
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    kernel: str = "auto",
+    extremes: tuple[float, float, float, float] | None = None,
+) -> MetricResult:
     """Every metric of :data:`METRIC_COLUMNS` for one target/benchmark tensor pair.
 
     Parameters
@@ -224,6 +262,13 @@ def tensor_metrics(target: np.ndarray, bench: np.ndarray, *, chunk_size: int = D
         The benchmark tensor (``y``), same element count as ``target``.
     chunk_size
         Elements processed at once; peak extra memory is about ``9 * 8 * chunk_size`` bytes.
+    kernel
+        ``"auto"`` (default) uses the compiled one-pass kernel when the package was built with it
+        (:data:`KERNEL` says which is in use), else numpy; ``"c"`` or ``"numpy"`` force one.
+    extremes
+        ``(target min, target max, bench min, bench max)`` as recorded in the dumps' statistics, if known.
+        KL needs them before its pass; with them the compiled kernel reads the pair once and checks them
+        (wrong or missing ones cost one more pass, never a wrong result).
 
     Returns
     -------
@@ -238,6 +283,10 @@ def tensor_metrics(target: np.ndarray, bench: np.ndarray, *, chunk_size: int = D
     >>> tensor_metrics(np.zeros(6), np.zeros(8)).reason
     'element count differs: 6 vs 8'
     """
+    if kernel not in ("auto", "c", "numpy"):
+        raise ComparisonError(f"unknown kernel {kernel!r}; use auto, c or numpy")
+    if kernel == "c" and FUSED is None:
+        raise ComparisonError("the compiled kernel nbprec.compare._fused is not built (reinstall with a C compiler)")
     x, y = np.asarray(target), np.asarray(bench)
     missing = dict.fromkeys(METRIC_COLUMNS, math.nan)
     if x.size != y.size:
@@ -251,27 +300,19 @@ def tensor_metrics(target: np.ndarray, bench: np.ndarray, *, chunk_size: int = D
         reasons.append("complex tensors: compared magnitudes")
     flat_x, flat_y = x.reshape(-1), y.reshape(-1)
     n, chunk = x.size, max(1, int(chunk_size))
-    scratch = Scratch(min(n, chunk))
-    rows = scratch.rows
-    acc = Sums()
     eps_b = _eps_bench(y.dtype)
     with np.errstate(all="ignore"):
-        if n <= chunk:  # one chunk: convert once, take the minima and maxima from the float64 rows
-            xs, ys = to_f64(flat_x, rows[0]), to_f64(flat_y, rows[1])
-            kl = ((float(xs.min()), float(xs.max())), (float(ys.min()), float(ys.max())))
+        held = None
+        if kernel == "numpy" or FUSED is None:
+            acc = _numpy_sums(flat_x, flat_y, eps_b, chunk)
+            values = _finish(acc)
+            values["target_std"] = _std(flat_x, acc.sx, acc.sxx, n, chunk)
+            values["bench_std"] = _std(flat_y, acc.sy, acc.syy, n, chunk)
         else:
-            kl = (_min_max(flat_x, rows[0], chunk), _min_max(flat_y, rows[0], chunk))
-        kl = tuple((lo, hi - lo) for lo, hi in kl)
-        scratch.set_floors(kl[0][1], kl[1][1])
-        for start in range(0, n, chunk):
-            size = min(chunk, n - start)
-            if n > chunk:
-                xs = to_f64(flat_x[start : start + size], rows[0, :size])
-                ys = to_f64(flat_y[start : start + size], rows[1, :size])
-            accumulate(xs, ys, scratch, acc, kl, eps_b)
-        values = _finish(acc)
-        values["target_std"] = _std(flat_x, acc.sx, acc.sxx, n, rows[2], chunk)
-        values["bench_std"] = _std(flat_y, acc.sy, acc.syy, n, rows[2], chunk)
+            acc, held = fused_sums(flat_x, flat_y, eps_b, chunk, extremes)
+            values = _finish(acc)
+            values["target_std"] = _std(flat_x, acc.cx, acc.cxx, n, chunk, acc.shift_x)
+            values["bench_std"] = _std(flat_y, acc.cy, acc.cyy, n, chunk, acc.shift_y)
     if not math.isfinite(acc.sxx + acc.syy):
         nonfinite = _nonfinite_reason(flat_x, flat_y, chunk)
         if nonfinite:
@@ -284,7 +325,7 @@ def tensor_metrics(target: np.ndarray, bench: np.ndarray, *, chunk_size: int = D
     if x.dtype == np.bool_ or y.dtype == np.bool_:
         values = {k: (v if k in _BOOL_METRICS else math.nan) for k, v in values.items()}
         reasons.append("bool tensors: only cosine and RED")
-    return MetricResult(values, "; ".join(reasons))
+    return MetricResult(values, "; ".join(reasons), held if extremes is not None else None)
 
 
 def _stat_value(stats: dict, key: str) -> float:

@@ -7,6 +7,12 @@ statically (``pickletools.genops``, nothing is executed or imported), accepts on
 content, and builds the numpy array from the raw bytes. Anything else returns ``None`` so the caller can fall
 back to ``torch.load(weights_only=True)``.
 
+The archive's directory is parsed here too (:func:`_stored_entries`: end-of-central-directory record, ZIP64
+included, then the central directory), which costs two small reads per file where :mod:`zipfile` costs
+about ten. Large storages are memory-mapped, not copied: the array returned is a read-only view of the
+file's pages, read when the comparison reaches them. Like ``torch.load(mmap=True)``, the payload's CRC-32 is
+not verified (it would cost a full extra pass over every byte); the structure, sizes and bounds are checked.
+
 Examples
 --------
 >>> read_pt_tensor("not-a-file.pt") is None
@@ -15,10 +21,15 @@ True
 
 from __future__ import annotations
 
+import functools
+import math
+import mmap
+import os
 import pickletools
+import struct
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -54,6 +65,9 @@ class _Mark:
     pass
 
 
+# A pure function of the bytes: tensors of one shape and dtype have the same data.pkl (it does not name the
+# archive), so a model's repeated layers parse it once. The cache holds descriptions, never objects.
+@functools.lru_cache(maxsize=4096)
 def _describe(pickle_bytes: bytes) -> tuple[str, str, int, tuple[int, ...], tuple[int, ...]]:
     """(storage key, dtype, offset, size, stride) from a one-tensor ``data.pkl``, executing nothing."""
     stack: list[Any] = []
@@ -133,13 +147,157 @@ def _describe(pickle_bytes: bytes) -> tuple[str, str, int, tuple[int, ...], tupl
     return str(ref[2]), dtype, offset, tuple(size), tuple(stride)
 
 
-def read_pt_tensor(path: str | Path) -> np.ndarray | None:
-    """The tensor in a ``torch.save`` file as a numpy array (original dtype), or ``None`` when the file is not
-    a plain one-tensor zip archive this reader understands (the caller then uses ``torch.load``).
+# -- the archive's directory ------------------------------------------------------------------------
 
-    Raises :class:`~nbprec.errors.DumpFormatError` when the file is a recognised archive whose tensor does not
-    fit its storage (a corrupt or hostile file).
+_EOCD = struct.Struct("<4s4H2LH")  # end of central directory
+_EOCD64_LOCATOR = struct.Struct("<4sLQL")
+_EOCD64 = struct.Struct("<4sQ2H2L4Q")
+_CENTRAL = struct.Struct("<4s4s4H3L5H2L")  # one central directory entry (46 bytes)
+_LOCAL = struct.Struct("<4s5H3L2H")  # one local file header (30 bytes)
+_TAIL = 8192  # bytes read from the end of the file: the directory of a one-tensor archive fits easily
+_MAP_FROM = 1 << 16  # storages of at least this many bytes are memory-mapped, smaller ones read
+
+
+class _Entry(NamedTuple):
+    header: int  # offset of the local file header
+    size: int  # bytes stored (uncompressed: method 0)
+    method: int  # compression method (0 stored)
+
+
+def _pread(fd: int, n: int, offset: int) -> bytes:
+    data = os.pread(fd, n, offset)
+    if len(data) != n:
+        raise _Unsupported(f"short read: {len(data)} of {n} bytes at offset {offset}")
+    return data
+
+
+def _zip64_fields(extra: bytes, size: int, stored: int, header: int) -> tuple[int, int, int]:
+    """(size, stored size, header offset) with the ZIP64 extra field's values (tag 1) where the 32-bit fields
+    say 0xFFFFFFFF; the field lists only those, in that order."""
+    pos = 0
+    while pos + 4 <= len(extra):
+        tag, length = struct.unpack_from("<2H", extra, pos)
+        if tag == 1:
+            values = list(struct.unpack_from(f"<{length // 8}Q", extra, pos + 4))
+            out = []
+            for value in (size, stored, header):
+                out.append(values.pop(0) if value == 0xFFFFFFFF and values else value)
+            return out[0], out[1], out[2]
+        pos += 4 + length
+    raise _Unsupported("ZIP64 sizes without a ZIP64 extra field")
+
+
+def _stored_entries(fd: int, file_size: int) -> dict[bytes, _Entry]:
+    """The archive's entries by (undecoded) name, from its central directory (a ZIP64 end record is followed)."""
+    tail_len = min(file_size, _TAIL)
+    tail = _pread(fd, tail_len, file_size - tail_len)
+    end = tail.rfind(b"PK\x05\x06", 0, max(0, tail_len - _EOCD.size + 4))
+    if end < 0:
+        raise _Unsupported("no end-of-central-directory record in the last 8 KiB")
+    _sig, _disk, _cd_disk, _n_here, n_entries, cd_size, cd_offset, _comment = _EOCD.unpack_from(tail, end)
+    if 0xFFFFFFFF in (cd_size, cd_offset) or n_entries == 0xFFFF:
+        loc = end - _EOCD64_LOCATOR.size
+        if loc < 0 or tail[loc : loc + 4] != b"PK\x06\x07":
+            raise _Unsupported("ZIP64 end record expected")
+        eocd64_offset = _EOCD64_LOCATOR.unpack_from(tail, loc)[2]
+        record = _pread(fd, _EOCD64.size, eocd64_offset)
+        if record[:4] != b"PK\x06\x06":
+            raise _Unsupported("bad ZIP64 end record")
+        n_entries, cd_size, cd_offset = _EOCD64.unpack_from(record)[7:10]
+    if cd_offset + cd_size > file_size or n_entries > 4096:
+        raise _Unsupported("central directory outside the file")
+    start = file_size - tail_len
+    directory = tail[cd_offset - start : cd_offset - start + cd_size] if cd_offset >= start else b""
+    if len(directory) != cd_size:
+        directory = _pread(fd, cd_size, cd_offset)
+    entries: dict[bytes, _Entry] = {}
+    pos, unpack, fixed = 0, _CENTRAL.unpack_from, _CENTRAL.size
+    for _ in range(n_entries):
+        if directory[pos : pos + 4] != b"PK\x01\x02" or pos + fixed > len(directory):
+            raise _Unsupported("bad central directory entry")
+        fields = unpack(directory, pos)
+        stored, size, name_len, extra_len, comment_len, header = *fields[7:12], fields[15]
+        name_end = pos + fixed + name_len
+        if 0xFFFFFFFF in (size, stored, header):
+            size, stored, header = _zip64_fields(directory[name_end : name_end + extra_len], size, stored, header)
+        entries[directory[pos + fixed : name_end]] = _Entry(header, size, fields[3] if stored == size else -1)
+        pos = name_end + extra_len + comment_len
+    return entries
+
+
+def _data_offset(fd: int, entry: _Entry, file_size: int, head: bytes) -> int:
+    """Where an entry's bytes start: after its local header, whose name and extra lengths are its own."""
+    if entry.method != 0:
+        raise _Unsupported("compressed entry")
+    local = head[entry.header : entry.header + _LOCAL.size]
+    if len(local) != _LOCAL.size:
+        local = _pread(fd, _LOCAL.size, entry.header)
+    fields = _LOCAL.unpack_from(local)
+    if fields[0] != b"PK\x03\x04":
+        raise _Unsupported("bad local file header")
+    start = entry.header + _LOCAL.size + fields[9] + fields[10]
+    if start + entry.size > file_size:
+        raise DumpFormatError("", f"entry of {entry.size} bytes at offset {start} runs past the end of the file")
+    return start
+
+
+def _entry_bytes(fd: int, entry: _Entry, file_size: int, head: bytes) -> bytes:
+    start = _data_offset(fd, entry, file_size, head)
+    data = head[start : start + entry.size]
+    return data if len(data) == entry.size else _pread(fd, entry.size, start)
+
+
+def _read_storage(path: str | Path) -> tuple[tuple, np.ndarray] | None:
+    """(description, raw storage as a flat array of its dtype) by parsing the archive here, or None when the
+    file is not a plain stored (uncompressed) little-endian one-tensor archive.
+
+    ``torch.save`` streams its entries (sizes in data descriptors after the data), so they are located
+    through the central directory at the end of the file; the small records (pickle, byte order) and the
+    storage's local header sit in the first KiB, read once.
     """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        file_size = os.fstat(fd).st_size
+        entries = _stored_entries(fd, file_size)
+        pkl = next((n for n in entries if n.endswith(b"/data.pkl") or n == b"data.pkl"), None)
+        if pkl is None:
+            return None
+        prefix = pkl[: -len(b"data.pkl")]
+        head = os.pread(fd, min(file_size, 4096), 0)
+        order = entries.get(prefix + b"byteorder")
+        if order is not None and _entry_bytes(fd, order, file_size, head).strip() != b"little":
+            return None
+        description = _describe(_entry_bytes(fd, entries[pkl], file_size, head))
+        storage = entries.get(prefix + b"data/" + description[0].encode())
+        if storage is None:
+            return None
+        start = _data_offset(fd, storage, file_size, head)
+        return description, _storage_array(fd, path, description[1], start, storage.size, file_size)
+    except DumpFormatError as exc:  # raised without the path, deep in the parse
+        raise DumpFormatError(path, exc.problem) from None
+    except (_Unsupported, KeyError, UnicodeError, struct.error, ValueError, IndexError, EOFError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _storage_array(fd: int, path: str | Path, dtype: str, start: int, size: int, file_size: int) -> np.ndarray:
+    """The storage's bytes as a flat array: a view of the memory-mapped file when large, else read."""
+    np_dtype = NUMPY_DTYPES[dtype]
+    if size % np_dtype.itemsize:
+        raise DumpFormatError(path, f"storage of {size} bytes is not a whole number of {dtype} values")
+    if start + size > file_size:
+        raise DumpFormatError(
+            path, f"storage of {size} bytes at offset {start} runs past the end of the file ({file_size} bytes)"
+        )
+    if size >= _MAP_FROM:
+        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        return np.frombuffer(mapped, dtype=np_dtype, count=size // np_dtype.itemsize, offset=start)
+    return np.frombuffer(_pread(fd, size, start), dtype=np_dtype)
+
+
+def _read_storage_zipfile(path: str | Path) -> tuple[tuple, np.ndarray] | None:
+    """What :func:`_read_storage` returns, through :mod:`zipfile` (compressed or unusual archives)."""
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
@@ -149,15 +307,37 @@ def read_pt_tensor(path: str | Path) -> np.ndarray | None:
             prefix = pkl[: -len("data.pkl")]
             if f"{prefix}byteorder" in names and archive.read(f"{prefix}byteorder").strip() != b"little":
                 return None
-            key, dtype, offset, size, stride = _describe(archive.read(pkl))
-            raw = archive.read(f"{prefix}data/{key}")
+            description = _describe(archive.read(pkl))
+            raw = archive.read(f"{prefix}data/{description[0]}")
     except (OSError, zipfile.BadZipFile, KeyError, _Unsupported, ValueError, IndexError, EOFError):
         return None
-    np_dtype = NUMPY_DTYPES[dtype]
+    np_dtype = NUMPY_DTYPES[description[1]]
     if len(raw) % np_dtype.itemsize:
-        raise DumpFormatError(path, f"storage of {len(raw)} bytes is not a whole number of {dtype} values")
-    flat = np.frombuffer(raw, dtype=np_dtype)
-    numel = int(np.prod(size)) if size else 1
+        raise DumpFormatError(path, f"storage of {len(raw)} bytes is not a whole number of {description[1]} values")
+    return description, np.frombuffer(raw, dtype=np_dtype)
+
+
+def read_pt_tensor(path: str | Path) -> np.ndarray | None:
+    """The tensor in a ``torch.save`` file as a numpy array (original dtype), or ``None`` when the file is not
+    a plain one-tensor zip archive this reader understands (the caller then uses ``torch.load``).
+
+    A contiguous tensor of at least 64 KiB comes back as a read-only view of the memory-mapped file; anything
+    else as a fresh C-contiguous array.
+
+    Raises :class:`~nbprec.errors.DumpFormatError` when the file is a recognised archive whose tensor does not
+    fit its storage (a corrupt or hostile file).
+    """
+    try:
+        found = _read_storage(path)
+    except OSError:
+        found = None
+    if found is None:
+        found = _read_storage_zipfile(path)
+    if found is None:
+        return None
+    (_key, _dtype, offset, size, stride), flat = found
+    np_dtype = flat.dtype
+    numel = math.prod(size)
     if numel == 0:
         return np.zeros(size, dtype=np_dtype)
     if offset < 0 or any(s < 0 for s in stride):
@@ -165,7 +345,18 @@ def read_pt_tensor(path: str | Path) -> np.ndarray | None:
     last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
     if last >= flat.size:
         raise DumpFormatError(path, f"the tensor reaches element {last} of a storage of {flat.size}")
+    if stride == _contiguous_strides(size):
+        return flat[offset : offset + numel].reshape(size)  # a view (of the mapped file when it is large)
     view = np.lib.stride_tricks.as_strided(
         flat[offset:], shape=size, strides=[s * np_dtype.itemsize for s in stride], writeable=False
     )
     return view.copy()  # C-contiguous, owns its data (0-d stays 0-d, unlike np.ascontiguousarray)
+
+
+def _contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous tensor of this size."""
+    strides, step = [], 1
+    for n in reversed(size):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))

@@ -334,7 +334,7 @@ def load_pt_tensor(row: Mapping[str, Any]) -> np.ndarray:
     path = row["file"]
     array = read_pt_tensor(path)
     if array is not None:
-        return array
+        return _as_recorded(array, row)
     torch = require("torch", "reading msprobe .pt tensors")
     try:  # memory-mapped: the payload is not copied into a fresh storage (zip-format files only)
         obj = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
@@ -345,7 +345,24 @@ def load_pt_tensor(row: Mapping[str, Any]) -> np.ndarray:
             raise DumpFormatError(path, f"cannot load the .pt file: {type(exc).__name__}: {exc}", row["name"]) from exc
     if not isinstance(obj, torch.Tensor):
         raise DumpFormatError(path, f"holds a {type(obj).__name__}, expected a tensor", row["name"])
-    return torch_to_numpy(obj)
+    return _as_recorded(torch_to_numpy(obj), row)
+
+
+def _as_recorded(array: np.ndarray, row: Mapping[str, Any]) -> np.ndarray:
+    """``array`` when its dtype and shape are the ones dump.json records for it; a mislabelled or swapped
+    payload file is an error rather than a comparison of the wrong tensor."""
+    dtype = row.get("dtype", "")
+    if dtype in NUMPY_DTYPES and canonical_dtype(str(array.dtype)) != dtype:
+        raise DumpFormatError(
+            row["file"], f"payload is {array.dtype}, dump.json says {dtype}", str(row.get("name", "")) or None
+        )
+    if row.get("numel", -1) >= 0 and tuple(array.shape) != tuple(row.get("shape", ())):
+        raise DumpFormatError(
+            row["file"],
+            f"payload has shape {list(array.shape)}, dump.json says {list(row.get('shape', ()))}",
+            str(row.get("name", "")) or None,
+        )
+    return array
 
 
 class MsprobeDumpReader(DumpReader):

@@ -346,6 +346,23 @@ def test_corrupt_pt_file_is_a_format_error_at_tensor_time(run_copy):
     assert info.value.record == "Functional.linear.0.forward.output.0"
 
 
+def test_a_payload_that_is_not_the_tensor_dump_json_describes_is_a_format_error(run_copy):
+    torch = pytest.importorskip("torch")
+    folder = run_copy / "step0/rank0/dump_tensor_data"
+    name = "Functional.linear.0.forward.output.0"
+    recorded = nbprec.open(run_copy).row(name)
+    torch.save(torch.zeros(3, 7, dtype=torch.float32), folder / f"{name}.pt")  # another shape
+    with pytest.raises(DumpFormatError, match=r"payload has shape \[3, 7\], dump\.json says") as info:
+        nbprec.open(run_copy).tensor(name)
+    assert info.value.record == name and info.value.path.endswith(f"{name}.pt")
+    torch.save(torch.zeros(recorded["shape"], dtype=torch.float16), folder / f"{name}.pt")  # another dtype
+    with pytest.raises(DumpFormatError, match=r"payload is float16, dump\.json says float32"):
+        nbprec.open(run_copy).tensor(name)
+    comp = nbprec.compare(run_copy, FIXTURES / "fp32_tensor_mix")  # a row with the reason, not a crash
+    row = comp.table.set_index("target_name").loc[name]
+    assert row["compare_mode"] == "none" and "payload is float16" in row["reason"]
+
+
 def test_pt_file_holding_a_non_tensor_is_a_format_error(run_copy):
     torch = pytest.importorskip("torch")
     victim = run_copy / "step0/rank0/dump_tensor_data/Functional.linear.0.forward.output.0.pt"

@@ -71,3 +71,102 @@ def test_a_tensor_larger_than_its_storage_is_an_error(tmp_path):
             archive.writestr(n, data)
     with pytest.raises(DumpFormatError, match="reaches element 5 of a storage of 2"):
         read_pt_tensor(tmp_path / "cut.pt")
+
+
+# -- the archive parsed here: memory-mapped storages, the central directory, ZIP64, hostile directories -----
+
+
+def test_a_large_tensor_is_a_read_only_view_of_the_mapped_file(tmp_path):
+    t = torch.randn(256, 300)  # 300 KiB: mapped, not read
+    torch.save(t, tmp_path / "big.pt")
+    got = read_pt_tensor(tmp_path / "big.pt")
+    assert not got.flags.writeable and got.base is not None
+    assert got.tobytes() == t.numpy().tobytes()
+    small = torch.ones(4)
+    torch.save(small, tmp_path / "small.pt")
+    assert read_pt_tensor(tmp_path / "small.pt").tobytes() == small.numpy().tobytes()
+
+
+def _members(path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as archive:
+        return {n: archive.read(n) for n in archive.namelist()}
+
+
+def test_a_compressed_archive_is_still_read_exactly(tmp_path):
+    t = torch.randn(64, 64, dtype=torch.float64)
+    torch.save(t, tmp_path / "t.pt")
+    with zipfile.ZipFile(tmp_path / "deflated.pt", "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in _members(tmp_path / "t.pt").items():
+            archive.writestr(name, data)
+    assert read_pt_tensor(tmp_path / "deflated.pt").tobytes() == t.numpy().tobytes()
+
+
+def _with_directory(src, dst, patch_entry) -> None:
+    """Copy a zip archive, rewriting its central directory entry by entry (``patch_entry(info) -> (fields,
+    extra)``) and ending it with a plain end record."""
+    import struct
+
+    data = src.read_bytes()
+    with zipfile.ZipFile(src) as archive:
+        infos = archive.infolist()
+        cd_start = archive.start_dir  # where the original central directory begins
+    directory = b""
+    for info in infos:
+        sizes, extra = patch_entry(info)
+        name = info.filename.encode()
+        directory += struct.pack(
+            "<4s6H3L5H2L", b"PK\x01\x02", 0x031E, 45, 0x0800, 0, 0, 0, 0, sizes[0], sizes[1], len(name),
+            len(extra), 0, 0, 0, 0, sizes[2],
+        ) + name + extra  # fmt: skip
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, len(infos), len(infos), len(directory), cd_start, 0)
+    dst.write_bytes(data[:cd_start] + directory + end)
+
+
+def test_zip64_sizes_in_the_central_directory_are_followed(tmp_path, monkeypatch):
+    import struct
+
+    from nbprec.formats import _pt
+
+    t = torch.randn(100, 100)
+    torch.save(t, tmp_path / "t.pt")
+
+    def zip64(info):
+        if "/data/" in info.filename:  # sizes and offset in the ZIP64 extra field, 0xFFFFFFFF in their place
+            extra = struct.pack("<2H3Q", 1, 24, info.file_size, info.compress_size, info.header_offset)
+            return (0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF), extra
+        return (info.compress_size, info.file_size, info.header_offset), b""
+
+    _with_directory(tmp_path / "t.pt", tmp_path / "zip64.pt", zip64)
+    monkeypatch.setattr(_pt, "_read_storage_zipfile", lambda path: pytest.fail("fell back to zipfile"))
+    assert read_pt_tensor(tmp_path / "zip64.pt").tobytes() == t.numpy().tobytes()
+
+
+def test_a_directory_pointing_past_the_file_is_an_error_or_refused(tmp_path):
+    t = torch.randn(100, 100)
+    torch.save(t, tmp_path / "t.pt")
+
+    def oversized(info):  # the storage claims more bytes than the file holds
+        grow = 1 << 20 if "/data/" in info.filename else 0
+        return (info.compress_size + grow, info.file_size + grow, info.header_offset), b""
+
+    def elsewhere(info):  # every entry's header lies beyond the end of the file
+        return (info.compress_size, info.file_size, info.header_offset + (1 << 30)), b""
+
+    _with_directory(tmp_path / "t.pt", tmp_path / "oversized.pt", oversized)
+    with pytest.raises(DumpFormatError, match="runs past the end of the file"):
+        read_pt_tensor(tmp_path / "oversized.pt")
+    _with_directory(tmp_path / "t.pt", tmp_path / "elsewhere.pt", elsewhere)
+    assert read_pt_tensor(tmp_path / "elsewhere.pt") is None  # left to torch.load, which reports it
+
+
+@pytest.mark.parametrize("cut", [10, 1000, 40_000])
+def test_truncated_archives_never_crash(tmp_path, cut):
+    torch.save(torch.randn(100, 100), tmp_path / "t.pt")
+    data = (tmp_path / "t.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(data[: len(data) - cut])
+    try:
+        got = read_pt_tensor(tmp_path / "cut.pt")
+    except DumpFormatError as exc:
+        assert "cut.pt" in str(exc)
+    else:
+        assert got is None

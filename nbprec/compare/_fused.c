@@ -1,0 +1,472 @@
+/*
+ * nbprec.compare._fused: the metric sums of one target/benchmark tensor pair in one pass, in C.
+ *
+ * The numpy kernel (_kernels.py) makes about 30 passes over every chunk; this one reads the pair from memory
+ * once (after a min/max pass per side, which KL needs first) and feeds every running sum of METRICS.md. It
+ * allocates nothing per call and runs with the GIL released, so worker threads compare pairs in parallel.
+ *
+ * Inputs are C-contiguous buffers of one of four element types (TYPE_*). Data is converted in blocks of
+ * BLOCK elements into two stack arrays of doubles (L1-resident), and each block's sums are accumulated in
+ * lane-parallel partial sums (vectorised with `omp simd` reductions) before they are added to the totals: a
+ * two-level summation whose rounding error grows with BLOCK/lanes + n/BLOCK, not with n.
+ *
+ * NaN and inf propagate as numpy propagates them: sums become NaN/inf; a maximum is NaN when any term was
+ * NaN (detected from the matching sum of non-negative terms, which is NaN exactly when one term is). The
+ * logarithm of the KL term is computed branch-free (log_ratio: exponents, mantissas, 2 atanh(s) as a series),
+ * exact to a few ulp; a block holding a value that is not a positive normal double is redone with the C
+ * library's log.
+ *
+ * On x86-64 with GCC or Clang the kernels are compiled twice, for AVX2+FMA and for the baseline, and the
+ * faster one is picked at import time when the CPU has AVX2 and FMA.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { TYPE_F64 = 0, TYPE_F32 = 1, TYPE_F16 = 2, TYPE_BF16 = 3, N_TYPES = 4 };
+static const Py_ssize_t ITEMSIZE[N_TYPES] = {8, 4, 2, 2};
+
+#define BLOCK 1024
+#define EPS 2.220446049250313e-16 /* float64 machine epsilon */
+#define THOUSANDTH 0.001
+#define FIVE_THOUSANDTH 0.005
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define NBPREC_DISPATCH 1
+#define TARGET_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define NBPREC_DISPATCH 0
+#define TARGET_AVX2
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE static inline
+#endif
+
+/* Parameters of one pair_sums call (the KL offsets/floors and the shifts of the centred sums). */
+typedef struct {
+    double off_x, floor_x, off_y, floor_y; /* KL: max(v - off, floor) */
+    double shift_x, shift_y;               /* centred sums: v - shift */
+    double eps_b;                          /* the benchmark dtype's eps, used where y == 0 */
+    int kl_normal; /* the caller vouches that every max(v - off, floor) is a positive normal double */
+} Params;
+
+/* Running totals; the order is the order of the tuple pair_sums returns (see SUM_NAMES in _kernels.py). */
+enum {
+    S_SX, S_SY, S_SXX, S_SYY, S_SXY, S_SDD, S_SAD, S_MAD, S_REL, S_MREL,
+    S_P1, S_P5, S_KSX, S_KSY, S_KT, S_CX, S_CXX, S_CY, S_CYY, S_LX, S_HX, S_LY, S_HY, N_SUMS
+};
+
+static double bits_to_double(uint64_t b) { double d; memcpy(&d, &b, sizeof d); return d; }
+static uint64_t double_to_bits(double d) { uint64_t b; memcpy(&b, &d, sizeof b); return b; }
+static float bits_to_float(uint32_t b) { float f; memcpy(&f, &b, sizeof f); return f; }
+
+/* ---- conversion of one block to double ---------------------------------------------------------- */
+
+ALWAYS_INLINE void load_block(const char *base, int type, Py_ssize_t start, Py_ssize_t m, double *restrict out)
+{
+    Py_ssize_t i;
+    if (type == TYPE_F64) {
+        const double *src = (const double *)base + start;
+        for (i = 0; i < m; i++) out[i] = src[i];
+    } else if (type == TYPE_F32) {
+        const float *src = (const float *)base + start;
+        for (i = 0; i < m; i++) out[i] = (double)src[i];
+    } else if (type == TYPE_BF16) {
+        /* bfloat16 is the upper half of a float32 */
+        const uint16_t *src = (const uint16_t *)base + start;
+        for (i = 0; i < m; i++) out[i] = (double)bits_to_float((uint32_t)src[i] << 16);
+    } else {
+        /* float16 by bits: the sign-extended half shifted left by 42 puts exponent and mantissa where a
+           double keeps them, the mask clears the sign-extension copies, and 2^1008 moves the exponent bias
+           from 15 to 1023 (exact for normals and subnormals). Exponent 31 (inf, NaN) gets the double's
+           all-ones exponent instead, keeping sign and mantissa. */
+        const uint16_t *src = (const uint16_t *)base + start;
+        for (i = 0; i < m; i++) {
+            uint16_t h = src[i];
+            uint64_t b = ((uint64_t)(int64_t)(int16_t)h << 42) & 0x81ffffffffffffffULL;
+            uint64_t special = (uint64_t)0 - (uint64_t)((h & 0x7c00u) == 0x7c00u);
+            uint64_t finite = double_to_bits(bits_to_double(b) * 0x1p1008);
+            out[i] = bits_to_double((finite & ~special) | ((b | 0x7ff0000000000000ULL) & special));
+        }
+    }
+}
+
+/* ---- natural logarithm of a ratio, branch-free -------------------------------------------------- */
+
+#define LN2_HI 6.93147180369123816490e-01 /* ln 2 split in two: the high part has 32 bits, exact times k */
+#define LN2_LO 1.90821492927058770002e-10
+#define SQRT2 1.41421356237309504880
+#define ONE_BITS 0x3ff0000000000000ULL
+#define MANTISSA_BITS 0x000fffffffffffffULL
+#define EXP_MAGIC 0x4330000000000000ULL /* bits of 2^52: OR-ing a small integer into them gives 2^52 + it */
+
+/* 2 atanh(s) = log((1 + s) / (1 - s)) for |s| <= 0.1716...: 2 s (1 + z/3 + z^2/5 + ... + z^8/17), z = s^2 <=
+   0.0295. The first term left out is below 4e-14 of the result at the ends of the range and shrinks as s^18
+   towards 1 (ratios near 1, where KL's cancellation is, come out exact to the last bits). The polynomial is
+   evaluated in Estrin's scheme (pairs, then pairs of pairs): four dependent steps instead of eight. */
+ALWAYS_INLINE double two_atanh(double s)
+{
+    double z = s * s, z2 = z * z, z4 = z2 * z2;
+    double p01 = 1.0 / 3.0 + z * (1.0 / 5.0), p23 = 1.0 / 7.0 + z * (1.0 / 9.0);
+    double p45 = 1.0 / 11.0 + z * (1.0 / 13.0), p67 = 1.0 / 15.0 + z * (1.0 / 17.0);
+    double p = (p01 + z2 * p23) + z4 * (p45 + z2 * p67);
+    return 2.0 * s + 2.0 * s * z * p;
+}
+
+/* log(a / b) for positive normal doubles a and b, without forming a / b: with a = 2^ea ma and b = 2^eb mb
+   (mantissas in [1, 2)), one mantissa is doubled when their ratio is outside [sqrt(1/2), sqrt(2)], so that
+   s = (ma - mb) / (ma + mb) is small; ma - mb is then exact and log(a / b) = k ln 2 + 2 atanh(s). The
+   exponents become doubles through EXP_MAGIC (AVX2 has no int64 -> double conversion). */
+ALWAYS_INLINE double log_ratio(double a, double b)
+{
+    uint64_t abits = double_to_bits(a), bbits = double_to_bits(b);
+    double k = bits_to_double((abits >> 52) | EXP_MAGIC) - bits_to_double((bbits >> 52) | EXP_MAGIC);
+    double ma = bits_to_double((abits & MANTISSA_BITS) | ONE_BITS);
+    double mb = bits_to_double((bbits & MANTISSA_BITS) | ONE_BITS);
+    uint64_t up = (uint64_t)0 - (uint64_t)(ma > SQRT2 * mb); /* masks: `c ? 1.0 : 0.0` blocks vectorising */
+    uint64_t down = (uint64_t)0 - (uint64_t)(SQRT2 * ma < mb);
+    mb += bits_to_double(double_to_bits(mb) & up);
+    ma += bits_to_double(double_to_bits(ma) & down);
+    k += bits_to_double(ONE_BITS & up) - bits_to_double(ONE_BITS & down);
+    double s = (ma - mb) / (ma + mb);
+    return k * LN2_HI + (two_atanh(s) + k * LN2_LO);
+}
+
+/* 1 for a positive normal double (bits in [bits(DBL_MIN), bits(inf))), else 0. */
+ALWAYS_INLINE uint64_t is_positive_normal(double v)
+{
+    return (double_to_bits(v) - 0x0010000000000000ULL) < (0x7ff0000000000000ULL - 0x0010000000000000ULL);
+}
+
+/* v where `keep` is all ones, 1.0 where it is 0 (a select by bit mask: GCC does not vectorise `c ? v : 1.0`
+   in these loops). */
+ALWAYS_INLINE double keep_or_one(double v, uint64_t keep)
+{
+    return bits_to_double((double_to_bits(v) & keep) | (ONE_BITS & ~keep));
+}
+
+/* ---- the kernels --------------------------------------------------------------------------------- */
+
+ALWAYS_INLINE void minmax_body(const char *base, int type, Py_ssize_t n, double *out_min, double *out_max,
+                               Py_ssize_t *out_nan)
+{
+    double block[BLOCK];
+    double lo = INFINITY, hi = -INFINITY, nans = 0.0;
+    Py_ssize_t start, i;
+    for (start = 0; start < n; start += BLOCK) {
+        Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK;
+        double blo = INFINITY, bhi = -INFINITY, bnan = 0.0;
+        load_block(base, type, start, m, block);
+#pragma omp simd reduction(min : blo) reduction(max : bhi) reduction(+ : bnan)
+        for (i = 0; i < m; i++) {
+            double v = block[i];
+            blo = v < blo ? v : blo;
+            bhi = v > bhi ? v : bhi;
+            bnan += (v != v) ? 1.0 : 0.0;
+        }
+        lo = blo < lo ? blo : lo;
+        hi = bhi > hi ? bhi : hi;
+        nans += bnan;
+    }
+    *out_min = lo;
+    *out_max = hi;
+    *out_nan = (Py_ssize_t)nans;
+}
+
+/* The KL term of one block with the C library's log (used when a value was not a positive normal). */
+static double kl_block_libm(const double *x, const double *y, Py_ssize_t m, const Params *p)
+{
+    double kt = 0.0;
+    Py_ssize_t i;
+    for (i = 0; i < m; i++) {
+        double tx = x[i] - p->off_x, ty = y[i] - p->off_y;
+        double ax = tx < p->floor_x ? p->floor_x : tx;
+        double ay = ty < p->floor_y ? p->floor_y : ty;
+        kt += ax * log(ax / ay);
+    }
+    return kt;
+}
+
+/* The KL sums of one block: ksx, ksy (sums of the floored, shifted values) and kt = sum kx log(kx / ky).
+   With `checked` (a constant at each call, so each call compiles to its own loop) values that are not
+   positive normal doubles take log(1) and are counted in `odd`, and the caller redoes the block. */
+ALWAYS_INLINE void kl_block(const double *restrict x, const double *restrict y, Py_ssize_t m, const Params *p,
+                            int checked, double *out_ksx, double *out_ksy, double *out_kt, double *out_odd)
+{
+    const double off_x = p->off_x, floor_x = p->floor_x, off_y = p->off_y, floor_y = p->floor_y;
+    double ksx = 0, ksy = 0, kt = 0, odd = 0;
+    Py_ssize_t i;
+#pragma omp simd reduction(+ : ksx, ksy, kt, odd)
+    for (i = 0; i < m; i++) {
+        double tx = x[i] - off_x, ty = y[i] - off_y;
+        double kx = tx < floor_x ? floor_x : tx; /* NaN stays NaN: the comparison is false */
+        double ky = ty < floor_y ? floor_y : ty;
+        ksx += kx;
+        ksy += ky;
+        uint64_t keep = (uint64_t)0 - ((is_positive_normal(kx) & is_positive_normal(ky)) | (uint64_t)!checked);
+        odd += keep ? 0.0 : 1.0;
+        kt += kx * log_ratio(keep_or_one(kx, keep), keep_or_one(ky, keep));
+    }
+    *out_ksx = ksx;
+    *out_ksy = ksy;
+    *out_kt = kt;
+    *out_odd = odd;
+}
+
+/* max() that is NaN when either side is */
+ALWAYS_INLINE double max_nan(double a, double b) { return (a != a || b != b) ? NAN : (a > b ? a : b); }
+
+/* Each block is converted once and read by three loops from L1: the plain sums, the relative error, the KL
+   terms. One loop holding every accumulator would need more vector registers than AVX2 has (16). */
+ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
+                             double *restrict tot)
+{
+    double x[BLOCK], y[BLOCK];
+    Py_ssize_t start, i;
+    const double shift_x = p->shift_x, shift_y = p->shift_y, eps_b = p->eps_b;
+    for (start = 0; start < n; start += BLOCK) {
+        Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK;
+        double sxx = 0, syy = 0, sxy = 0, sdd = 0, sad = 0, mad = 0, cx = 0, cxx = 0, cy = 0, cyy = 0;
+        double rel = 0, mrel = 0, p1 = 0, p5 = 0, ksx = 0, ksy = 0, kt = 0, odd = 0;
+        double lx = INFINITY, hx = -INFINITY, ly = INFINITY, hy = -INFINITY;
+        load_block(xb, xt, start, m, x);
+        load_block(yb, yt, start, m, y);
+#pragma omp simd reduction(+ : sxx, syy, sxy, sdd, sad, cx, cxx, cy, cyy) reduction(max : mad)
+        for (i = 0; i < m; i++) {
+            double xi = x[i], yi = y[i];
+            sxx += xi * xi;
+            syy += yi * yi;
+            sxy += xi * yi;
+            double d = fabs(xi - yi);
+            sdd += d * d;
+            sad += d;
+            mad = d > mad ? d : mad;
+            /* sums of v - shift (shift near the mean): the means, and the variances without cancellation */
+            double ux = xi - shift_x, uy = yi - shift_y;
+            cx += ux;
+            cxx += ux * ux;
+            cy += uy;
+            cyy += uy * uy;
+        }
+#pragma omp simd reduction(+ : rel, p1, p5) reduction(max : mrel, hx, hy) reduction(min : lx, ly)
+        for (i = 0; i < m; i++) {
+            double xi = x[i], yi = y[i];
+            /* the extremes (NaN ignored: the caller learns of NaN from cxx/cyy), to check the caller's KL
+               offsets and floors, which it took from the dump's statistics */
+            lx = xi < lx ? xi : lx;
+            hx = xi > hx ? xi : hx;
+            ly = yi < ly ? yi : ly;
+            hy = yi > hy ? yi : hy;
+            /* relative error: d / |y| where |y| > eps, 0 elsewhere (NaN in y propagates); the pass ratios
+               test d / |y| everywhere, with the benchmark dtype's eps in place of an exact zero */
+            double d = fabs(xi - yi), ay = fabs(yi);
+            double rr = d / (ay == 0.0 ? eps_b : ay);
+            double r = ay <= EPS ? 0.0 : rr;
+            rel += r;
+            mrel = r > mrel ? r : mrel;
+            p1 += rr < THOUSANDTH ? 1.0 : 0.0;
+            p5 += rr < FIVE_THOUSANDTH ? 1.0 : 0.0;
+        }
+        if (p->kl_normal)
+            kl_block(x, y, m, p, 0, &ksx, &ksy, &kt, &odd); /* every value checked once by the caller */
+        else
+            kl_block(x, y, m, p, 1, &ksx, &ksy, &kt, &odd);
+        if (odd != 0.0) kt = kl_block_libm(x, y, m, p);
+        tot[S_SX] += cx + (double)m * shift_x;
+        tot[S_SY] += cy + (double)m * shift_y;
+        tot[S_SXX] += sxx;
+        tot[S_SYY] += syy;
+        tot[S_SXY] += sxy;
+        tot[S_SDD] += sdd;
+        tot[S_SAD] += sad;
+        tot[S_MAD] = max_nan(tot[S_MAD], sdd != sdd ? NAN : mad); /* sdd is NaN exactly when some d is */
+        tot[S_REL] += rel;
+        tot[S_MREL] = max_nan(tot[S_MREL], rel != rel ? NAN : mrel); /* likewise rel for r */
+        tot[S_P1] += p1;
+        tot[S_P5] += p5;
+        tot[S_KSX] += ksx;
+        tot[S_KSY] += ksy;
+        tot[S_KT] += kt;
+        tot[S_CX] += cx;
+        tot[S_CXX] += cxx;
+        tot[S_CY] += cy;
+        tot[S_CYY] += cyy;
+        tot[S_LX] = lx < tot[S_LX] ? lx : tot[S_LX];
+        tot[S_HX] = hx > tot[S_HX] ? hx : tot[S_HX];
+        tot[S_LY] = ly < tot[S_LY] ? ly : tot[S_LY];
+        tot[S_HY] = hy > tot[S_HY] ? hy : tot[S_HY];
+    }
+}
+
+/* Two builds of each kernel: AVX2+FMA (x86-64) and the baseline. */
+static void minmax_base(const char *b, int t, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nan)
+{
+    minmax_body(b, t, n, lo, hi, nan);
+}
+static void pair_base(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p, double *tot)
+{
+    pair_body(xb, xt, yb, yt, n, p, tot);
+}
+#if NBPREC_DISPATCH
+TARGET_AVX2 static void minmax_avx2(const char *b, int t, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nan)
+{
+    minmax_body(b, t, n, lo, hi, nan);
+}
+TARGET_AVX2 static void pair_avx2(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
+                                  double *tot)
+{
+    pair_body(xb, xt, yb, yt, n, p, tot);
+}
+#endif
+
+typedef void (*minmax_fn)(const char *, int, Py_ssize_t, double *, double *, Py_ssize_t *);
+typedef void (*pair_fn)(const char *, int, const char *, int, Py_ssize_t, const Params *, double *);
+
+/* Chosen once at import (module init); read-only afterwards. */
+static minmax_fn minmax_impl = minmax_base;
+static pair_fn pair_impl = pair_base;
+static const char *isa_name = "baseline";
+
+/* ---- Python interface ---------------------------------------------------------------------------- */
+
+/* Get a contiguous read-only buffer of n elements of `type`; sets an error and returns 0 on failure. */
+static int get_buffer(PyObject *obj, int type, Py_buffer *view, Py_ssize_t *n, const char *side)
+{
+    if (type < 0 || type >= N_TYPES) {
+        PyErr_Format(PyExc_ValueError, "%s: unknown element type code %d", side, type);
+        return 0;
+    }
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) != 0) return 0;
+    if (view->len % ITEMSIZE[type] != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: buffer of %zd bytes is not a whole number of %zd-byte elements", side,
+                     view->len, ITEMSIZE[type]);
+        PyBuffer_Release(view);
+        return 0;
+    }
+    *n = view->len / ITEMSIZE[type];
+    return 1;
+}
+
+PyDoc_STRVAR(min_max_doc,
+             "min_max(buffer, type) -> (min, max, nan_count)\n\n"
+             "Minimum and maximum of a contiguous buffer of `type` elements (0 float64, 1 float32, 2 float16,\n"
+             "3 bfloat16), ignoring NaN, and the number of NaN. The GIL is released.");
+
+static PyObject *py_min_max(PyObject *self, PyObject *args)
+{
+    PyObject *obj;
+    int type;
+    Py_buffer view;
+    Py_ssize_t n, nans = 0;
+    double lo = INFINITY, hi = -INFINITY;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Oi:min_max", &obj, &type)) return NULL;
+    if (!get_buffer(obj, type, &view, &n, "min_max")) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    minmax_impl((const char *)view.buf, type, n, &lo, &hi, &nans);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("ddn", lo, hi, nans);
+}
+
+PyDoc_STRVAR(pair_sums_doc,
+             "pair_sums(x, x_type, y, y_type, off_x, floor_x, off_y, floor_y, shift_x, shift_y, eps_b, kl_normal)\n"
+             "    -> tuple\n\n"
+             "Every running sum of one pair in one pass, and each side's minimum and maximum ignoring NaN (see\n"
+             "FUSED_SUMS in nbprec.compare._kernels for the order).\n"
+             "x and y are contiguous buffers of the same element count. kl_normal=True promises that every\n"
+             "max(v - off, floor) is a positive normal double (finite data, normal floors): the KL loop then skips\n"
+             "its per-element checks. The GIL is released.");
+
+static PyObject *py_pair_sums(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo, *out;
+    int xt, yt, k;
+    Params p;
+    Py_buffer xv, yv;
+    Py_ssize_t nx, ny;
+    double tot[N_SUMS] = {0};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OiOidddddddp:pair_sums", &xo, &xt, &yo, &yt, &p.off_x, &p.floor_x, &p.off_y,
+                          &p.floor_y, &p.shift_x, &p.shift_y, &p.eps_b, &p.kl_normal))
+        return NULL;
+    if (!get_buffer(xo, xt, &xv, &nx, "pair_sums (target)")) return NULL;
+    if (!get_buffer(yo, yt, &yv, &ny, "pair_sums (benchmark)")) {
+        PyBuffer_Release(&xv);
+        return NULL;
+    }
+    if (nx != ny) {
+        PyBuffer_Release(&xv);
+        PyBuffer_Release(&yv);
+        return PyErr_Format(PyExc_ValueError, "pair_sums: element counts differ: %zd vs %zd", nx, ny);
+    }
+    tot[S_LX] = tot[S_LY] = INFINITY;
+    tot[S_HX] = tot[S_HY] = -INFINITY;
+    Py_BEGIN_ALLOW_THREADS
+    pair_impl((const char *)xv.buf, xt, (const char *)yv.buf, yt, nx, &p, tot);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&xv);
+    PyBuffer_Release(&yv);
+    out = PyTuple_New(N_SUMS + 1);
+    if (out == NULL) return NULL;
+    PyTuple_SET_ITEM(out, 0, PyLong_FromSsize_t(nx));
+    for (k = 0; k < N_SUMS; k++) {
+        PyObject *v = (k == S_P1 || k == S_P5) ? PyLong_FromLongLong((long long)tot[k]) : PyFloat_FromDouble(tot[k]);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, k + 1, v);
+    }
+    return out;
+}
+
+PyDoc_STRVAR(log_ratio_doc, "log_ratio(a, b) -> float\n\nThe kernel's log(a / b) of positive normal doubles (for tests).");
+
+static PyObject *py_log_ratio(PyObject *self, PyObject *args)
+{
+    double a, b;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "dd:log_ratio", &a, &b)) return NULL;
+    if (!is_positive_normal(a) || !is_positive_normal(b))
+        return PyErr_Format(PyExc_ValueError, "log_ratio: arguments must be positive normal doubles");
+    return PyFloat_FromDouble(log_ratio(a, b));
+}
+
+static PyMethodDef methods[] = {
+    {"min_max", py_min_max, METH_VARARGS, min_max_doc},
+    {"pair_sums", py_pair_sums, METH_VARARGS, pair_sums_doc},
+    {"log_ratio", py_log_ratio, METH_VARARGS, log_ratio_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_fused",
+    "One-pass metric sums of tensor pairs, in C (see nbprec/compare/_fused.c).", -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fused(void)
+{
+    PyObject *mod;
+#if NBPREC_DISPATCH
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        minmax_impl = minmax_avx2;
+        pair_impl = pair_avx2;
+        isa_name = "avx2+fma";
+    }
+#endif
+    mod = PyModule_Create(&module);
+    if (mod == NULL) return NULL;
+    if (PyModule_AddStringConstant(mod, "ISA", isa_name) < 0 || PyModule_AddIntConstant(mod, "BLOCK", BLOCK) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
+}

@@ -1,0 +1,198 @@
+"""The compiled one-pass kernel (nbprec/compare/_fused.c) against the numpy kernel it replaces, case by case.
+
+The numpy kernel is itself held to the METRICS.md formulas written out (test_fast_paths.py); here the two
+must agree to the last few digits on every dtype, layout and edge case, and the dumps' recorded extremes
+(which let the compiled kernel read a pair once) must never change a result, right or wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from nbprec.compare._kernels import FUSED, FUSED_SUMS
+from nbprec.compare.metrics import KERNEL, METRIC_COLUMNS, tensor_metrics
+from nbprec.errors import ComparisonError
+
+needs_fused = pytest.mark.skipif(FUSED is None, reason="the compiled kernel is not built")
+
+
+def test_the_compiled_kernel_is_built_and_used():
+    # `make install` compiles it (setup.py); a silent fall-back to numpy would make every comparison slower
+    assert FUSED is not None, "nbprec.compare._fused was not built: reinstall with a C compiler (make install)"
+    assert KERNEL.startswith("c (")
+
+
+def _agree(a: float, b: float, column: str) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if column == "kl_divergence":  # a difference of nearly equal sums: compare on the sums' scale
+        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-14)
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-300)
+
+
+def _cases() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(5)
+    y = (rng.standard_normal(150_001) * 3 - 0.5).astype(np.float32)
+    y[::37] = 0.0
+    nonfinite = y.astype(np.float16)
+    nonfinite[3], nonfinite[4000], nonfinite[9] = np.nan, np.inf, -np.inf
+    with_nan_bench = y.copy()
+    with_nan_bench[77] = np.nan
+    every_half = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        cases = {
+            "bf16 vs fp32": (y.astype(ml_dtypes.bfloat16), y),
+            "fp16 vs fp32": (y.astype(np.float16), y),
+            "fp32 vs fp64": (y, y.astype(np.float64) * (1 + 1e-7)),
+            "fp64 vs fp32": (y.astype(np.float64) + 1e-3, y),
+            "fp16 vs fp16": (y.astype(np.float16), y.astype(np.float16)),
+            "every float16 bit pattern": (every_half, every_half.astype(np.float32) * 1.001),
+            "fp16 overflow": ((y * 3e4).astype(np.float16), y * 3e4),
+            "nan and inf in the target": (nonfinite, y),
+            "nan in the benchmark": (y.astype(ml_dtypes.bfloat16), with_nan_bench),
+            "all zero": (np.zeros(5000, np.float16), np.zeros(5000, np.float32)),
+            "target all zero": (np.zeros(5000, np.float32), y[:5000]),
+            "benchmark all zero": (y[:5000], np.zeros(5000, np.float32)),
+            "constant": (np.full(70_000, 3.0, np.float32), np.full(70_000, 3.0, ml_dtypes.bfloat16)),
+            "large mean, small spread": (y.astype(np.float64) * 1e-6 + 1e3, y.astype(np.float64) * 1e-6 + 1e3),
+            "huge magnitudes": ((y * 1e37).astype(np.float32), (y * 1.01e37).astype(np.float32)),
+            "one element": (np.array([2.5], np.float16), np.array([2.0], np.float32)),
+            "0-d": (np.float32(1.5), np.float32(1.25)),
+            # sides the kernel cannot read in place: converted chunk by chunk
+            "int32 vs fp32": (np.round(y * 10).astype(np.int32), y * 10),
+            "bool": (y > 0, y > 0.1),
+            "float8": (y.astype(ml_dtypes.float8_e4m3fn), y),
+            "complex": ((y + 1j * y[::-1]).astype(np.complex64), (y + 1j * y[::-1]).astype(np.complex128)),
+            "big-endian": (y.astype(">f4") * 1.01, y),
+            "strided": (y[::3].astype(np.float16), y[::3]),
+            "2-d, shapes differ": (y[:150_000].reshape(300, 500), y[:150_000].reshape(500, 300)),
+        }
+    return cases
+
+
+@needs_fused
+@pytest.mark.parametrize("case", list(_cases()))
+@pytest.mark.parametrize("chunk", [1000, 1 << 16])
+def test_compiled_and_numpy_kernels_agree(case, chunk):
+    x, y = _cases()[case]
+    with np.errstate(all="ignore"):
+        want = tensor_metrics(x, y, kernel="numpy", chunk_size=chunk)
+        got = tensor_metrics(x, y, kernel="c", chunk_size=chunk)
+    assert got.reason == want.reason
+    bad = {c: (got[c], want[c]) for c in METRIC_COLUMNS if not _agree(got[c], want[c], c)}
+    assert not bad, bad
+
+
+def _extremes(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
+    with np.errstate(invalid="ignore"):
+        xs, ys = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    return float(xs.min()), float(xs.max()), float(ys.min()), float(ys.max())
+
+
+@needs_fused
+@pytest.mark.parametrize("case", ["bf16 vs fp32", "fp16 overflow", "nan and inf in the target", "constant"])
+def test_recorded_extremes_never_change_a_result(case):
+    x, y = _cases()[case]
+    plain = tensor_metrics(x, y)
+    true = _extremes(x, y)
+    lo_x, hi_x, lo_y, hi_y = true
+    hints = {
+        "true": true,
+        "min too low": (lo_x - 1.0, hi_x, lo_y, hi_y),
+        "max too high": (lo_x, hi_x, lo_y, hi_y + 0.5),
+        "rounded": tuple(float(np.float16(v)) if abs(v) < 6e4 else v for v in true),
+        "swapped sides": (lo_y, hi_y, lo_x, hi_x),
+        "not numbers": (math.nan, math.nan, lo_y, hi_y),
+        "min above max": (1.0, -1.0, lo_y, hi_y),
+    }
+    for label, extremes in hints.items():
+        with np.errstate(all="ignore"):
+            got = tensor_metrics(x, y, extremes=extremes)
+        assert got.reason == plain.reason, label
+        for column in METRIC_COLUMNS:  # the same passes with the same parameters: bit for bit
+            a, b = got[column], plain[column]
+            assert a == b or (math.isnan(a) and math.isnan(b)), (label, column, a, b)
+        usable = all(math.isfinite(v) for v in true) and not np.isnan(np.asarray(x, np.float64)).any()
+        assert got.extremes_held == (tuple(extremes) == true and usable), label
+    assert plain.extremes_held is None
+
+
+@needs_fused
+def test_the_kernel_reports_each_sides_extremes():
+    x, y = _cases()["bf16 vs fp32"]
+    lo_x, _, lo_y, _ = _extremes(x, y)
+    sums = FUSED.pair_sums(x.view(np.uint8), 3, y.view(np.uint8), 1, lo_x, 1e-6, lo_y, 1e-6, 0.0, 0.0, 1e-7, True)
+    assert len(sums) == len(FUSED_SUMS)
+    found = dict(zip(FUSED_SUMS, sums, strict=True))
+    assert (found["min_x"], found["max_x"], found["min_y"], found["max_y"]) == _extremes(x, y)
+    assert found["n"] == x.size
+
+
+@needs_fused
+def test_kernel_log_is_accurate_over_the_whole_double_range():
+    rng = np.random.default_rng(2)
+    near_one = 1 + rng.uniform(-1e-3, 1e-3, 2000)
+    wide = np.exp(rng.uniform(-700, 700, 2000))
+    for a in near_one:  # log(a / 1): the exact reference; ratios near 1 are where KL's cancellation is
+        assert math.isclose(FUSED.log_ratio(a, 1.0), math.log(a), rel_tol=3e-15), a
+    extremes = [2.2250738585072014e-308, 1.7976931348623157e308]
+    for a, b in [*zip(wide, wide[::-1], strict=True), (extremes[0], extremes[1]), (extremes[1], extremes[0])]:
+        assert math.isclose(FUSED.log_ratio(a, b), math.log(a) - math.log(b), rel_tol=3e-15, abs_tol=1e-12), (a, b)
+    with pytest.raises(ValueError, match="positive normal"):
+        FUSED.log_ratio(0.0, 1.0)
+
+
+@needs_fused
+def test_bad_buffers_are_errors_not_crashes():
+    x = np.ones(10, np.float32)
+    with pytest.raises(ValueError, match="element counts differ"):
+        FUSED.pair_sums(x.view(np.uint8), 1, x[:5].view(np.uint8), 1, 0, 1, 0, 1, 0, 0, 1e-7, True)
+    with pytest.raises(ValueError, match="not a whole number"):
+        FUSED.min_max(x.view(np.uint8)[:7], 1)
+    with pytest.raises(ValueError, match="unknown element type"):
+        FUSED.min_max(x.view(np.uint8), 9)
+    with pytest.raises(BufferError):
+        FUSED.min_max(memoryview(x.view(np.uint8))[::2], 1)  # not contiguous
+
+
+@needs_fused
+def test_the_kernel_lets_other_threads_run():
+    """The GIL is released inside the kernel: this thread runs Python code while another thread is inside a
+    long ``pair_sums`` call (with the GIL held, no tick could fall strictly inside the call)."""
+    x = np.random.default_rng(0).standard_normal(16_000_000).astype(np.float32)
+    span: list[float] = []
+    started = threading.Event()
+
+    def run() -> None:
+        started.set()
+        span.append(time.perf_counter())
+        FUSED.pair_sums(x.view(np.uint8), 1, x.view(np.uint8), 1, 0, 1e-6, 0, 1e-6, 0, 0, 1e-7, False)
+        span.append(time.perf_counter())
+
+    worker = threading.Thread(target=run)
+    ticks = []
+    worker.start()
+    started.wait()
+    while worker.is_alive():
+        ticks.append(time.perf_counter())
+    worker.join()
+    start, end = span
+    inside = [t for t in ticks if start + 0.3 * (end - start) < t < end - 0.1 * (end - start)]
+    assert inside, f"no tick of this thread during the {1e3 * (end - start):.0f} ms kernel call"
+
+
+def test_unknown_or_missing_kernels_are_errors(monkeypatch):
+    with pytest.raises(ComparisonError, match="unknown kernel"):
+        tensor_metrics(np.ones(3), np.ones(3), kernel="gpu")
+    from nbprec.compare import metrics
+
+    monkeypatch.setattr(metrics, "FUSED", None)
+    with pytest.raises(ComparisonError, match="not built"):
+        tensor_metrics(np.ones(3), np.ones(3), kernel="c")
+    assert tensor_metrics(np.ones(3), np.ones(3))["cosine"] == 1.0  # auto falls back to numpy

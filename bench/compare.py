@@ -16,13 +16,24 @@
 (b) **msprobe dumps** written by msprobe itself (PyPI ``mindstudio-probe``, in its own virtualenv
     ``bench/.venv-msprobe``, created here when missing): a seeded MLP/attention model run under
     ``PrecisionDebugger`` (task ``tensor``, level ``L1``) in float32 and in bfloat16 with the same weights
-    (``bench/msprobe_dump.py``). Times ``msprobe compare -tp ... -gp ...`` and ``nbprec.compare`` on the same
-    pair and prints both throughputs and the ratio msprobe time / nbprec time (target >= 40), plus an
-    agreement check (compared tensor counts, cosine differences on matched names).
+    (``bench/msprobe_dump.py``), hidden size ``--msprobe-hidden`` (several sizes may be given). Times, on the
+    same pair:
+
+    - ``msprobe compare -tp ... -gp ...`` (its CLI, the whole process: how msprobe is used), ``--msprobe-runs``
+      times;
+    - ``nbprec.compare`` in a fresh interpreter (the call alone, as in a notebook), ``--runs`` times; torch is
+      not imported (nbprec reads the ``.pt`` files without it);
+    - ``nbprec compare`` (its CLI, the whole process: start-up, imports, writing the CSV tables), ``--runs``
+      times.
+
+    Prints both throughputs and the ratio msprobe time / nbprec time on medians (target >= 40), the same
+    ratio CLI against CLI, and an agreement check (compared tensor counts, cosine differences on matched
+    names). The machine is shared and noisy: every run's time is printed.
 
 Usage::
 
     .venv/bin/python bench/compare.py [--size-gb 2] [--tensors 10000] [--skip-msprobe] [--skip-synthetic]
+        [--msprobe-hidden 1024[,512,...]] [--runs 5] [--msprobe-runs 2]
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ import math
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -194,19 +206,10 @@ def _op_label(row) -> str:
 
 
 def child_main(target: str, bench: str, out: str, workers: int | None) -> None:
-    """The child process: one ``nbprec.compare``, its wall and CPU time and its peak RSS.
-
-    When the dumps hold ``.pt`` payloads (msprobe), torch is imported first and timed on its own: reading
-    them needs torch, a one-time cost a session that already uses torch does not pay again.
-    """
+    """The child process: one ``nbprec.compare``, its wall and CPU time and its peak RSS."""
     import nbprec
+    from nbprec.compare.metrics import KERNEL
 
-    torch_import = 0.0
-    if any(Path(target).rglob("*.pt")):
-        start = time.perf_counter()
-        import torch  # noqa: F401
-
-        torch_import = time.perf_counter() - start
     rss_before = _proc_status_kib("VmRSS")
     reset = _reset_peak_rss()
 
@@ -229,7 +232,7 @@ def child_main(target: str, bench: str, out: str, workers: int | None) -> None:
     table[columns].to_csv(out, index=False)
     report = {
         "seconds": seconds,
-        "torch_import_seconds": torch_import,
+        "kernel": KERNEL,
         "cpu_seconds": cpu_seconds,
         "rss_before_kib": rss_before,
         "rss_peak_kib": rss_after,
@@ -333,15 +336,26 @@ def read_msprobe_csv(out_dir: Path):
     return pd.read_csv(files[-1])
 
 
-def part_msprobe(args: argparse.Namespace, tmp: Path) -> dict:
-    """Part (b): msprobe writes both dumps; time ``msprobe compare`` and ``nbprec.compare`` on them."""
+def _tail(proc: subprocess.CompletedProcess) -> str:
+    return f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def _times(values: list[float]) -> str:
+    return " ".join(f"{v:.2f}" for v in values)
+
+
+def msprobe_one_size(args: argparse.Namespace, python: Path, tmp: Path, hidden: int) -> dict:
+    """Part (b) at one hidden size: msprobe writes both dumps; msprobe and nbprec compare them."""
     import pandas as pd
 
-    print("== (b) msprobe dumps written by msprobe (mindstudio-probe) ==", flush=True)
-    python = ensure_msprobe_venv()
-    root = tmp / "msprobe"
+    root = tmp / f"msprobe_h{hidden}"
     start = time.perf_counter()
     cmd = [str(python), str(HERE / "msprobe_dump.py"), "--out", str(root), "--layers", str(args.msprobe_layers)]
+    cmd += ["--hidden", str(hidden)]
     subprocess.run(cmd, check=True, capture_output=not args.verbose)
     target = root / "bf16" / "step0"
     bench = root / "fp32" / "step0"
@@ -349,8 +363,8 @@ def part_msprobe(args: argparse.Namespace, tmp: Path) -> dict:
     mb = (dump_bytes(target) + dump_bytes(bench)) / MB
     n_api = len(json.loads(t_json.read_text())["data"])
     print(
-        f"msprobe dumped {n_api} API calls per run (L1, forward), {mb:.0f} MB of .pt payloads over both runs "
-        f"in {time.perf_counter() - start:.1f} s",
+        f"-- hidden {hidden}: msprobe dumped {n_api} API calls per run (L1, forward), {mb:.0f} MB of .pt payloads "
+        f"over both runs in {time.perf_counter() - start:.1f} s",
         flush=True,
     )
 
@@ -358,34 +372,52 @@ def part_msprobe(args: argparse.Namespace, tmp: Path) -> dict:
     start = time.perf_counter()
     subprocess.run([str(msprobe_bin), "-h"], capture_output=True, check=False)
     t_startup = time.perf_counter() - start
-    out = tmp / "msprobe_compare"
-    out.mkdir()
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [str(msprobe_bin), "compare", "-tp", str(t_json), "-gp", str(b_json), "-o", str(out)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    t_msprobe = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"msprobe compare failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    print(f"msprobe compare (CLI, whole process): {t_msprobe:7.2f} s  {mb / t_msprobe:7.1f} MB/s", flush=True)
-    print(f"msprobe start-up alone (msprobe -h):  {t_startup:7.2f} s", flush=True)
+    t_msprobe = []
+    for run in range(args.msprobe_runs):
+        out = tmp / f"msprobe_compare_h{hidden}_{run}"
+        out.mkdir()
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [str(msprobe_bin), "compare", "-tp", str(t_json), "-gp", str(b_json), "-o", str(out)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        t_msprobe.append(time.perf_counter() - start)
+        if proc.returncode != 0:
+            raise RuntimeError(f"msprobe compare failed ({proc.returncode}):\n{_tail(proc)}")
+    ms_median = _median(t_msprobe)
+    print(f"msprobe compare (CLI, whole process): {_times(t_msprobe)} s  median {mb / ms_median:7.1f} MB/s", flush=True)
+    print(f"msprobe start-up alone (msprobe -h):  {t_startup:.2f} s", flush=True)
 
-    child = run_child(target, bench, tmp / "msprobe_table.csv", args.workers)
-    t_nb, t_torch = child["seconds"], child["torch_import_seconds"]
-    print(f"nbprec.compare (torch imported):      {t_nb:7.2f} s  {mb / t_nb:7.1f} MB/s", flush=True)
-    print(f"import torch in the nbprec process:   {t_torch:7.2f} s", flush=True)
+    children = [run_child(target, bench, tmp / f"msprobe_table_h{hidden}.csv", args.workers) for _ in range(args.runs)]
+    t_nb = [c["seconds"] for c in children]
+    nb_median = _median(t_nb)
+    print(f"nbprec.compare (the call):            {_times(t_nb)} s  median {mb / nb_median:7.1f} MB/s", flush=True)
+    t_cli = []
+    for _ in range(args.runs):
+        out = tmp / f"nbprec_cli_h{hidden}"
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "nbprec"), "compare", str(target), str(bench), "-o", str(out),
+             "--no-progress"],
+            capture_output=True, text=True, check=False, env=USER_ENV,
+        )  # fmt: skip
+        t_cli.append(time.perf_counter() - start)
+        if proc.returncode not in (0, 1):  # 1: failing ops found
+            raise RuntimeError(f"nbprec compare failed ({proc.returncode}):\n{_tail(proc)}")
+    cli_median = _median(t_cli)
+    print(f"nbprec compare (CLI, whole process):  {_times(t_cli)} s  median {mb / cli_median:7.1f} MB/s", flush=True)
 
-    ms = read_msprobe_csv(out)
-    nb = pd.read_csv(tmp / "msprobe_table.csv")
+    ms = read_msprobe_csv(tmp / f"msprobe_compare_h{hidden}_0")
+    nb = pd.read_csv(tmp / f"msprobe_table_h{hidden}.csv")
     ms_cos = pd.to_numeric(ms["Cosine"], errors="coerce")
     ms_compared = int(ms_cos.notna().sum())
     ms_cols = ms.assign(ms_cosine=ms_cos)[["NPU Name", "ms_cosine"]]
     merged = nb.merge(ms_cols, left_on="target_name", right_on="NPU Name")
     both = merged[merged["ms_cosine"].notna() & merged["cosine"].notna()]
     diff = (both["cosine"] - both["ms_cosine"]).abs()
+    child = children[-1]
     print(
         f"agreement: msprobe {len(ms)} rows ({ms_compared} with a cosine), nbprec {child['rows']} rows "
         f"({child['compared']} compared as tensors); {len(both)} names with both cosines, "
@@ -393,31 +425,45 @@ def part_msprobe(args: argparse.Namespace, tmp: Path) -> dict:
         flush=True,
     )
     return {
-        "b_apis": n_api,
-        "b_mb": mb,
-        "b_msprobe_s": t_msprobe,
-        "b_msprobe_startup_s": t_startup,
-        "b_nbprec_s": t_nb,
-        "b_nbprec_cpu": child["cpu_seconds"],
-        "b_torch_s": t_torch,
-        "b_ratio": t_msprobe / t_nb,
-        "b_ratio_cold": t_msprobe / (t_nb + t_torch),
-        "b_ratio_no_startup": (t_msprobe - t_startup) / t_nb,
-        "b_ms_rows": len(ms),
-        "b_ms_compared": ms_compared,
-        "b_nb_rows": child["rows"],
-        "b_nb_compared": child["compared"],
-        "b_matched": len(both),
-        "b_cos_median": float(diff.median()) if len(diff) else math.nan,
-        "b_cos_max": float(diff.max()) if len(diff) else math.nan,
+        "hidden": hidden,
+        "apis": n_api,
+        "mb": mb,
+        "msprobe_s": ms_median,
+        "msprobe_all": t_msprobe,
+        "msprobe_startup_s": t_startup,
+        "nbprec_s": nb_median,
+        "nbprec_all": t_nb,
+        "nbprec_best": min(t_nb),
+        "nbprec_cpu": _median([c["cpu_seconds"] for c in children]),
+        "cli_s": cli_median,
+        "ratio": ms_median / nb_median,
+        "ratio_cli": ms_median / cli_median,
+        "ratio_no_startup": (ms_median - t_startup) / nb_median,
+        "ms_rows": len(ms),
+        "ms_compared": ms_compared,
+        "nb_rows": child["rows"],
+        "nb_compared": child["compared"],
+        "matched": len(both),
+        "cos_median": float(diff.median()) if len(diff) else math.nan,
+        "cos_max": float(diff.max()) if len(diff) else math.nan,
     }
+
+
+def part_msprobe(args: argparse.Namespace, tmp: Path) -> dict:
+    """Part (b) at every ``--msprobe-hidden`` size."""
+    print("== (b) msprobe dumps written by msprobe (mindstudio-probe) ==", flush=True)
+    python = ensure_msprobe_venv()
+    sizes = [int(h) for h in str(args.msprobe_hidden).split(",") if h.strip()]
+    return {"b": [msprobe_one_size(args, python, tmp, hidden) for hidden in sizes]}
 
 
 def summary(res: dict) -> None:
     """The final block: every figure of the run."""
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     lines = ["", "=================== bench/compare.py summary ===================="]
-    lines.append(f"{os.cpu_count()} cores, load average {load}; numpy {np.__version__}")
+    from nbprec.compare.metrics import KERNEL
+
+    lines.append(f"{os.cpu_count()} cores, load average {load}; numpy {np.__version__}; nbprec metric kernel {KERNEL}")
     if "a_ratio" in res:
         ok = "met" if res["a_ratio"] <= 2.5 else "MISSED"
         lines += [
@@ -433,21 +479,22 @@ def summary(res: dict) -> None:
             f"largest tensor pair {res['a_largest_pair_mb']:.0f} MB; dump {res['a_mb']:.0f} MB)",
             f"    {res['a_compared']}/{res['a_rows']} rows compared; first failing op: {res['a_first_failing']}",
         ]
-    if "b_ratio" in res:
-        ok = "met" if res["b_ratio"] >= 40 else "MISSED"
+    for b in res.get("b", []):
+        ok = "met" if b["ratio"] >= 40 else "MISSED"
         lines += [
-            f"(b) msprobe-written dumps (L1 tensor, bf16 vs fp32): {res['b_apis']} API calls per run, "
-            f"{res['b_mb']:.0f} MB over both",
-            f"    msprobe compare       {res['b_msprobe_s']:7.2f} s  {res['b_mb'] / res['b_msprobe_s']:7.1f} MB/s"
-            f"  (CLI process; its start-up alone {res['b_msprobe_startup_s']:.1f} s)",
-            f"    nbprec.compare        {res['b_nbprec_s']:7.2f} s  {res['b_mb'] / res['b_nbprec_s']:7.1f} MB/s"
-            f"  (CPU {res['b_nbprec_cpu']:.2f} s; torch already imported; import torch {res['b_torch_s']:.1f} s)",
-            f"    msprobe / nbprec      {res['b_ratio']:7.1f}   target >= 40: {ok}",
-            f"      counting torch's import on nbprec's side: {res['b_ratio_cold']:.1f}; "
-            f"msprobe without its start-up: {res['b_ratio_no_startup']:.1f}",
-            f"    agreement: msprobe {res['b_ms_compared']}/{res['b_ms_rows']} rows with a cosine, nbprec "
-            f"{res['b_nb_compared']}/{res['b_nb_rows']} compared; {res['b_matched']} names in both, "
-            f"|cosine diff| median {res['b_cos_median']:.1e}, max {res['b_cos_max']:.1e}",
+            f"(b) msprobe-written dumps (L1 tensor, bf16 vs fp32), hidden {b['hidden']}: {b['apis']} API calls per "
+            f"run, {b['mb']:.0f} MB over both",
+            f"    msprobe compare       {b['msprobe_s']:7.2f} s  {b['mb'] / b['msprobe_s']:7.1f} MB/s"
+            f"  (median of {len(b['msprobe_all'])}; CLI process, its start-up alone {b['msprobe_startup_s']:.1f} s)",
+            f"    nbprec.compare        {b['nbprec_s']:7.3f} s  {b['mb'] / b['nbprec_s']:7.1f} MB/s"
+            f"  (median of {len(b['nbprec_all'])}, best {b['nbprec_best']:.3f} s; CPU {b['nbprec_cpu']:.2f} s)",
+            f"    nbprec compare (CLI)  {b['cli_s']:7.2f} s  {b['mb'] / b['cli_s']:7.1f} MB/s"
+            "  (whole process, tables written)",
+            f"    msprobe / nbprec      {b['ratio']:7.1f}   target >= 40: {ok}",
+            f"      CLI against CLI: {b['ratio_cli']:.1f}; msprobe without its start-up: {b['ratio_no_startup']:.1f}",
+            f"    agreement: msprobe {b['ms_compared']}/{b['ms_rows']} rows with a cosine, nbprec "
+            f"{b['nb_compared']}/{b['nb_rows']} compared; {b['matched']} names in both, "
+            f"|cosine diff| median {b['cos_median']:.1e}, max {b['cos_max']:.1e}",
         ]
     lines.append("=================================================================")
     print("\n".join(lines), flush=True)
@@ -459,6 +506,9 @@ def main() -> None:
     parser.add_argument("--tensors", type=int, default=10000, help="synthetic tensor pairs (at least)")
     parser.add_argument("--workers", type=int, default=None, help="nbprec.compare workers (default: its own)")
     parser.add_argument("--msprobe-layers", type=int, default=8, help="blocks of the msprobe model")
+    parser.add_argument("--msprobe-hidden", default="1024", help="hidden size(s) of the msprobe model, e.g. 512,1024")
+    parser.add_argument("--runs", type=int, default=5, help="nbprec runs per msprobe pair (medians are compared)")
+    parser.add_argument("--msprobe-runs", type=int, default=2, help="msprobe compare runs per pair")
     parser.add_argument("--skip-msprobe", action="store_true", help="skip part (b)")
     parser.add_argument("--skip-synthetic", action="store_true", help="skip part (a)")
     parser.add_argument("--keep", metavar="DIR", help="write the data under DIR and keep it")

@@ -286,10 +286,11 @@ def _counts_text(counts: dict) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``nbprec`` command."""
     from nbprec import __version__
+    from nbprec.compare.metrics import KERNEL
     from nbprec.formats import READERS
 
     parser = argparse.ArgumentParser(prog="nbprec", description="Find where a neural network loses precision.")
-    parser.add_argument("--version", action="version", version=f"nbprec {__version__}")
+    parser.add_argument("--version", action="version", version=f"nbprec {__version__} (metric kernel: {KERNEL})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     info = sub.add_parser("info", help="describe one or more dumps: format, steps, ranks, counts, problems")

@@ -86,9 +86,49 @@ def make_index(records: Iterable[Mapping[str, Any]] | pd.DataFrame, run: str = "
     may also be a DataFrame of such columns (faster for column-wise formats).
     """
     if isinstance(records, pd.DataFrame):
-        frame = records.reindex(columns=list(INDEX_COLUMNS))
-    else:
-        frame = pd.DataFrame.from_records(list(records), columns=list(INDEX_COLUMNS))
+        return _fix_frame(records.reindex(columns=list(INDEX_COLUMNS)), run)
+    rows = list(records)
+    columns: dict[str, Any] = {}
+    for column in INDEX_COLUMNS:
+        values = [row.get(column) for row in rows]
+        default = _DEFAULTS.get(column)
+        if column == "name":  # as pandas infers it (its string dtype for text)
+            columns[column] = pd.Series(values, dtype=None if values else object)
+        elif column == "shape":
+            shapes = [tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else () for v in values]
+            columns[column] = _object_array(shapes)
+        elif column == "run":
+            columns[column] = _object_array([v if v is not None and v == v and v != "" else run for v in values])
+        elif column in _INT_COLUMNS:
+            columns[column] = np.array([default if v is None or v != v else v for v in values], dtype=np.int64)
+        elif column in STAT_COLUMNS:
+            columns[column] = _floats(values)
+        elif column == "has_data":
+            columns[column] = np.array([bool(v) if v is not None and v == v else False for v in values], dtype=bool)
+        else:  # text columns (an all-missing one would be float64 in pandas: fill as object)
+            columns[column] = _object_array([default if v is None or v != v else v for v in values])
+    frame = pd.DataFrame(columns, index=pd.RangeIndex(len(rows)), copy=False)
+    return _finish_index(frame)
+
+
+def _object_array(values: list) -> pd.Series:
+    """An object column of exactly these values (tuples stay elements; text stays ``object``, not the string
+    dtype pandas would infer)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return pd.Series(out, dtype=object, copy=False)
+
+
+def _floats(values: list) -> np.ndarray:
+    """float64 values; None, and text that is not a number, become NaN (as ``pd.to_numeric(errors="coerce")``)."""
+    try:
+        return np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
+
+
+def _fix_frame(frame: pd.DataFrame, run: str) -> pd.DataFrame:
+    """Defaults and column types for a column-wise index (readers that build a DataFrame themselves)."""
     for column, default in _DEFAULTS.items():
         if column == "shape":
             frame[column] = [tuple(s) if isinstance(s, (list, tuple, np.ndarray)) else () for s in frame[column]]
@@ -103,6 +143,11 @@ def make_index(records: Iterable[Mapping[str, Any]] | pd.DataFrame, run: str = "
     for column in STAT_COLUMNS:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(np.float64)
     frame["has_data"] = frame["has_data"].astype(bool)
+    return _finish_index(frame)
+
+
+def _finish_index(frame: pd.DataFrame) -> pd.DataFrame:
+    """Canonical dtype names, and element counts from shapes where a reader gave none."""
     canonical = {d: canonical_dtype(d) if d else "" for d in frame["dtype"].unique()}  # once per distinct dtype
     frame["dtype"] = frame["dtype"].map(canonical).astype(object)
     missing_numel = frame["numel"] < 0

@@ -132,6 +132,8 @@ FUSED_SUMS = (
     "pass1", "pass5", "kl_sx", "kl_sy", "kl_t", "cx", "cxx", "cy", "cyy", "min_x", "max_x", "min_y", "max_y",
 )  # fmt: skip
 
+_CXX, _CYY = FUSED_SUMS.index("cxx"), FUSED_SUMS.index("cyy")
+
 #: dtypes the compiled kernel reads directly (native byte order) -> its element type codes.
 FUSED_TYPES = {
     np.dtype(np.float64): 0,
@@ -238,21 +240,31 @@ def kl_offset_floor(low: float, span: float) -> tuple[float, float]:
 def _pair_params(extremes: tuple[float, float, float, float], eps_b: float) -> tuple:
     """``pair_sums``'s parameters (after the buffers) from the sides' (min, max) as numpy's min/max give them."""
     lo_x, hi_x, lo_y, hi_y = extremes
-    (off_x, floor_x), (off_y, floor_y) = kl_offset_floor(lo_x, hi_x - lo_x), kl_offset_floor(lo_y, hi_y - lo_y)
-    shifts = [0.5 * lo + 0.5 * hi for lo, hi in ((lo_x, hi_x), (lo_y, hi_y))]  # near the means
-    shift_x, shift_y = (v if math.isfinite(v) else 0.0 for v in shifts)
+    span_x, span_y = hi_x - lo_x, hi_y - lo_y
+    off_x, floor_x = kl_offset_floor(lo_x, span_x)
+    off_y, floor_y = kl_offset_floor(lo_y, span_y)
+    shift_x, shift_y = 0.5 * lo_x + 0.5 * hi_x, 0.5 * lo_y + 0.5 * hi_y  # near the means: centred sums
     # every max(v - off, floor) is a positive normal double when the data and the spans are finite and the
     # floors normal: the kernel then skips its per-element checks
-    kl_normal = all(math.isfinite(v) for v in (hi_x - lo_x, hi_y - lo_y)) and min(floor_x, floor_y) >= _DBL_MIN
-    return off_x, floor_x, off_y, floor_y, shift_x, shift_y, eps_b, kl_normal
+    kl_normal = math.isfinite(span_x) and math.isfinite(span_y) and min(floor_x, floor_y) >= _DBL_MIN
+    return (
+        off_x,
+        floor_x,
+        off_y,
+        floor_y,
+        shift_x if math.isfinite(shift_x) else 0.0,
+        shift_y if math.isfinite(shift_y) else 0.0,
+        eps_b,
+        kl_normal,
+    )
 
 
 def _usable_hints(hints: tuple | None) -> bool:
-    return (
-        hints is not None
-        and all(isinstance(v, float) and math.isfinite(v) for v in hints)
-        and (hints[0] <= hints[1] and hints[2] <= hints[3])
-    )
+    """Finite ``(min_x, max_x, min_y, max_y)`` with each minimum at most its maximum."""
+    if hints is None:
+        return False
+    lo_x, hi_x, lo_y, hi_y = hints
+    return -math.inf < lo_x <= hi_x < math.inf and -math.inf < lo_y <= hi_y < math.inf
 
 
 def fused_sums(
@@ -270,19 +282,20 @@ def fused_sums(
     hints a min/max pass over each side comes first. Returns the sums and whether the hints held (``False``
     when they were wrong or not usable).
     """
-    code_x, code_y = (FUSED_TYPES.get(f.dtype) if f.flags.c_contiguous else None for f in (flat_x, flat_y))
+    code_x = FUSED_TYPES.get(flat_x.dtype) if flat_x.flags.c_contiguous else None
+    code_y = FUSED_TYPES.get(flat_y.dtype) if flat_y.flags.c_contiguous else None
     if code_x is not None and code_y is not None:
         buffers = (flat_x.view(np.uint8), code_x, flat_y.view(np.uint8), code_y)
         if _usable_hints(hints):
-            sums = FUSED.pair_sums(*buffers, *_pair_params(hints, eps_b))
-            found = tuple(sums[-4:])
-            has_nan = math.isnan(sums[FUSED_SUMS.index("cxx")]) or math.isnan(sums[FUSED_SUMS.index("cyy")])
+            params = _pair_params(hints, eps_b)
+            sums = FUSED.pair_sums(*buffers, *params)
+            found = sums[-4:]
+            has_nan = math.isnan(sums[_CXX]) or math.isnan(sums[_CYY])
             if found == tuple(hints) and not has_nan:
-                return _sums_of(sums, _pair_params(hints, eps_b)), True
+                return _sums_of(sums, params), True
             if not has_nan:  # the true extremes are known now: one more pass
-                return _sums_of(
-                    FUSED.pair_sums(*buffers, *_pair_params(found, eps_b)), _pair_params(found, eps_b)
-                ), False
+                params = _pair_params(found, eps_b)
+                return _sums_of(FUSED.pair_sums(*buffers, *params), params), False
         extremes = (*_fused_min_max(flat_x, code_x, None, chunk), *_fused_min_max(flat_y, code_y, None, chunk))
         params = _pair_params(extremes, eps_b)
         return _sums_of(FUSED.pair_sums(*buffers, *params), params), False

@@ -8,7 +8,6 @@ import queue
 import sys
 import threading
 from collections.abc import Iterator, Mapping
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, as_completed, wait
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,6 +65,22 @@ def _side(index: pd.DataFrame, positions: np.ndarray, prefix: str) -> pd.DataFra
     out[f"{prefix}_nonfinite"] = np.where(unknown, stat_nonfinite.astype(float), nonfinite).astype(np.float64)
     out.loc[~valid, f"{prefix}_nonfinite"] = np.nan
     return out
+
+
+def _pair_table(t_idx: pd.DataFrame, b_idx: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
+    """Both sides' names, ops, dtypes, shapes and statistics, and the target's op fields, a row per pair."""
+    base = t_idx[["step", "rank", "order", "op", "op_type", "api", "module", "direction", "role", "slot"]]
+    table = pd.concat(
+        [
+            _side(t_idx, pairs["t"].to_numpy(), "target"),
+            _side(b_idx, pairs["b"].to_numpy(), "bench"),
+            base.reset_index(drop=True),
+        ],
+        axis=1,
+    )
+    table.insert(2, "match", pairs["match"].to_numpy())
+    table["numel"] = t_idx["numel"].to_numpy()
+    return table
 
 
 def _op_input_scale(table: pd.DataFrame) -> np.ndarray:
@@ -186,16 +201,19 @@ def _batches(jobs: list[Job], numel: np.ndarray) -> list[list[Job]]:
     return batches if batches[0] else []
 
 
-def _measure_positions(batch: list[Job], t_dump: Dump, b_dump: Dump, t_rows: _Rows, b_rows: _Rows) -> list[Result]:
+def _measure_positions(
+    batch: list[Job], t_dump: Dump, b_dump: Dump, t_rows: _Rows, b_rows: _Rows, hints: _ExtremeHints | None = None
+) -> list[Result]:
     """Measure jobs whose rows are given as index positions (what crosses the process boundary)."""
-    return [_measure((i, mode, t_rows.row(t), b_rows.row(b)), t_dump, b_dump) for i, mode, t, b in batch]
+    return [_measure((i, mode, t_rows.row(t), b_rows.row(b)), t_dump, b_dump, hints) for i, mode, t, b in batch]
 
 
 def _process_worker(t_dump: Dump, b_dump: Dump, t_rows: _Rows, b_rows: _Rows, inbox: Any, outbox: Any) -> None:
     """Body of a forked worker: measure batches ``(id, jobs)`` from ``inbox`` until ``None``."""
+    hints = _ExtremeHints()
     while (item := inbox.get()) is not None:
         number, batch = item
-        outbox.put((number, _measure_positions(batch, t_dump, b_dump, t_rows, b_rows)))
+        outbox.put((number, _measure_positions(batch, t_dump, b_dump, t_rows, b_rows, hints)))
 
 
 def _run_processes(
@@ -205,7 +223,8 @@ def _run_processes(
 
     The processes inherit the opened dumps (fork: nothing is pickled but the jobs, as index positions, and
     the metric values). At most two batches per worker are queued, so memory stays bounded by a few tensors
-    per worker. A batch lost with a worker that died (killed, out of memory) is measured here instead.
+    per worker. A batch lost with a worker that died (killed, out of memory) is measured here instead. The
+    first item yielded is an empty list, once the workers have started (``next()`` starts them early).
     """
     ctx = multiprocessing.get_context("fork")
     inbox, outbox = ctx.Queue(), ctx.Queue()
@@ -217,7 +236,13 @@ def _run_processes(
         proc.start()
     pending: set[int] = set()
     sent = 0
+    hints = _ExtremeHints()  # for batches measured here
     try:
+        while sent < len(batches) and len(pending) < 2 * workers:
+            inbox.put((sent, batches[sent]))
+            pending.add(sent)
+            sent += 1
+        yield []
         while sent < len(batches) or pending:
             while sent < len(batches) and len(pending) < 2 * workers:
                 inbox.put((sent, batches[sent]))
@@ -231,10 +256,10 @@ def _run_processes(
                 for proc in procs:  # a worker is gone (killed, out of memory): finish here, without them
                     proc.terminate()
                 for number in sorted(pending):
-                    yield _measure_positions(batches[number], t_dump, b_dump, *rows)
+                    yield _measure_positions(batches[number], t_dump, b_dump, *rows, hints)
                 pending.clear()
                 for number in range(sent, len(batches)):
-                    yield _measure_positions(batches[number], t_dump, b_dump, *rows)
+                    yield _measure_positions(batches[number], t_dump, b_dump, *rows, hints)
                 sent = len(batches)
                 continue
             pending.discard(number)
@@ -252,21 +277,20 @@ def _run_processes(
 
 
 def _use_processes(parallel: str, workers: int, batches: list[list[Job]], numel: np.ndarray) -> bool:
-    """Whether forked processes are used: asked for, or ``auto`` without the compiled kernel (whose threads
-    run in parallel) and with work large enough to pay for starting them."""
+    """Whether forked processes are used: asked for, or ``auto`` with work large enough to pay for them."""
     if parallel == "threads" or workers <= 1 or len(batches) < 2:
         return False
     if "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "darwin":
         return False
     if parallel == "processes":
         return True
-    if KERNEL != "numpy":
-        return False
-    # auto: only from a single-threaded process (forking a threaded one can copy a held lock), and only
-    # when the pairs cost more than starting the workers: about 60 us per pair plus 7 ns per element.
+    # auto: only from a single-threaded process (forking a threaded one can copy a held lock, so notebooks
+    # get threads), and only when the pairs cost more than starting the workers. Processes also run the
+    # per-pair Python in parallel, which threads cannot: they win on many small tensors.
     jobs = sum(len(batch) for batch in batches)
     elements = sum(max(int(numel[job[0]]), 0) for batch in batches for job in batch)
-    return threading.active_count() == 1 and jobs * 60e-6 + elements * 7e-9 > 0.5
+    per_element = 7e-9 if KERNEL == "numpy" else 4e-9
+    return threading.active_count() == 1 and jobs * 60e-6 + elements * per_element > 0.2
 
 
 def _use_threads(parallel: str, workers: int, jobs: int) -> bool:
@@ -274,19 +298,60 @@ def _use_threads(parallel: str, workers: int, jobs: int) -> bool:
     return workers > 1 and jobs > 1 and (parallel == "threads" or (parallel == "auto" and KERNEL != "numpy"))
 
 
-def _run_threads(jobs: list[Job], measure: Any, workers: int) -> Iterator[Result]:
-    """Measure jobs on ``workers`` threads; yields results as they complete (at most 2 per worker in flight,
-    so memory stays bounded by a few tensors per worker)."""
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nbprec-compare") as pool:
-        pending: set = set()
-        for job in jobs:
-            if len(pending) >= 2 * workers:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    yield future.result()
-            pending.add(pool.submit(measure, job))
-        for future in as_completed(pending):
-            yield future.result()
+_DONE = object()
+
+
+class _ThreadResults:
+    """``workers`` threads measuring ``jobs``, started at construction; iterating yields results as they
+    complete. Each thread takes the next job when it finishes one, so at most ``workers`` pairs are open at
+    once (memory stays bounded by a few tensors) and the caller can do other work meanwhile. :meth:`close`
+    stops them after their current pair."""
+
+    def __init__(self, jobs: list[Job], measure: Any, workers: int) -> None:
+        self._results: queue.SimpleQueue = queue.SimpleQueue()
+        self._todo = iter(jobs)
+        self._take = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._work, args=(measure,), name=f"nbprec-compare-{k}", daemon=True)
+            for k in range(workers)
+        ]
+        self._running = len(self._threads)
+        for thread in self._threads:
+            thread.start()
+
+    def _work(self, measure: Any) -> None:
+        try:
+            while not self._stop.is_set():
+                with self._take:
+                    job = next(self._todo, None)
+                if job is None:
+                    break
+                self._results.put(measure(job))
+        except BaseException as exc:  # a bug, not bad input (_measure turns that into reasons): re-raised
+            self._results.put(exc)
+        finally:
+            self._results.put(_DONE)
+
+    def __iter__(self) -> _ThreadResults:
+        return self
+
+    def __next__(self) -> Result:
+        while self._running:
+            item = self._results.get()
+            if item is _DONE:
+                self._running -= 1
+            elif isinstance(item, BaseException):
+                self.close()
+                raise item
+            else:
+                return item
+        raise StopIteration
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
 
 
 def _default_workers() -> int:
@@ -296,6 +361,35 @@ def _default_workers() -> int:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     return max(1, min(2, cores))
+
+
+def _flatten(batches: Iterator[list[Result]]) -> Iterator[Result]:
+    """The results of successive batches, one by one; closing it closes ``batches`` (stopping its workers)."""
+    try:
+        for batch in batches:
+            yield from batch
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+
+
+class _Results:
+    """The results of :func:`_run_jobs`, reporting progress as they are taken; :meth:`close` stops workers."""
+
+    def __init__(self, source: Iterator[Result], total: int, progress: ProgressCallback | None) -> None:
+        self._source, self._total, self._progress = source, total, progress
+
+    def __iter__(self) -> Iterator[Result]:
+        for done, result in enumerate(self._source, start=1):
+            yield result
+            if self._progress:
+                self._progress(done, self._total)
+
+    def close(self) -> None:
+        close = getattr(self._source, "close", None)
+        if close is not None:
+            close()
 
 
 def _run_jobs(
@@ -308,24 +402,21 @@ def _run_jobs(
     parallel: str = "auto",
     rows: tuple[_Rows, _Rows] | None = None,
     numel: np.ndarray | None = None,
-) -> Iterator[Result]:
-    """Measure every job: in threads, forked processes or this thread (see :func:`compare`).
+) -> _Results:
+    """Measure every job: in threads, forked processes or this thread (see :func:`compare`). Threads start
+    at once; iterating the result yields the measurements. Close it when done (or on error).
 
     ``jobs`` hold index positions when ``rows`` is given, row mappings otherwise.
     """
     total = len(jobs)
+    hints = _ExtremeHints()
     if rows is not None and numel is not None:
         batches = _batches(jobs, numel)
         if _use_processes(parallel, workers, batches, numel):
-            done = 0
-            for results in _run_processes(batches, t_dump, b_dump, rows, workers):
-                yield from results
-                done += len(results)
-                if progress:
-                    progress(done, total)
-            return
+            forked = _run_processes(batches, t_dump, b_dump, rows, workers)
+            next(forked)  # the workers start now
+            return _Results(_flatten(forked), total, progress)
         t_rows, b_rows = rows
-        hints = _ExtremeHints()
 
         def measure(job: Job) -> Result:
             i, mode, t, b = job
@@ -336,13 +427,9 @@ def _run_jobs(
         def measure(job: Job) -> Result:
             return _measure(job, t_dump, b_dump, hints)
 
-        hints = _ExtremeHints()
-
-    results = _run_threads(jobs, measure, workers) if _use_threads(parallel, workers, total) else map(measure, jobs)
-    for done, result in enumerate(results, start=1):
-        yield result
-        if progress:
-            progress(done, total)
+    if _use_threads(parallel, workers, total):
+        return _Results(_ThreadResults(jobs, measure, workers), total, progress)
+    return _Results(map(measure, jobs), total, progress)
 
 
 def compare(
@@ -388,9 +475,10 @@ def compare(
         How ``workers > 1`` run. ``"threads"``: threads; the compiled kernel releases the GIL while it
         measures a pair, so they run in parallel (with the numpy kernel they contend for the GIL).
         ``"processes"``: forked processes that inherit the opened dumps (Linux; elsewhere this thread).
-        ``"auto"`` (default): threads with the compiled kernel (:data:`nbprec.compare.metrics.KERNEL`);
-        without it, processes when the pairs are worth it (about 0.5 s of work or more) and this process runs
-        a single thread (forking a threaded process can copy a held lock), else this thread.
+        Processes also run the per-pair Python in parallel, so they win on many small tensors.
+        ``"auto"`` (default): processes when the pairs are worth it (about 0.2 s of work or more) and this
+        process runs a single thread (forking a threaded process can copy a held lock: in a notebook, threads);
+        otherwise threads with the compiled kernel (:data:`nbprec.compare.metrics.KERNEL`), else this thread.
     progress
         ``True`` for a progress bar on stderr, or a callback ``(done, total)``.
 
@@ -413,26 +501,14 @@ def compare(
     matched = match_tensors(t_dump.index, b_dump.index, mapping=mapping, fusion=fusion, by_order=by_order)
     pairs = matched.pairs
     t_idx, b_idx = t_dump.index, b_dump.index
+    n_rows = len(t_idx)
 
-    base = t_dump.index[["step", "rank", "order", "op", "op_type", "api", "module", "direction", "role", "slot"]]
-    base = base.reset_index(drop=True)
-    table = pd.concat(
-        [
-            _side(t_idx, pairs["t"].to_numpy(), "target"),
-            _side(b_idx, pairs["b"].to_numpy(), "bench"),
-            base,
-        ],
-        axis=1,
-    )
-    table.insert(2, "match", pairs["match"].to_numpy())
-    table["numel"] = t_idx["numel"].to_numpy()
-
-    modes = np.full(len(table), "none", dtype=object)
-    reasons = np.full(len(table), "", dtype=object)
+    modes = np.full(n_rows, "none", dtype=object)
+    reasons = np.full(n_rows, "", dtype=object)
     jobs = []
     b_positions = pairs["b"].to_numpy()
     t_rows, b_rows = _Rows(t_idx), _Rows(b_idx)
-    for i in range(len(table)):
+    for i in range(n_rows):
         b = b_positions[i]
         if b < 0:
             reasons[i] = "no benchmark counterpart"
@@ -448,22 +524,28 @@ def compare(
     n_workers = workers if workers is not None else _default_workers()
     if parallel not in ("auto", "processes", "threads"):
         raise ComparisonError(f"unknown parallel {parallel!r}; use auto, processes or threads")
-    values: dict[str, np.ndarray] = {c: np.full(len(table), np.nan) for c in (*METRIC_COLUMNS, *STAT_METRIC_COLUMNS)}
-    checksum_match = np.full(len(table), None, dtype=object)
-    numel = np.nan_to_num(table["numel"].to_numpy(np.float64), nan=0.0)
+    numel = np.nan_to_num(t_idx["numel"].to_numpy(np.float64), nan=0.0)
+    # worker threads start measuring here; the table is built meanwhile
     results = _run_jobs(
         jobs, t_dump, b_dump, n_workers, progress or None, parallel=parallel, rows=(t_rows, b_rows), numel=numel
     )
-    for i, result, reason in results:
-        for key, value in result.items():
-            if key == "checksum_match":
-                checksum_match[i] = value
-            elif key in values:
-                values[key][i] = value
-        if reason:
-            reasons[i] = reason
-            if reason.startswith(("could not", "element count")):
-                modes[i] = "none" if not result else modes[i]
+
+    try:
+        table = _pair_table(t_idx, b_idx, pairs)
+        values: dict[str, np.ndarray] = {c: np.full(n_rows, np.nan) for c in (*METRIC_COLUMNS, *STAT_METRIC_COLUMNS)}
+        checksum_match = np.full(n_rows, None, dtype=object)
+        for i, result, reason in results:
+            for key, value in result.items():
+                if key == "checksum_match":
+                    checksum_match[i] = value
+                elif key in values:
+                    values[key][i] = value
+            if reason:
+                reasons[i] = reason
+                if reason.startswith(("could not", "element count")):
+                    modes[i] = "none" if not result else modes[i]
+    finally:
+        results.close()
 
     table["compare_mode"] = modes
     for column, arr in values.items():

@@ -208,26 +208,34 @@ def _numpy_sums(flat_x: np.ndarray, flat_y: np.ndarray, eps_b: float, chunk: int
     return acc
 
 
+def _ratio(a: float, b: float) -> float:
+    """a / b in IEEE terms (inf or NaN where b is 0) without numpy scalars."""
+    try:
+        return a / b
+    except ZeroDivisionError:
+        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
 def _finish(acc: Sums) -> dict[str, float]:
     """Turn the running sums into the metric columns (std is filled in by the caller)."""
     n = acc.n
-    norm_x, norm_y = math.sqrt(acc.sxx), math.sqrt(acc.syy)
-    with np.errstate(all="ignore"):
-        if n == 1:
-            cosine = 1.0 if math.isfinite(acc.sxy) else math.nan
-        elif norm_x <= EPS and norm_y <= EPS:
-            cosine = 1.0
-        elif norm_x <= EPS or norm_y <= EPS:
-            cosine = math.nan
-        else:
-            cosine = min(float(np.float64(acc.sxy) / (np.float64(norm_x) * norm_y)), 1.0)
-        rel_euclidean = 0.0 if acc.syy == 0 else float(np.sqrt(np.float64(acc.sdd) / acc.syy))
-        kl = float(np.float64(acc.kl_t) / acc.kl_sx + np.log(np.float64(acc.kl_sy) / acc.kl_sx))
+    norm_x, norm_y = _sqrt(acc.sxx), _sqrt(acc.syy)
+    if n == 1:
+        cosine = 1.0 if math.isfinite(acc.sxy) else math.nan
+    elif norm_x <= EPS and norm_y <= EPS:
+        cosine = 1.0
+    elif norm_x <= EPS or norm_y <= EPS:
+        cosine = math.nan
+    else:
+        cosine = min(_ratio(acc.sxy, norm_x * norm_y), 1.0) if not math.isnan(acc.sxy) else math.nan
+    rel_euclidean = 0.0 if acc.syy == 0 else _sqrt(_ratio(acc.sdd, acc.syy))
+    kl_ratio = _ratio(acc.kl_sy, acc.kl_sx)
+    kl = _ratio(acc.kl_t, acc.kl_sx) + (math.log(kl_ratio) if kl_ratio > 0 else _log_special(kl_ratio))
     return {
         "cosine": cosine,
         "max_abs_err": acc.mad,
         "mean_abs_err": acc.sad / n,
-        "rmse": math.sqrt(acc.sdd / n),
+        "rmse": _sqrt(acc.sdd / n),
         "rel_euclidean": rel_euclidean,
         "accumulated_rel_err": acc.acc_rel,
         "max_rel_err": acc.max_rel,
@@ -239,8 +247,18 @@ def _finish(acc: Sums) -> dict[str, float]:
         "bench_std": math.nan,
         "thousandth_ratio": acc.pass1 / n,
         "five_thousandth_ratio": acc.pass5 / n,
-        "euclidean": math.sqrt(acc.sdd),
+        "euclidean": _sqrt(acc.sdd),
     }
+
+
+def _sqrt(v: float) -> float:
+    """math.sqrt that gives NaN for NaN or negative input and inf for inf, as numpy does."""
+    return math.sqrt(v) if v >= 0 else math.nan
+
+
+def _log_special(v: float) -> float:
+    """numpy's log of a value that is not positive: -inf for 0, NaN otherwise."""
+    return -math.inf if v == 0 else math.nan
 
 
 def tensor_metrics(

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -130,6 +131,9 @@ def _leaves(value: Any, slot: str) -> Iterator[tuple[str, Any]]:
         yield slot, value
 
 
+_canonical = functools.lru_cache(maxsize=256)(canonical_dtype)  # one dump names a handful of dtypes
+
+
 def _to_float(value: Any) -> float:
     if value is None or isinstance(value, (list, dict)):
         return float("nan")
@@ -162,6 +166,7 @@ class DumpSourceReader:
         self.non_tensor = 0
         self.hierarchy: dict[str, str | None] = {}
         self.tensor_dir = self.folder / "dump_tensor_data"
+        self.tensor_dir_text = str(self.tensor_dir)
         self.listing: set[str] | None = None  # file names in tensor_dir; None when it cannot be listed
 
     def _problem(self, problem: str, record: str = "", file: Path | None = None) -> None:
@@ -172,6 +177,7 @@ class DumpSourceReader:
         for folder in [self.tensor_dir] + ([Path(recorded)] if isinstance(recorded, str) and recorded else []):
             with contextlib.suppress(OSError):
                 self.tensor_dir, self.listing = folder, set(os.listdir(folder))
+                self.tensor_dir_text = str(folder)
                 return
 
     def _construct(self) -> None:
@@ -267,7 +273,7 @@ class DumpSourceReader:
         data_name = data_name if isinstance(data_name, str) and data_name else ""
         name = data_name.removesuffix(".pt") if data_name else derived
         raw_dtype = entry.get("dtype")
-        dtype = canonical_dtype(raw_dtype) if isinstance(raw_dtype, str) and raw_dtype else ""
+        dtype = _canonical(raw_dtype) if isinstance(raw_dtype, str) and raw_dtype else ""
         if dtype not in NUMPY_DTYPES:
             self._problem(f"unknown dtype {raw_dtype!r}; kept as written", name)
         shape = _shape(entry.get("shape"))
@@ -280,7 +286,7 @@ class DumpSourceReader:
             if len(data_name.encode("utf-8")) > _MAX_FILE_NAME or "/" in data_name or data_name in (".", ".."):
                 self._problem(f"data_name is not a valid file name (over {_MAX_FILE_NAME} bytes or a path)", name)
             else:
-                file = str(self.tensor_dir / data_name)
+                file = os.path.join(self.tensor_dir_text, data_name)
                 has_data = self.listing is not None and data_name in self.listing
                 if self.listing is not None and not has_data:
                     self._problem(f"payload file missing: {data_name}", name, self.tensor_dir)
@@ -291,13 +297,13 @@ class DumpSourceReader:
             "slot": slot,
             "dtype": dtype,
             "shape": shape or (),
-            "numel": int(np.prod(shape)) if shape is not None else -1,
+            "numel": math.prod(shape) if shape is not None else -1,
             "_shape_unknown": shape is None,
             "min": mn,
             "max": mx,
             "mean": _to_float(entry.get("Mean")),
             "norm": _to_float(entry.get("Norm")),
-            "abs_max": max(abs(mn), abs(mx)) if not (np.isnan(mn) or np.isnan(mx)) else float("nan"),
+            "abs_max": max(abs(mn), abs(mx)) if not (math.isnan(mn) or math.isnan(mx)) else math.nan,
             "checksum": str(entry.get("md5") or ""),
             "file": file,
             "has_data": has_data,

@@ -78,12 +78,36 @@ def test_round_trip_every_dtype_bit_exact(tmp_path: Path) -> None:
     assert dump.stacks["mlp.bool.forward"] == ["train.py:10 in main", "model.py:3 in forward"]
 
 
-def test_memory_mapped_loading(tmp_path: Path) -> None:
-    _write(tmp_path / "run", {"x": np.arange(1000, dtype=np.float32), "b": np.ones(9, ml_dtypes.bfloat16)})
+def _mapped(array: np.ndarray) -> bool:
+    """Whether the array's memory is a mapped file (through its chain of bases)."""
+    import mmap
+
+    base = array
+    while base is not None:
+        if isinstance(base, (mmap.mmap, np.memmap)):
+            return True
+        base = getattr(base, "base", None) if isinstance(base, np.ndarray) else getattr(base, "obj", None)
+    return False
+
+
+def test_large_payloads_are_memory_mapped_small_ones_read(tmp_path: Path) -> None:
+    arrays = {"big": np.arange(40_000, dtype=np.float32).reshape(200, 200), "small": np.ones(9, ml_dtypes.bfloat16)}
+    _write(tmp_path / "run", arrays)
     dump = nbprec.open(tmp_path / "run")
-    for i in range(2):
-        loaded = dump.tensor(i)
-        assert isinstance(loaded, np.memmap) or isinstance(loaded.base, np.memmap)
+    big, small = dump.tensor("mlp.big.forward.output.0"), dump.tensor("mlp.small.forward.output.0")
+    assert _mapped(big) and not _mapped(small)
+    for loaded, name in ((big, "big"), (small, "small")):
+        assert not loaded.flags.writeable  # the dump is never written through
+        assert loaded.tobytes() == arrays[name].tobytes() and loaded.dtype == arrays[name].dtype
+
+
+def test_a_truncated_payload_is_a_format_error(tmp_path: Path) -> None:
+    _write(tmp_path / "run", {"big": np.arange(40_000, dtype=np.float32)})
+    dump = nbprec.open(tmp_path / "run")
+    payload = Path(dump.row("mlp.big.forward.output.0")["file"])
+    payload.write_bytes(payload.read_bytes()[:-100])
+    with pytest.raises(DumpFormatError, match="payload truncated"):
+        dump.tensor("mlp.big.forward.output.0")
 
 
 def test_non_finite_statistics_round_trip_as_strict_json(tmp_path: Path) -> None:

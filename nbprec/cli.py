@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -180,11 +181,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     server = serve(args.target, args.bench, port=args.port, rule=args.rule)
     print(f"nbprec dashboard: {server.url}  (Voila; press Ctrl-C to stop)", flush=True)
+
+    def stop_on_signal(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds to `finally`: Voila is stopped, not left running
+
+    previous = {sig: signal.signal(sig, stop_on_signal) for sig in _STOP_SIGNALS}
     try:
         server.process.wait()
     finally:
         server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0
+
+
+# kill, systemd and a closed terminal end `nbprec serve` with these; Ctrl-C raises KeyboardInterrupt
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 def _cmd_ni(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import browser_support as bs
@@ -53,5 +54,8 @@ def test_cli_serve_prints_the_url(tiny_pair, tmp_path):
         assert f"http://127.0.0.1:{port}/" in line, line
         assert proc.poll() is None
     finally:
-        proc.terminate()
+        proc.terminate()  # SIGTERM, as kill or systemd would send
         proc.wait(timeout=30)
+    # Voila went with it: nothing listens on the port any more
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()

@@ -179,17 +179,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     """``nbprec serve``: the explore dashboard as a Voila page on 127.0.0.1, until interrupted."""
     from nbprec.report import serve
 
-    server = serve(args.target, args.bench, port=args.port, rule=args.rule)
-    print(f"nbprec dashboard: {server.url}  (Voila; press Ctrl-C to stop)", flush=True)
-
     def stop_on_signal(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)  # unwinds to `finally`: Voila is stopped, not left running
+        raise SystemExit(128 + signum)  # unwinds through `finally`: Voila is stopped, not left running
 
+    # installed before Voila starts, so that a signal at any moment stops it (serve() stops it on errors)
     previous = {sig: signal.signal(sig, stop_on_signal) for sig in _STOP_SIGNALS}
     try:
-        server.process.wait()
+        server = serve(args.target, args.bench, port=args.port, rule=args.rule)
+        try:
+            print(f"nbprec dashboard: {server.url}  (Voila; press Ctrl-C to stop)", flush=True)
+            server.process.wait()
+        finally:
+            server.stop()
     finally:
-        server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0

@@ -358,7 +358,7 @@ def _as_recorded(array: np.ndarray, row: Mapping[str, Any]) -> np.ndarray:
     """``array`` when its dtype and shape are the ones dump.json records for it; a mislabelled or swapped
     payload file is an error rather than a comparison of the wrong tensor."""
     dtype = row.get("dtype", "")
-    if dtype in NUMPY_DTYPES and canonical_dtype(str(array.dtype)) != dtype:
+    if dtype in NUMPY_DTYPES and array.dtype != NUMPY_DTYPES[dtype]:
         raise DumpFormatError(
             row["file"], f"payload is {array.dtype}, dump.json says {dtype}", str(row.get("name", "")) or None
         )

@@ -140,16 +140,25 @@ def serve(
     with log.open("w") as handle:
         proc = subprocess.Popen(cmd, cwd=home, env=env, stdout=handle, stderr=subprocess.STDOUT)
     server = DashboardServer(f"http://127.0.0.1:{port}/", proc, nb, log, tmp)
-    deadline = time.monotonic() + ready_timeout
+    try:
+        _wait_until_serving(server, port, ready_timeout)
+    except BaseException:  # not started, or interrupted while starting: never leave Voila running
+        server.stop()
+        raise
+    return server
+
+
+def _wait_until_serving(server: DashboardServer, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            text = log.read_text(errors="replace")[-1500:]
-            server.stop()
-            raise ReportError(f"voila exited with status {proc.returncode} before serving {nb}:\n{text}")
+        if server.process.poll() is not None:
+            text = server.log.read_text(errors="replace")[-1500:]
+            raise ReportError(
+                f"voila exited with status {server.process.returncode} before serving {server.notebook}:\n{text}"
+            )
         try:  # a TCP connection, not a page request (which would make Voila run the notebook)
             with socket.create_connection(("127.0.0.1", port), timeout=2):
-                return server
+                return
         except OSError:
             time.sleep(0.3)
-    server.stop()
-    raise ReportError(f"voila did not answer on {server.url} within {ready_timeout:.0f} s (log: {log})")
+    raise ReportError(f"voila did not answer on {server.url} within {timeout:.0f} s (log: {server.log})")

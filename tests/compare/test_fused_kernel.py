@@ -196,3 +196,36 @@ def test_unknown_or_missing_kernels_are_errors(monkeypatch):
     with pytest.raises(ComparisonError, match="not built"):
         tensor_metrics(np.ones(3), np.ones(3), kernel="c")
     assert tensor_metrics(np.ones(3), np.ones(3))["cosine"] == 1.0  # auto falls back to numpy
+
+
+def test_wrong_recorded_extremes_change_nothing_and_stop_being_used(tmp_path, monkeypatch):
+    """A dump whose statistics do not hold the true minima and maxima (a format that rounds them) gives the
+    same table as one whose statistics are right; after a few wrong ones the engine stops handing them over."""
+    from nbprec.compare import compare, engine
+    from nbprec.formats.native import NativeDumpWriter
+    from nbprec.stats import tensor_stats
+
+    rng = np.random.default_rng(4)
+    bench_arrays = [rng.standard_normal(3000).astype(np.float32) for _ in range(30)]
+
+    def write(name: str, arrays, shift: float = 0.0) -> None:
+        with NativeDumpWriter(tmp_path / name) as writer:
+            for i, array in enumerate(arrays):
+                stats = tensor_stats(array)
+                stats["min"], stats["max"] = stats["min"] - shift, stats["max"] + shift
+                writer.write_tensor({"name": f"op{i}.output.0", "op": f"op{i}", "order": i}, array, stats=stats)
+
+    write("bench", bench_arrays)
+    write("right", [a.astype(ml_dtypes.bfloat16) for a in bench_arrays])
+    write("wrong", [a.astype(ml_dtypes.bfloat16) for a in bench_arrays], shift=0.25)
+    outcomes: list[bool | None] = []
+    record = engine._ExtremeHints.record
+    monkeypatch.setattr(engine._ExtremeHints, "record", lambda self, held: (outcomes.append(held), record(self, held)))
+
+    right = compare(tmp_path / "right", tmp_path / "bench", workers=1).table
+    assert outcomes == [True] * 30  # exact statistics: every pair read once
+    outcomes.clear()
+    wrong = compare(tmp_path / "wrong", tmp_path / "bench", workers=1).table
+    assert outcomes[:5] == [False] * 5 and all(held is None for held in outcomes[5:])  # no longer given
+    for column in METRIC_COLUMNS:
+        np.testing.assert_array_equal(wrong[column].to_numpy(), right[column].to_numpy(), err_msg=column)

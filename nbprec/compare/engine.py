@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import queue
-import sys
-import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,7 +14,6 @@ from nbprec._progress import ProgressCallback
 from nbprec.compare.comparison import Comparison
 from nbprec.compare.matching import FusionMatcher, match_tensors, read_mapping
 from nbprec.compare.metrics import (
-    KERNEL,
     METRIC_COLUMNS,
     STAT_METRIC_COLUMNS,
     checksum_equal,
@@ -26,6 +21,18 @@ from nbprec.compare.metrics import (
     tensor_metrics,
 )
 from nbprec.compare.rules import Rule, get_rule, running_precision
+from nbprec.compare.workers import (
+    Job,
+    Result,
+    Results,
+    ThreadResults,
+    batches,
+    default_workers,
+    flatten,
+    run_processes,
+    use_processes,
+    use_threads,
+)
 from nbprec.dump import Dump
 from nbprec.errors import ComparisonError, NbprecError
 
@@ -181,217 +188,6 @@ def _measure(
         return i, {}, f"could not compare: {type(exc).__name__}: {exc}"
 
 
-Job = tuple[int, str, Any, Any]  # (table row, mode, target row, bench row); rows as pd.Series or positions
-Result = tuple[int, dict[str, Any], str]
-_BATCH_ELEMENTS = 1 << 22  # a process batch ends after this many target elements ...
-_BATCH_JOBS = 128  # ... or this many pairs
-_POLL_SECONDS = 1.0
-
-
-def _batches(jobs: list[Job], numel: np.ndarray) -> list[list[Job]]:
-    """Consecutive runs of jobs of about 4 M elements (or 128 pairs) each."""
-    batches: list[list[Job]] = [[]]
-    size = 0
-    for job in jobs:
-        if batches[-1] and (size >= _BATCH_ELEMENTS or len(batches[-1]) >= _BATCH_JOBS):
-            batches.append([])
-            size = 0
-        batches[-1].append(job)
-        size += max(int(numel[job[0]]), 0)
-    return batches if batches[0] else []
-
-
-def _measure_positions(
-    batch: list[Job], t_dump: Dump, b_dump: Dump, t_rows: _Rows, b_rows: _Rows, hints: _ExtremeHints | None = None
-) -> list[Result]:
-    """Measure jobs whose rows are given as index positions (what crosses the process boundary)."""
-    return [_measure((i, mode, t_rows.row(t), b_rows.row(b)), t_dump, b_dump, hints) for i, mode, t, b in batch]
-
-
-def _process_worker(t_dump: Dump, b_dump: Dump, t_rows: _Rows, b_rows: _Rows, inbox: Any, outbox: Any) -> None:
-    """Body of a forked worker: measure batches ``(id, jobs)`` from ``inbox`` until ``None``."""
-    hints = _ExtremeHints()
-    while (item := inbox.get()) is not None:
-        number, batch = item
-        outbox.put((number, _measure_positions(batch, t_dump, b_dump, t_rows, b_rows, hints)))
-
-
-def _run_processes(
-    batches: list[list[Job]], t_dump: Dump, b_dump: Dump, rows: tuple[_Rows, _Rows], workers: int
-) -> Iterator[list[Result]]:
-    """Measure batches in ``workers`` forked processes; yields each batch's results as it arrives.
-
-    The processes inherit the opened dumps (fork: nothing is pickled but the jobs, as index positions, and
-    the metric values). At most two batches per worker are queued, so memory stays bounded by a few tensors
-    per worker. A batch lost with a worker that died (killed, out of memory) is measured here instead. The
-    first item yielded is an empty list, once the workers have started (``next()`` starts them early).
-    """
-    ctx = multiprocessing.get_context("fork")
-    inbox, outbox = ctx.Queue(), ctx.Queue()
-    procs = [
-        ctx.Process(target=_process_worker, args=(t_dump, b_dump, *rows, inbox, outbox), daemon=True)
-        for _ in range(workers)
-    ]
-    for proc in procs:
-        proc.start()
-    pending: set[int] = set()
-    sent = 0
-    hints = _ExtremeHints()  # for batches measured here
-    try:
-        while sent < len(batches) and len(pending) < 2 * workers:
-            inbox.put((sent, batches[sent]))
-            pending.add(sent)
-            sent += 1
-        yield []
-        while sent < len(batches) or pending:
-            while sent < len(batches) and len(pending) < 2 * workers:
-                inbox.put((sent, batches[sent]))
-                pending.add(sent)
-                sent += 1
-            try:
-                number, results = outbox.get(timeout=_POLL_SECONDS)
-            except queue.Empty:
-                if all(proc.is_alive() for proc in procs):
-                    continue
-                for proc in procs:  # a worker is gone (killed, out of memory): finish here, without them
-                    proc.terminate()
-                for number in sorted(pending):
-                    yield _measure_positions(batches[number], t_dump, b_dump, *rows, hints)
-                pending.clear()
-                for number in range(sent, len(batches)):
-                    yield _measure_positions(batches[number], t_dump, b_dump, *rows, hints)
-                sent = len(batches)
-                continue
-            pending.discard(number)
-            yield results
-    finally:
-        for _ in procs:
-            inbox.put(None)
-        for proc in procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join()
-        inbox.close()
-        outbox.close()
-
-
-def _use_processes(parallel: str, workers: int, batches: list[list[Job]], numel: np.ndarray) -> bool:
-    """Whether forked processes are used: asked for, or ``auto`` with work large enough to pay for them."""
-    if parallel == "threads" or workers <= 1 or len(batches) < 2:
-        return False
-    if "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "darwin":
-        return False
-    if parallel == "processes":
-        return True
-    # auto: only from a single-threaded process (forking a threaded one can copy a held lock, so notebooks
-    # get threads), and only when the pairs cost more than starting the workers. Processes also run the
-    # per-pair Python in parallel, which threads cannot: they win on many small tensors.
-    jobs = sum(len(batch) for batch in batches)
-    elements = sum(max(int(numel[job[0]]), 0) for batch in batches for job in batch)
-    per_element = 7e-9 if KERNEL == "numpy" else 4e-9
-    return threading.active_count() == 1 and jobs * 60e-6 + elements * per_element > 0.2
-
-
-def _use_threads(parallel: str, workers: int, jobs: int) -> bool:
-    """Threads: asked for, or ``auto`` with the compiled kernel, which releases the GIL while it measures."""
-    return workers > 1 and jobs > 1 and (parallel == "threads" or (parallel == "auto" and KERNEL != "numpy"))
-
-
-_DONE = object()
-
-
-class _ThreadResults:
-    """``workers`` threads measuring ``jobs``, started at construction; iterating yields results as they
-    complete. Each thread takes the next job when it finishes one, so at most ``workers`` pairs are open at
-    once (memory stays bounded by a few tensors) and the caller can do other work meanwhile. :meth:`close`
-    stops them after their current pair."""
-
-    def __init__(self, jobs: list[Job], measure: Any, workers: int) -> None:
-        self._results: queue.SimpleQueue = queue.SimpleQueue()
-        self._todo = iter(jobs)
-        self._take = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._work, args=(measure,), name=f"nbprec-compare-{k}", daemon=True)
-            for k in range(workers)
-        ]
-        self._running = len(self._threads)
-        for thread in self._threads:
-            thread.start()
-
-    def _work(self, measure: Any) -> None:
-        try:
-            while not self._stop.is_set():
-                with self._take:
-                    job = next(self._todo, None)
-                if job is None:
-                    break
-                self._results.put(measure(job))
-        except BaseException as exc:  # a bug, not bad input (_measure turns that into reasons): re-raised
-            self._results.put(exc)
-        finally:
-            self._results.put(_DONE)
-
-    def __iter__(self) -> _ThreadResults:
-        return self
-
-    def __next__(self) -> Result:
-        while self._running:
-            item = self._results.get()
-            if item is _DONE:
-                self._running -= 1
-            elif isinstance(item, BaseException):
-                self.close()
-                raise item
-            else:
-                return item
-        raise StopIteration
-
-    def close(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
-
-
-def _default_workers() -> int:
-    """Usable cores, at most 2."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, min(2, cores))
-
-
-def _flatten(batches: Iterator[list[Result]]) -> Iterator[Result]:
-    """The results of successive batches, one by one; closing it closes ``batches`` (stopping its workers)."""
-    try:
-        for batch in batches:
-            yield from batch
-    finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()
-
-
-class _Results:
-    """The results of :func:`_run_jobs`, reporting progress as they are taken; :meth:`close` stops workers."""
-
-    def __init__(self, source: Iterator[Result], total: int, progress: ProgressCallback | None) -> None:
-        self._source, self._total, self._progress = source, total, progress
-
-    def __iter__(self) -> Iterator[Result]:
-        for done, result in enumerate(self._source, start=1):
-            yield result
-            if self._progress:
-                self._progress(done, self._total)
-
-    def close(self) -> None:
-        close = getattr(self._source, "close", None)
-        if close is not None:
-            close()
-
-
 def _run_jobs(
     jobs: list[Job],
     t_dump: Dump,
@@ -402,34 +198,35 @@ def _run_jobs(
     parallel: str = "auto",
     rows: tuple[_Rows, _Rows] | None = None,
     numel: np.ndarray | None = None,
-) -> _Results:
-    """Measure every job: in threads, forked processes or this thread (see :func:`compare`). Threads start
-    at once; iterating the result yields the measurements. Close it when done (or on error).
+) -> Results:
+    """Measure every job: in threads, forked processes or this thread (see :func:`compare` and
+    :mod:`nbprec.compare.workers`). Workers start at once; iterating the result yields the measurements.
+    Close it when done (or on error).
 
     ``jobs`` hold index positions when ``rows`` is given, row mappings otherwise.
     """
     total = len(jobs)
-    hints = _ExtremeHints()
+    hints = _ExtremeHints()  # forked workers each get their own copy
     if rows is not None and numel is not None:
-        batches = _batches(jobs, numel)
-        if _use_processes(parallel, workers, batches, numel):
-            forked = _run_processes(batches, t_dump, b_dump, rows, workers)
-            next(forked)  # the workers start now
-            return _Results(_flatten(forked), total, progress)
         t_rows, b_rows = rows
 
         def measure(job: Job) -> Result:
             i, mode, t, b = job
             return _measure((i, mode, t_rows.row(t), b_rows.row(b)), t_dump, b_dump, hints)
 
+        batched = batches(jobs, numel)
+        if use_processes(parallel, workers, batched, numel):
+            forked = run_processes(batched, lambda batch: [measure(job) for job in batch], workers)
+            next(forked)  # the workers start now
+            return Results(flatten(forked), total, progress)
     else:
 
         def measure(job: Job) -> Result:
             return _measure(job, t_dump, b_dump, hints)
 
-    if _use_threads(parallel, workers, total):
-        return _Results(_ThreadResults(jobs, measure, workers), total, progress)
-    return _Results(map(measure, jobs), total, progress)
+    if use_threads(parallel, workers, total):
+        return Results(ThreadResults(jobs, measure, workers), total, progress)
+    return Results(map(measure, jobs), total, progress)
 
 
 def compare(
@@ -521,7 +318,7 @@ def compare(
         from nbprec._progress import TextProgress
 
         progress = TextProgress("comparing")
-    n_workers = workers if workers is not None else _default_workers()
+    n_workers = workers if workers is not None else default_workers()
     if parallel not in ("auto", "processes", "threads"):
         raise ComparisonError(f"unknown parallel {parallel!r}; use auto, processes or threads")
     numel = np.nan_to_num(t_idx["numel"].to_numpy(np.float64), nan=0.0)

@@ -138,9 +138,9 @@ def _table(comp) -> pd.DataFrame:
 def small_batches(monkeypatch):
     import importlib
 
-    engine = importlib.import_module("nbprec.compare.engine")
-    monkeypatch.setattr(engine, "_BATCH_JOBS", 3)
-    return engine
+    workers = importlib.import_module("nbprec.compare.workers")
+    monkeypatch.setattr(workers, "BATCH_JOBS", 3)
+    return workers
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="forked workers need fork()")
@@ -159,7 +159,7 @@ def test_processes_give_the_same_table_as_this_thread_and_threads(make_mlp_dump,
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="forked workers need fork()")
 def test_a_dead_worker_loses_no_row(make_mlp_dump, small_batches, monkeypatch):
     monkeypatch.setattr(small_batches, "_process_worker", lambda *args: os._exit(3))
-    monkeypatch.setattr(small_batches, "_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(small_batches, "POLL_SECONDS", 0.05)
     target, bench = make_mlp_dump(name="t", dtype=np.float16), make_mlp_dump(name="b")
     pd.testing.assert_frame_equal(
         _table(compare(target, bench, workers=2, parallel="processes")), _table(compare(target, bench, workers=1))

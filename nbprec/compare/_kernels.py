@@ -86,8 +86,8 @@ class Sums:
     """Running sums of one comparison (a plain accumulator, local to one call).
 
     ``cx, cxx, cy, cyy`` are sums of ``v - shift`` and ``(v - shift)**2`` for a shift near each side's
-    mean (the compiled kernel fills them; they give the standard deviations without cancellation); they
-    stay ``None`` on the numpy path.
+    mean, and ``min_x`` ... ``max_y`` the extremes ignoring NaN: the compiled kernel fills them (the centred
+    sums give the standard deviations without cancellation); the numpy kernel leaves them alone.
     """
 
     def __init__(self) -> None:
@@ -97,13 +97,14 @@ class Sums:
         self.acc_rel = self.max_rel = 0.0
         self.pass1 = self.pass5 = 0
         self.kl_sx = self.kl_sy = self.kl_t = 0.0
-        self.cx: float | None = None
-        self.cxx = self.cy = self.cyy = 0.0
+        self.cx = self.cxx = self.cy = self.cyy = 0.0
         self.shift_x = self.shift_y = 0.0
+        self.min_x = self.min_y = math.inf
+        self.max_x = self.max_y = -math.inf
 
     def add_fused(self, sums: tuple) -> None:
         """Add what one ``_fused.pair_sums`` call returned (fields in :data:`FUSED_SUMS` order)."""
-        (n, sx, sy, sxx, syy, sxy, sdd, sad, mad, rel, mrel, p1, p5, ksx, ksy, kt, cx, cxx, cy, cyy) = sums[:20]
+        (n, sx, sy, sxx, syy, sxy, sdd, sad, mad, rel, mrel, p1, p5, ksx, ksy, kt, cx, cxx, cy, cyy, *ext) = sums
         self.n += n
         self.sx += sx
         self.sy += sy
@@ -120,10 +121,23 @@ class Sums:
         self.kl_sx += ksx
         self.kl_sy += ksy
         self.kl_t += kt
-        self.cx = (self.cx or 0.0) + cx
+        self.cx += cx
         self.cxx += cxx
         self.cy += cy
         self.cyy += cyy
+        self.min_x, self.max_x = min(self.min_x, ext[0]), max(self.max_x, ext[1])
+        self.min_y, self.max_y = min(self.min_y, ext[2]), max(self.max_y, ext[3])
+
+    def extremes(self) -> tuple[float, float, float, float]:
+        """(min_x, max_x, min_y, max_y) as numpy's min/max give them: NaN on a side that holds a NaN (its sum
+        of squares is NaN exactly then, since the squares are never negative)."""
+        nan_x, nan_y = math.isnan(self.cxx), math.isnan(self.cyy)
+        return (
+            math.nan if nan_x else self.min_x,
+            math.nan if nan_x else self.max_x,
+            math.nan if nan_y else self.min_y,
+            math.nan if nan_y else self.max_y,
+        )
 
 
 #: Field order of ``_fused.pair_sums``'s result tuple.
@@ -131,8 +145,6 @@ FUSED_SUMS = (
     "n", "sx", "sy", "sxx", "syy", "sxy", "sdd", "sad", "mad", "acc_rel", "max_rel",
     "pass1", "pass5", "kl_sx", "kl_sy", "kl_t", "cx", "cxx", "cy", "cyy", "min_x", "max_x", "min_y", "max_y",
 )  # fmt: skip
-
-_CXX, _CYY = FUSED_SUMS.index("cxx"), FUSED_SUMS.index("cyy")
 
 #: dtypes the compiled kernel reads directly (native byte order) -> its element type codes.
 FUSED_TYPES = {
@@ -146,25 +158,25 @@ FUSED_TYPES = {
 class Scratch:
     """Float64 rows x, y, d, a, r, floor_x, floor_y and a bool row, each ``size`` long.
 
-    ``floor_x``/``floor_y`` hold the KL floors (float32 eps times each side's span); set them with
-    :meth:`set_floors` once the minima and maxima are known.
+    ``floor_x``/``floor_y`` hold the KL floors (:func:`kl_offset_floor`); set them with :meth:`set_floors`
+    once the minima and maxima are known.
     """
 
     def __init__(self, size: int) -> None:
         self.rows = np.empty((7, size), dtype=np.float64)
         self.mask = np.empty(size, dtype=np.bool_)
 
-    def set_floors(self, span_x: float, span_y: float) -> None:
-        """Fill the KL floor rows: float32 eps times the side's span (times 1 when the span is 0)."""
-        for row, span in ((5, span_x), (6, span_y)):
-            self.rows[row] = FLOAT32_EPS * span if span > 0 else FLOAT32_EPS
+    def set_floors(self, floor_x: float, floor_y: float) -> None:
+        """Fill the KL floor rows."""
+        self.rows[5], self.rows[6] = floor_x, floor_y
 
 
 def accumulate(x: np.ndarray, y: np.ndarray, scratch: Scratch, acc: Sums, kl: tuple, eps_b: float) -> None:
     """Feed one chunk into ``acc``: ``x`` and ``y`` are the chunk's float64 values (scratch rows 0 and 1).
 
-    ``kl`` is ``((min_x, span_x), (min_y, span_y))`` of the whole tensors. Rows 2-4 and the bool row are
-    overwritten; rows 0 and 1 are left as they were (the caller may reuse them).
+    ``kl`` is ``(off_x, off_y)``, what KL subtracts from each side (:func:`kl_offset_floor`); the floors are
+    in the scratch rows. Rows 2-4 and the bool row are overwritten; rows 0 and 1 are left as they were (the
+    caller may reuse them).
     """
     n = x.size
     rows = scratch.rows
@@ -203,10 +215,10 @@ def accumulate(x: np.ndarray, y: np.ndarray, scratch: Scratch, acc: Sums, kl: tu
         acc.pass5 -= n_excluded - int(np.count_nonzero(err < FIVE_THOUSANDTH * den))
     # KL on u = max(v - min, feps * span), i.e. span * (the floored min-max normalised values): the
     # divergence of the normalised distributions does not depend on that scale, so no division is needed.
-    (min_x, span_x), (min_y, span_y) = kl
-    np.subtract(x, min_x if span_x > 0 else 0.0, out=a)
+    off_x, off_y = kl
+    np.subtract(x, off_x, out=a)
     np.maximum(a, floor_x, out=a)
-    np.subtract(y, min_y if span_y > 0 else 0.0, out=r)
+    np.subtract(y, off_y, out=r)
     np.maximum(r, floor_y, out=r)
     acc.kl_sx += float(np.add.reduce(a))
     acc.kl_sy += float(np.add.reduce(r))
@@ -267,58 +279,51 @@ def _usable_hints(hints: tuple | None) -> bool:
     return -math.inf < lo_x <= hi_x < math.inf and -math.inf < lo_y <= hi_y < math.inf
 
 
-def fused_sums(
-    flat_x: np.ndarray, flat_y: np.ndarray, eps_b: float, chunk: int, hints: tuple | None = None
-) -> tuple[Sums, bool]:
-    """Every running sum of one pair through the compiled kernel (requires :data:`FUSED`).
-
-    Contiguous sides whose dtype is in :data:`FUSED_TYPES` are read in place (memory maps included) in one call;
-    any other side (integers, bool, float8, complex, other byte orders, strided views) is converted into float64
-    ``chunk`` elements at a time.
-
-    KL needs each side's minimum and maximum before its pass. ``hints`` ``(min_x, max_x, min_y, max_y)`` (the
-    dump's recorded statistics) let the pair be read once: the kernel reports the true extremes, and when
-    they differ from the hints (or a side holds NaN) the pass is made again with the true ones. Without usable
-    hints a min/max pass over each side comes first. Returns the sums and whether the hints held (``False``
-    when they were wrong or not usable).
-    """
-    code_x = FUSED_TYPES.get(flat_x.dtype) if flat_x.flags.c_contiguous else None
-    code_y = FUSED_TYPES.get(flat_y.dtype) if flat_y.flags.c_contiguous else None
+def _fused_pass(flat_x: np.ndarray, flat_y: np.ndarray, codes: tuple, params: tuple, chunk: int) -> Sums:
+    """One ``pair_sums`` pass over a pair: a single call when both sides are read in place (``codes`` both
+    set), else ``chunk`` elements at a time with the other sides converted to float64."""
+    code_x, code_y = codes
+    acc = Sums()
+    acc.shift_x, acc.shift_y = params[4], params[5]
     if code_x is not None and code_y is not None:
-        buffers = (flat_x.view(np.uint8), code_x, flat_y.view(np.uint8), code_y)
-        if _usable_hints(hints):
-            params = _pair_params(hints, eps_b)
-            sums = FUSED.pair_sums(*buffers, *params)
-            found = sums[-4:]
-            has_nan = math.isnan(sums[_CXX]) or math.isnan(sums[_CYY])
-            if found == tuple(hints) and not has_nan:
-                return _sums_of(sums, params), True
-            if not has_nan:  # the true extremes are known now: one more pass
-                params = _pair_params(found, eps_b)
-                return _sums_of(FUSED.pair_sums(*buffers, *params), params), False
-        extremes = (*_fused_min_max(flat_x, code_x, None, chunk), *_fused_min_max(flat_y, code_y, None, chunk))
-        params = _pair_params(extremes, eps_b)
-        return _sums_of(FUSED.pair_sums(*buffers, *params), params), False
+        acc.add_fused(FUSED.pair_sums(flat_x.view(np.uint8), code_x, flat_y.view(np.uint8), code_y, *params))
+        return acc
     rows = np.empty((2, min(flat_x.size, chunk)), dtype=np.float64)
-    extremes = (*_fused_min_max(flat_x, code_x, rows[0], chunk), *_fused_min_max(flat_y, code_y, rows[0], chunk))
-    params = _pair_params(extremes, eps_b)
-    acc = _sums_of(None, params)
-    n = flat_x.size
-    for start in range(0, n, chunk):
-        size = min(chunk, n - start)
+    for start in range(0, flat_x.size, chunk):
+        size = min(chunk, flat_x.size - start)
         part_x, part_y = flat_x[start : start + size], flat_y[start : start + size]
         if code_x is None:
             part_x = to_f64(part_x, rows[0, :size])
         if code_y is None:
             part_y = to_f64(part_y, rows[1, :size])
         acc.add_fused(FUSED.pair_sums(part_x.view(np.uint8), code_x or 0, part_y.view(np.uint8), code_y or 0, *params))
-    return acc, False
-
-
-def _sums_of(sums: tuple | None, params: tuple) -> Sums:
-    """A :class:`Sums` holding one ``pair_sums`` result (or none yet) and the shifts it was computed with."""
-    acc = Sums()
-    acc.shift_x, acc.shift_y = params[4], params[5]
-    if sums is not None:
-        acc.add_fused(sums)
     return acc
+
+
+def fused_sums(
+    flat_x: np.ndarray, flat_y: np.ndarray, eps_b: float, chunk: int, hints: tuple | None = None
+) -> tuple[Sums, bool | None]:
+    """Every running sum of one pair through the compiled kernel (requires :data:`FUSED`).
+
+    Contiguous sides whose dtype is in :data:`FUSED_TYPES` are read in place (memory maps included); any other
+    side (integers, bool, float8, complex, other byte orders, strided views) is converted into float64
+    ``chunk`` elements at a time.
+
+    KL needs each side's minimum and maximum before its pass. ``hints`` ``(min_x, max_x, min_y, max_y)`` (the
+    dump's recorded statistics) let the pair be read once: the pass also finds the true extremes, and when
+    they differ from the hints (or a side holds NaN, which makes numpy's extremes NaN) the pass is made again
+    with them. Without usable hints (missing, not finite) a min/max pass over each side comes first. Returns
+    the sums and whether the hints held, that is equalled the extremes ignoring NaN (``None`` when they were
+    not usable).
+    """
+    codes = tuple(FUSED_TYPES.get(f.dtype) if f.flags.c_contiguous else None for f in (flat_x, flat_y))
+    if _usable_hints(hints):
+        acc = _fused_pass(flat_x, flat_y, codes, _pair_params(hints, eps_b), chunk)
+        held = (acc.min_x, acc.max_x, acc.min_y, acc.max_y) == tuple(hints)  # right, NaN aside
+        found = acc.extremes()
+        if found == tuple(hints):
+            return acc, True
+        return _fused_pass(flat_x, flat_y, codes, _pair_params(found, eps_b), chunk), held
+    buf = np.empty(min(flat_x.size, chunk), dtype=np.float64) if None in codes else None
+    extremes = (*_fused_min_max(flat_x, codes[0], buf, chunk), *_fused_min_max(flat_y, codes[1], buf, chunk))
+    return _fused_pass(flat_x, flat_y, codes, _pair_params(extremes, eps_b), chunk), None

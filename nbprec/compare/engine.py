@@ -28,7 +28,6 @@ from nbprec.compare.workers import (
     ThreadResults,
     batches,
     default_workers,
-    flatten,
     run_processes,
     use_processes,
     use_threads,
@@ -145,7 +144,8 @@ class _ExtremeHints:
     """Whether to hand the dumps' recorded minima and maxima to the kernel (``tensor_metrics(extremes=...)``),
     which then reads a pair once instead of twice. Formats whose statistics are exact (msprobe, nbprec's own)
     make them right; once they are wrong for more than a quarter of the pairs (a format that rounds them),
-    they are no longer given. Local to one :func:`compare` call."""
+    they are no longer given. Statistics that are not usable (NaN, inf) do not count either way. Local to
+    one :func:`compare` call."""
 
     def __init__(self) -> None:
         self.given = self.wrong = 0
@@ -162,18 +162,14 @@ class _ExtremeHints:
 
 
 def _measure(
-    job: tuple[int, str, Mapping[str, Any], Mapping[str, Any]],
-    t_dump: Dump,
-    b_dump: Dump,
-    hints: _ExtremeHints | None = None,
+    job: tuple[int, str, Mapping[str, Any], Mapping[str, Any]], t_dump: Dump, b_dump: Dump, hints: _ExtremeHints
 ) -> tuple[int, dict[str, Any], str]:
     i, mode, t_row, b_row = job
     try:
         if mode == "tensor":
-            extremes = hints.extremes(t_row, b_row) if hints is not None else None
+            extremes = hints.extremes(t_row, b_row)
             result = tensor_metrics(t_dump.tensor(t_row), b_dump.tensor(b_row), extremes=extremes)
-            if hints is not None:
-                hints.record(result.extremes_held)
+            hints.record(result.extremes_held)
             return i, dict(result.values), result.reason
         if mode == "statistics":
             t_stats = {k: t_row[k] for k in _STAT_KEYS}
@@ -192,41 +188,31 @@ def _run_jobs(
     jobs: list[Job],
     t_dump: Dump,
     b_dump: Dump,
+    rows: tuple[_Rows, _Rows],
+    numel: np.ndarray,
     workers: int,
     progress: ProgressCallback | None,
-    *,
-    parallel: str = "auto",
-    rows: tuple[_Rows, _Rows] | None = None,
-    numel: np.ndarray | None = None,
+    parallel: str,
 ) -> Results:
-    """Measure every job: in threads, forked processes or this thread (see :func:`compare` and
-    :mod:`nbprec.compare.workers`). Workers start at once; iterating the result yields the measurements.
-    Close it when done (or on error).
-
-    ``jobs`` hold index positions when ``rows`` is given, row mappings otherwise.
-    """
-    total = len(jobs)
+    """Measure every job (index positions of both sides): in threads, forked processes or this thread (see
+    :func:`compare` and :mod:`nbprec.compare.workers`). Workers start at once; iterating the result yields
+    the measurements. Close it when done (or on error)."""
+    t_rows, b_rows = rows
     hints = _ExtremeHints()  # forked workers each get their own copy
-    if rows is not None and numel is not None:
-        t_rows, b_rows = rows
 
-        def measure(job: Job) -> Result:
-            i, mode, t, b = job
-            return _measure((i, mode, t_rows.row(t), b_rows.row(b)), t_dump, b_dump, hints)
+    def measure(job: Job) -> Result:
+        i, mode, t, b = job
+        return _measure((i, mode, t_rows.row(t), b_rows.row(b)), t_dump, b_dump, hints)
 
-        batched = batches(jobs, numel)
-        if use_processes(parallel, workers, batched, numel):
-            forked = run_processes(batched, lambda batch: [measure(job) for job in batch], workers)
-            next(forked)  # the workers start now
-            return Results(flatten(forked), total, progress)
-    else:
-
-        def measure(job: Job) -> Result:
-            return _measure(job, t_dump, b_dump, hints)
-
-    if use_threads(parallel, workers, total):
-        return Results(ThreadResults(jobs, measure, workers), total, progress)
-    return Results(map(measure, jobs), total, progress)
+    batched = batches(jobs, numel)
+    if use_processes(parallel, workers, batched, numel):
+        forked = run_processes(batched, lambda batch: [measure(job) for job in batch], workers)
+        next(forked)  # the workers start now
+        return Results((result for batch in forked for result in batch), len(jobs), progress, close=forked.close)
+    if use_threads(parallel, workers, len(jobs)):
+        threads = ThreadResults(jobs, measure, workers)
+        return Results(threads, len(jobs), progress, close=threads.close)
+    return Results(map(measure, jobs), len(jobs), progress)
 
 
 def compare(
@@ -322,10 +308,8 @@ def compare(
     if parallel not in ("auto", "processes", "threads"):
         raise ComparisonError(f"unknown parallel {parallel!r}; use auto, processes or threads")
     numel = np.nan_to_num(t_idx["numel"].to_numpy(np.float64), nan=0.0)
-    # worker threads start measuring here; the table is built meanwhile
-    results = _run_jobs(
-        jobs, t_dump, b_dump, n_workers, progress or None, parallel=parallel, rows=(t_rows, b_rows), numel=numel
-    )
+    # the workers (threads or processes) start measuring here; the table is built meanwhile
+    results = _run_jobs(jobs, t_dump, b_dump, (t_rows, b_rows), numel, n_workers, progress or None, parallel)
 
     try:
         table = _pair_table(t_idx, b_idx, pairs)

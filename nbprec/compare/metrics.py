@@ -43,7 +43,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nbprec.compare._kernels import EPS, FLOAT32_EPS, FUSED, Scratch, Sums, accumulate, dot, fused_sums, to_f64
+from nbprec.compare._kernels import (
+    EPS,
+    FLOAT32_EPS,
+    FUSED,
+    Scratch,
+    Sums,
+    accumulate,
+    dot,
+    fused_sums,
+    kl_offset_floor,
+    to_f64,
+)
 from nbprec.errors import ComparisonError
 
 __all__ = [
@@ -106,8 +117,9 @@ class MetricResult:
     reason
         ``''`` when everything was computed; otherwise a short reason a user can read.
     extremes_held
-        Whether the ``extremes`` given to :func:`tensor_metrics` were the tensors' true minima and maxima
-        (so the pair was read once); ``None`` when none were given or the numpy kernel ran.
+        Whether the ``extremes`` given to :func:`tensor_metrics` were the tensors' minima and maxima (NaN
+        aside: a tensor holding NaN is read twice either way); ``None`` when none were given, they were not
+        usable (not finite) or the numpy kernel ran.
 
     Examples
     --------
@@ -197,8 +209,9 @@ def _numpy_sums(flat_x: np.ndarray, flat_y: np.ndarray, eps_b: float, chunk: int
         kl = ((float(xs.min()), float(xs.max())), (float(ys.min()), float(ys.max())))
     else:
         kl = (_min_max(flat_x, rows[0], chunk), _min_max(flat_y, rows[0], chunk))
-    kl = tuple((lo, hi - lo) for lo, hi in kl)
-    scratch.set_floors(kl[0][1], kl[1][1])
+    (off_x, floor_x), (off_y, floor_y) = (kl_offset_floor(lo, hi - lo) for lo, hi in kl)
+    scratch.set_floors(floor_x, floor_y)
+    kl = (off_x, off_y)
     for start in range(0, n, chunk):
         size = min(chunk, n - start)
         if n > chunk:
@@ -304,7 +317,11 @@ def tensor_metrics(
     if kernel not in ("auto", "c", "numpy"):
         raise ComparisonError(f"unknown kernel {kernel!r}; use auto, c or numpy")
     if kernel == "c" and FUSED is None:
-        raise ComparisonError("the compiled kernel nbprec.compare._fused is not built (reinstall with a C compiler)")
+        raise ComparisonError(
+            "the compiled kernel nbprec.compare._fused is not built: install a C compiler (gcc or clang) and "
+            "reinstall nbprec (`make install`, or `pip install --force-reinstall --no-deps nbprec`); "
+            'kernel="auto" uses the numpy kernel meanwhile'
+        )
     x, y = np.asarray(target), np.asarray(bench)
     missing = dict.fromkeys(METRIC_COLUMNS, math.nan)
     if x.size != y.size:
@@ -343,7 +360,7 @@ def tensor_metrics(
     if x.dtype == np.bool_ or y.dtype == np.bool_:
         values = {k: (v if k in _BOOL_METRICS else math.nan) for k, v in values.items()}
         reasons.append("bool tensors: only cosine and RED")
-    return MetricResult(values, "; ".join(reasons), held if extremes is not None else None)
+    return MetricResult(values, "; ".join(reasons), held)
 
 
 def _stat_value(stats: dict, key: str) -> float:

@@ -19,7 +19,7 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -201,22 +201,18 @@ def default_workers() -> int:
     return max(1, min(2, cores))
 
 
-def flatten(batches: Iterator[list[Result]]) -> Iterator[Result]:
-    """The results of successive batches, one by one; closing it closes ``batches`` (stopping its workers)."""
-    try:
-        for batch in batches:
-            yield from batch
-    finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()
-
-
 class Results:
-    """The results of :func:`_run_jobs`, reporting progress as they are taken; :meth:`close` stops workers."""
+    """Results of the workers, reporting progress as they are taken; :meth:`close` stops the workers
+    (whether or not iteration has begun)."""
 
-    def __init__(self, source: Iterator[Result], total: int, progress: ProgressCallback | None) -> None:
-        self._source, self._total, self._progress = source, total, progress
+    def __init__(
+        self,
+        source: Iterable[Result],
+        total: int,
+        progress: ProgressCallback | None,
+        close: Callable[[], None] | None = None,
+    ) -> None:
+        self._source, self._total, self._progress, self._close = source, total, progress, close
 
     def __iter__(self) -> Iterator[Result]:
         for done, result in enumerate(self._source, start=1):
@@ -225,6 +221,5 @@ class Results:
                 self._progress(done, self._total)
 
     def close(self) -> None:
-        close = getattr(self._source, "close", None)
-        if close is not None:
-            close()
+        if self._close is not None:
+            self._close()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import math
-import mmap
 import os
 import pickletools
 import struct
@@ -35,6 +34,7 @@ import numpy as np
 
 from nbprec.dtypes import NUMPY_DTYPES
 from nbprec.errors import DumpFormatError
+from nbprec.formats._payload import payload_array
 
 #: torch storage class -> canonical dtype
 STORAGE_DTYPES = {
@@ -155,7 +155,6 @@ _EOCD64 = struct.Struct("<4sQ2H2L4Q")
 _CENTRAL = struct.Struct("<4s4s4H3L5H2L")  # one central directory entry (46 bytes)
 _LOCAL = struct.Struct("<4s5H3L2H")  # one local file header (30 bytes)
 _TAIL = 8192  # bytes read from the end of the file: the directory of a one-tensor archive fits easily
-_MAP_FROM = 1 << 16  # storages of at least this many bytes are memory-mapped, smaller ones read
 
 
 class _Entry(NamedTuple):
@@ -225,7 +224,7 @@ def _stored_entries(fd: int, file_size: int) -> dict[bytes, _Entry]:
     return entries
 
 
-def _data_offset(fd: int, entry: _Entry, file_size: int, head: bytes) -> int:
+def _data_offset(fd: int, entry: _Entry, head: bytes) -> int:
     """Where an entry's bytes start: after its local header, whose name and extra lengths are its own."""
     if entry.method != 0:
         raise _Unsupported("compressed entry")
@@ -235,16 +234,13 @@ def _data_offset(fd: int, entry: _Entry, file_size: int, head: bytes) -> int:
     fields = _LOCAL.unpack_from(local)
     if fields[0] != b"PK\x03\x04":
         raise _Unsupported("bad local file header")
-    start = entry.header + _LOCAL.size + fields[9] + fields[10]
-    if start + entry.size > file_size:
-        raise DumpFormatError("", f"entry of {entry.size} bytes at offset {start} runs past the end of the file")
-    return start
+    return entry.header + _LOCAL.size + fields[9] + fields[10]
 
 
-def _entry_bytes(fd: int, entry: _Entry, file_size: int, head: bytes) -> bytes:
-    start = _data_offset(fd, entry, file_size, head)
-    data = head[start : start + entry.size]
-    return data if len(data) == entry.size else _pread(fd, entry.size, start)
+def _entry_bytes(fd: int, path: str | Path, entry: _Entry, file_size: int, head: bytes) -> bytes:
+    """A small entry's bytes (the pickle, the byte order)."""
+    start = _data_offset(fd, entry, head)
+    return payload_array(fd, path, np.dtype(np.uint8), start, entry.size, file_size, head).tobytes()
 
 
 def _read_storage(path: str | Path) -> tuple[tuple, np.ndarray] | None:
@@ -265,35 +261,27 @@ def _read_storage(path: str | Path) -> tuple[tuple, np.ndarray] | None:
         prefix = pkl[: -len(b"data.pkl")]
         head = os.pread(fd, min(file_size, 4096), 0)
         order = entries.get(prefix + b"byteorder")
-        if order is not None and _entry_bytes(fd, order, file_size, head).strip() != b"little":
+        if order is not None and _entry_bytes(fd, path, order, file_size, head).strip() != b"little":
             return None
-        description = _describe(_entry_bytes(fd, entries[pkl], file_size, head))
+        description = _describe(_entry_bytes(fd, path, entries[pkl], file_size, head))
         storage = entries.get(prefix + b"data/" + description[0].encode())
         if storage is None:
             return None
-        start = _data_offset(fd, storage, file_size, head)
-        return description, _storage_array(fd, path, description[1], start, storage.size, file_size)
-    except DumpFormatError as exc:  # raised without the path, deep in the parse
-        raise DumpFormatError(path, exc.problem) from None
+        np_dtype = _storage_dtype(path, description[1], storage.size)
+        start = _data_offset(fd, storage, head)
+        return description, payload_array(fd, path, np_dtype, start, storage.size // np_dtype.itemsize, file_size)
     except (_Unsupported, KeyError, UnicodeError, struct.error, ValueError, IndexError, EOFError):
         return None
     finally:
         os.close(fd)
 
 
-def _storage_array(fd: int, path: str | Path, dtype: str, start: int, size: int, file_size: int) -> np.ndarray:
-    """The storage's bytes as a flat array: a view of the memory-mapped file when large, else read."""
+def _storage_dtype(path: str | Path, dtype: str, nbytes: int) -> np.dtype:
+    """The numpy dtype of a storage of ``nbytes`` bytes, which must hold a whole number of values."""
     np_dtype = NUMPY_DTYPES[dtype]
-    if size % np_dtype.itemsize:
-        raise DumpFormatError(path, f"storage of {size} bytes is not a whole number of {dtype} values")
-    if start + size > file_size:
-        raise DumpFormatError(
-            path, f"storage of {size} bytes at offset {start} runs past the end of the file ({file_size} bytes)"
-        )
-    if size >= _MAP_FROM:
-        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        return np.frombuffer(mapped, dtype=np_dtype, count=size // np_dtype.itemsize, offset=start)
-    return np.frombuffer(_pread(fd, size, start), dtype=np_dtype)
+    if nbytes % np_dtype.itemsize:
+        raise DumpFormatError(path, f"storage of {nbytes} bytes is not a whole number of {dtype} values")
+    return np_dtype
 
 
 def _read_storage_zipfile(path: str | Path) -> tuple[tuple, np.ndarray] | None:
@@ -311,10 +299,7 @@ def _read_storage_zipfile(path: str | Path) -> tuple[tuple, np.ndarray] | None:
             raw = archive.read(f"{prefix}data/{description[0]}")
     except (OSError, zipfile.BadZipFile, KeyError, _Unsupported, ValueError, IndexError, EOFError):
         return None
-    np_dtype = NUMPY_DTYPES[description[1]]
-    if len(raw) % np_dtype.itemsize:
-        raise DumpFormatError(path, f"storage of {len(raw)} bytes is not a whole number of {description[1]} values")
-    return description, np.frombuffer(raw, dtype=np_dtype)
+    return description, np.frombuffer(raw, dtype=_storage_dtype(path, description[1], len(raw)))
 
 
 def read_pt_tensor(path: str | Path) -> np.ndarray | None:

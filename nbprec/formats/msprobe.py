@@ -166,7 +166,6 @@ class DumpSourceReader:
         self.non_tensor = 0
         self.hierarchy: dict[str, str | None] = {}
         self.tensor_dir = self.folder / "dump_tensor_data"
-        self.tensor_dir_text = str(self.tensor_dir)
         self.listing: set[str] | None = None  # file names in tensor_dir; None when it cannot be listed
 
     def _problem(self, problem: str, record: str = "", file: Path | None = None) -> None:
@@ -177,7 +176,6 @@ class DumpSourceReader:
         for folder in [self.tensor_dir] + ([Path(recorded)] if isinstance(recorded, str) and recorded else []):
             with contextlib.suppress(OSError):
                 self.tensor_dir, self.listing = folder, set(os.listdir(folder))
-                self.tensor_dir_text = str(folder)
                 return
 
     def _construct(self) -> None:
@@ -286,7 +284,7 @@ class DumpSourceReader:
             if len(data_name.encode("utf-8")) > _MAX_FILE_NAME or "/" in data_name or data_name in (".", ".."):
                 self._problem(f"data_name is not a valid file name (over {_MAX_FILE_NAME} bytes or a path)", name)
             else:
-                file = os.path.join(self.tensor_dir_text, data_name)
+                file = os.path.join(self.tensor_dir, data_name)  # str: a Path per tensor is slow
                 has_data = self.listing is not None and data_name in self.listing
                 if self.listing is not None and not has_data:
                     self._problem(f"payload file missing: {data_name}", name, self.tensor_dir)
@@ -358,14 +356,15 @@ def _as_recorded(array: np.ndarray, row: Mapping[str, Any]) -> np.ndarray:
     """``array`` when its dtype and shape are the ones dump.json records for it; a mislabelled or swapped
     payload file is an error rather than a comparison of the wrong tensor."""
     dtype = row.get("dtype", "")
+    problem = ""
     if dtype in NUMPY_DTYPES and array.dtype != NUMPY_DTYPES[dtype]:
-        raise DumpFormatError(
-            row["file"], f"payload is {array.dtype}, dump.json says {dtype}", str(row.get("name", "")) or None
-        )
-    if row.get("numel", -1) >= 0 and tuple(array.shape) != tuple(row.get("shape", ())):
+        problem = f"payload is {array.dtype}, dump.json says {dtype}"
+    elif row.get("numel", -1) >= 0 and tuple(array.shape) != tuple(row.get("shape", ())):
+        problem = f"payload has shape {list(array.shape)}, dump.json says {list(row.get('shape', ()))}"
+    if problem:
         raise DumpFormatError(
             row["file"],
-            f"payload has shape {list(array.shape)}, dump.json says {list(row.get('shape', ()))}",
+            f"{problem}: the file belongs to another tensor or run (copied over, renamed?); restore it or dump again",
             str(row.get("name", "")) or None,
         )
     return array

@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import json
 import math
-import mmap
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -23,6 +22,7 @@ import pandas as pd
 from nbprec.dtypes import numpy_dtype
 from nbprec.dump import Dump, Problem, make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
+from nbprec.formats._payload import payload_array
 from nbprec.formats.base import DumpReader
 
 FORMAT_NAME = "nbprec-dump"
@@ -191,7 +191,6 @@ _NPY_HEADER = re.compile(
     r"\{'descr': '([<>|=][a-zA-Z][0-9]*)', 'fortran_order': (True|False), 'shape': \(([0-9, ]*)\), *\} *\n?"
 )
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_MAP_FROM = 1 << 16  # payloads of at least this many bytes are memory-mapped, smaller ones read
 
 
 def _open_nofollow(file: str, flags: int) -> int:
@@ -216,16 +215,8 @@ def _open_npy(file: str, f: Any) -> np.ndarray:
     shape = tuple(int(v) for v in match[3].replace(" ", "").split(",") if v)
     if dtype.hasobject or math.prod(shape) == 0:
         return np.load(file, mmap_mode="r", allow_pickle=False)  # the usual error, or numpy's empty array
-    offset, count = start + length, math.prod(shape)
-    nbytes = count * dtype.itemsize
-    file_size = os.fstat(f.fileno()).st_size
-    if offset + nbytes > file_size:
-        raise DumpFormatError(file, f"payload truncated: {file_size} bytes, the header describes {offset + nbytes}")
-    if nbytes >= _MAP_FROM:  # a read-only view of the mapped file (np.memmap costs ~4x more to set up)
-        flat = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), dtype, count, offset)
-    else:
-        data = head[offset : offset + nbytes]
-        flat = np.frombuffer(data if len(data) == nbytes else os.pread(f.fileno(), nbytes, offset), dtype)
+    fd = f.fileno()  # mapped or read in place: np.memmap costs about 4x more to set up
+    flat = payload_array(fd, file, dtype, start + length, math.prod(shape), os.fstat(fd).st_size, head)
     return flat.reshape(shape[::-1]).T if match[2] == "True" else flat.reshape(shape)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 
 import ml_dtypes
@@ -183,6 +184,24 @@ def test_a_bug_in_a_worker_thread_surfaces_and_stops_the_workers(make_mlp_dump, 
         compare(target, bench, workers=2, parallel="threads")
     assert not [t for t in threading.enumerate() if t.name.startswith("nbprec-compare")]
     assert len(calls) < int(target.index["has_data"].sum())  # stopped early, not run to the end
+
+
+def test_auto_picks_processes_for_large_work_threads_otherwise(monkeypatch):
+    from nbprec.compare import workers
+
+    small = [[(i, "tensor", i, i) for i in range(10)]] * 2
+    large = [[(i, "tensor", i, i) for i in range(128)]] * 40
+    numel = np.full(128, 1 << 16, dtype=np.float64)
+    fork = "fork" in __import__("multiprocessing").get_all_start_methods() and sys.platform != "darwin"
+    monkeypatch.setattr(workers.threading, "active_count", lambda: 1)
+    assert workers.use_processes("auto", 2, large, numel) is fork
+    assert not workers.use_processes("auto", 2, small, numel)  # too little work to pay for a fork
+    assert not workers.use_processes("threads", 2, large, numel)
+    assert not workers.use_processes("auto", 1, large, numel)
+    monkeypatch.setattr(workers.threading, "active_count", lambda: 3)  # a notebook kernel: never fork
+    assert not workers.use_processes("auto", 2, large, numel)
+    assert workers.use_threads("auto", 2, 20) is (workers.KERNEL != "numpy")
+    assert workers.use_threads("threads", 2, 20) and not workers.use_threads("auto", 1, 20)
 
 
 def test_parallel_must_be_known(make_mlp_dump):

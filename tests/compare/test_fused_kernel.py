@@ -118,8 +118,9 @@ def test_recorded_extremes_never_change_a_result(case):
         for column in METRIC_COLUMNS:  # the same passes with the same parameters: bit for bit
             a, b = got[column], plain[column]
             assert a == b or (math.isnan(a) and math.isnan(b)), (label, column, a, b)
-        usable = all(math.isfinite(v) for v in true) and not np.isnan(np.asarray(x, np.float64)).any()
-        assert got.extremes_held == (tuple(extremes) == true and usable), label
+        usable = all(math.isfinite(v) for v in extremes) and extremes[0] <= extremes[1] and extremes[2] <= extremes[3]
+        expected = (tuple(extremes) == true) if usable else None  # unusable ones are not used, right or wrong
+        assert got.extremes_held == expected, label
     assert plain.extremes_held is None
 
 
@@ -222,6 +223,15 @@ def test_wrong_recorded_extremes_change_nothing_and_stop_being_used(tmp_path, mo
     record = engine._ExtremeHints.record
     monkeypatch.setattr(engine._ExtremeHints, "record", lambda self, held: (outcomes.append(held), record(self, held)))
 
+    with_nan = [np.where(np.arange(a.size) == 7, np.nan, a).astype(ml_dtypes.bfloat16) for a in bench_arrays]
+    write("with_nan", with_nan)  # statistics that ignore NaN, as nbprec records them: right, not wrong
+    compare(tmp_path / "with_nan", tmp_path / "bench", workers=1)
+    assert outcomes == [True] * 30
+    outcomes.clear()
+    write("nan_stats", with_nan, shift=math.nan)  # NaN extremes, as torch's max records them: not usable
+    compare(tmp_path / "nan_stats", tmp_path / "bench", workers=1)
+    assert outcomes == [None] * 30  # neither counted as wrong nor as right
+    outcomes.clear()
     right = compare(tmp_path / "right", tmp_path / "bench", workers=1).table
     assert outcomes == [True] * 30  # exact statistics: every pair read once
     outcomes.clear()
@@ -229,3 +239,19 @@ def test_wrong_recorded_extremes_change_nothing_and_stop_being_used(tmp_path, mo
     assert outcomes[:5] == [False] * 5 and all(held is None for held in outcomes[5:])  # no longer given
     for column in METRIC_COLUMNS:
         np.testing.assert_array_equal(wrong[column].to_numpy(), right[column].to_numpy(), err_msg=column)
+
+
+def test_hints_on_sides_that_are_converted_and_on_a_side_with_nan():
+    """Extremes help every layout (an int target is converted chunk by chunk), and a NaN found by the pass
+    costs one more pass, with the same result as without hints."""
+    x, y = _cases()["int32 vs fp32"]
+    got = tensor_metrics(x, y, chunk_size=1000, extremes=_extremes(x, y))
+    assert got.extremes_held is True
+    plain = tensor_metrics(x, y, chunk_size=1000)
+    assert all(got[c] == plain[c] or (math.isnan(got[c]) and math.isnan(plain[c])) for c in METRIC_COLUMNS)
+    x, y = _cases()["nan in the benchmark"]
+    finite_y = y[~np.isnan(y)]
+    hints = (*_extremes(x, y)[:2], float(finite_y.min()), float(finite_y.max()))  # recorded ignoring the NaN
+    got, plain = tensor_metrics(x, y, extremes=hints), tensor_metrics(x, y)
+    assert got.extremes_held is True and got.reason == plain.reason  # right NaN aside; read twice all the same
+    assert all(got[c] == plain[c] or (math.isnan(got[c]) and math.isnan(plain[c])) for c in METRIC_COLUMNS)

@@ -1,0 +1,41 @@
+"""A payload's bytes in an open file as a numpy array: a read-only view of the mapped file when large, else
+read. Shared by the readers of formats that store raw tensor bytes at a known offset (nbprec's ``.npy``
+payloads, the storages inside ``torch.save`` archives)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+
+from nbprec.errors import DumpFormatError
+
+#: Payloads of at least this many bytes are memory-mapped (set-up cost about 10 us, then read in place as
+#: the comparison reaches them); smaller ones are read, which costs less than a mapping.
+MAP_FROM = 1 << 16
+
+
+def payload_array(
+    fd: int, path: str | Path, dtype: np.dtype, offset: int, count: int, file_size: int, head: bytes = b""
+) -> np.ndarray:
+    """``count`` values of ``dtype`` at byte ``offset`` of the open file ``fd``, flat and read-only.
+
+    ``head`` is the file's first bytes when the caller has read them already (small payloads in it are not
+    read again). A payload that runs past the end of the file (``file_size`` bytes) is a
+    :class:`~nbprec.errors.DumpFormatError` naming ``path``.
+    """
+    nbytes = count * dtype.itemsize
+    if offset < 0 or offset + nbytes > file_size:
+        raise DumpFormatError(
+            path,
+            f"payload truncated: {nbytes} bytes at offset {offset} runs past the end of the file ({file_size} bytes);"
+            " the file was cut short (an interrupted copy or run?): copy or dump it again",
+        )
+    if nbytes >= MAP_FROM:
+        return np.frombuffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ), dtype, count, offset)
+    data = head[offset : offset + nbytes]
+    if len(data) != nbytes:
+        data = os.pread(fd, nbytes, offset)
+    return np.frombuffer(data, dtype, count)

@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py nbprec/compare/_fused.c
+$(STAMP): pyproject.toml setup.py nbprec/compare/_fused.c nbprec/formats/_zipdir.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
 	@touch $(STAMP)

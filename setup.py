@@ -1,6 +1,10 @@
-"""Build of nbprec's optional C kernel, ``nbprec.compare._fused``; everything else is in pyproject.toml.
+"""Build of nbprec's optional C extensions; everything else is in pyproject.toml.
 
-The extension is optional: where it cannot be compiled (no C compiler), the install goes on without it and
+- ``nbprec.compare._fused``: the one-pass metric kernel;
+- ``nbprec.formats._zipdir``: the directory of a ``torch.save`` archive (the pure-Python twin in
+  ``nbprec/formats/_pt.py`` does the same, slower).
+
+Both are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
 """
 
@@ -23,6 +27,9 @@ class BuildExt(build_ext):
 
 
 setup(
-    ext_modules=[Extension("nbprec.compare._fused", ["nbprec/compare/_fused.c"], optional=True)],
+    ext_modules=[
+        Extension("nbprec.compare._fused", ["nbprec/compare/_fused.c"], optional=True),
+        Extension("nbprec.formats._zipdir", ["nbprec/formats/_zipdir.c"], optional=True),
+    ],
     cmdclass={"build_ext": BuildExt},
 )

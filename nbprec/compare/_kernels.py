@@ -35,6 +35,7 @@ except ImportError:  # pragma: no cover - depends on the build
 
 EPS = float(np.finfo(np.float64).eps)  # 2.22e-16
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
+_SPAN_LIMIT = 2.0**1020  # spans at or above this take the kernel's checked KL loop
 _DBL_MIN = float(np.finfo(np.float64).tiny)  # smallest positive normal double
 THOUSANDTH = 0.001
 FIVE_THOUSANDTH = 0.005
@@ -257,8 +258,9 @@ def _pair_params(extremes: tuple[float, float, float, float], eps_b: float) -> t
     off_y, floor_y = kl_offset_floor(lo_y, span_y)
     shift_x, shift_y = 0.5 * lo_x + 0.5 * hi_x, 0.5 * lo_y + 0.5 * hi_y  # near the means: centred sums
     # every max(v - off, floor) is a positive normal double when the data and the spans are finite and the
-    # floors normal: the kernel then skips its per-element checks
-    kl_normal = math.isfinite(span_x) and math.isfinite(span_y) and min(floor_x, floor_y) >= _DBL_MIN
+    # floors normal: the kernel then skips its per-element checks (spans below 2^1020 also keep the sum of two
+    # such terms, which its KL series divides by, finite)
+    kl_normal = max(span_x, span_y) < _SPAN_LIMIT and min(floor_x, floor_y) >= _DBL_MIN
     return (
         off_x,
         floor_x,

@@ -7,9 +7,10 @@ statically (``pickletools.genops``, nothing is executed or imported), accepts on
 content, and builds the numpy array from the raw bytes. Anything else returns ``None`` so the caller can fall
 back to ``torch.load(weights_only=True)``.
 
-The archive's directory is parsed here too (:func:`_stored_entries`: end-of-central-directory record, ZIP64
-included, then the central directory), which costs two small reads per file where :mod:`zipfile` costs
-about ten. Large storages are memory-mapped, not copied: the array returned is a read-only view of the
+The archive's directory is parsed here too (:func:`_zip_entries`: end-of-central-directory record, ZIP64
+included, then the central directory and the local headers), in C when ``nbprec.formats._zipdir`` is built
+and by its pure-Python twin otherwise; it costs two small reads per file where :mod:`zipfile` costs about
+ten. Large storages are memory-mapped, not copied: the array returned is a read-only view of the
 file's pages, read when the comparison reaches them. Like ``torch.load(mmap=True)``, the payload's CRC-32 is
 not verified (it would cost a full extra pass over every byte); the structure, sizes and bounds are checked.
 
@@ -27,8 +28,9 @@ import os
 import pickletools
 import struct
 import zipfile
+import zlib
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -157,10 +159,8 @@ _LOCAL = struct.Struct("<4s5H3L2H")  # one local file header (30 bytes)
 _TAIL = 8192  # bytes read from the end of the file: the directory of a one-tensor archive fits easily
 
 
-class _Entry(NamedTuple):
-    header: int  # offset of the local file header
-    size: int  # bytes stored (uncompressed: method 0)
-    method: int  # compression method (0 stored)
+_HEAD = 4096  # bytes read from the start: the small entries and the local headers sit there
+Entries = dict[bytes, tuple[int, int]]  # name -> (where its bytes start, or -1 when compressed; its size)
 
 
 def _pread(fd: int, n: int, offset: int) -> bytes:
@@ -176,6 +176,8 @@ def _zip64_fields(extra: bytes, size: int, stored: int, header: int) -> tuple[in
     pos = 0
     while pos + 4 <= len(extra):
         tag, length = struct.unpack_from("<2H", extra, pos)
+        if pos + 4 + length > len(extra):
+            break
         if tag == 1:
             values = list(struct.unpack_from(f"<{length // 8}Q", extra, pos + 4))
             out = []
@@ -186,8 +188,11 @@ def _zip64_fields(extra: bytes, size: int, stored: int, header: int) -> tuple[in
     raise _Unsupported("ZIP64 sizes without a ZIP64 extra field")
 
 
-def _stored_entries(fd: int, file_size: int) -> dict[bytes, _Entry]:
-    """The archive's entries by (undecoded) name, from its central directory (a ZIP64 end record is followed)."""
+def _zip_entries_py(fd: int, file_size: int) -> tuple[bytes, Entries]:
+    """(the file's first 4 KiB, its entries): the pure-Python twin of ``_zipdir.entries`` (see
+    nbprec/formats/_zipdir.c), used when that is not built. Entries come from the central directory (a ZIP64
+    end record is followed); a stored entry's bytes start after its local header, whose name and extra
+    lengths are its own."""
     tail_len = min(file_size, _TAIL)
     tail = _pread(fd, tail_len, file_size - tail_len)
     end = tail.rfind(b"PK\x05\x06", 0, max(0, tail_len - _EOCD.size + 4))
@@ -199,6 +204,8 @@ def _stored_entries(fd: int, file_size: int) -> dict[bytes, _Entry]:
         if loc < 0 or tail[loc : loc + 4] != b"PK\x06\x07":
             raise _Unsupported("ZIP64 end record expected")
         eocd64_offset = _EOCD64_LOCATOR.unpack_from(tail, loc)[2]
+        if eocd64_offset + _EOCD64.size > file_size:
+            raise _Unsupported("bad ZIP64 end record")
         record = _pread(fd, _EOCD64.size, eocd64_offset)
         if record[:4] != b"PK\x06\x06":
             raise _Unsupported("bad ZIP64 end record")
@@ -209,38 +216,58 @@ def _stored_entries(fd: int, file_size: int) -> dict[bytes, _Entry]:
     directory = tail[cd_offset - start : cd_offset - start + cd_size] if cd_offset >= start else b""
     if len(directory) != cd_size:
         directory = _pread(fd, cd_size, cd_offset)
-    entries: dict[bytes, _Entry] = {}
+    head = _pread(fd, min(file_size, _HEAD), 0)
+    entries: Entries = {}
     pos, unpack, fixed = 0, _CENTRAL.unpack_from, _CENTRAL.size
     for _ in range(n_entries):
         if directory[pos : pos + 4] != b"PK\x01\x02" or pos + fixed > len(directory):
             raise _Unsupported("bad central directory entry")
         fields = unpack(directory, pos)
-        stored, size, name_len, extra_len, comment_len, header = *fields[7:12], fields[15]
+        method, stored, size, name_len, extra_len, comment_len, header = fields[3], *fields[7:12], fields[15]
         name_end = pos + fixed + name_len
+        if name_end + extra_len > len(directory):
+            raise _Unsupported("bad central directory entry")
         if 0xFFFFFFFF in (size, stored, header):
             size, stored, header = _zip64_fields(directory[name_end : name_end + extra_len], size, stored, header)
-        entries[directory[pos + fixed : name_end]] = _Entry(header, size, fields[3] if stored == size else -1)
+        offset = -1
+        if method == 0 and stored == size:
+            if header + _LOCAL.size > file_size:
+                raise _Unsupported("short read: local header past the end of the file")
+            local = head[header : header + _LOCAL.size]
+            if len(local) != _LOCAL.size:
+                local = _pread(fd, _LOCAL.size, header)
+            local_fields = _LOCAL.unpack_from(local)
+            if local_fields[0] != b"PK\x03\x04":
+                raise _Unsupported("bad local file header")
+            offset = header + _LOCAL.size + local_fields[9] + local_fields[10]
+        entries[directory[pos + fixed : name_end]] = (offset, size)
         pos = name_end + extra_len + comment_len
-    return entries
+    return head, entries
 
 
-def _data_offset(fd: int, entry: _Entry, head: bytes) -> int:
-    """Where an entry's bytes start: after its local header, whose name and extra lengths are its own."""
-    if entry.method != 0:
+try:
+    from nbprec.formats._zipdir import entries as _zip_entries_c
+except ImportError:  # not built (no C compiler): the Python twin
+    _zip_entries_c = None
+
+
+def _zip_entries(fd: int, file_size: int) -> tuple[bytes, Entries]:
+    """(the file's first 4 KiB, its entries by undecoded name); raises _Unsupported for an archive this reader
+    does not understand."""
+    if _zip_entries_c is None:
+        return _zip_entries_py(fd, file_size)
+    try:
+        return _zip_entries_c(fd, file_size)
+    except ValueError as exc:
+        raise _Unsupported(str(exc)) from None
+
+
+def _entry_bytes(fd: int, path: str | Path, entry: tuple[int, int], file_size: int, head: bytes) -> bytes:
+    """A small stored entry's bytes (the pickle, the byte order)."""
+    offset, size = entry
+    if offset < 0:
         raise _Unsupported("compressed entry")
-    local = head[entry.header : entry.header + _LOCAL.size]
-    if len(local) != _LOCAL.size:
-        local = _pread(fd, _LOCAL.size, entry.header)
-    fields = _LOCAL.unpack_from(local)
-    if fields[0] != b"PK\x03\x04":
-        raise _Unsupported("bad local file header")
-    return entry.header + _LOCAL.size + fields[9] + fields[10]
-
-
-def _entry_bytes(fd: int, path: str | Path, entry: _Entry, file_size: int, head: bytes) -> bytes:
-    """A small entry's bytes (the pickle, the byte order)."""
-    start = _data_offset(fd, entry, head)
-    return payload_array(fd, path, np.dtype(np.uint8), start, entry.size, file_size, head).tobytes()
+    return payload_array(fd, path, np.dtype(np.uint8), offset, size, file_size, head).tobytes()
 
 
 def _read_storage(path: str | Path) -> tuple[tuple, np.ndarray] | None:
@@ -254,22 +281,20 @@ def _read_storage(path: str | Path) -> tuple[tuple, np.ndarray] | None:
     fd = os.open(path, os.O_RDONLY)
     try:
         file_size = os.fstat(fd).st_size
-        entries = _stored_entries(fd, file_size)
+        head, entries = _zip_entries(fd, file_size)
         pkl = next((n for n in entries if n.endswith(b"/data.pkl") or n == b"data.pkl"), None)
         if pkl is None:
             return None
         prefix = pkl[: -len(b"data.pkl")]
-        head = os.pread(fd, min(file_size, 4096), 0)
         order = entries.get(prefix + b"byteorder")
         if order is not None and _entry_bytes(fd, path, order, file_size, head).strip() != b"little":
             return None
         description = _describe(_entry_bytes(fd, path, entries[pkl], file_size, head))
         storage = entries.get(prefix + b"data/" + description[0].encode())
-        if storage is None:
+        if storage is None or storage[0] < 0:
             return None
-        np_dtype = _storage_dtype(path, description[1], storage.size)
-        start = _data_offset(fd, storage, head)
-        return description, payload_array(fd, path, np_dtype, start, storage.size // np_dtype.itemsize, file_size)
+        np_dtype = _storage_dtype(path, description[1], storage[1])
+        return description, payload_array(fd, path, np_dtype, storage[0], storage[1] // np_dtype.itemsize, file_size)
     except (_Unsupported, KeyError, UnicodeError, struct.error, ValueError, IndexError, EOFError):
         return None
     finally:
@@ -282,6 +307,14 @@ def _storage_dtype(path: str | Path, dtype: str, nbytes: int) -> np.dtype:
     if nbytes % np_dtype.itemsize:
         raise DumpFormatError(path, f"storage of {nbytes} bytes is not a whole number of {dtype} values")
     return np_dtype
+
+
+# What zipfile raises on a damaged archive: besides BadZipFile, NotImplementedError for an unknown version or
+# method, RuntimeError for an encrypted entry, zlib.error for a corrupt deflate stream, struct.error, EOFError.
+_ZIPFILE_ERRORS = (
+    OSError, zipfile.BadZipFile, KeyError, _Unsupported, ValueError, IndexError, EOFError, NotImplementedError,
+    RuntimeError, zlib.error, struct.error,
+)  # fmt: skip
 
 
 def _read_storage_zipfile(path: str | Path) -> tuple[tuple, np.ndarray] | None:
@@ -297,7 +330,7 @@ def _read_storage_zipfile(path: str | Path) -> tuple[tuple, np.ndarray] | None:
                 return None
             description = _describe(archive.read(pkl))
             raw = archive.read(f"{prefix}data/{description[0]}")
-    except (OSError, zipfile.BadZipFile, KeyError, _Unsupported, ValueError, IndexError, EOFError):
+    except _ZIPFILE_ERRORS:
         return None
     return description, np.frombuffer(raw, dtype=_storage_dtype(path, description[1], len(raw)))
 

@@ -149,6 +149,82 @@ def test_kernel_log_is_accurate_over_the_whole_double_range():
         FUSED.log_ratio(0.0, 1.0)
 
 
+_KL_KINDS = ["bf16 noise", "fp16 noise", "diverged", "diverging half-way", "a few outliers"]
+
+
+def _kl_case(kind: str) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(8)
+    y = rng.standard_normal(6000).astype(np.float32)
+    x = {
+        "bf16 noise": y.astype(ml_dtypes.bfloat16),  # nearly every ratio within 1/32 of 1: the short series
+        "fp16 noise": y.astype(np.float16),
+        "diverged": (y + rng.standard_normal(y.size).astype(np.float32)),  # most far from 1: log_ratio throughout
+        "diverging half-way": np.concatenate([y[:3000], y[3000:] * rng.uniform(0.2, 3, 3000).astype(np.float32)]),
+        "a few outliers": np.where(rng.random(y.size) < 0.01, -y, y),  # the series, then a few corrections
+    }[kind]
+    return x, y
+
+
+@needs_fused
+@pytest.mark.parametrize("kind", _KL_KINDS)
+def test_each_kl_term_is_exact_whichever_path_its_block_takes(kind):
+    """The kernel's KL sum, sum kx log(kx / ky), against the same sum in 40-digit decimals: the short series
+    (terms near 1), the corrections (terms far from 1) and log_ratio (blocks of far terms) each keep every
+    term to a few ulp, so the sum is off by no more than rounding allows (1e-13 of the sum of |terms|)."""
+    from decimal import Decimal, localcontext
+
+    from nbprec.compare._kernels import _pair_params
+
+    x, y = _kl_case(kind)
+    xs, ys = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    params = _pair_params((xs.min(), xs.max(), ys.min(), ys.max()), 1e-7)
+    assert params[-1]  # kl_normal: the kernel's fast KL loops
+    off_x, floor_x, off_y, floor_y = params[:4]
+    found = dict(zip(FUSED_SUMS, FUSED.pair_sums(xs.view(np.uint8), 0, ys.view(np.uint8), 0, *params), strict=True))
+    kx, ky = np.maximum(xs - off_x, floor_x), np.maximum(ys - off_y, floor_y)  # exact: as the kernel forms them
+    with localcontext() as ctx:
+        ctx.prec = 40
+        terms = [Decimal(a) * (Decimal(a) / Decimal(b)).ln() for a, b in zip(kx.tolist(), ky.tolist(), strict=True)]
+        exact, scale = float(sum(terms)), float(sum(abs(t) for t in terms))
+    assert abs(found["kl_t"] - exact) <= 1e-13 * scale, (found["kl_t"], exact, scale)
+
+
+def _kl_exact(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """KL as METRICS.md defines it, in 40-digit decimal arithmetic (each side min-max normalised, floored at
+    float32 eps, divided by its sum; sum P log(P / Q)), and the sum of |P log(P / Q)|, the scale its rounding
+    errors in double precision live at."""
+    from decimal import Decimal, localcontext
+
+    with localcontext() as ctx:
+        ctx.prec = 40
+        sides = []
+        for v in (x, y):
+            values = [Decimal(float(a)) for a in np.asarray(v, np.float64)]
+            low, span = min(values), max(values) - min(values)
+            floor = Decimal(float(np.finfo(np.float32).eps))
+            k = [max((a - low) / span, floor) for a in values]
+            total = sum(k)
+            sides.append([a / total for a in k])
+        terms = [p * (p / q).ln() for p, q in zip(*sides, strict=True)]
+        return float(sum(terms)), float(sum(abs(t) for t in terms))
+
+
+@needs_fused
+@pytest.mark.parametrize("kind", _KL_KINDS)
+def test_kl_matches_its_definition_computed_exactly(kind):
+    """KL itself, from the sums, against its definition in 40-digit decimals. The sums are taken before the
+    normalisation (one pass), so KL = kt / sum kx + log(sum ky / sum kx) is a small difference: the rounding of
+    the two sums (1e-16 of each) stays in it as an absolute error, below float64 eps, the level under which
+    METRICS.md reports KL as 0. Beyond that it is exact to rounding at the scale of its terms."""
+    eps = float(np.finfo(np.float64).eps)
+    x, y = _kl_case(kind)
+    want, scale = _kl_exact(x, y)
+    for chunk in (1000, 1 << 16):
+        got = tensor_metrics(x, y, kernel="c", chunk_size=chunk)["kl_divergence"]
+        assert abs(got - want) <= 1e-13 * scale + eps, (chunk, got, want, scale)
+    assert abs(tensor_metrics(x, y, kernel="numpy")["kl_divergence"] - want) <= 1e-13 * scale + eps
+
+
 @needs_fused
 def test_bad_buffers_are_errors_not_crashes():
     x = np.ones(10, np.float32)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import difflib
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,14 +82,21 @@ def _keyed(frame: pd.DataFrame, positions: np.ndarray, columns: list[str]) -> pd
     return sub
 
 
+def _unique_keys(keys: pd.DataFrame, on: list[str]) -> dict[tuple, int]:
+    """{key: position} for the keys (tuples of the ``on`` columns) that occur once."""
+    rows = list(zip(*(keys[c].tolist() for c in on), strict=True))
+    counts = Counter(rows)
+    return {k: p for k, p in zip(rows, keys["_pos"].tolist(), strict=True) if counts[k] == 1}
+
+
 def _merge_unique(t_keys: pd.DataFrame, b_keys: pd.DataFrame, on: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs of positions whose keys are equal and unique on both sides."""
+    """Pairs of positions whose keys are equal and unique on both sides (in target order)."""
     if t_keys.empty or b_keys.empty:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    t_keys = t_keys.drop_duplicates(on, keep=False)
-    b_keys = b_keys.drop_duplicates(on, keep=False)
-    merged = t_keys.merge(b_keys, on=on, suffixes=("_t", "_b"))
-    return merged["_pos_t"].to_numpy(np.int64), merged["_pos_b"].to_numpy(np.int64)
+    t_unique, b_unique = _unique_keys(t_keys, on), _unique_keys(b_keys, on)
+    pairs = sorted((t, b_unique[k]) for k, t in t_unique.items() if k in b_unique)
+    t = np.fromiter((p[0] for p in pairs), dtype=np.int64, count=len(pairs))
+    return t, np.fromiter((p[1] for p in pairs), dtype=np.int64, count=len(pairs))
 
 
 class _Matcher:
@@ -149,6 +157,8 @@ class _Matcher:
         self.take(t, b, method)
 
     def by_columns(self, columns: list[str], method: str, transform: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
+        if not (len(self.free_t()) and len(self.free_b())):  # every tensor of one side is matched already
+            return
         t_keys = transform(_keyed(self.target, self.free_t(), columns))
         b_keys = transform(_keyed(self.bench, self.free_b(), columns))
         t, b = _merge_unique(t_keys, b_keys, columns)

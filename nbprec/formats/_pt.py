@@ -262,12 +262,15 @@ def _zip_entries(fd: int, file_size: int) -> tuple[bytes, Entries]:
         raise _Unsupported(str(exc)) from None
 
 
-def _entry_bytes(fd: int, path: str | Path, entry: tuple[int, int], file_size: int, head: bytes) -> bytes:
+def _entry_bytes(fd: int, entry: tuple[int, int], file_size: int, head: bytes) -> bytes:
     """A small stored entry's bytes (the pickle, the byte order)."""
     offset, size = entry
     if offset < 0:
         raise _Unsupported("compressed entry")
-    return payload_array(fd, path, np.dtype(np.uint8), offset, size, file_size, head).tobytes()
+    if offset + size > file_size:
+        raise _Unsupported(f"entry of {size} bytes at offset {offset} runs past the end of the file")
+    data = head[offset : offset + size]
+    return data if len(data) == size else _pread(fd, size, offset)
 
 
 def _read_storage(path: str | Path) -> tuple[tuple, np.ndarray] | None:
@@ -287,9 +290,9 @@ def _read_storage(path: str | Path) -> tuple[tuple, np.ndarray] | None:
             return None
         prefix = pkl[: -len(b"data.pkl")]
         order = entries.get(prefix + b"byteorder")
-        if order is not None and _entry_bytes(fd, path, order, file_size, head).strip() != b"little":
+        if order is not None and _entry_bytes(fd, order, file_size, head).strip() != b"little":
             return None
-        description = _describe(_entry_bytes(fd, path, entries[pkl], file_size, head))
+        description = _describe(_entry_bytes(fd, entries[pkl], file_size, head))
         storage = entries.get(prefix + b"data/" + description[0].encode())
         if storage is None or storage[0] < 0:
             return None
@@ -354,21 +357,29 @@ def read_pt_tensor(path: str | Path) -> np.ndarray | None:
     if found is None:
         return None
     (_key, _dtype, offset, size, stride), flat = found
-    np_dtype = flat.dtype
-    numel = math.prod(size)
+    numel, last, contiguous = _geometry(offset, size, stride)
     if numel == 0:
-        return np.zeros(size, dtype=np_dtype)
-    if offset < 0 or any(s < 0 for s in stride):
+        return np.zeros(size, dtype=flat.dtype)
+    if last < 0:
         raise DumpFormatError(path, "negative offset or stride in the tensor's description")
-    last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
     if last >= flat.size:
         raise DumpFormatError(path, f"the tensor reaches element {last} of a storage of {flat.size}")
-    if stride == _contiguous_strides(size):
+    if contiguous:
         return flat[offset : offset + numel].reshape(size)  # a view (of the mapped file when it is large)
     view = np.lib.stride_tricks.as_strided(
-        flat[offset:], shape=size, strides=[s * np_dtype.itemsize for s in stride], writeable=False
+        flat[offset:], shape=size, strides=[s * flat.dtype.itemsize for s in stride], writeable=False
     )
     return view.copy()  # C-contiguous, owns its data (0-d stays 0-d, unlike np.ascontiguousarray)
+
+
+@functools.lru_cache(maxsize=4096)  # a model's tensors come in a few geometries, like their data.pkl
+def _geometry(offset: int, size: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, int, bool]:
+    """(element count, last storage element the tensor reaches or -1 when an offset or stride is negative,
+    whether it is C-contiguous)."""
+    if offset < 0 or any(s < 0 for s in stride):
+        return math.prod(size), -1, False
+    last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+    return math.prod(size), last, stride == _contiguous_strides(size)
 
 
 def _contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:

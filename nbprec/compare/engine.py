@@ -312,8 +312,10 @@ def compare(
     # the workers (threads or processes) start measuring here; the table is built meanwhile
     results = _run_jobs(jobs, t_dump, b_dump, (t_rows, b_rows), numel, n_workers, progress or None, parallel)
 
-    try:
+    try:  # while the workers measure: everything that does not need a metric
         table = _pair_table(t_idx, b_idx, pairs)
+        table["precision"] = running_precision(table)
+        table["op_input_scale"] = _op_input_scale(table)
         values: dict[str, np.ndarray] = {c: np.full(n_rows, np.nan) for c in (*METRIC_COLUMNS, *STAT_METRIC_COLUMNS)}
         checksum_match = np.full(n_rows, None, dtype=object)
         for i, result, reason in results:
@@ -337,8 +339,6 @@ def compare(
             table[column] = arr
     table["checksum_match"] = checksum_match
     table["reason"] = reasons
-    table["precision"] = running_precision(table)
-    table["op_input_scale"] = _op_input_scale(table)
 
     unmatched_bench = b_idx.iloc[matched.unmatched_bench].reset_index(drop=True)
     meta = {

@@ -235,3 +235,25 @@ def test_rollup_from_a_table_equals_the_comparisons_own(make_mlp_dump):
 
     comp = compare(make_mlp_dump(name="t", dtype=np.float16, fault_at=3), make_mlp_dump(name="b"))
     pd.testing.assert_frame_equal(rollup_ops(comp.table, comp.status), comp.ops)
+
+
+def test_a_key_shared_by_two_tensors_on_one_side_pairs_neither():
+    """Each matching pass pairs only keys that are unique on both sides: an ambiguous key is left to the next
+    pass (here none), never paired with the first of its candidates."""
+    from nbprec.dump import make_index
+
+    def rows(names_and_calls):
+        return make_index(
+            [
+                {"name": n, "op": f"op{k}", "order": k, "api": "Functional.linear", "call": c, "direction": "forward"}
+                for k, (n, c) in enumerate(names_and_calls)
+            ]
+        )
+
+    target = rows([("t.a", 0), ("t.b", 1), ("t.c", 2)])
+    bench = rows([("b.a", 0), ("b.b1", 1), ("b.b2", 1), ("b.c", 2)])  # call 1 twice: ambiguous
+    pairs = match_tensors(target, bench, by_order=False).pairs
+    assert pairs["b"].tolist() == [0, -1, 3]
+    assert pairs["match"].tolist() == ["api_call", "unmatched", "api_call"]
+    exact = match_tensors(target.assign(name=["x", "y", "z"]), bench.assign(name=["x", "y", "y2", "z"]))
+    assert exact.pairs["match"].tolist()[0] == "exact" and exact.pairs["b"].tolist() == [0, 1, 3]

@@ -28,7 +28,8 @@
 
     Prints both throughputs and the ratio msprobe time / nbprec time on medians (target >= 40), the same
     ratio CLI against CLI, and an agreement check (compared tensor counts, cosine differences on matched
-    names). The machine is shared and noisy: every run's time is printed.
+    names). The machine is shared and noisy: every run's time is printed. nbprec's modules are byte-compiled
+    first, as a regular install compiles them and as msprobe's are (see :func:`compile_bytecode`).
 
 Usage::
 

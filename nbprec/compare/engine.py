@@ -260,7 +260,7 @@ def compare(
         measures a pair, so they run in parallel (with the numpy kernel they contend for the GIL).
         ``"processes"``: forked processes that inherit the opened dumps (Linux; elsewhere this thread).
         Processes also run the per-pair Python in parallel, so they win on many small tensors.
-        ``"auto"`` (default): processes when the pairs are worth it (about 0.2 s of work or more) and this
+        ``"auto"`` (default): processes when the pairs are worth it (about 0.05 s of work or more) and this
         process runs a single thread (forking a threaded process can copy a held lock: in a notebook, threads);
         otherwise threads with the compiled kernel (:data:`nbprec.compare.metrics.KERNEL`), else this thread.
     progress

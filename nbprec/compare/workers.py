@@ -32,6 +32,7 @@ Result = tuple[int, dict[str, Any], str]
 BATCH_ELEMENTS = 1 << 22  # a process batch ends after this many target elements ...
 BATCH_JOBS = 128  # ... or this many pairs
 POLL_SECONDS = 1.0
+PROCESS_WORK_SECONDS = 0.05  # parallel="auto" forks processes for pairs estimated to take longer
 
 
 def batches(jobs: list[Job], numel: np.ndarray) -> list[list[Job]]:
@@ -123,12 +124,15 @@ def use_processes(parallel: str, workers: int, batches: list[list[Job]], numel: 
     if parallel == "processes":
         return True
     # auto: only from a single-threaded process (forking a threaded one can copy a held lock, so notebooks
-    # get threads), and only when the pairs cost more than starting the workers. Processes also run the
-    # per-pair Python in parallel, which threads cannot: they win on many small tensors.
+    # get threads), and only when the pairs cost clearly more than starting the workers (about 10 ms).
+    # Processes also run the per-pair Python (reading the files, about 100 us a pair) in parallel, which
+    # threads cannot; and with threads a worker back from the kernel can wait for the GIL while the main
+    # thread builds the table. On a 526-pair msprobe dump (27 M elements, about 0.13 s of work) processes
+    # took 0.16 s, threads 0.19 s.
     jobs = sum(len(batch) for batch in batches)
     elements = sum(max(int(numel[job[0]]), 0) for batch in batches for job in batch)
-    per_element = 7e-9 if KERNEL == "numpy" else 4e-9
-    return threading.active_count() == 1 and jobs * 60e-6 + elements * per_element > 0.2
+    per_element = 7e-9 if KERNEL == "numpy" else 3e-9
+    return threading.active_count() == 1 and jobs * 100e-6 + elements * per_element > PROCESS_WORK_SECONDS
 
 
 def use_threads(parallel: str, workers: int, jobs: int) -> bool:

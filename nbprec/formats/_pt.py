@@ -342,7 +342,7 @@ def read_pt_tensor(path: str | Path) -> np.ndarray | None:
     """The tensor in a ``torch.save`` file as a numpy array (original dtype), or ``None`` when the file is not
     a plain one-tensor zip archive this reader understands (the caller then uses ``torch.load``).
 
-    A contiguous tensor of at least 64 KiB comes back as a read-only view of the memory-mapped file; anything
+    A contiguous tensor of at least 1 MiB comes back as a read-only view of the memory-mapped file; anything
     else as a fresh C-contiguous array.
 
     Raises :class:`~nbprec.errors.DumpFormatError` when the file is a recognised archive whose tensor does not

@@ -91,7 +91,7 @@ def _mapped(array: np.ndarray) -> bool:
 
 
 def test_large_payloads_are_memory_mapped_small_ones_read(tmp_path: Path) -> None:
-    arrays = {"big": np.arange(40_000, dtype=np.float32).reshape(200, 200), "small": np.ones(9, ml_dtypes.bfloat16)}
+    arrays = {"big": np.arange(300_000, dtype=np.float32).reshape(600, 500), "small": np.ones(9, ml_dtypes.bfloat16)}
     _write(tmp_path / "run", arrays)
     dump = nbprec.open(tmp_path / "run")
     big, small = dump.tensor("mlp.big.forward.output.0"), dump.tensor("mlp.small.forward.output.0")

@@ -77,7 +77,7 @@ def test_a_tensor_larger_than_its_storage_is_an_error(tmp_path):
 
 
 def test_a_large_tensor_is_a_read_only_view_of_the_mapped_file(tmp_path):
-    t = torch.randn(256, 300)  # 300 KiB: mapped, not read
+    t = torch.randn(1024, 300)  # 1.2 MB: mapped, not read
     torch.save(t, tmp_path / "big.pt")
     got = read_pt_tensor(tmp_path / "big.pt")
     assert not got.flags.writeable and got.base is not None

@@ -21,6 +21,15 @@ _SAVE_FORMAT = "nbprec-comparison"
 _SHAPE_COLUMNS = ("target_shape", "bench_shape")
 
 
+#: Text columns of few distinct values, kept as pandas categoricals.
+CATEGORY_COLUMNS = ("compare_mode", "precision", "match", "role")
+
+
+def as_category(column: pd.Series) -> pd.Series:
+    """A text column as a categorical ('' for missing values)."""
+    return column.fillna("").astype(str).astype("category")
+
+
 class Comparison:
     """Matched tensor pairs of a target and a benchmark dump, with every metric and a pass/fail status.
 
@@ -52,9 +61,9 @@ class Comparison:
         self.rule = get_rule(rule)
         if _op_index is None:  # a new table: normalise it once (re-judged copies share it unchanged)
             table = table.drop(columns=["status"], errors="ignore").copy()
-            for column in ("compare_mode", "precision", "match", "role"):  # few distinct values: fast to judge
-                if column in table:
-                    table[column] = table[column].fillna("").astype(str).astype("category")
+            for column in CATEGORY_COLUMNS:  # few distinct values: fast to judge
+                if column in table and not isinstance(table[column].dtype, pd.CategoricalDtype):
+                    table[column] = as_category(table[column])
             if "checksum_match" in table:  # True/False where checksums were compared, None elsewhere
                 flags = table["checksum_match"].astype(object)
                 table["checksum_match"] = flags.where(flags.notna(), None)

@@ -195,7 +195,8 @@ class Rule:
             return pd.Series([], dtype=object, index=table.index)
         known = np.zeros(n, dtype=bool)
         passed = np.ones(n, dtype=bool) if self.combine == "all" else np.zeros(n, dtype=bool)
-        for threshold, bound in self._bounds_for(table):
+        bounds = self._bounds_for(table)
+        for threshold, bound in bounds:
             if threshold.metric not in table:
                 continue
             values = table[threshold.metric].to_numpy(dtype=np.float64)
@@ -205,27 +206,20 @@ class Rule:
             passed = (passed & (ok | ~has)) if self.combine == "all" else (passed | ok)
         status = np.where(known, np.where(passed, STATUS_PASS, STATUS_FAIL), STATUS_NA).astype(object)
         if self.dtype_aware:
-            status = self._apply_statistics(table, status)
-            status = self._apply_negligible_bench(table, status)
+            tol = _red_bounds(bounds, n)
+            status = self._apply_statistics(table, status, tol)
+            status = self._apply_negligible_bench(table, status, tol)
         status = _apply_nonfinite(table, status)
         status = _apply_checksum(table, status)
         return pd.Series(status, index=table.index, dtype=object)
 
-    def _red_bounds(self, table: pd.DataFrame) -> np.ndarray:
-        """The relative-error tolerance of each row (from the rule's rel_euclidean bound)."""
-        for threshold, bound in self._bounds_for(table):
-            if threshold.metric == "rel_euclidean":
-                return bound
-        return np.full(len(table), 0.05)
-
-    def _apply_statistics(self, table: pd.DataFrame, status: np.ndarray) -> np.ndarray:
+    def _apply_statistics(self, table: pd.DataFrame, status: np.ndarray, tol: np.ndarray) -> np.ndarray:
         """Rows compared by statistics only: judged by the relative difference of their L2 norms and extremes."""
         if "norm_rel_diff" not in table or "compare_mode" not in table:
             return status
         rows = (table["compare_mode"] == "statistics").to_numpy()
         if not rows.any():
             return status
-        tol = self._red_bounds(table)
         scale = np.fmax(table["bench_max"].abs().to_numpy(np.float64), table["bench_min"].abs().to_numpy(np.float64))
         norm_ok = table["norm_rel_diff"].to_numpy(np.float64) <= tol
         with np.errstate(invalid="ignore"):
@@ -236,7 +230,7 @@ class Rule:
         judged = np.where(known, np.where(norm_ok & ext_ok, STATUS_PASS, STATUS_FAIL), STATUS_NA)
         return np.where(rows, judged, status)
 
-    def _apply_negligible_bench(self, table: pd.DataFrame, status: np.ndarray) -> np.ndarray:
+    def _apply_negligible_bench(self, table: pd.DataFrame, status: np.ndarray, tol: np.ndarray) -> np.ndarray:
         """A benchmark tensor that is ~0 next to its op's inputs is judged by absolute error.
 
         Gradients that are mathematically zero (the key bias of attention, a cancelling sum) come out as
@@ -245,7 +239,6 @@ class Rule:
         """
         if "op_input_scale" not in table or not ({"max_abs_err", "max_diff"} & set(table.columns)):
             return status
-        tol = self._red_bounds(table)
         scale = table["op_input_scale"].to_numpy(np.float64)
         bench_abs = np.fmax(
             table["bench_max"].abs().to_numpy(np.float64), table["bench_min"].abs().to_numpy(np.float64)
@@ -259,6 +252,14 @@ class Rule:
         with np.errstate(invalid="ignore"):
             negligible = (bench_abs < tol * scale) & (err <= tol * scale)
         return np.where((status == STATUS_FAIL) & negligible, STATUS_PASS, status)
+
+
+def _red_bounds(bounds: list[tuple[Threshold, np.ndarray]], n: int) -> np.ndarray:
+    """The relative-error tolerance of each row: the rule's rel_euclidean bound (0.05 if it has none)."""
+    for threshold, bound in bounds:
+        if threshold.metric == "rel_euclidean":
+            return bound
+    return np.full(n, 0.05)
 
 
 def _apply_nonfinite(table: pd.DataFrame, status: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from nbprec._progress import ProgressCallback
-from nbprec.compare.comparison import Comparison, as_category
+from nbprec.compare.comparison import CATEGORY_COLUMNS, Comparison, as_category
 from nbprec.compare.matching import FusionMatcher, match_tensors, read_mapping
 from nbprec.compare.metrics import (
     METRIC_COLUMNS,
@@ -316,8 +316,9 @@ def compare(
         table = _pair_table(t_idx, b_idx, pairs)
         table["precision"] = running_precision(table)
         table["op_input_scale"] = _op_input_scale(table)
-        for column in ("precision", "match", "role"):
-            table[column] = as_category(table[column])
+        for column in CATEGORY_COLUMNS:
+            if column in table:  # compare_mode is set after the measurements
+                table[column] = as_category(table[column])
         values: dict[str, np.ndarray] = {c: np.full(n_rows, np.nan) for c in (*METRIC_COLUMNS, *STAT_METRIC_COLUMNS)}
         checksum_match = np.full(n_rows, None, dtype=object)
         for i, result, reason in results:

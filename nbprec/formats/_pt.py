@@ -159,6 +159,7 @@ _LOCAL = struct.Struct("<4s5H3L2H")  # one local file header (30 bytes)
 _TAIL = 8192  # bytes read from the end of the file: the directory of a one-tensor archive fits easily
 
 
+_MAX_DIRECTORY = 64 << 20  # bytes of central directory read at most (a hostile size is refused)
 _HEAD = 4096  # bytes read from the start: the small entries and the local headers sit there
 Entries = dict[bytes, tuple[int, int]]  # name -> (where its bytes start, or -1 when compressed; its size)
 
@@ -212,6 +213,8 @@ def _zip_entries_py(fd: int, file_size: int) -> tuple[bytes, Entries]:
         n_entries, cd_size, cd_offset = _EOCD64.unpack_from(record)[7:10]
     if cd_offset + cd_size > file_size or n_entries > 4096:
         raise _Unsupported("central directory outside the file")
+    if cd_size > _MAX_DIRECTORY:
+        raise _Unsupported("central directory of more than 64 MiB")
     start = file_size - tail_len
     directory = tail[cd_offset - start : cd_offset - start + cd_size] if cd_offset >= start else b""
     if len(directory) != cd_size:

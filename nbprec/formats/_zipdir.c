@@ -26,7 +26,8 @@
 
 #define TAIL 8192        /* bytes read from the end: the directory of a one-tensor archive fits easily */
 #define HEAD 4096        /* bytes read from the start: the small entries and the local headers sit there */
-#define MAX_ENTRIES 4096 /* more than any torch.save archive has */
+#define MAX_ENTRIES 4096             /* more than any torch.save archive has */
+#define MAX_DIRECTORY (64ULL << 20) /* bytes of central directory read at most (a hostile size is refused) */
 #define EOCD_SIZE 22
 #define EOCD64_LOCATOR_SIZE 20
 #define EOCD64_SIZE 56
@@ -149,6 +150,7 @@ static PyObject *py_entries(PyObject *self, PyObject *args)
     }
     if (cd_offset > file_size || cd_size > file_size - cd_offset || n_entries > MAX_ENTRIES)
         return unsupported("central directory outside the file");
+    if (cd_size > MAX_DIRECTORY) return unsupported("central directory of more than 64 MiB");
 
     start = file_size - tail_len;
     if (cd_offset >= start && cd_offset - start + cd_size <= tail_len) {

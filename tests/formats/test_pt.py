@@ -255,3 +255,28 @@ def test_the_c_and_python_directory_readers_agree_on_good_and_damaged_archives(t
         except DumpFormatError as exc:
             assert path.name in str(exc)
     assert outcomes["refused"] > 50 and outcomes["read"] > 50, outcomes  # both kinds were exercised
+
+
+def test_a_hostile_directory_size_is_refused_without_reading_it(tmp_path):
+    """A (sparse) 80 MB file whose end record claims a central directory of nearly all of it: both readers
+    refuse it from the end record, before reading or allocating the claimed size."""
+    import struct
+
+    from nbprec.formats import _pt
+
+    path = tmp_path / "hostile.pt"
+    size = 80 << 20
+    with path.open("wb") as f:
+        f.truncate(size - 22)
+        f.seek(size - 22)
+        f.write(struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, size - 22, 0, 0))
+    import os
+
+    readers = [_pt._zip_entries_py] + ([_pt._zip_entries_c] if _pt._zip_entries_c is not None else [])
+    for reader in readers:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            with pytest.raises((_pt._Unsupported, ValueError), match="central directory of more than 64 MiB"):
+                reader(fd, size)
+        finally:
+            os.close(fd)

@@ -6,7 +6,8 @@ only runs them. Which way is chosen (``compare(parallel=...)``):
 - threads (:class:`ThreadResults`): the compiled kernel releases the GIL while it measures, so threads
   overlap; each thread takes the next job when it finishes one;
 - forked processes (:func:`run_processes`): they also run the per-pair Python in parallel, which wins on
-  many small tensors; they inherit the opened dumps, and only jobs and results cross the process boundary;
+  many small tensors; they inherit the opened dumps and the batches, and only batch numbers and results
+  cross the process boundary, through one pair of pipes per worker (no helper threads, no locks);
 - this thread, when the work is too small to pay for either.
 
 Memory stays bounded by a few tensors per worker whichever is used.
@@ -14,9 +15,15 @@ Memory stays bounded by a few tensors per worker whichever is used.
 
 from __future__ import annotations
 
-import multiprocessing
+import collections
+import contextlib
+import itertools
 import os
+import pickle
 import queue
+import select
+import signal
+import struct
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -32,6 +39,7 @@ Result = tuple[int, dict[str, Any], str]
 BATCH_ELEMENTS = 1 << 22  # a process batch ends after this many target elements ...
 BATCH_JOBS = 128  # ... or this many pairs
 POLL_SECONDS = 1.0
+_NUMBER = struct.Struct("<I")  # a batch number, or the length of a batch's pickled results
 PROCESS_WORK_SECONDS = 0.05  # parallel="auto" forks processes for pairs estimated to take longer
 
 
@@ -48,11 +56,90 @@ def batches(jobs: list[Job], numel: np.ndarray) -> list[list[Job]]:
     return runs if runs[0] else []
 
 
-def _process_worker(measure_batch: Callable[[list[Job]], list[Result]], inbox: Any, outbox: Any) -> None:
-    """Body of a forked worker: measure batches ``(id, jobs)`` from ``inbox`` until ``None``."""
-    while (item := inbox.get()) is not None:
-        number, batch = item
-        outbox.put((number, measure_batch(batch)))
+def _read_exact(fd: int, n: int) -> bytes | None:
+    """``n`` bytes from a pipe, or ``None`` at its end (the writer closed it or died)."""
+    parts, got = [], 0
+    while got < n:
+        chunk = os.read(fd, n - got)
+        if not chunk:
+            return None
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _process_worker(measure_batch: Callable[[list[Job]], list[Result]], batches: list, jobs: int, results: int) -> None:
+    """Body of a forked worker: measure the batches whose numbers arrive on the pipe ``jobs`` (4 bytes each)
+    until it ends, and send each one's results on the pipe ``results`` (length-prefixed pickles)."""
+    while (number := _read_exact(jobs, 4)) is not None:
+        data = pickle.dumps(measure_batch(batches[_NUMBER.unpack(number)[0]]), protocol=pickle.HIGHEST_PROTOCOL)
+        _write_all(results, _NUMBER.pack(len(data)) + data)
+
+
+class _Worker:
+    """A forked worker as the parent sees it: its pid, its two pipes, the batch numbers it holds."""
+
+    def __init__(self, pid: int, jobs: int, results: int) -> None:
+        self.pid, self.jobs, self.results = pid, jobs, results
+        self.held: collections.deque[int] = collections.deque()
+
+    def send(self, number: int) -> bool:
+        """Hand it batch ``number``; ``False`` when it is gone."""
+        try:
+            _write_all(self.jobs, _NUMBER.pack(number))
+        except BrokenPipeError:
+            return False
+        self.held.append(number)
+        return True
+
+    def receive(self) -> list[Result] | None:
+        """The results of its oldest batch, or ``None`` when it is gone (its pipe ended)."""
+        size = _read_exact(self.results, 4)
+        data = _read_exact(self.results, _NUMBER.unpack(size)[0]) if size is not None else None
+        if data is None:
+            return None
+        self.held.popleft()
+        return pickle.loads(data)  # written by the worker this process forked, never a user's file
+
+    def close(self, kill: bool) -> None:
+        """Close its pipes (it ends when it sees the end of its jobs), or kill it mid-batch."""
+        for fd in (self.jobs, self.results):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if kill:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self) -> None:
+        with contextlib.suppress(OSError):
+            os.waitpid(self.pid, 0)
+
+
+def _fork_worker(measure_batch: Callable[[list[Job]], list[Result]], batches: list, others: list[_Worker]) -> _Worker:
+    jobs_r, jobs_w = os.pipe()
+    results_r, results_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the worker: never returns
+        code = 1
+        try:
+            os.close(jobs_w)
+            os.close(results_r)
+            for other in others:  # the other workers' pipes: their ends must close when the parent closes them
+                os.close(other.jobs)
+                os.close(other.results)
+            _process_worker(measure_batch, batches, jobs_r, results_w)
+            code = 0
+        finally:
+            os._exit(code)  # no atexit handlers, no flushing of buffers inherited from the parent
+    os.close(jobs_r)
+    os.close(results_w)
+    return _Worker(pid, jobs_w, results_r)
 
 
 def run_processes(
@@ -61,65 +148,56 @@ def run_processes(
     """Measure batches with ``measure_batch`` in ``workers`` forked processes; yields each batch's results as
     it arrives.
 
-    The processes inherit ``measure_batch`` and what it holds, the opened dumps (fork: nothing is pickled but
-    the jobs, as index positions, and the metric values). At most two batches per worker are queued, so
-    memory stays bounded by a few tensors per worker. A batch lost with a worker that died (killed, out of
-    memory) is measured here instead. The first item yielded is an empty list, once the workers have
-    started (``next()`` starts them early).
+    The processes inherit ``measure_batch`` and what it holds (the opened dumps) and the batches themselves:
+    only batch numbers go to them and metric values come back, through pipes. Each worker holds at most two
+    batches at a time, so memory stays bounded by a few tensors per worker, and gets the next one as it
+    returns one. A batch held by a worker that died (killed, out of memory, a bug) is measured here instead,
+    where an error shows. The first item yielded is an empty list, once the workers have started (``next()``
+    starts them early).
     """
-    ctx = multiprocessing.get_context("fork")
-    inbox, outbox = ctx.Queue(), ctx.Queue()
-    procs = [
-        ctx.Process(target=_process_worker, args=(measure_batch, inbox, outbox), daemon=True) for _ in range(workers)
-    ]
-    for proc in procs:
-        proc.start()
-    pending: set[int] = set()
-    sent = 0
+    started: list[_Worker] = []
+    finished = False
     try:
-        while sent < len(batches) and len(pending) < 2 * workers:
-            inbox.put((sent, batches[sent]))
-            pending.add(sent)
-            sent += 1
+        for _ in range(workers):
+            started.append(_fork_worker(measure_batch, batches, started))
+        queued = iter(range(len(batches)))
+        here: list[int] = []  # batches a worker could not take (it was gone): measured here
+        for worker in started:
+            here += [number for number in itertools.islice(queued, 2) if not worker.send(number)]
         yield []
-        while sent < len(batches) or pending:
-            while sent < len(batches) and len(pending) < 2 * workers:
-                inbox.put((sent, batches[sent]))
-                pending.add(sent)
-                sent += 1
-            try:
-                number, results = outbox.get(timeout=POLL_SECONDS)
-            except queue.Empty:
-                if all(proc.is_alive() for proc in procs):
+        alive = {worker.results: worker for worker in started}
+        while alive:
+            ready, _, _ = select.select(list(alive), [], [], POLL_SECONDS)
+            for fd in ready:
+                worker = alive[fd]
+                results = worker.receive()
+                if results is None:  # gone: what it held is measured here
+                    del alive[fd]
+                    here += worker.held
                     continue
-                for proc in procs:  # a worker is gone (killed, out of memory): finish here, without them
-                    proc.terminate()
-                for number in sorted(pending):
-                    yield measure_batch(batches[number])
-                pending.clear()
-                for number in range(sent, len(batches)):
-                    yield measure_batch(batches[number])
-                sent = len(batches)
-                continue
-            pending.discard(number)
-            yield results
+                yield results
+                number = next(queued, None)
+                if number is not None and not worker.send(number):
+                    here.append(number)
+                if not worker.held:
+                    del alive[fd]
+            while here:
+                yield measure_batch(batches[here.pop()])
+        for number in queued:  # every worker is gone
+            yield measure_batch(batches[number])
+        finished = True
     finally:
-        for _ in procs:
-            inbox.put(None)
-        for proc in procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join()
-        inbox.close()
-        outbox.close()
+        for worker in started:
+            worker.close(kill=not finished)
+        for worker in started:
+            worker.wait()
 
 
 def use_processes(parallel: str, workers: int, batches: list[list[Job]], numel: np.ndarray) -> bool:
     """Whether forked processes are used: asked for, or ``auto`` with work large enough to pay for them."""
     if parallel == "threads" or workers <= 1 or len(batches) < 2:
         return False
-    if "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "darwin":
+    if not hasattr(os, "fork") or sys.platform == "darwin":  # macOS: fork is unsafe with its system libraries
         return False
     if parallel == "processes":
         return True

@@ -167,6 +167,43 @@ def test_a_dead_worker_loses_no_row(make_mlp_dump, small_batches, monkeypatch):
     )
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forked workers need fork()")
+def test_a_worker_killed_after_one_batch_loses_no_row(make_mlp_dump, small_batches, monkeypatch):
+    """A worker that dies mid-run (after returning one batch, holding another): what it held is measured by
+    the parent, and the table is the one a single thread makes."""
+    import pickle
+
+    def one_then_die(measure_batch, batches, jobs, results):
+        number = small_batches._NUMBER.unpack(small_batches._read_exact(jobs, 4))[0]
+        data = pickle.dumps(measure_batch(batches[number]))
+        small_batches._write_all(results, small_batches._NUMBER.pack(len(data)) + data)
+        os._exit(9)
+
+    monkeypatch.setattr(small_batches, "_process_worker", one_then_die)
+    target, bench = make_mlp_dump(name="t", dtype=np.float16), make_mlp_dump(name="b")
+    pd.testing.assert_frame_equal(
+        _table(compare(target, bench, workers=2, parallel="processes")), _table(compare(target, bench, workers=1))
+    )
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forked workers need fork()")
+def test_an_error_in_the_parent_stops_and_reaps_every_worker(make_mlp_dump, small_batches, monkeypatch):
+    target, bench = make_mlp_dump(name="t", dtype=np.float16), make_mlp_dump(name="b")
+    forked = []
+    fork_worker = small_batches._fork_worker
+    monkeypatch.setattr(small_batches, "_fork_worker", lambda *a: forked.append(fork_worker(*a)) or forked[-1])
+
+    def interrupt(done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        compare(target, bench, workers=2, parallel="processes", progress=interrupt)
+    assert len(forked) == 2
+    for worker in forked:
+        with pytest.raises(ChildProcessError):  # killed and reaped: no such child any more
+            os.waitpid(worker.pid, os.WNOHANG)
+
+
 def test_a_bug_in_a_worker_thread_surfaces_and_stops_the_workers(make_mlp_dump, monkeypatch):
     import importlib
     import threading

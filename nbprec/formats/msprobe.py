@@ -135,6 +135,8 @@ _canonical = functools.lru_cache(maxsize=256)(canonical_dtype)  # one dump names
 
 
 def _to_float(value: Any) -> float:
+    if type(value) is float:  # the usual case, first (a dump has 4 statistics per tensor)
+        return value
     if value is None or isinstance(value, (list, dict)):
         return float("nan")
     try:
@@ -144,9 +146,12 @@ def _to_float(value: Any) -> float:
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:
-    if isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value):
-        return tuple(value)
-    return None
+    if not isinstance(value, list):
+        return None
+    for d in value:
+        if type(d) is not int or d < 0:  # type(), not isinstance(): bool is not a size
+            return None
+    return tuple(value)
 
 
 def _module_path(node: Any) -> str:
@@ -167,6 +172,7 @@ class DumpSourceReader:
         self.hierarchy: dict[str, str | None] = {}
         self.tensor_dir = self.folder / "dump_tensor_data"
         self.listing: set[str] | None = None  # file names in tensor_dir; None when it cannot be listed
+        self._dir_prefix = os.path.join(self.tensor_dir, "")  # + a payload's file name = its path
 
     def _problem(self, problem: str, record: str = "", file: Path | None = None) -> None:
         self.problems.append(Problem(str(file or self.source.dump_json), problem, record))
@@ -176,6 +182,7 @@ class DumpSourceReader:
         for folder in [self.tensor_dir] + ([Path(recorded)] if isinstance(recorded, str) and recorded else []):
             with contextlib.suppress(OSError):
                 self.tensor_dir, self.listing = folder, set(os.listdir(folder))
+                self._dir_prefix = os.path.join(folder, "")
                 return
 
     def _construct(self) -> None:
@@ -281,10 +288,11 @@ class DumpSourceReader:
         has_data = False
         file = ""
         if data_name:
-            if len(data_name.encode("utf-8")) > _MAX_FILE_NAME or "/" in data_name or data_name in (".", ".."):
+            too_long = len(data_name) * 4 > _MAX_FILE_NAME and len(data_name.encode("utf-8")) > _MAX_FILE_NAME
+            if too_long or "/" in data_name or data_name in (".", ".."):
                 self._problem(f"data_name is not a valid file name (over {_MAX_FILE_NAME} bytes or a path)", name)
             else:
-                file = os.path.join(self.tensor_dir, data_name)  # str: a Path per tensor is slow
+                file = self._dir_prefix + data_name  # str: a Path per tensor is slow
                 has_data = self.listing is not None and data_name in self.listing
                 if self.listing is not None and not has_data:
                     self._problem(f"payload file missing: {data_name}", name, self.tensor_dir)

@@ -37,17 +37,18 @@ from nbprec.compare.metrics import KERNEL
 Job = tuple[int, str, Any, Any]  # (table row, mode, target row, bench row); rows as mappings or index positions
 Result = tuple[int, dict[str, Any], str]
 BATCH_ELEMENTS = 1 << 22  # a process batch ends after this many target elements ...
-BATCH_JOBS = 128  # ... or this many pairs
+BATCH_JOBS = 32  # ... or this many pairs
 POLL_SECONDS = 1.0
 _NUMBER = struct.Struct("<I")  # a batch number, or the length of a batch's pickled results
 PROCESS_WORK_SECONDS = 0.05  # parallel="auto" forks processes for pairs estimated to take longer
 
 
 def batches(jobs: list[Job], numel: np.ndarray) -> list[list[Job]]:
-    """Consecutive runs of jobs of about 4 M elements (or 128 pairs) each."""
+    """Batches of about 4 M elements (or 32 pairs) each, largest pairs first: the last batches handed out are
+    the small ones, so the workers finish together."""
     runs: list[list[Job]] = [[]]
     size = 0
-    for job in jobs:
+    for job in sorted(jobs, key=lambda job: -max(int(numel[job[0]]), 0)):
         if runs[-1] and (size >= BATCH_ELEMENTS or len(runs[-1]) >= BATCH_JOBS):
             runs.append([])
             size = 0

@@ -34,7 +34,7 @@
 Usage::
 
     .venv/bin/python bench/compare.py [--size-gb 2] [--tensors 10000] [--skip-msprobe] [--skip-synthetic]
-        [--msprobe-hidden 1024[,512,...]] [--runs 5] [--msprobe-runs 2]
+        [--msprobe-hidden 512,1024] [--runs 5] [--msprobe-runs 2]
 """
 
 from __future__ import annotations
@@ -518,7 +518,7 @@ def main() -> None:
     parser.add_argument("--tensors", type=int, default=10000, help="synthetic tensor pairs (at least)")
     parser.add_argument("--workers", type=int, default=None, help="nbprec.compare workers (default: its own)")
     parser.add_argument("--msprobe-layers", type=int, default=8, help="blocks of the msprobe model")
-    parser.add_argument("--msprobe-hidden", default="1024", help="hidden size(s) of the msprobe model, e.g. 512,1024")
+    parser.add_argument("--msprobe-hidden", default="512,1024", help="hidden sizes of the msprobe model, e.g. 1024")
     parser.add_argument("--runs", type=int, default=5, help="nbprec runs per msprobe pair (medians are compared)")
     parser.add_argument("--msprobe-runs", type=int, default=2, help="msprobe compare runs per pair")
     parser.add_argument("--skip-msprobe", action="store_true", help="skip part (b)")

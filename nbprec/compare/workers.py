@@ -153,14 +153,17 @@ def run_processes(
     only batch numbers go to them and metric values come back, through pipes. Each worker holds at most two
     batches at a time, so memory stays bounded by a few tensors per worker, and gets the next one as it
     returns one. A batch held by a worker that died (killed, out of memory, a bug) is measured here instead,
-    where an error shows. The first item yielded is an empty list, once the workers have started (``next()``
-    starts them early).
+    where an error shows; so is every batch when no worker could be forked. The first item yielded is an
+    empty list, once the workers have started (``next()`` starts them early).
     """
     started: list[_Worker] = []
     finished = False
     try:
         for _ in range(workers):
-            started.append(_fork_worker(measure_batch, batches, started))
+            try:
+                started.append(_fork_worker(measure_batch, batches, started))
+            except OSError:  # no more processes or memory for one: fewer workers, or none (this process)
+                break
         queued = iter(range(len(batches)))
         here: list[int] = []  # batches a worker could not take (it was gone): measured here
         for worker in started:

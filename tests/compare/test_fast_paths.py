@@ -204,6 +204,18 @@ def test_an_error_in_the_parent_stops_and_reaps_every_worker(make_mlp_dump, smal
             os.waitpid(worker.pid, os.WNOHANG)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forked workers need fork()")
+def test_when_no_worker_can_be_forked_this_process_measures_everything(make_mlp_dump, small_batches, monkeypatch):
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(small_batches.os, "fork", no_fork)
+    target, bench = make_mlp_dump(name="t", dtype=np.float16), make_mlp_dump(name="b")
+    pd.testing.assert_frame_equal(
+        _table(compare(target, bench, workers=2, parallel="processes")), _table(compare(target, bench, workers=1))
+    )
+
+
 def test_a_bug_in_a_worker_thread_surfaces_and_stops_the_workers(make_mlp_dump, monkeypatch):
     import importlib
     import threading

@@ -83,6 +83,15 @@ def nan_max(a: float, b: float) -> float:
     return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
 
 
+#: Field order of ``_fused.pair_sums``'s result tuple; each is also a :class:`Sums` attribute.
+FUSED_SUMS = (
+    "n", "sx", "sy", "sxx", "syy", "sxy", "sdd", "sad", "mad", "acc_rel", "max_rel",
+    "pass1", "pass5", "kl_sx", "kl_sy", "kl_t", "cx", "cxx", "cy", "cyy", "min_x", "max_x", "min_y", "max_y",
+)  # fmt: skip
+#: The fields a pair_sums call adds to the running totals (the others are maxima and minima).
+_ADDED = tuple(f for f in FUSED_SUMS if f not in ("mad", "max_rel", "min_x", "max_x", "min_y", "max_y"))
+
+
 class Sums:
     """Running sums of one comparison (a plain accumulator, local to one call).
 
@@ -105,29 +114,13 @@ class Sums:
 
     def add_fused(self, sums: tuple) -> None:
         """Add what one ``_fused.pair_sums`` call returned (fields in :data:`FUSED_SUMS` order)."""
-        (n, sx, sy, sxx, syy, sxy, sdd, sad, mad, rel, mrel, p1, p5, ksx, ksy, kt, cx, cxx, cy, cyy, *ext) = sums
-        self.n += n
-        self.sx += sx
-        self.sy += sy
-        self.sxx += sxx
-        self.syy += syy
-        self.sxy += sxy
-        self.sdd += sdd
-        self.sad += sad
-        self.mad = nan_max(self.mad, mad)
-        self.acc_rel += rel
-        self.max_rel = nan_max(self.max_rel, mrel)
-        self.pass1 += p1
-        self.pass5 += p5
-        self.kl_sx += ksx
-        self.kl_sy += ksy
-        self.kl_t += kt
-        self.cx += cx
-        self.cxx += cxx
-        self.cy += cy
-        self.cyy += cyy
-        self.min_x, self.max_x = min(self.min_x, ext[0]), max(self.max_x, ext[1])
-        self.min_y, self.max_y = min(self.min_y, ext[2]), max(self.max_y, ext[3])
+        found = dict(zip(FUSED_SUMS, sums, strict=True))
+        for name in _ADDED:
+            setattr(self, name, getattr(self, name) + found[name])
+        self.mad = nan_max(self.mad, found["mad"])
+        self.max_rel = nan_max(self.max_rel, found["max_rel"])
+        self.min_x, self.max_x = min(self.min_x, found["min_x"]), max(self.max_x, found["max_x"])
+        self.min_y, self.max_y = min(self.min_y, found["min_y"]), max(self.max_y, found["max_y"])
 
     def extremes(self) -> tuple[float, float, float, float]:
         """(min_x, max_x, min_y, max_y) as numpy's min/max give them: NaN on a side that holds a NaN (its sum
@@ -140,12 +133,6 @@ class Sums:
             math.nan if nan_y else self.max_y,
         )
 
-
-#: Field order of ``_fused.pair_sums``'s result tuple.
-FUSED_SUMS = (
-    "n", "sx", "sy", "sxx", "syy", "sxy", "sdd", "sad", "mad", "acc_rel", "max_rel",
-    "pass1", "pass5", "kl_sx", "kl_sy", "kl_t", "cx", "cxx", "cy", "cyy", "min_x", "max_x", "min_y", "max_y",
-)  # fmt: skip
 
 #: dtypes the compiled kernel reads directly (native byte order) -> its element type codes.
 FUSED_TYPES = {
@@ -259,8 +246,8 @@ def _pair_params(extremes: tuple[float, float, float, float], eps_b: float) -> t
     shift_x, shift_y = 0.5 * lo_x + 0.5 * hi_x, 0.5 * lo_y + 0.5 * hi_y  # near the means: centred sums
     # every max(v - off, floor) is a positive normal double when the data and the spans are finite and the
     # floors normal: the kernel then skips its per-element checks (spans below 2^1020 also keep the sum of two
-    # such terms, which its KL series divides by, finite)
-    kl_normal = max(span_x, span_y) < _SPAN_LIMIT and min(floor_x, floor_y) >= _DBL_MIN
+    # such terms, which its KL series divides by, finite). A NaN span (a side holding NaN) fails the test.
+    kl_normal = all(0.0 <= span < _SPAN_LIMIT for span in (span_x, span_y)) and min(floor_x, floor_y) >= _DBL_MIN
     return (
         off_x,
         floor_x,

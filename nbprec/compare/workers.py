@@ -38,7 +38,6 @@ Job = tuple[int, str, Any, Any]  # (table row, mode, target row, bench row); row
 Result = tuple[int, dict[str, Any], str]
 BATCH_ELEMENTS = 1 << 22  # a process batch ends after this many target elements ...
 BATCH_JOBS = 32  # ... or this many pairs
-POLL_SECONDS = 1.0
 _NUMBER = struct.Struct("<I")  # a batch number, or the length of a batch's pickled results
 PROCESS_WORK_SECONDS = 0.05  # parallel="auto" forks processes for pairs estimated to take longer
 
@@ -150,9 +149,9 @@ def run_processes(
     it arrives.
 
     The processes inherit ``measure_batch`` and what it holds (the opened dumps) and the batches themselves:
-    only batch numbers go to them and metric values come back, through pipes. Each worker holds at most two
-    batches at a time, so memory stays bounded by a few tensors per worker, and gets the next one as it
-    returns one. A batch held by a worker that died (killed, out of memory, a bug) is measured here instead,
+    only batch numbers go to them and metric values come back, through pipes. A worker measures one batch at
+    a time (memory stays bounded by a few tensors per worker) with one more queued, and gets the next one as
+    it returns one. A batch held by a worker that died (killed, out of memory, a bug) is measured here instead,
     where an error shows; so is every batch when no worker could be forked. The first item yielded is an
     empty list, once the workers have started (``next()`` starts them early).
     """
@@ -171,7 +170,7 @@ def run_processes(
         yield []
         alive = {worker.results: worker for worker in started}
         while alive:
-            ready, _, _ = select.select(list(alive), [], [], POLL_SECONDS)
+            ready, _, _ = select.select(list(alive), [], [])  # a worker that dies ends its pipe
             for fd in ready:
                 worker = alive[fd]
                 results = worker.receive()

@@ -118,17 +118,14 @@ static PyObject *py_entries(PyObject *self, PyObject *args)
     uint64_t file_size, tail_len, head_len, start, n_entries, cd_size, cd_offset, k, pos;
     Py_ssize_t end;
     PyObject *entries = NULL, *result = NULL;
-    int ok;
     (void)self;
     if (!PyArg_ParseTuple(args, "iL:entries", &fd, &file_size_arg)) return NULL;
     if (file_size_arg < 0) return unsupported("negative file size");
     file_size = (uint64_t)file_size_arg;
     tail_len = file_size < TAIL ? file_size : TAIL;
     head_len = file_size < HEAD ? file_size : HEAD;
-    Py_BEGIN_ALLOW_THREADS
-    ok = read_at(fd, tail, (size_t)tail_len, file_size - tail_len) == 0;
-    Py_END_ALLOW_THREADS
-    if (!ok) return read_failed((size_t)tail_len, file_size - tail_len);
+    if (read_at(fd, tail, (size_t)tail_len, file_size - tail_len) != 0)
+        return read_failed((size_t)tail_len, file_size - tail_len);
 
     end = find_eocd(tail, (size_t)tail_len);
     if (end < 0) return unsupported("no end-of-central-directory record in the last 8 KiB");
@@ -164,10 +161,7 @@ static PyObject *py_entries(PyObject *self, PyObject *args)
         }
         directory = dir_buf;
     }
-    Py_BEGIN_ALLOW_THREADS
-    ok = read_at(fd, head, (size_t)head_len, 0) == 0;
-    Py_END_ALLOW_THREADS
-    if (!ok) {
+    if (read_at(fd, head, (size_t)head_len, 0) != 0) {
         read_failed((size_t)head_len, 0);
         goto done;
     }

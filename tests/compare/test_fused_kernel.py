@@ -225,6 +225,17 @@ def test_kl_matches_its_definition_computed_exactly(kind):
     assert abs(tensor_metrics(x, y, kernel="numpy")["kl_divergence"] - want) <= 1e-13 * scale + eps
 
 
+def test_only_sides_of_numbers_take_the_unchecked_kl_loops():
+    """``kl_normal`` promises the kernel that every KL term is a positive normal double: a side holding NaN
+    or inf (its span NaN or inf) or a span near the top of the double range must not make that promise."""
+    from nbprec.compare._kernels import _pair_params
+
+    assert _pair_params((0.0, 1.0, -2.0, 3.0), 1e-7)[-1]
+    for extremes in [(0.0, 1.0, math.nan, math.nan), (math.nan, math.nan, 0.0, 1.0), (0.0, math.inf, 0.0, 1.0),
+                     (-1e308, 1e308, 0.0, 1.0)]:  # fmt: skip
+        assert not _pair_params(extremes, 1e-7)[-1], extremes
+
+
 @needs_fused
 def test_bad_buffers_are_errors_not_crashes():
     x = np.ones(10, np.float32)

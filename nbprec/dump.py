@@ -88,9 +88,11 @@ def make_index(records: Iterable[Mapping[str, Any]] | pd.DataFrame, run: str = "
     if isinstance(records, pd.DataFrame):
         return _fix_frame(records.reindex(columns=list(INDEX_COLUMNS)), run)
     rows = list(records)
+    by_column = _transpose(rows)
     columns: dict[str, Any] = {}
     for column in INDEX_COLUMNS:
-        values = [row.get(column) for row in rows]
+        # the rows' keys known (by_column): a column they lack is all missing
+        values = by_column.get(column, [None] * len(rows)) if by_column else [row.get(column) for row in rows]
         default = _DEFAULTS.get(column)
         if column == "name":  # as pandas infers it (its string dtype for text)
             columns[column] = pd.Series(values, dtype=None if values else object)
@@ -109,6 +111,18 @@ def make_index(records: Iterable[Mapping[str, Any]] | pd.DataFrame, run: str = "
             columns[column] = _object_array([default if v is None or v != v else v for v in values])
     frame = pd.DataFrame(columns, index=pd.RangeIndex(len(rows)), copy=False)
     return _finish_index(frame)
+
+
+def _transpose(rows: list[Mapping[str, Any]]) -> dict[str, list]:
+    """Column -> values of rows that all hold the same keys in the same order (a reader's records usually
+    come from one dict literal), transposed in one pass; ``{}`` when they do not (the caller then takes each
+    column row by row)."""
+    if not rows or not all(type(row) is dict for row in rows):
+        return {}
+    keys = tuple(rows[0])
+    if any(tuple(row) != keys for row in rows):
+        return {}
+    return dict(zip(keys, map(list, zip(*map(dict.values, rows), strict=True)), strict=True))
 
 
 def _object_array(values: list) -> pd.Series:

@@ -171,6 +171,21 @@ def test_make_index_empty_is_well_typed():
     assert isinstance(frame, pd.DataFrame)
 
 
+def test_make_index_reads_records_whatever_their_keys():
+    """Records sharing one key order are transposed in one pass; others column by column: the same index."""
+    same = [
+        {"name": "a", "step": 0, "dtype": "torch.float32", "shape": [2, 3], "max": 1.5, "has_data": True},
+        {"name": "b", "step": 1, "dtype": "bf16", "shape": [4], "max": None, "has_data": False},
+    ]
+    mixed = [same[0], {key: same[1][key] for key in reversed(same[1])}]
+    partial = [same[0], {"name": "b", "step": 1, "dtype": "bf16", "shape": [4], "has_data": False}]
+    frame = make_index(same, run="r")
+    pd.testing.assert_frame_equal(frame, make_index(mixed, run="r"))
+    pd.testing.assert_frame_equal(frame, make_index(partial, run="r"))
+    assert list(frame["dtype"]) == ["float32", "bfloat16"] and list(frame["numel"]) == [6, 4]
+    assert frame["max"].iloc[0] == 1.5 and np.isnan(frame["max"].iloc[1]) and list(frame["order"]) == [-1, -1]
+
+
 def test_a_name_in_several_steps_is_ambiguous(tmp_path):
     records = [{"name": "t", "step": s, "op": "op", "order": 0, "has_data": True} for s in range(2)]
     dump = Dump(make_index(records), path=tmp_path, format="x", loader=lambda row: np.full(1, row["step"]))

@@ -60,7 +60,7 @@ class Comparison:
     ) -> None:
         self.rule = get_rule(rule)
         if _op_index is None:  # a new table: normalise it once (re-judged copies share it unchanged)
-            table = table.drop(columns=["status"], errors="ignore").copy()
+            table = (table.drop(columns=["status"]) if "status" in table else table).copy()  # drop() reindexes
             for column in CATEGORY_COLUMNS:  # few distinct values: fast to judge
                 if column in table and not isinstance(table[column].dtype, pd.CategoricalDtype):
                     table[column] = as_category(table[column])

@@ -95,10 +95,13 @@ def running_precision(table: pd.DataFrame) -> list[str]:
     A float32 tensor computed from bfloat16 results carries bfloat16 rounding error; judging it by float32
     tolerances would flag inherited noise. Rows must be in execution order within each step and rank.
     """
-    t_rank = np.array([precision_rank(d) for d in table["target_dtype"]])
-    b_rank = np.array([precision_rank(d) for d in table["bench_dtype"]])
-    groups = table["step"].astype(str) + "/" + table["rank"].astype(str)
-    running = pd.Series(t_rank, index=table.index).groupby(groups.to_numpy()).cummin().to_numpy()
+    t_rank = np.array([precision_rank(d) for d in table["target_dtype"]], dtype=np.int64)
+    b_rank = np.array([precision_rank(d) for d in table["bench_dtype"]], dtype=np.int64)
+    step, rank = table["step"].to_numpy(), table["rank"].to_numpy()
+    if not len(step) or ((step == step[0]).all() and (rank == rank[0]).all()):  # one step and rank: one run
+        running = np.minimum.accumulate(t_rank)
+    else:
+        running = pd.Series(t_rank).groupby([step, rank]).cummin().to_numpy()
     lowest = np.minimum(running, b_rank)
     names = [*_PRECISION_RANK, ""]
     # a non-float tensor (ids, masks) keeps its own '' so that it is judged by the plain thresholds
@@ -178,7 +181,11 @@ class Rule:
                     )
                 )
                 bounds = {d: tol[col] for d, tol in DTYPE_TOLERANCE.items()}
-                values = low.map(bounds).fillna(t.value).to_numpy(np.float64)
+                if isinstance(low.dtype, pd.CategoricalDtype):  # a bound per category, then per row by code
+                    per_code = np.array([bounds.get(c, t.value) for c in low.cat.categories] + [t.value])
+                    values = per_code[low.cat.codes.to_numpy()]  # code -1 (missing) takes the last: t.value
+                else:
+                    values = low.map(bounds).fillna(t.value).to_numpy(np.float64)
             out.append((t, values))
         return out
 

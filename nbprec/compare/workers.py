@@ -40,6 +40,9 @@ BATCH_ELEMENTS = 1 << 22  # a process batch ends after this many target elements
 BATCH_JOBS = 32  # ... or this many pairs
 _NUMBER = struct.Struct("<I")  # a batch number, or the length of a batch's pickled results
 PROCESS_WORK_SECONDS = 0.05  # parallel="auto" forks processes for pairs estimated to take longer
+# Batches a forked worker holds: the one it measures and the ones queued behind it. The parent hands out the
+# next one when a result comes back, which waits while the parent measures a batch itself.
+_QUEUED = 3
 
 
 def batches(jobs: list[Job], numel: np.ndarray) -> list[list[Job]]:
@@ -145,20 +148,22 @@ def _fork_worker(measure_batch: Callable[[list[Job]], list[Result]], batches: li
 def run_processes(
     batches: list[list[Job]], measure_batch: Callable[[list[Job]], list[Result]], workers: int
 ) -> Iterator[list[Result]]:
-    """Measure batches with ``measure_batch`` in ``workers`` forked processes; yields each batch's results as
-    it arrives.
+    """Measure batches with ``measure_batch`` in ``workers`` processes: this one and ``workers - 1`` forked
+    ones; yields each batch's results as it arrives.
 
-    The processes inherit ``measure_batch`` and what it holds (the opened dumps) and the batches themselves:
-    only batch numbers go to them and metric values come back, through pipes. A worker measures one batch at
-    a time (memory stays bounded by a few tensors per worker) with one more queued, and gets the next one as
-    it returns one. A batch held by a worker that died (killed, out of memory, a bug) is measured here instead,
-    where an error shows; so is every batch when no worker could be forked. The first item yielded is an
-    empty list, once the workers have started (``next()`` starts them early).
+    The forked processes inherit ``measure_batch`` and what it holds (the opened dumps) and the batches
+    themselves: only batch numbers go to them and metric values come back, through pipes. A worker measures
+    one batch at a time (memory stays bounded by a few tensors per worker) with more queued, and gets the
+    next one as it returns one. This process measures a batch whenever no worker has results waiting, between
+    the items it yields; on a machine with ``workers`` cores no core is shared by two measuring processes.
+    A batch held by a worker that died (killed, out of memory, a bug) is measured here instead, where an error
+    shows; so is every batch when no worker could be forked. The first item yielded is an empty list, once
+    the workers have started (``next()`` starts them early, and the caller can work before taking more).
     """
     started: list[_Worker] = []
     finished = False
     try:
-        for _ in range(workers):
+        for _ in range(workers - 1):
             try:
                 started.append(_fork_worker(measure_batch, batches, started))
             except OSError:  # no more processes or memory for one: fewer workers, or none (this process)
@@ -166,11 +171,17 @@ def run_processes(
         queued = iter(range(len(batches)))
         here: list[int] = []  # batches a worker could not take (it was gone): measured here
         for worker in started:
-            here += [number for number in itertools.islice(queued, 2) if not worker.send(number)]
+            here += [number for number in itertools.islice(queued, _QUEUED) if not worker.send(number)]
         yield []
         alive = {worker.results: worker for worker in started}
         while alive:
-            ready, _, _ = select.select(list(alive), [], [])  # a worker that dies ends its pipe
+            ready, _, _ = select.select(list(alive), [], [], 0)  # a worker that dies ends its pipe
+            if not ready:  # no results waiting: measure a batch here, else wait for one
+                number = next(queued, None)
+                if number is not None:
+                    yield measure_batch(batches[number])
+                    continue
+                ready, _, _ = select.select(list(alive), [], [])
             for fd in ready:
                 worker = alive[fd]
                 results = worker.receive()

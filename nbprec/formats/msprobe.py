@@ -437,7 +437,8 @@ class MsprobeDumpReader(DumpReader):
             )
         unknown_shape = [bool(r.pop("_shape_unknown")) for r in records]
         index = make_index(records, run=run or run_name(path))
-        index.loc[np.array(unknown_shape, dtype=bool), "numel"] = -1
+        if any(unknown_shape):
+            index.loc[np.array(unknown_shape, dtype=bool), "numel"] = -1
         meta.update(
             non_tensor_values=non_tensor,
             dump_files=[str(s.dump_json) for s in sources],

@@ -158,6 +158,23 @@ def test_processes_give_the_same_table_as_this_thread_and_threads(make_mlp_dump,
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="forked workers need fork()")
+def test_this_process_measures_beside_the_forked_workers(small_batches):
+    """workers=2 forks one process and measures in this one too: every batch once, shared between the two."""
+    import time
+
+    batches = [[(k, "tensor", k, k)] for k in range(8)]
+
+    def measure_batch(batch):
+        time.sleep(0.02)  # a worker holds batches for a while: this process finds none waiting and measures
+        return [(job[0], {"pid": os.getpid()}, "") for job in batch]
+
+    results = [r for batch in small_batches.run_processes(batches, measure_batch, 2) for r in batch]
+    assert sorted(i for i, _, _ in results) == list(range(8))
+    pids = {values["pid"] for _, values, _ in results}
+    assert os.getpid() in pids and len(pids) == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forked workers need fork()")
 def test_a_dead_worker_loses_no_row(make_mlp_dump, small_batches, monkeypatch):
     monkeypatch.setattr(small_batches, "_process_worker", lambda *args: os._exit(3))
     target, bench = make_mlp_dump(name="t", dtype=np.float16), make_mlp_dump(name="b")
@@ -196,8 +213,8 @@ def test_an_error_in_the_parent_stops_and_reaps_every_worker(make_mlp_dump, smal
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        compare(target, bench, workers=2, parallel="processes", progress=interrupt)
-    assert len(forked) == 2
+        compare(target, bench, workers=3, parallel="processes", progress=interrupt)
+    assert len(forked) == 2  # this process measures too
     for worker in forked:
         with pytest.raises(ChildProcessError):  # killed and reaped: no such child any more
             os.waitpid(worker.pid, os.WNOHANG)

@@ -36,26 +36,35 @@ from nbprec.compare.metrics import KERNEL
 
 Job = tuple[int, str, Any, Any]  # (table row, mode, target row, bench row); rows as mappings or index positions
 Result = tuple[int, dict[str, Any], str]
-BATCH_ELEMENTS = 1 << 22  # a process batch ends after this many target elements ...
+BATCH_ELEMENTS = 1 << 22  # a process batch ends after this many target elements (at most; see batches) ...
 BATCH_JOBS = 32  # ... or this many pairs
+TAIL_ELEMENTS = 1 << 18  # the smallest element budget of a batch, near the end
+JOB_COST = 30_000  # what a pair costs besides its elements (reading its files, Python), in elements
 _NUMBER = struct.Struct("<I")  # a batch number, or the length of a batch's pickled results
 PROCESS_WORK_SECONDS = 0.05  # parallel="auto" forks processes for pairs estimated to take longer
 # Batches a forked worker holds: the one it measures and the ones queued behind it. The parent hands out the
 # next one when a result comes back, which waits while the parent measures a batch itself.
-_QUEUED = 3
+_QUEUED = 2
 
 
 def batches(jobs: list[Job], numel: np.ndarray) -> list[list[Job]]:
-    """Batches of about 4 M elements (or 32 pairs) each, largest pairs first: the last batches handed out are
-    the small ones, so the workers finish together."""
+    """Batches of pairs, largest pairs first, each ending after :data:`BATCH_JOBS` pairs or when its cost
+    (elements, plus :data:`JOB_COST` per pair) reaches an eighth of what is left, between
+    :data:`BATCH_ELEMENTS` and :data:`TAIL_ELEMENTS`: large batches while much is left, small ones at the end,
+    so the workers finish together (guided self-scheduling)."""
+    ordered = sorted(jobs, key=lambda job: -max(int(numel[job[0]]), 0))
+    costs = [max(int(numel[job[0]]), 0) + JOB_COST for job in ordered]
+    remaining = sum(costs)
     runs: list[list[Job]] = [[]]
     size = 0
-    for job in sorted(jobs, key=lambda job: -max(int(numel[job[0]]), 0)):
-        if runs[-1] and (size >= BATCH_ELEMENTS or len(runs[-1]) >= BATCH_JOBS):
+    for job, cost in zip(ordered, costs, strict=True):
+        cap = min(BATCH_ELEMENTS, max(TAIL_ELEMENTS, remaining // 8))
+        if runs[-1] and (size >= cap or len(runs[-1]) >= BATCH_JOBS):
             runs.append([])
             size = 0
         runs[-1].append(job)
-        size += max(int(numel[job[0]]), 0)
+        size += cost
+        remaining -= cost
     return runs if runs[0] else []
 
 

@@ -157,6 +157,24 @@ def test_processes_give_the_same_table_as_this_thread_and_threads(make_mlp_dump,
     assert forked.first_failing_op()["op"] == serial.first_failing_op()["op"]
 
 
+def test_batches_hold_every_pair_once_largest_first_and_shrink_towards_the_end():
+    from nbprec.compare import workers
+
+    rng = np.random.default_rng(0)
+    numel = np.concatenate([rng.integers(1, 1 << 23, 40), rng.integers(1, 1 << 16, 500), [0, -1]]).astype(float)
+    jobs = [(i, "tensor", i, i) for i in rng.permutation(len(numel))]
+    runs = workers.batches(jobs, numel)
+    flat = [job for run in runs for job in run]
+    assert sorted(flat) == sorted(jobs)
+    sizes = [max(numel[job[0]], 0) for job in flat]
+    assert sizes == sorted(sizes, reverse=True)
+    costs = [sum(max(numel[job[0]], 0) + workers.JOB_COST for job in run) for run in runs]
+    assert all(len(run) <= workers.BATCH_JOBS for run in runs)
+    assert max(costs[-5:]) <= workers.TAIL_ELEMENTS + workers.JOB_COST + (1 << 16)  # small batches at the end
+    assert max(costs) > 8 * max(costs[-5:])
+    assert workers.batches([], numel) == []
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="forked workers need fork()")
 def test_this_process_measures_beside_the_forked_workers(small_batches):
     """workers=2 forks one process and measures in this one too: every batch once, shared between the two."""

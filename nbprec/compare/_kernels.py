@@ -115,6 +115,9 @@ class Sums:
     def add_fused(self, sums: tuple) -> None:
         """Add what one ``_fused.pair_sums`` call returned (fields in :data:`FUSED_SUMS` order)."""
         found = dict(zip(FUSED_SUMS, sums, strict=True))
+        if not self.n:  # nothing added yet (a call covers at least one element): the call's fields are the totals
+            self.__dict__.update(found)
+            return
         for name in _ADDED:
             setattr(self, name, getattr(self, name) + found[name])
         self.mad = nan_max(self.mad, found["mad"])

@@ -329,11 +329,10 @@ def tensor_metrics(
             'kernel="auto" uses the numpy kernel meanwhile'
         )
     x, y = np.asarray(target), np.asarray(bench)
-    missing = dict.fromkeys(METRIC_COLUMNS, math.nan)
     if x.size != y.size:
-        return MetricResult(missing, f"element count differs: {x.size} vs {y.size}")
+        return MetricResult(dict.fromkeys(METRIC_COLUMNS, math.nan), f"element count differs: {x.size} vs {y.size}")
     if x.size == 0:
-        return MetricResult(missing, "empty tensors")
+        return MetricResult(dict.fromkeys(METRIC_COLUMNS, math.nan), "empty tensors")
     reasons = []
     if x.shape != y.shape:
         reasons.append(f"shape mismatch {x.shape} vs {y.shape}: compared flattened")
@@ -363,7 +362,7 @@ def tensor_metrics(
         zero_side = "target" if math.sqrt(acc.sxx) <= EPS else "benchmark"
         other = "benchmark" if zero_side == "target" else "target"
         reasons.append(f"{zero_side} is all zero, {other} is not: cosine undefined")
-    if x.dtype == np.bool_ or y.dtype == np.bool_:
+    if x.dtype.kind == "b" or y.dtype.kind == "b":  # numpy bool (comparing dtypes with np.bool_ is slower)
         values = {k: (v if k in _BOOL_METRICS else math.nan) for k, v in values.items()}
         reasons.append("bool tensors: only cosine and RED")
     return MetricResult(values, "; ".join(reasons), held)

@@ -120,46 +120,61 @@ def _op_input_scale(table: pd.DataFrame) -> np.ndarray:
 
 
 class _Rows:
-    """Index rows by position as plain dicts, and single fields without a row.
+    """Index rows by position as plain dicts.
 
     The per-row ``iloc`` (and Series look-ups) of a mixed-dtype frame dominated the set-up of dumps with
-    many small tensors; here the values are boxed once, up front, and a row is a dict (readers' loaders take
-    any mapping).
+    many small tensors; here the values are boxed once, on first use (in each worker process, after the
+    fork), and a row is a dict (readers' loaders take any mapping).
     """
 
     def __init__(self, index: pd.DataFrame) -> None:
-        self._values = index.to_numpy(dtype=object).tolist()  # lists: zipping a numpy row is 5x slower
+        self._index = index
+        self._values: list[list[Any]] | None = None
         self._columns = list(index.columns)
-        self._position = {column: k for k, column in enumerate(index.columns)}
 
     def row(self, i: int) -> dict[str, Any]:
         """``index.iloc[i]`` as a dict."""
+        if self._values is None:
+            self._values = self._index.to_numpy(dtype=object).tolist()  # lists: zipping a numpy row is 5x slower
         return dict(zip(self._columns, self._values[i], strict=True))
 
-    def fields(self, i: int, names: tuple[str, ...]) -> dict[str, Any]:
-        """``{name: index.iloc[i][name]}`` for a few columns."""
-        values = self._values[i]
-        return {name: values[self._position[name]] for name in names}
 
+def _choose_modes(mode: CompareMode, t_idx: pd.DataFrame, b_idx: pd.DataFrame, b_pos: np.ndarray) -> tuple:
+    """(compare mode, reason) arrays, a row per target tensor (``b_pos``: its benchmark position or -1)."""
+    n = len(t_idx)
+    matched = b_pos >= 0
+    take = np.where(matched, b_pos, 0)
 
-_MODE_FIELDS = ("has_data", "max", "checksum")
+    def both(values: Any) -> np.ndarray:  # the target's flags, and its counterpart's (False where none)
+        flags = np.asarray(values(t_idx), dtype=bool)
+        return flags & (np.asarray(values(b_idx), dtype=bool)[take] if len(b_idx) else False) & matched
 
-
-def _choose_mode(mode: CompareMode, t_row: Mapping[str, Any], b_row: Mapping[str, Any]) -> tuple[str, str]:
-    """(compare mode, reason) for one matched pair."""
-    both_data = bool(t_row["has_data"] and b_row["has_data"])
-    both_stats = not (np.isnan(t_row["max"]) or np.isnan(b_row["max"]))
-    both_sums = bool(t_row["checksum"] and b_row["checksum"])
-    if mode == "tensor" or (mode == "auto" and both_data):
-        if both_data:
-            return "tensor", ""
-        missing = "target" if not t_row["has_data"] else "benchmark"
-        return "none", f"no payload on the {missing} side (statistics or checksum dump?)"
-    if mode == "statistics" or (mode == "auto" and both_stats):
-        return ("statistics", "") if both_stats else ("none", "statistics missing on one side")
-    if mode == "checksum" or (mode == "auto" and both_sums):
-        return ("checksum", "") if both_sums else ("none", "checksum missing on one side")
-    return "none", "neither payloads, statistics nor checksums are available on both sides"
+    t_data = t_idx["has_data"].to_numpy(dtype=bool)
+    both_data = both(lambda idx: idx["has_data"].to_numpy(dtype=bool))
+    both_stats = both(lambda idx: idx["max"].notna().to_numpy())
+    both_sums = both(lambda idx: [bool(c) for c in idx["checksum"]])
+    modes = np.full(n, "none", dtype=object)
+    reasons = np.full(n, "", dtype=object)
+    if mode in ("tensor", "auto"):
+        modes[both_data] = "tensor"
+    if mode == "tensor":
+        missing = np.where(t_data, "benchmark", "target")
+        reasons[~both_data] = [
+            f"no payload on the {side} side (statistics or checksum dump?)" for side in missing[~both_data]
+        ]
+    if mode in ("statistics", "auto"):
+        modes[(modes == "none") & both_stats] = "statistics"
+    if mode == "statistics":
+        reasons[~both_stats] = "statistics missing on one side"
+    if mode in ("checksum", "auto"):
+        modes[(modes == "none") & both_sums] = "checksum"
+    if mode == "checksum":
+        reasons[~both_sums] = "checksum missing on one side"
+    if mode == "auto":
+        reasons[modes == "none"] = "neither payloads, statistics nor checksums are available on both sides"
+    modes[~matched] = "none"
+    reasons[~matched] = "no benchmark counterpart"
+    return modes, reasons
 
 
 class _ExtremeHints:
@@ -309,19 +324,10 @@ def compare(
     t_idx, b_idx = t_dump.index, b_dump.index
     n_rows = len(t_idx)
 
-    modes = np.full(n_rows, "none", dtype=object)
-    reasons = np.full(n_rows, "", dtype=object)
-    jobs = []
     b_positions = pairs["b"].to_numpy()
+    modes, reasons = _choose_modes(mode, t_idx, b_idx, b_positions)
+    jobs = [(i, modes[i], i, int(b_positions[i])) for i in np.flatnonzero(modes != "none").tolist()]
     t_rows, b_rows = _Rows(t_idx), _Rows(b_idx)
-    for i in range(n_rows):
-        b = b_positions[i]
-        if b < 0:
-            reasons[i] = "no benchmark counterpart"
-            continue
-        modes[i], reasons[i] = _choose_mode(mode, t_rows.fields(i, _MODE_FIELDS), b_rows.fields(b, _MODE_FIELDS))
-        if modes[i] != "none":
-            jobs.append((i, modes[i], i, int(b)))
 
     if progress is True:
         from nbprec._progress import TextProgress

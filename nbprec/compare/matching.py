@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -76,10 +77,21 @@ def _align_steps(target: pd.DataFrame, bench: pd.DataFrame, column: str) -> pd.S
     return bench[column]
 
 
-def _keyed(frame: pd.DataFrame, positions: np.ndarray, columns: list[str]) -> pd.DataFrame:
-    sub = frame.iloc[positions][columns].copy()
-    sub["_pos"] = positions
-    return sub
+class _Columns:
+    """A dump index's columns as numpy arrays, taken once each (``override`` replaces some)."""
+
+    def __init__(self, frame: pd.DataFrame, override: dict[str, np.ndarray] | None = None) -> None:
+        self._frame, self._arrays = frame, dict(override or {})
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        if column not in self._arrays:
+            self._arrays[column] = self._frame[column].to_numpy()
+        return self._arrays[column]
+
+
+def _keyed(source: _Columns, positions: np.ndarray, columns: list[str]) -> pd.DataFrame:
+    """The ``columns`` of the rows at ``positions``, and ``_pos`` (built from arrays: no ``iloc``, no copy)."""
+    return pd.DataFrame({**{c: source[c][positions] for c in columns}, "_pos": positions}, copy=False)
 
 
 def _unique_keys(keys: pd.DataFrame, on: list[str]) -> dict[tuple, int]:
@@ -104,10 +116,17 @@ class _Matcher:
 
     def __init__(self, target: pd.DataFrame, bench: pd.DataFrame) -> None:
         self.target = target
-        self.bench = bench.assign(step=_align_steps(target, bench, "step"), rank=_align_steps(target, bench, "rank"))
+        aligned = {c: _align_steps(target, bench, c).to_numpy() for c in ("step", "rank")}
+        self._bench_index = bench
+        self.t_columns, self.b_columns = _Columns(target), _Columns(bench, aligned)
         self.b_of_t = np.full(len(target), -1, dtype=np.int64)
         self.method = np.full(len(target), "unmatched", dtype=object)
         self.b_taken = np.zeros(len(bench), dtype=bool)
+
+    @functools.cached_property
+    def bench(self) -> pd.DataFrame:
+        """The benchmark index with its step and rank relabelled to the target's (see :func:`_align_steps`)."""
+        return self._bench_index.assign(step=self.b_columns["step"], rank=self.b_columns["rank"])
 
     def free_t(self) -> np.ndarray:
         return np.flatnonzero(self.b_of_t < 0)
@@ -129,8 +148,8 @@ class _Matcher:
         """Match explicit (target, bench) name pairs; op names expand to their tensors by role and slot."""
         if pairs.empty:
             return
-        t_pos = {n: i for i, n in enumerate(self.target["name"])}
-        b_pos = {n: i for i, n in enumerate(self.bench["name"])}
+        t_pos = {n: i for i, n in enumerate(self.t_columns["name"])}
+        b_pos = {n: i for i, n in enumerate(self.b_columns["name"])}
         t_list, b_list = [], []
         op_pairs = []
         for t_name, b_name in zip(pairs["target"], pairs["bench"], strict=True):
@@ -149,8 +168,8 @@ class _Matcher:
         t_pair = {t: i for i, (t, _) in enumerate(op_pairs)}
         b_pair = {b: i for i, (_, b) in enumerate(op_pairs)}
         cols = ["role", "slot"]
-        t_keys = _keyed(self.target, self.free_t(), ["op", *cols])
-        b_keys = _keyed(self.bench, self.free_b(), ["op", *cols])
+        t_keys = _keyed(self.t_columns, self.free_t(), ["op", *cols])
+        b_keys = _keyed(self.b_columns, self.free_b(), ["op", *cols])
         t_keys["_pair"] = t_keys.pop("op").map(t_pair)
         b_keys["_pair"] = b_keys.pop("op").map(b_pair)
         t, b = _merge_unique(t_keys.dropna(subset=["_pair"]), b_keys.dropna(subset=["_pair"]), ["_pair", *cols])
@@ -159,8 +178,8 @@ class _Matcher:
     def by_columns(self, columns: list[str], method: str, transform: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
         if not (len(self.free_t()) and len(self.free_b())):  # every tensor of one side is matched already
             return
-        t_keys = transform(_keyed(self.target, self.free_t(), columns))
-        b_keys = transform(_keyed(self.bench, self.free_b(), columns))
+        t_keys = transform(_keyed(self.t_columns, self.free_t(), columns))
+        b_keys = transform(_keyed(self.b_columns, self.free_b(), columns))
         t, b = _merge_unique(t_keys, b_keys, columns)
         self.take(t, b, method)
 

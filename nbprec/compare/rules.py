@@ -283,6 +283,8 @@ def _apply_checksum(table: pd.DataFrame, status: np.ndarray) -> np.ndarray:
         return status
     cm = table["checksum_match"]
     mask = (table.get("compare_mode", pd.Series("", index=table.index)) == "checksum").to_numpy()
+    if not mask.any():
+        return status
     checksum_status = np.where(cm.fillna(False).astype(bool).to_numpy(), STATUS_PASS, STATUS_FAIL)
     return np.where(mask & cm.notna().to_numpy(), checksum_status, status)
 

@@ -344,6 +344,7 @@ ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_
             syy += yi * yi;
             sxy += xi * yi;
             double d = fabs(xi - yi);
+            s[i] = d; /* for the relative error's loop (s is KL's scratch afterwards) */
             sdd += d * d;
             sad += d;
             mad = d > mad ? d : mad;
@@ -365,7 +366,7 @@ ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_
             hy = yi > hy ? yi : hy;
             /* relative error: d / |y| where |y| > eps, 0 elsewhere (NaN in y propagates); the pass ratios
                test d / |y| everywhere, with the benchmark dtype's eps in place of an exact zero */
-            double d = fabs(xi - yi), ay = fabs(yi);
+            double d = s[i], ay = fabs(yi);
             double rr = d / (ay == 0.0 ? eps_b : ay);
             double r = ay <= EPS ? 0.0 : rr;
             rel += r;

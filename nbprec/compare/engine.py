@@ -28,6 +28,7 @@ from nbprec.compare.workers import (
     ThreadResults,
     batches,
     default_workers,
+    reap_workers,
     run_processes,
     use_processes,
     use_threads,
@@ -380,4 +381,7 @@ def compare(
     measured["checksum_match"] = checksum_match
     measured["reason"] = reasons
     table = pd.concat([table, pd.DataFrame(measured, index=table.index)], axis=1)  # one concat, not 25 inserts
-    return Comparison(table, unmatched_bench=unmatched_bench, rule=the_rule, meta=meta)
+    try:
+        return Comparison(table, unmatched_bench=unmatched_bench, rule=the_rule, meta=meta)
+    finally:
+        reap_workers()  # forked workers exit while the table is judged

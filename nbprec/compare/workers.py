@@ -45,6 +45,7 @@ PROCESS_WORK_SECONDS = 0.05  # parallel="auto" forks processes for pairs estimat
 # Batches a forked worker holds: the one it measures and the ones queued behind it. The parent hands out the
 # next one when a result comes back, which waits while the parent measures a batch itself.
 _QUEUED = 2
+_EXITING: list[int] = []  # pids of workers told to stop and not yet waited for (see reap_workers)
 
 
 def batches(jobs: list[Job], numel: np.ndarray) -> list[list[Job]]:
@@ -169,6 +170,7 @@ def run_processes(
     shows; so is every batch when no worker could be forked. The first item yielded is an empty list, once
     the workers have started (``next()`` starts them early, and the caller can work before taking more).
     """
+    reap_workers()  # any left by an earlier call
     started: list[_Worker] = []
     finished = False
     try:
@@ -212,8 +214,19 @@ def run_processes(
     finally:
         for worker in started:
             worker.close(kill=not finished)
-        for worker in started:
-            worker.wait()
+        if finished:  # told to stop: their exit (tearing down a copy of this process, ~3 ms) overlaps the caller's
+            _EXITING.extend(worker.pid for worker in started)  # work until reap_workers() waits for them
+        else:
+            for worker in started:
+                worker.wait()
+
+
+def reap_workers() -> None:
+    """Wait for the workers :func:`run_processes` told to stop (their exit, not their results, which all came
+    back). Call it when the results are used; by then they are usually gone and this returns at once."""
+    while _EXITING:
+        with contextlib.suppress(OSError):
+            os.waitpid(_EXITING.pop(), 0)
 
 
 def use_processes(parallel: str, workers: int, batches: list[list[Job]], numel: np.ndarray) -> bool:

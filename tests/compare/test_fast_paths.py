@@ -155,6 +155,8 @@ def test_processes_give_the_same_table_as_this_thread_and_threads(make_mlp_dump,
     pd.testing.assert_frame_equal(_table(threads), _table(serial))
     assert seen[-1][0] == seen[-1][1] == int((serial.table["compare_mode"] == "tensor").sum())
     assert forked.first_failing_op()["op"] == serial.first_failing_op()["op"]
+    with pytest.raises(ChildProcessError):  # the workers were waited for before compare returned
+        os.waitpid(-1, os.WNOHANG)
 
 
 def test_batches_hold_every_pair_once_largest_first_and_shrink_towards_the_end():

@@ -257,3 +257,38 @@ def test_a_key_shared_by_two_tensors_on_one_side_pairs_neither():
     assert pairs["match"].tolist() == ["api_call", "unmatched", "api_call"]
     exact = match_tensors(target.assign(name=["x", "y", "z"]), bench.assign(name=["x", "y", "y2", "z"]))
     assert exact.pairs["match"].tolist()[0] == "exact" and exact.pairs["b"].tolist() == [0, 1, 3]
+
+
+def test_table_columns_per_step_rank_and_op(tmp_path):
+    """The table's index-derived columns on two steps, with a benchmark tensor missing: the side columns, the
+    non-finite counts (from counts, or from the extremes when counts are unknown), the running precision
+    (restarting at each step) and each op's input scale."""
+    from nbprec.dump import Dump, make_index
+
+    def rec(step, op, order, role, dtype, low, high, **counts):
+        name = f"s{step}.{op}.{role}"
+        return dict(name=name, step=step, rank=0, order=order, op=op, role=role, dtype=dtype, shape=[2],
+                    min=low, max=high, **counts)  # fmt: skip
+
+    target = [
+        rec(0, "A", 0, "input", "float32", -3.0, 2.0),
+        rec(0, "A", 0, "output", "bfloat16", 0.0, 1.0),
+        rec(0, "B", 1, "input", "float32", -1.0, 5.0),
+        rec(0, "B", 1, "output", "float32", 0.0, np.inf),
+        rec(1, "A", 0, "input", "float32", -1.0, 1.0),
+        rec(1, "A", 0, "output", "float32", 0.0, 1.0, nan_count=2, inf_count=1),
+    ]
+    bench = [dict(r, dtype="float32", max=min(r["max"], 9.0), nan_count=0, inf_count=0) for r in target]
+    del bench[3]  # s0.B.output has no counterpart
+    comp = compare(
+        Dump(make_index(target, run="t"), path=tmp_path, format="x"),
+        Dump(make_index(bench, run="b"), path=tmp_path, format="x"),
+    )
+    table = comp.table.set_index("target_name")
+    assert table.loc["s0.B.output", "bench_name"] == "" and table.loc["s0.B.output", "bench_shape"] is None
+    assert np.isnan(table.loc["s0.B.output", "bench_max"]) and np.isnan(table.loc["s0.B.output", "bench_nonfinite"])
+    assert table.loc["s0.A.input", "bench_shape"] == (2,) and table.loc["s0.A.input", "bench_min"] == -3.0
+    assert list(table["target_nonfinite"]) == [0.0, 0.0, 0.0, 1.0, 0.0, 3.0]
+    assert list(table["precision"]) == ["float32", "bfloat16", "bfloat16", "bfloat16", "float32", "float32"]
+    assert list(table["op_input_scale"]) == [3.0, 3.0, 5.0, 5.0, 1.0, 1.0]
+    assert table.loc["s0.B.output", "status"] == "fail"  # inf where the benchmark has none (it has nothing)

@@ -372,16 +372,16 @@ def compare(
     finally:
         results.close()
 
-    measured: dict[str, Any] = {"compare_mode": modes}
-    for column, arr in values.items():
-        if column in table:  # target_mean/bench_mean: keep the index statistics where no payload was read
-            table[column] = np.where(np.isnan(arr), table[column].to_numpy(np.float64), arr)
-        elif not np.isnan(arr).all() or column in METRIC_COLUMNS:
-            measured[column] = arr
-    measured["checksum_match"] = checksum_match
-    measured["reason"] = reasons
-    table = pd.concat([table, pd.DataFrame(measured, index=table.index)], axis=1)  # one concat, not 25 inserts
-    try:
+    try:  # forked workers exit (reap_workers waits for them) while the table is assembled and judged
+        measured: dict[str, Any] = {"compare_mode": modes}
+        for column, arr in values.items():
+            if column in table:  # target_mean/bench_mean: keep the index statistics where no payload was read
+                table[column] = np.where(np.isnan(arr), table[column].to_numpy(np.float64), arr)
+            elif not np.isnan(arr).all() or column in METRIC_COLUMNS:
+                measured[column] = arr
+        measured["checksum_match"] = checksum_match
+        measured["reason"] = reasons
+        table = pd.concat([table, pd.DataFrame(measured, index=table.index)], axis=1)  # one concat, not 25 inserts
         return Comparison(table, unmatched_bench=unmatched_bench, rule=the_rule, meta=meta)
     finally:
-        reap_workers()  # forked workers exit while the table is judged
+        reap_workers()

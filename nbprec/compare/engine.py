@@ -107,7 +107,8 @@ def _pair_table(t_idx: pd.DataFrame, b_idx: pd.DataFrame, pairs: pd.DataFrame) -
 
 def _op_input_scale(table: pd.DataFrame) -> np.ndarray:
     """Per row, the largest benchmark magnitude among its op's inputs (the scale rounding errors live at)."""
-    bench_abs = np.fmax(np.abs(table["bench_max"].to_numpy(np.float64)), np.abs(table["bench_min"].to_numpy(float)))
+    high, low = (np.abs(table[column].to_numpy(np.float64)) for column in ("bench_max", "bench_min"))
+    bench_abs = np.fmax(high, low)
     is_input = table["role"].isin(("input", "parameter")).to_numpy()
     inputs = np.where(is_input, bench_abs, np.nan)
     step, rank = table["step"].to_numpy(), table["rank"].to_numpy()
@@ -140,20 +141,27 @@ class _Rows:
         return dict(zip(self._columns, self._values[i], strict=True))
 
 
-def _choose_modes(mode: CompareMode, t_idx: pd.DataFrame, b_idx: pd.DataFrame, b_pos: np.ndarray) -> tuple:
+def _mode_flags(index: pd.DataFrame, take: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """(has a payload, has statistics, has a checksum) for each index row, or for the rows at ``take``."""
+    flags = (
+        index["has_data"].to_numpy(dtype=bool),
+        index["max"].notna().to_numpy(),
+        np.array([bool(c) for c in index["checksum"]], dtype=bool),
+    )
+    if take is None:
+        return flags
+    return tuple(f[take] if len(f) else np.zeros(len(take), dtype=bool) for f in flags)
+
+
+def _choose_modes(
+    mode: CompareMode, t_idx: pd.DataFrame, b_idx: pd.DataFrame, b_pos: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(compare mode, reason) arrays, a row per target tensor (``b_pos``: its benchmark position or -1)."""
     n = len(t_idx)
     matched = b_pos >= 0
-    take = np.where(matched, b_pos, 0)
-
-    def both(values: Any) -> np.ndarray:  # the target's flags, and its counterpart's (False where none)
-        flags = np.asarray(values(t_idx), dtype=bool)
-        return flags & (np.asarray(values(b_idx), dtype=bool)[take] if len(b_idx) else False) & matched
-
-    t_data = t_idx["has_data"].to_numpy(dtype=bool)
-    both_data = both(lambda idx: idx["has_data"].to_numpy(dtype=bool))
-    both_stats = both(lambda idx: idx["max"].notna().to_numpy())
-    both_sums = both(lambda idx: [bool(c) for c in idx["checksum"]])
+    t_data, t_stats, t_sums = _mode_flags(t_idx)
+    b_data, b_stats, b_sums = _mode_flags(b_idx, np.where(matched, b_pos, 0))
+    both_data, both_stats, both_sums = t_data & b_data & matched, t_stats & b_stats & matched, t_sums & b_sums & matched
     modes = np.full(n, "none", dtype=object)
     reasons = np.full(n, "", dtype=object)
     if mode in ("tensor", "auto"):

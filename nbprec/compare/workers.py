@@ -5,9 +5,10 @@ only runs them. Which way is chosen (``compare(parallel=...)``):
 
 - threads (:class:`ThreadResults`): the compiled kernel releases the GIL while it measures, so threads
   overlap; each thread takes the next job when it finishes one;
-- forked processes (:func:`run_processes`): they also run the per-pair Python in parallel, which wins on
-  many small tensors; they inherit the opened dumps and the batches, and only batch numbers and results
-  cross the process boundary, through one pair of pipes per worker (no helper threads, no locks);
+- forked processes (:func:`run_processes`), beside which this process measures too: they also run the
+  per-pair Python in parallel, which wins on many small tensors; they inherit the opened dumps and the
+  batches, and only batch numbers and results cross the process boundary, through one pair of pipes per
+  worker (no helper threads, no locks);
 - this thread, when the work is too small to pay for either.
 
 Memory stays bounded by a few tensors per worker whichever is used.
@@ -36,7 +37,7 @@ from nbprec.compare.metrics import KERNEL
 
 Job = tuple[int, str, Any, Any]  # (table row, mode, target row, bench row); rows as mappings or index positions
 Result = tuple[int, dict[str, Any], str]
-BATCH_ELEMENTS = 1 << 22  # a process batch ends after this many target elements (at most; see batches) ...
+BATCH_ELEMENTS = 1 << 22  # a process batch ends after this cost (elements; see batches) at the most ...
 BATCH_JOBS = 32  # ... or this many pairs
 TAIL_ELEMENTS = 1 << 18  # the smallest element budget of a batch, near the end
 JOB_COST = 30_000  # what a pair costs besides its elements (reading its files, Python), in elements
@@ -50,8 +51,8 @@ _EXITING: list[int] = []  # pids of workers told to stop and not yet waited for 
 
 def batches(jobs: list[Job], numel: np.ndarray) -> list[list[Job]]:
     """Batches of pairs, largest pairs first, each ending after :data:`BATCH_JOBS` pairs or when its cost
-    (elements, plus :data:`JOB_COST` per pair) reaches an eighth of what is left, between
-    :data:`BATCH_ELEMENTS` and :data:`TAIL_ELEMENTS`: large batches while much is left, small ones at the end,
+    (elements, plus :data:`JOB_COST` per pair) reaches an eighth of what is left, kept between
+    :data:`TAIL_ELEMENTS` and :data:`BATCH_ELEMENTS`: large batches while much is left, small ones at the end,
     so the workers finish together (guided self-scheduling)."""
     ordered = sorted(jobs, key=lambda job: -max(int(numel[job[0]]), 0))
     costs = [max(int(numel[job[0]]), 0) + JOB_COST for job in ordered]

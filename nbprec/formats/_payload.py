@@ -37,7 +37,6 @@ def payload_array(
         )
     if nbytes >= MAP_FROM:
         return np.frombuffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ), dtype, count, offset)
-    data = head[offset : offset + nbytes]
-    if len(data) != nbytes:
-        data = os.pread(fd, nbytes, offset)
-    return np.frombuffer(data, dtype, count)
+    if offset + nbytes <= len(head):  # read already (a small file is read whole): a view, not a copy
+        return np.frombuffer(head, dtype, count, offset)
+    return np.frombuffer(os.pread(fd, nbytes, offset), dtype, count)

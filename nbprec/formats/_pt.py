@@ -36,7 +36,7 @@ import numpy as np
 
 from nbprec.dtypes import NUMPY_DTYPES
 from nbprec.errors import DumpFormatError
-from nbprec.formats._payload import payload_array
+from nbprec.formats._payload import MAP_FROM, payload_array
 
 #: torch storage class -> canonical dtype
 STORAGE_DTYPES = {
@@ -189,13 +189,14 @@ def _zip64_fields(extra: bytes, size: int, stored: int, header: int) -> tuple[in
     raise _Unsupported("ZIP64 sizes without a ZIP64 extra field")
 
 
-def _zip_entries_py(fd: int, file_size: int) -> tuple[bytes, Entries]:
-    """(the file's first 4 KiB, its entries): the pure-Python twin of ``_zipdir.entries`` (see
-    nbprec/formats/_zipdir.c), used when that is not built. Entries come from the central directory (a ZIP64
-    end record is followed); a stored entry's bytes start after its local header, whose name and extra
-    lengths are its own."""
+def _zip_entries_py(fd: int, file_size: int, whole_below: int = 0) -> tuple[bytes, Entries]:
+    """(the file's first 4 KiB, or all of it when shorter than ``whole_below`` bytes; its entries): the
+    pure-Python twin of ``_zipdir.entries`` (see nbprec/formats/_zipdir.c), used when that is not built.
+    Entries come from the central directory (a ZIP64 end record is followed); a stored entry's bytes start
+    after its local header, whose name and extra lengths are its own."""
     tail_len = min(file_size, _TAIL)
-    tail = _pread(fd, tail_len, file_size - tail_len)
+    whole = _pread(fd, file_size, 0) if whole_below > 0 and file_size < whole_below else None
+    tail = whole[file_size - tail_len :] if whole is not None else _pread(fd, tail_len, file_size - tail_len)
     end = tail.rfind(b"PK\x05\x06", 0, max(0, tail_len - _EOCD.size + 4))
     if end < 0:
         raise _Unsupported("no end-of-central-directory record in the last 8 KiB")
@@ -216,10 +217,13 @@ def _zip_entries_py(fd: int, file_size: int) -> tuple[bytes, Entries]:
     if cd_size > _MAX_DIRECTORY:
         raise _Unsupported("central directory of more than 64 MiB")
     start = file_size - tail_len
-    directory = tail[cd_offset - start : cd_offset - start + cd_size] if cd_offset >= start else b""
-    if len(directory) != cd_size:
-        directory = _pread(fd, cd_size, cd_offset)
-    head = _pread(fd, min(file_size, _HEAD), 0)
+    if whole is not None:
+        directory = whole[cd_offset : cd_offset + cd_size]
+    else:
+        directory = tail[cd_offset - start : cd_offset - start + cd_size] if cd_offset >= start else b""
+        if len(directory) != cd_size:
+            directory = _pread(fd, cd_size, cd_offset)
+    head = whole if whole is not None else _pread(fd, min(file_size, _HEAD), 0)
     entries: Entries = {}
     pos, unpack, fixed = 0, _CENTRAL.unpack_from, _CENTRAL.size
     for _ in range(n_entries):
@@ -255,12 +259,13 @@ except ImportError:  # not built (no C compiler): the Python twin
 
 
 def _zip_entries(fd: int, file_size: int) -> tuple[bytes, Entries]:
-    """(the file's first 4 KiB, its entries by undecoded name); raises _Unsupported for an archive this reader
-    does not understand."""
+    """(the file's first 4 KiB, or the whole file when its payload would be read rather than mapped; its
+    entries by undecoded name); raises _Unsupported for an archive this reader does not understand. A small
+    archive is read in one go: one read instead of three (its end, its start, its payload)."""
     if _zip_entries_c is None:
-        return _zip_entries_py(fd, file_size)
+        return _zip_entries_py(fd, file_size, MAP_FROM)
     try:
-        return _zip_entries_c(fd, file_size)
+        return _zip_entries_c(fd, file_size, MAP_FROM)
     except ValueError as exc:
         raise _Unsupported(str(exc)) from None
 
@@ -300,7 +305,8 @@ def _read_storage(path: str | Path) -> tuple[tuple, np.ndarray] | None:
         if storage is None or storage[0] < 0:
             return None
         np_dtype = _storage_dtype(path, description[1], storage[1])
-        return description, payload_array(fd, path, np_dtype, storage[0], storage[1] // np_dtype.itemsize, file_size)
+        count = storage[1] // np_dtype.itemsize
+        return description, payload_array(fd, path, np_dtype, storage[0], count, file_size, head)
     except (_Unsupported, KeyError, UnicodeError, struct.error, ValueError, IndexError, EOFError):
         return None
     finally:

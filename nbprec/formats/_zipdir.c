@@ -7,8 +7,9 @@
  * file, which adds up over dumps of 10^5 files. Both must return the same result for every input: the tests
  * hold them to that, on well-formed, ZIP64 and damaged archives.
  *
- * entries(fd, file_size) -> (head, {name: (data_offset, size)})
- *   head: the file's first HEAD bytes (fewer when the file is shorter);
+ * entries(fd, file_size, whole_below=0) -> (head, {name: (data_offset, size)})
+ *   head: the file's first HEAD bytes (fewer when the file is shorter), or the whole file when it is shorter
+ *   than whole_below bytes (one read instead of three for a small archive: head, tail and payload);
  *   name: the entry's name as stored (bytes, not decoded);
  *   data_offset: where the entry's bytes start, -1 when it is compressed (its method is not "stored", or
  *   its stored size differs from its size); size: its uncompressed size.
@@ -105,63 +106,101 @@ static Py_ssize_t find_eocd(const unsigned char *tail, size_t tail_len)
     return -1;
 }
 
-PyDoc_STRVAR(entries_doc, "entries(fd, file_size) -> (head, {name: (data_offset, size)})\n\n"
+PyDoc_STRVAR(entries_doc, "entries(fd, file_size, whole_below=0) -> (head, {name: (data_offset, size)})\n\n"
                           "The entries of the zip archive open as `fd` (see nbprec/formats/_zipdir.c).");
 
 static PyObject *py_entries(PyObject *self, PyObject *args)
 {
     int fd;
-    long long file_size_arg;
-    unsigned char tail[TAIL], head[HEAD], record[EOCD64_SIZE], local_buf[LOCAL_SIZE];
+    long long file_size_arg, whole_below = 0;
+    unsigned char tail_buf[TAIL], head_buf[HEAD], record[EOCD64_SIZE], local_buf[LOCAL_SIZE];
+    const unsigned char *tail = tail_buf, *head = head_buf;
     unsigned char *dir_buf = NULL;
     const unsigned char *directory;
     uint64_t file_size, tail_len, head_len, start, n_entries, cd_size, cd_offset, k, pos;
     Py_ssize_t end;
-    PyObject *entries = NULL, *result = NULL;
+    PyObject *whole = NULL, *entries = NULL, *result = NULL;
     (void)self;
-    if (!PyArg_ParseTuple(args, "iL:entries", &fd, &file_size_arg)) return NULL;
+    if (!PyArg_ParseTuple(args, "iL|L:entries", &fd, &file_size_arg, &whole_below)) return NULL;
     if (file_size_arg < 0) return unsupported("negative file size");
     file_size = (uint64_t)file_size_arg;
     tail_len = file_size < TAIL ? file_size : TAIL;
     head_len = file_size < HEAD ? file_size : HEAD;
-    if (read_at(fd, tail, (size_t)tail_len, file_size - tail_len) != 0)
+    if (whole_below > 0 && file_size < (uint64_t)whole_below) { /* one read: the head is the whole file */
+        unsigned char *bytes;
+        whole = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)file_size);
+        if (whole == NULL) return NULL;
+        bytes = (unsigned char *)PyBytes_AS_STRING(whole);
+        if (read_at(fd, bytes, (size_t)file_size, 0) != 0) {
+            read_failed((size_t)file_size, 0);
+            goto done;
+        }
+        head = bytes;
+        head_len = file_size;
+        tail = bytes + (file_size - tail_len);
+    } else if (read_at(fd, tail_buf, (size_t)tail_len, file_size - tail_len) != 0) {
         return read_failed((size_t)tail_len, file_size - tail_len);
+    }
 
     end = find_eocd(tail, (size_t)tail_len);
-    if (end < 0) return unsupported("no end-of-central-directory record in the last 8 KiB");
+    if (end < 0) {
+        unsupported("no end-of-central-directory record in the last 8 KiB");
+        goto done;
+    }
     n_entries = u16(tail + end + 10);
     cd_size = u32(tail + end + 12);
     cd_offset = u32(tail + end + 16);
     if (cd_size == FFFF32 || cd_offset == FFFF32 || n_entries == 0xFFFF) {
         Py_ssize_t loc = end - EOCD64_LOCATOR_SIZE;
         uint64_t eocd64_offset;
-        if (loc < 0 || memcmp(tail + loc, "PK\x06\x07", 4) != 0) return unsupported("ZIP64 end record expected");
+        if (loc < 0 || memcmp(tail + loc, "PK\x06\x07", 4) != 0) {
+            unsupported("ZIP64 end record expected");
+            goto done;
+        }
         eocd64_offset = u64(tail + loc + 8);
-        if (eocd64_offset > file_size || file_size - eocd64_offset < EOCD64_SIZE)
-            return unsupported("bad ZIP64 end record");
-        if (read_at(fd, record, EOCD64_SIZE, eocd64_offset) != 0) return read_failed(EOCD64_SIZE, eocd64_offset);
-        if (memcmp(record, "PK\x06\x06", 4) != 0) return unsupported("bad ZIP64 end record");
+        if (eocd64_offset > file_size || file_size - eocd64_offset < EOCD64_SIZE) {
+            unsupported("bad ZIP64 end record");
+            goto done;
+        }
+        if (read_at(fd, record, EOCD64_SIZE, eocd64_offset) != 0) {
+            read_failed(EOCD64_SIZE, eocd64_offset);
+            goto done;
+        }
+        if (memcmp(record, "PK\x06\x06", 4) != 0) {
+            unsupported("bad ZIP64 end record");
+            goto done;
+        }
         n_entries = u64(record + 32);
         cd_size = u64(record + 40);
         cd_offset = u64(record + 48);
     }
-    if (cd_offset > file_size || cd_size > file_size - cd_offset || n_entries > MAX_ENTRIES)
-        return unsupported("central directory outside the file");
-    if (cd_size > MAX_DIRECTORY) return unsupported("central directory of more than 64 MiB");
+    if (cd_offset > file_size || cd_size > file_size - cd_offset || n_entries > MAX_ENTRIES) {
+        unsupported("central directory outside the file");
+        goto done;
+    }
+    if (cd_size > MAX_DIRECTORY) {
+        unsupported("central directory of more than 64 MiB");
+        goto done;
+    }
 
     start = file_size - tail_len;
-    if (cd_offset >= start && cd_offset - start + cd_size <= tail_len) {
+    if (whole != NULL) {
+        directory = head + cd_offset; /* inside the file, checked above */
+    } else if (cd_offset >= start && cd_offset - start + cd_size <= tail_len) {
         directory = tail + (cd_offset - start);
     } else {
         dir_buf = PyMem_Malloc(cd_size ? (size_t)cd_size : 1);
-        if (dir_buf == NULL) return PyErr_NoMemory();
+        if (dir_buf == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
         if (read_at(fd, dir_buf, (size_t)cd_size, cd_offset) != 0) {
             read_failed((size_t)cd_size, cd_offset);
             goto done;
         }
         directory = dir_buf;
     }
-    if (read_at(fd, head, (size_t)head_len, 0) != 0) {
+    if (whole == NULL && read_at(fd, head_buf, (size_t)head_len, 0) != 0) {
         read_failed((size_t)head_len, 0);
         goto done;
     }
@@ -229,10 +268,12 @@ static PyObject *py_entries(PyObject *self, PyObject *args)
         if (set < 0) goto fail;
         pos += CENTRAL_SIZE + name_len + extra_len + comment_len;
     }
-    result = Py_BuildValue("(y#O)", (const char *)head, (Py_ssize_t)head_len, entries);
+    result = whole != NULL ? Py_BuildValue("(OO)", whole, entries)
+                           : Py_BuildValue("(y#O)", (const char *)head, (Py_ssize_t)head_len, entries);
 fail:
     Py_XDECREF(entries);
 done:
+    Py_XDECREF(whole);
     PyMem_Free(dir_buf);
     return result;
 }

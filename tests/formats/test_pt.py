@@ -82,9 +82,14 @@ def test_a_large_tensor_is_a_read_only_view_of_the_mapped_file(tmp_path):
     got = read_pt_tensor(tmp_path / "big.pt")
     assert not got.flags.writeable and got.base is not None
     assert got.tobytes() == t.numpy().tobytes()
-    small = torch.ones(4)
+    small = torch.arange(70_000, dtype=torch.float32)  # 280 KB: the file is read in one go, the tensor a view of it
     torch.save(small, tmp_path / "small.pt")
-    assert read_pt_tensor(tmp_path / "small.pt").tobytes() == small.numpy().tobytes()
+    got = read_pt_tensor(tmp_path / "small.pt")
+    assert got.tobytes() == small.numpy().tobytes() and not got.flags.writeable
+    base = got
+    while isinstance(base, np.ndarray):
+        base = base.base
+    assert isinstance(base, bytes) and len(base) == (tmp_path / "small.pt").stat().st_size
 
 
 def _members(path) -> dict[str, bytes]:
@@ -182,7 +187,7 @@ def test_the_c_directory_reader_is_built():
     assert _pt._zip_entries_c is not None, "nbprec.formats._zipdir was not built: reinstall with a C compiler"
 
 
-def _outcome(reader, path):
+def _outcome(reader, path, whole_below=0):
     """What a directory reader makes of a file: its result, or 'refused' (the archive is not understood)."""
     import os
 
@@ -190,7 +195,7 @@ def _outcome(reader, path):
 
     fd = os.open(path, os.O_RDONLY)
     try:
-        return reader(fd, os.fstat(fd).st_size)
+        return reader(fd, os.fstat(fd).st_size, whole_below)
     except (_pt._Unsupported, ValueError):
         return "refused"
     finally:
@@ -249,6 +254,13 @@ def test_the_c_and_python_directory_readers_agree_on_good_and_damaged_archives(t
         c = _outcome(_pt._zip_entries_c, path)
         assert c == python, path.name
         outcomes["refused" if c == "refused" else "read"] += 1
+        # read whole (one read for a small file): the same entries, and the whole file as the head
+        python_whole = _outcome(_pt._zip_entries_py, path, 1 << 30)
+        assert _outcome(_pt._zip_entries_c, path, 1 << 30) == python_whole, path.name
+        if c == "refused":
+            assert python_whole == "refused", path.name
+        else:
+            assert python_whole[1] == c[1] and python_whole[0] == path.read_bytes() and c[0] == python_whole[0][:4096]
         # and the reader built on them never crashes: a tensor, None (left to torch) or an error naming the file
         try:
             read_pt_tensor(path)

@@ -37,8 +37,8 @@ static const Py_ssize_t ITEMSIZE[N_TYPES] = {8, 4, 2, 2};
 #define EPS 2.220446049250313e-16 /* float64 machine epsilon */
 #define THOUSANDTH 0.001
 #define FIVE_THOUSANDTH 0.005
+#define NEAR 0.03125 /* KL terms with |kx - ky| / (kx + ky) <= NEAR take a short series (kl_block_near) ... */
 #define FAR_SHARE 0.0625 /* ... unless more than this share of the last block's terms were not */
-#define NEAR 0.03125 /* KL terms with |kx - ky| / (kx + ky) <= NEAR take a short series (kl_block_near) */
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define NBPREC_DISPATCH 1

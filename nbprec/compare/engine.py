@@ -20,7 +20,7 @@ from nbprec.compare.metrics import (
     statistics_metrics,
     tensor_metrics,
 )
-from nbprec.compare.rules import Rule, get_rule, running_precision
+from nbprec.compare.rules import Rule, bench_magnitude, get_rule, one_run, running_precision
 from nbprec.compare.workers import (
     Job,
     Result,
@@ -107,12 +107,10 @@ def _pair_table(t_idx: pd.DataFrame, b_idx: pd.DataFrame, pairs: pd.DataFrame) -
 
 def _op_input_scale(table: pd.DataFrame) -> np.ndarray:
     """Per row, the largest benchmark magnitude among its op's inputs (the scale rounding errors live at)."""
-    high, low = (np.abs(table[column].to_numpy(np.float64)) for column in ("bench_max", "bench_min"))
-    bench_abs = np.fmax(high, low)
     is_input = table["role"].isin(("input", "parameter")).to_numpy()
-    inputs = np.where(is_input, bench_abs, np.nan)
+    inputs = np.where(is_input, bench_magnitude(table), np.nan)
     step, rank = table["step"].to_numpy(), table["rank"].to_numpy()
-    if len(step) and (step == step[0]).all() and (rank == rank[0]).all():  # one step and rank: group by op
+    if len(step) and one_run(table):  # one step and rank: group by op
         codes, uniques = pd.factorize(table["op"].to_numpy())
         largest = np.full(len(uniques), np.nan)
         np.fmax.at(largest, codes, inputs)  # fmax: NaN (not an input) is skipped, as groupby's max skips it
@@ -321,11 +319,13 @@ def compare(
     >>> comp = nbprec.compare("runs/fp16", "runs/fp32")   # doctest: +SKIP
     >>> comp.first_failing_op()                            # doctest: +SKIP
     """
-    t_dump = _as_dump(target, step, rank)
-    b_dump = _as_dump(bench, step, rank)
-    the_rule = get_rule(rule)
+    the_rule = get_rule(rule)  # arguments first: a typo is reported before any dump is opened
     if mode not in MODES:
         raise ComparisonError(f"unknown mode {mode!r}; use auto, tensor, statistics or checksum")
+    if parallel not in ("auto", "processes", "threads"):
+        raise ComparisonError(f"unknown parallel {parallel!r}; use auto, processes or threads")
+    t_dump = _as_dump(target, step, rank)
+    b_dump = _as_dump(bench, step, rank)
     if isinstance(mapping, (str, os.PathLike)):
         mapping = read_mapping(Path(mapping))
     matched = match_tensors(t_dump.index, b_dump.index, mapping=mapping, fusion=fusion, by_order=by_order)
@@ -343,8 +343,6 @@ def compare(
 
         progress = TextProgress("comparing")
     n_workers = workers if workers is not None else default_workers()
-    if parallel not in ("auto", "processes", "threads"):
-        raise ComparisonError(f"unknown parallel {parallel!r}; use auto, processes or threads")
     numel = np.nan_to_num(t_idx["numel"].to_numpy(np.float64), nan=0.0)
     # the workers (threads or processes) start measuring here; the table is built meanwhile
     results = _run_jobs(jobs, t_dump, b_dump, (t_rows, b_rows), numel, n_workers, progress or None, parallel)

@@ -89,6 +89,17 @@ def precision_rank(dtype: str) -> int:
     return _PRECISION_RANK.index(dtype) if dtype in _PRECISION_RANK else len(_PRECISION_RANK)
 
 
+def one_run(table: pd.DataFrame) -> bool:
+    """Whether every row of the table has the same step and rank (true for an empty table)."""
+    step, rank = table["step"].to_numpy(), table["rank"].to_numpy()
+    return not len(step) or bool((step == step[0]).all() and (rank == rank[0]).all())
+
+
+def bench_magnitude(table: pd.DataFrame) -> np.ndarray:
+    """Per row, the benchmark's largest magnitude: max(|bench_max|, |bench_min|) (NaN only when both are)."""
+    return np.fmax(np.abs(table["bench_max"].to_numpy(np.float64)), np.abs(table["bench_min"].to_numpy(np.float64)))
+
+
 def running_precision(table: pd.DataFrame) -> list[str]:
     """Per row, the lowest float precision the target run has used up to that row's op (and the bench dtype).
 
@@ -97,11 +108,10 @@ def running_precision(table: pd.DataFrame) -> list[str]:
     """
     t_rank = np.array([precision_rank(d) for d in table["target_dtype"]], dtype=np.int64)
     b_rank = np.array([precision_rank(d) for d in table["bench_dtype"]], dtype=np.int64)
-    step, rank = table["step"].to_numpy(), table["rank"].to_numpy()
-    if not len(step) or ((step == step[0]).all() and (rank == rank[0]).all()):  # one step and rank: one run
+    if one_run(table):
         running = np.minimum.accumulate(t_rank)
     else:
-        running = pd.Series(t_rank).groupby([step, rank]).cummin().to_numpy()
+        running = pd.Series(t_rank).groupby([table["step"].to_numpy(), table["rank"].to_numpy()]).cummin().to_numpy()
     lowest = np.minimum(running, b_rank)
     names = [*_PRECISION_RANK, ""]
     # a non-float tensor (ids, masks) keeps its own '' so that it is judged by the plain thresholds
@@ -227,7 +237,7 @@ class Rule:
         rows = (table["compare_mode"] == "statistics").to_numpy()
         if not rows.any():
             return status
-        scale = np.fmax(table["bench_max"].abs().to_numpy(np.float64), table["bench_min"].abs().to_numpy(np.float64))
+        scale = bench_magnitude(table)
         norm_ok = table["norm_rel_diff"].to_numpy(np.float64) <= tol
         with np.errstate(invalid="ignore"):
             ext_ok = (table["max_diff"].abs().to_numpy(np.float64) <= tol * scale) & (
@@ -247,9 +257,7 @@ class Rule:
         if "op_input_scale" not in table or not ({"max_abs_err", "max_diff"} & set(table.columns)):
             return status
         scale = table["op_input_scale"].to_numpy(np.float64)
-        bench_abs = np.fmax(
-            table["bench_max"].abs().to_numpy(np.float64), table["bench_min"].abs().to_numpy(np.float64)
-        )
+        bench_abs = bench_magnitude(table)
         err = table["max_abs_err"].to_numpy(np.float64) if "max_abs_err" in table else np.full(len(table), np.nan)
         if "max_diff" in table:  # statistics only: the larger difference of the extremes stands in
             stat_err = np.fmax(

@@ -40,9 +40,13 @@ Result = tuple[int, dict[str, Any], str]
 BATCH_ELEMENTS = 1 << 22  # a process batch ends after this cost (elements; see batches) at the most ...
 BATCH_JOBS = 32  # ... or this many pairs
 TAIL_ELEMENTS = 1 << 18  # the smallest element budget of a batch, near the end
-JOB_COST = 30_000  # what a pair costs besides its elements (reading its files, Python), in elements
 _NUMBER = struct.Struct("<I")  # a batch number, or the length of a batch's pickled results
 PROCESS_WORK_SECONDS = 0.05  # parallel="auto" forks processes for pairs estimated to take longer
+# The cost model of batches and of parallel="auto": a pair takes PAIR_SECONDS besides its elements (opening and
+# reading its files, the Python around the kernel) and each element ELEMENT_SECONDS in the kernel in use.
+PAIR_SECONDS = 100e-6
+ELEMENT_SECONDS = 7e-9 if KERNEL == "numpy" else 3e-9
+JOB_COST = round(PAIR_SECONDS / ELEMENT_SECONDS)  # a pair's own cost, in elements
 # Batches a forked worker holds: the one it measures and the ones queued behind it. The parent hands out the
 # next one when a result comes back, which waits while the parent measures a batch itself.
 _QUEUED = 2
@@ -54,8 +58,9 @@ def batches(jobs: list[Job], numel: np.ndarray) -> list[list[Job]]:
     (elements, plus :data:`JOB_COST` per pair) reaches an eighth of what is left, kept between
     :data:`TAIL_ELEMENTS` and :data:`BATCH_ELEMENTS`: large batches while much is left, small ones at the end,
     so the workers finish together (guided self-scheduling)."""
-    ordered = sorted(jobs, key=lambda job: -max(int(numel[job[0]]), 0))
-    costs = [max(int(numel[job[0]]), 0) + JOB_COST for job in ordered]
+    costs = _costs(jobs, numel)
+    order = sorted(range(len(jobs)), key=lambda k: -costs[k])  # stable: equal pairs keep their order
+    ordered, costs = [jobs[k] for k in order], [costs[k] for k in order]
     remaining = sum(costs)
     runs: list[list[Job]] = [[]]
     size = 0
@@ -68,6 +73,11 @@ def batches(jobs: list[Job], numel: np.ndarray) -> list[list[Job]]:
         size += cost
         remaining -= cost
     return runs if runs[0] else []
+
+
+def _costs(jobs: list[Job], numel: np.ndarray) -> list[int]:
+    """Each job's estimated cost in elements: its target's elements plus :data:`JOB_COST`."""
+    return [max(int(numel[job[0]]), 0) + JOB_COST for job in jobs]
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
@@ -244,10 +254,8 @@ def use_processes(parallel: str, workers: int, batches: list[list[Job]], numel: 
     # threads cannot; and with threads a worker back from the kernel can wait for the GIL while the main
     # thread builds the table. On a 526-pair msprobe dump (27 M elements, about 0.13 s of work) processes
     # took 0.16 s, threads 0.19 s.
-    jobs = sum(len(batch) for batch in batches)
-    elements = sum(max(int(numel[job[0]]), 0) for batch in batches for job in batch)
-    per_element = 7e-9 if KERNEL == "numpy" else 3e-9
-    return threading.active_count() == 1 and jobs * 100e-6 + elements * per_element > PROCESS_WORK_SECONDS
+    cost = sum(sum(_costs(batch, numel)) for batch in batches)
+    return threading.active_count() == 1 and cost * ELEMENT_SECONDS > PROCESS_WORK_SECONDS
 
 
 def use_threads(parallel: str, workers: int, jobs: int) -> bool:

@@ -24,8 +24,8 @@ def payload_array(
 ) -> np.ndarray:
     """``count`` values of ``dtype`` at byte ``offset`` of the open file ``fd``, flat and read-only.
 
-    ``head`` is the file's first bytes when the caller has read them already (small payloads in it are not
-    read again). A payload that runs past the end of the file (``file_size`` bytes) is a
+    ``head`` is the file's first bytes when the caller has read them already: a payload within them is not
+    read again, and the array is a view of them. A payload that runs past the end of the file (``file_size`` bytes) is a
     :class:`~nbprec.errors.DumpFormatError` naming ``path``.
     """
     nbytes = count * dtype.itemsize

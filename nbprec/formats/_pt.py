@@ -10,8 +10,9 @@ back to ``torch.load(weights_only=True)``.
 The archive's directory is parsed here too (:func:`_zip_entries`: end-of-central-directory record, ZIP64
 included, then the central directory and the local headers), in C when ``nbprec.formats._zipdir`` is built
 and by its pure-Python twin otherwise; it costs two small reads per file where :mod:`zipfile` costs about
-ten. Large storages are memory-mapped, not copied: the array returned is a read-only view of the
-file's pages, read when the comparison reaches them. Like ``torch.load(mmap=True)``, the payload's CRC-32 is
+ten, and a file under :data:`~nbprec.formats._payload.MAP_FROM` is read whole in one (its tensor is then a
+view of that read). Large storages are memory-mapped, not copied: the array returned is a read-only view of
+the file's pages, read when the comparison reaches them. Like ``torch.load(mmap=True)``, the payload's CRC-32 is
 not verified (it would cost a full extra pass over every byte); the structure, sizes and bounds are checked.
 
 Examples
@@ -259,9 +260,9 @@ except ImportError:  # not built (no C compiler): the Python twin
 
 
 def _zip_entries(fd: int, file_size: int) -> tuple[bytes, Entries]:
-    """(the file's first 4 KiB, or the whole file when its payload would be read rather than mapped; its
-    entries by undecoded name); raises _Unsupported for an archive this reader does not understand. A small
-    archive is read in one go: one read instead of three (its end, its start, its payload)."""
+    """(the file's first 4 KiB, or the whole file when it is smaller than ``MAP_FROM``; its entries by
+    undecoded name); raises _Unsupported for an archive this reader does not understand. A small archive is
+    read in one go: one read instead of three (its end, its start, its payload, which is read, not mapped)."""
     if _zip_entries_c is None:
         return _zip_entries_py(fd, file_size, MAP_FROM)
     try:
@@ -351,8 +352,8 @@ def read_pt_tensor(path: str | Path) -> np.ndarray | None:
     """The tensor in a ``torch.save`` file as a numpy array (original dtype), or ``None`` when the file is not
     a plain one-tensor zip archive this reader understands (the caller then uses ``torch.load``).
 
-    A contiguous tensor of at least 1 MiB comes back as a read-only view of the memory-mapped file; anything
-    else as a fresh C-contiguous array.
+    A contiguous tensor comes back read-only: a view of the memory-mapped file from 1 MiB, else a view of the
+    bytes read. A strided one comes back as a fresh C-contiguous copy.
 
     Raises :class:`~nbprec.errors.DumpFormatError` when the file is a recognised archive whose tensor does not
     fit its storage (a corrupt or hostile file).

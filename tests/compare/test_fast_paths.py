@@ -294,6 +294,15 @@ def test_parallel_must_be_known(make_mlp_dump):
         compare(make_mlp_dump(name="a"), make_mlp_dump(name="b"), parallel="gpu")
 
 
+def test_arguments_are_checked_before_any_dump_is_opened(tmp_path):
+    """A typo in mode, parallel or rule is reported at once, not after opening (possibly large) dumps: here
+    the dumps do not even exist, and the error is still about the argument."""
+    missing = tmp_path / "no-such-dump"
+    for kwargs, what in [({"parallel": "gpu"}, "parallel"), ({"mode": "fast"}, "mode"), ({"rule": "nope"}, "nope")]:
+        with pytest.raises(nbprec.errors.NbprecError, match=what):
+            compare(missing, missing, **kwargs)
+
+
 # -- native payload loader -----------------------------------------------------------------------------
 
 

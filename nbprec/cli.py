@@ -63,6 +63,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         rule=args.rule,
         mode=args.mode,
         mapping=args.mapping,
+        graph=args.graph,
         step=args.step,
         rank=args.rank,
         progress=progress,
@@ -74,7 +75,21 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(f"tensors    {s['tensors']}  ({_counts_text(s['tensor_status'])})")
     print(f"matching   {_counts_text({k: v for k, v in s['coverage'].items() if v})}")
     print(f"ops        {s['ops']}, failing {s['failing_ops']}")
-    print(f"first failing op     {s['first_failing_op'] or '-'}")
+    fusion = comp.meta.get("fusion")
+    if fusion:
+        relations = comp.table.drop_duplicates("op")["relation"].value_counts()
+        counts = _counts_text({k or "no counterpart": v for k, v in relations.items()})
+        print(f"fusion     {fusion['graph']}; ops {counts}")
+        for note in fusion["notes"]:
+            print(f"  note: {note}")
+        if fusion.get("fused_away"):
+            away = fusion["fused_away"]
+            example = next(iter(away.items()))
+            print(
+                f"  {len(away)} benchmark tensors belong to ops fused away on the NPU (e.g. {example[0]} inside "
+                f"{example[1]}): not compared, as expected"
+            )
+    print(f"first failing op     {_with_origin(comp, s['first_failing_op'])}")
     print(f"first introduced op  {s['first_introduced_op'] or '-'}")
     print(f"divergence onset     {s['onset_op'] or '-'}")
     if s["explained_failing_ops"]:
@@ -106,6 +121,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         comp.to_csv(out / "compare_msprobe.csv", layout="msprobe")
         print(f"wrote {out}/: comparison.json, tensors.csv, ops.csv, compare_msaccucmp.csv, compare_msprobe.csv")
     return 0
+
+
+def _with_origin(comp: object, op: str | None) -> str:
+    """An op name, with the framework ops it stands for when fusion records say so (NPU dumps)."""
+    if not op:
+        return "-"
+    table = comp.table
+    if "ground_truth" not in table:
+        return op
+    truth = table.loc[table["op"] == op, "ground_truth"]
+    return f"{op}  (ground truth: {truth.iloc[0]})" if len(truth) and truth.iloc[0] != "*" else op
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -206,19 +232,29 @@ def _cmd_ni(args: argparse.Namespace) -> int:
     from nbprec.formats import open_dump
     from nbprec.graph import OpGraph, node_info
 
-    target = open_dump(args.target)
+    if args.target is None and args.graph is None:
+        raise NbprecError("nbprec ni needs --target DUMP, --graph GE_GRAPH, or both")
+    if args.target is None:
+        from nbprec.graph.ge_info import ge_node_info
+
+        print(ge_node_info(args.name, args.graph, depth=args.depth))
+        return 0
+    target = open_dump(args.target, **({"graph": args.graph} if args.graph and _is_cann(args.target) else {}))
     bench = open_dump(args.bench) if args.bench else None
     comparison = None
     if bench is not None:
         from nbprec.compare import compare
 
-        comparison = compare(target, bench, progress=None)
+        comparison = compare(target, bench, graph=args.graph, progress=None)
     rows = target.index[target.index["op"] == args.name]
     step = int(rows["step"].iloc[0]) if len(rows) else None
     rank = int(rows["rank"].iloc[0]) if len(rows) else None
-    graph = OpGraph.from_dump(target, step=step, rank=rank)
-    if args.name not in graph and len(rows):
-        graph = OpGraph.from_dump(target, step=step, rank=rank, level="module")
+    if args.graph:
+        graph = OpGraph.from_ge(args.graph)
+    else:
+        graph = OpGraph.from_dump(target, step=step, rank=rank)
+        if args.name not in graph and len(rows):
+            graph = OpGraph.from_dump(target, step=step, rank=rank, level="module")
     if comparison is not None:
         graph.attach_metrics(comparison)
     print(node_info(args.name, target, bench, comparison, graph=graph).to_text())
@@ -233,6 +269,12 @@ def _cmd_ni(args: argparse.Namespace) -> int:
         sub.to_svg(args.svg, metric="cosine" if comparison is not None else "status")
         print(f"wrote {args.svg}")
     return 0
+
+
+def _is_cann(path: str) -> bool:
+    from nbprec.formats import guess_format
+
+    return guess_format(path) == "cann"
 
 
 def _cmd_overflow(args: argparse.Namespace) -> int:
@@ -253,6 +295,13 @@ def _cmd_overflow(args: argparse.Namespace) -> int:
         print(f"  {first['reason']}")
     if report.impact is not None:
         print(f"impact     {report.impact.verdict}: {report.impact.message}")
+    if report.npu is not None:
+        files = report.meta.get("npu_overflow_files", 0)
+        print(f"NPU overflow detection: {len(report.npu)} records in {files} debug files")
+        for row in report.npu.head(args.top).itertuples(index=False):
+            where = f"{row.op} ({row.op_type}, order {row.order})" if row.op else "no matching op"
+            what = f"{row.unit}: {row.conditions} (status {row.status})" if row.unit else ""
+            print(f"  {row.timestamp}  {where}  {what}{'  note: ' + row.note if row.note else ''}")
     ranked = report.ranked().head(args.top)
     if not ranked.empty:
         print(f"ranked ops (top {len(ranked)}):")
@@ -330,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--rule", choices=preset_names(), default="default", help="pass/fail rule (default: dtype-aware)")
     cmp.add_argument("--mode", choices=list(MODES), default="auto", help="compare payloads, statistics or checksums")
     cmp.add_argument("--mapping", metavar="FILE", help="CSV/YAML of target,bench name pairs that override matching")
+    cmp.add_argument("--graph", metavar="GE_GRAPH", help="target's GE graph (ge_proto_*_Build.txt): fusion records")
     cmp.add_argument("--step", type=int, help="compare this step only")
     cmp.add_argument("--rank", type=int, help="compare this rank only")
     cmp.add_argument("--top", type=int, default=10, help="how many worst ops to list (default 10)")
@@ -379,7 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
         "ni", help="node info: an op's type, module, inputs/outputs with statistics and metrics, neighbours"
     )
     ni.add_argument("name", metavar="NAME", help="op name, e.g. Functional.linear.0.forward")
-    ni.add_argument("--target", required=True, metavar="PATH", help="target dump")
+    ni.add_argument("--target", metavar="PATH", help="target dump")
+    ni.add_argument("--graph", metavar="GE_GRAPH", help="GE graph (ge_proto_*_Build.txt or JSON): type, pass, origin")
     ni.add_argument("--bench", metavar="PATH", help="benchmark dump: compare and show metrics")
     ni.add_argument("--depth", type=int, default=2, help="subgraph depth up and down (default 2)")
     ni.add_argument("--svg", metavar="FILE", help="draw the subgraph to this SVG file (needs Graphviz dot)")

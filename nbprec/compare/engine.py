@@ -12,7 +12,8 @@ import pandas as pd
 
 from nbprec._progress import ProgressCallback
 from nbprec.compare.comparison import CATEGORY_COLUMNS, Comparison, as_category
-from nbprec.compare.matching import FusionMatcher, match_tensors, read_mapping
+from nbprec.compare.fusion import FusionMatcher, benchmark_key, wants_fusion
+from nbprec.compare.matching import FusionHook, match_tensors, read_mapping
 from nbprec.compare.metrics import (
     METRIC_COLUMNS,
     STAT_METRIC_COLUMNS,
@@ -42,13 +43,50 @@ MODES: tuple[str, ...] = ("auto", "tensor", "statistics", "checksum")
 _STAT_KEYS = ("max", "min", "mean", "norm")
 
 
-def _as_dump(source: Dump | str | os.PathLike[str], step: int | None, rank: int | None) -> Dump:
-    from nbprec.formats import open_dump
+def _as_dump(source: Dump | str | os.PathLike[str], step: int | None, rank: int | None, graph: Any = None) -> Dump:
+    from nbprec.formats import guess_format, open_dump
 
-    dump = source if isinstance(source, Dump) else open_dump(source)
+    if isinstance(source, Dump):
+        dump = source
+    elif graph is not None and guess_format(source) == "cann":  # the graph says each tensor's original layout
+        dump = open_dump(source, format="cann", graph=graph)
+    else:
+        dump = open_dump(source)
+    # a dump that records no step or rank (-1 throughout, as a TensorFlow dump) is not filtered by them
+    step = None if dump.steps == [-1] else step
+    rank = None if dump.ranks == [-1] else rank
     if step is not None or rank is not None:
         dump = dump.select(step=step, rank=rank)
     return dump
+
+
+def _graph_model(graph: Any) -> Any:
+    """The GE graph ``graph`` as a :class:`nbprec.graph.ge.GeModel` (read when a path), or None."""
+    if graph is None:
+        return None
+    from nbprec.graph.ge import GeModel, read_ge_model
+
+    return graph if isinstance(graph, GeModel) else read_ge_model(graph)
+
+
+def _auto_fusion(t_dump: Dump, b_dump: Dump, graph_model: Any, notes: list[str]) -> FusionMatcher | None:
+    """The fusion matcher an NPU target needs without being asked: from ``graph_model``, a Build graph in
+    the dump's folder, or the dump's own origin records; None for other targets, and for an NPU benchmark
+    (two NPU runs share their op names)."""
+    if graph_model is not None:
+        return FusionMatcher(graph_model)
+    if t_dump.format != "cann" or b_dump.format == "cann":
+        return None
+    builds = [g for g in t_dump.meta.get("ge_graphs", []) if "_build" in Path(g).name.lower()]
+    if len(builds) == 1:
+        notes.append(f"fusion records and producers from the graph found in the dump: {builds[0]}")
+        return FusionMatcher.from_graph(builds[0])
+    if len(builds) > 1:
+        notes.append(f"{len(builds)} Build graphs in the dump folder; none used (pass graph= to choose one)")
+    if wants_fusion(t_dump.index):
+        notes.append("no GE graph: outputs matched through the dump's original_op records; inputs unmatched")
+        return FusionMatcher(None)
+    return None
 
 
 _BASE_COLUMNS = ("step", "rank", "order", "op", "op_type", "api", "module", "direction", "role", "slot")
@@ -266,7 +304,8 @@ def compare(
     rule: str | Rule | None = None,
     mode: CompareMode = "auto",
     mapping: str | os.PathLike[str] | pd.DataFrame | None = None,
-    fusion: FusionMatcher | None = None,
+    fusion: FusionHook | None = None,
+    graph: str | os.PathLike[str] | Any = None,
     by_order: bool = True,
     step: int | None = None,
     rank: int | None = None,
@@ -290,7 +329,13 @@ def compare(
         A user mapping (CSV/YAML path or DataFrame with ``target``/``bench`` columns) applied before any
         automatic matching.
     fusion
-        A fusion-record hook (see :mod:`nbprec.compare.matching`).
+        A fusion-record hook (see :mod:`nbprec.compare.matching`). For an Ascend NPU target (a CANN dump) a
+        :class:`~nbprec.compare.fusion.FusionMatcher` is made automatically: from ``graph`` when given, else
+        from a ``ge_proto_*_Build`` graph found in the dump's folder, else from the dump's own ``original_op``
+        records (outputs only).
+    graph
+        The executed GE graph of the target run (``ge_proto_*_Build.txt`` or its JSON form, a path or a
+        :class:`nbprec.graph.ge.GeModel`): fusion records for matching, original layouts for reading.
     by_order
         Align op streams by order for ops that names do not match.
     step, rank
@@ -324,10 +369,14 @@ def compare(
         raise ComparisonError(f"unknown mode {mode!r}; use auto, tensor, statistics or checksum")
     if parallel not in ("auto", "processes", "threads"):
         raise ComparisonError(f"unknown parallel {parallel!r}; use auto, processes or threads")
-    t_dump = _as_dump(target, step, rank)
+    graph_model = _graph_model(graph)
+    t_dump = _as_dump(target, step, rank, graph_model)
     b_dump = _as_dump(bench, step, rank)
     if isinstance(mapping, (str, os.PathLike)):
         mapping = read_mapping(Path(mapping))
+    fusion_notes: list[str] = []
+    if fusion is None:
+        fusion = _auto_fusion(t_dump, b_dump, graph_model, fusion_notes)
     matched = match_tensors(t_dump.index, b_dump.index, mapping=mapping, fusion=fusion, by_order=by_order)
     pairs = matched.pairs
     t_idx, b_idx = t_dump.index, b_dump.index
@@ -363,6 +412,18 @@ def compare(
             "mode": mode,
             "coverage": matched.coverage(),
         }
+        if isinstance(fusion, FusionMatcher):
+            ops_column = table["op"].to_numpy(dtype=object)
+            table["ground_truth"] = fusion.ground_truth(ops_column)
+            table["relation"] = fusion.relations(ops_column)
+            table["fusion_pass"] = fusion.passes(ops_column)
+            absorbed = {benchmark_key(k): v for k, v in fusion.absorbed.items()}
+            fused_away = {
+                str(name): absorbed[key]
+                for name, key in zip(unmatched_bench["name"], unmatched_bench["op"].map(benchmark_key), strict=True)
+                if key in absorbed
+            }
+            meta["fusion"] = {"graph": fusion.source, "notes": fusion_notes + fusion.notes, "fused_away": fused_away}
         values: dict[str, np.ndarray] = {c: np.full(n_rows, np.nan) for c in (*METRIC_COLUMNS, *STAT_METRIC_COLUMNS)}
         checksum_match = np.full(n_rows, None, dtype=object)
         for i, result, reason in results:

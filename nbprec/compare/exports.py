@@ -86,6 +86,15 @@ def _shape(value: Any) -> str:
     return "" if value is None else str(list(value))
 
 
+def _ground_truth(r: Any) -> str:
+    """msaccucmp's GroundTruth: the framework ops an NPU op stands for (fusion records), else the benchmark op;
+    ``*`` when it has no counterpart."""
+    truth = getattr(r, "ground_truth", None)
+    if isinstance(truth, str) and truth:
+        return truth
+    return r.bench_op or "*"
+
+
 def _msaccucmp_rows(table: pd.DataFrame) -> list[list[str]]:
     rows = []
     for i, r in enumerate(table.itertuples(index=False)):
@@ -99,7 +108,7 @@ def _msaccucmp_rows(table: pd.DataFrame) -> list[list[str]]:
                 r.op_type,
                 r.op,
                 r.target_dtype,
-                r.bench_op or "*",
+                _ground_truth(r),
                 r.bench_dtype or "NaN",
                 f"{r.op}:{role}:{r.slot}",
                 _shape(r.target_shape),

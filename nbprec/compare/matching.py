@@ -32,8 +32,10 @@ from nbprec.errors import ComparisonError
 
 MATCH_METHODS = ("mapping", "fusion", "exact", "api_call", "order", "unmatched")
 
-#: A fusion hook gets both indexes and returns pairs of tensor names (columns ``target``, ``bench``).
-FusionMatcher = Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]
+#: A fusion hook gets both indexes and returns pairs of tensor names (columns ``target``, ``bench``), or of
+#: index positions (columns ``t``, ``b``; a benchmark position may then serve several target tensors).
+#: :class:`nbprec.compare.fusion.FusionMatcher` is the one for Ascend NPU dumps.
+FusionHook = Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,25 @@ class _Matcher:
         # a benchmark tensor may be claimed once per pass
         _, first = np.unique(b, return_index=True)
         t, b = t[first], b[first]
+        self.b_of_t[t] = b
+        self.method[t] = method
+        self.b_taken[b] = True
+
+    def by_positions(self, pairs: pd.DataFrame, method: str) -> None:
+        """Match explicit position pairs (columns ``t``, ``b``); a benchmark tensor may serve several targets.
+
+        Fusion records make one benchmark tensor the counterpart of an NPU op's input *and* of its producer's
+        output, so here a benchmark position is not exclusive (a target position still is)."""
+        if pairs.empty:
+            return
+        t = pairs["t"].to_numpy(np.int64)
+        b = pairs["b"].to_numpy(np.int64)
+        ok = (t >= 0) & (t < len(self.b_of_t)) & (b >= 0) & (b < len(self.b_taken))
+        t, b = t[ok], b[ok]
+        t, first = np.unique(t, return_index=True)
+        b = b[first]
+        free = self.b_of_t[t] < 0
+        t, b = t[free], b[free]
         self.b_of_t[t] = b
         self.method[t] = method
         self.b_taken[b] = True
@@ -261,7 +282,7 @@ def match_tensors(
     bench: pd.DataFrame,
     *,
     mapping: pd.DataFrame | None = None,
-    fusion: FusionMatcher | None = None,
+    fusion: FusionHook | None = None,
     by_order: bool = True,
 ) -> MatchResult:
     """Match the rows of two dump indexes.
@@ -285,7 +306,11 @@ def match_tensors(
     if mapping is not None:
         m.by_names(mapping, "mapping")
     if fusion is not None:
-        m.by_names(fusion(target, bench), "fusion")
+        fused = fusion(target, bench)
+        if {"t", "b"} <= set(fused.columns):
+            m.by_positions(fused, "fusion")
+        else:
+            m.by_names(fused, "fusion")
     m.by_columns(["step", "rank", "name"], "exact", lambda k: k)
     m.by_columns(["step", "rank", "api", "call", "direction", "role", "slot"], "api_call", _api_key)
     if by_order:

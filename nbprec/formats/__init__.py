@@ -21,6 +21,7 @@ READERS: dict[str, str] = {
     "nbprec": "nbprec.formats.native:NativeDumpReader",
     "msprobe": "nbprec.formats.msprobe:MsprobeDumpReader",
     "ptdbg": "nbprec.formats.ptdbg:PtdbgDumpReader",
+    "cann": "nbprec.formats.cann:CannDumpReader",
     "tf_npy": "nbprec.formats.tf_npy:TfNpyDumpReader",
 }
 

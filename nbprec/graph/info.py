@@ -46,6 +46,7 @@ class TensorInfo:
     status: str = ""
     reason: str = ""
     links: list[str] = field(default_factory=list)
+    layout: str = ""  # how an NPU stores it, and the framework tensor it equals ("stored NC1HWC0 ...")
 
 
 @dataclass
@@ -84,7 +85,10 @@ class NodeInfo:
             for t in tensors:
                 link = f"  {arrow} {', '.join(t.links)}" if t.links else ""
                 lines.append(f"    [{t.slot}] {t.name}  {t.dtype} {_shape(t.shape)}{link}")
-                lines.append(f"        target  {_stats_text(t.stats)}")
+                if t.layout:
+                    lines.append(f"        {t.layout}")
+                if t.stats:
+                    lines.append(f"        target  {_stats_text(t.stats)}")
                 if t.bench_name or t.bench_stats:
                     lines.append(f"        bench   {_stats_text(t.bench_stats)}  ({t.bench_name}, {t.bench_dtype})")
                 if t.metrics or t.status:
@@ -125,7 +129,7 @@ class NodeInfo:
         cols += [*METRICS, "status", "linked ops"]
         rows = []
         for t in [*self.inputs, *self.outputs]:
-            cells = [t.role, t.slot, t.name, t.dtype, _shape(t.shape)]
+            cells = [t.role, t.slot, t.name, t.dtype, _shape(t.shape) + (f" [{t.layout}]" if t.layout else "")]
             cells += [_num(t.stats.get(s)) for s in STATS] + [_num(t.bench_stats.get(s)) for s in STATS]
             cells += [_num(t.metrics.get(m)) for m in METRICS] + [t.status, ", ".join(t.links)]
             rows.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
@@ -186,6 +190,32 @@ def _bench_from_dump(t: TensorInfo, t_row: pd.Series, target: Dump, bench: Dump)
         return
     t.metrics = {m: _float(result.values[m]) for m in METRICS if m in result.values}
     t.reason = result.reason
+
+
+def _layout_text(row: pd.Series) -> str:
+    """For a tensor of an NPU dump: its storage format and shape, and the framework tensor it stands for."""
+    stored = row.get("storage_format", "")
+    if not isinstance(stored, str) or not stored:
+        return ""
+    text = f"stored {stored} {_shape(tuple(row['storage_shape']))}"
+    if row.get("origin_format") and row["origin_format"] != stored:
+        text += f", shown as {row['origin_format']}"
+    if row.get("origin_name"):
+        text += f"; equals {row['origin_name']}:{int(row['origin_index'])}"
+    return text
+
+
+def _row_stats(dump: Dump, row: pd.Series) -> dict[str, float | None]:
+    """A tensor's statistics from the index, or computed from its payload when the format records none
+    (CANN NPU dumps hold payloads only)."""
+    stats = {s: _float(row[s]) for s in STATS}
+    if all(v is None for v in stats.values()) and bool(row["has_data"]):
+        from nbprec.stats import tensor_stats
+
+        with contextlib.suppress(NbprecError, MemoryError, ValueError, TypeError):
+            computed = tensor_stats(dump.tensor(row))
+            stats = {s: _float(computed.get(s)) for s in STATS}
+    return stats
 
 
 def node_info(
@@ -272,6 +302,9 @@ def node_info(
         if not op_row.empty:
             info.status, info.origin = str(op_row["status"].iloc[0]), str(op_row["origin"].iloc[0])
             info.bench_op = str(op_row["bench_op"].iloc[0])
+            if "ground_truth" in table:  # an NPU op: the framework ops it stands for (fusion records)
+                truth = table.loc[table["op"] == name, "ground_truth"]
+                info.bench_op = str(truth.iloc[0]) if len(truth) and truth.iloc[0] != "*" else ""
     for _, row in rows.iterrows():
         t = TensorInfo(
             name=str(row["name"]),
@@ -279,13 +312,15 @@ def node_info(
             slot=str(row["slot"]),
             dtype=str(row["dtype"]),
             shape=tuple(row["shape"]),
-            stats={s: _float(row[s]) for s in STATS},
+            stats=_row_stats(target_dump, row),
+            layout=_layout_text(row),
         )
         if t.role in ("input", "parameter"):
             t.links = sorted(set(producers.get(t.slot, []))) if t.role == "input" else []
             info.inputs.append(t)
         else:
-            t.links = sorted(set(out_readers.get(t.name, [])))
+            # edges name the tensor as the dump does, or as a GE graph does ("op:index")
+            t.links = sorted(set(out_readers.get(t.name, []) or out_readers.get(f"{name}:{t.slot}", [])))
             info.outputs.append(t)
         if t.name in compared:
             c = compared[t.name]
@@ -295,7 +330,7 @@ def node_info(
             if bench_dump is not None and t.bench_name:  # prefer the benchmark dump's own recorded statistics
                 with contextlib.suppress(NbprecError):
                     b_row = bench_dump.row(t.bench_name)
-                    t.bench_stats = {s: _float(b_row[s]) for s in STATS}
+                    t.bench_stats = _row_stats(bench_dump, b_row)
             t.metrics = {m: _float(c.get(m)) for m in METRICS if m in c}
             t.status, t.reason = str(c["status"]), str(c.get("reason", "") or "")
         elif bench_dump is not None and comparison is None:

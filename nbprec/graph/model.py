@@ -6,7 +6,7 @@ consumer's input slot (``"control"`` for a control edge).
 
 Node attributes (:data:`NODE_FIELDS`) and edge attributes (:data:`EDGE_FIELDS`) are plain Python values, so a
 graph exports to JSON, DOT and Cytoscape.js without conversion. Builders live in :mod:`nbprec.graph.build`
-(dumps), :mod:`nbprec.graph.onnx_source` (ONNX) and :mod:`nbprec.graph.ge` (GE graphs, to come).
+(dumps), :mod:`nbprec.graph.onnx_source` (ONNX) and :mod:`nbprec.graph.ge` (Ascend GE graphs).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ The ops blamed in an overflow report are the ``critical`` ops and the ``high`` o
   module, the ``torch.autocast(enabled=False)`` pattern to put around that call (as a comment);
 - ``loss_scale``: the largest power of two that keeps the largest gradient below 65504 (from the
   gradients of the dump, divided by the scale they were recorded with);
+- ``ascend`` (for an Ascend NPU dump, where the fix is configuration, not code): the mixlist and the
+  ``precision_mode`` / ``modify_mixlist`` settings to paste for TF 1 sessions, Estimators, TF 2 and atc;
 - ``mixlist``: a CANN ``modify_mixlist`` JSON (``{"black-list": {"to-add": [OpType, ...]}}``) naming the
   Ascend op types to keep in high precision, for ``precision_mode=allow_mix_precision``; ``keep_dtype``
   lists the same op types. Torch API names are mapped to Ascend IR op types where the mapping is known;
@@ -139,6 +141,7 @@ class Remedies:
     mixlist: dict[str, Any]
     keep_dtype: list[str] = field(default_factory=list)
     unmapped: list[str] = field(default_factory=list)
+    ascend: str = ""
 
     def mixlist_json(self) -> str:
         """The ``modify_mixlist`` file's text."""
@@ -152,6 +155,8 @@ class Remedies:
 
     def to_text(self) -> str:
         """Everything as one block of text (what the CLI prints)."""
+        if self.ascend:  # an NPU dump of a graph-mode run: the fix is CANN configuration, not PyTorch code
+            return self.ascend
         parts = ["# keep the blamed ops in float32 (PyTorch)", self.pytorch]
         ls = self.loss_scale
         if ls.bound is not None:
@@ -164,6 +169,28 @@ class Remedies:
         if self.unmapped:
             parts.append(f"# op types not mapped to Ascend IR (check the NPU dump): {', '.join(self.unmapped)}")
         return "\n".join(parts)
+
+
+def _ascend_snippet(keep: list[str], mixlist: dict[str, Any]) -> str:
+    """CANN settings that keep ``keep`` (Ascend op types) in float32: a mixlist and the precision mode."""
+    if not keep:
+        return "# no op type to keep in high precision was found"
+    text = json.dumps(mixlist, indent=2)
+    mix = "/path/to/ops_info.json"
+    return "\n".join(
+        [
+            f"# Ascend: keep {', '.join(keep)} in float32. Save this as ops_info.json (a modify_mixlist file):",
+            text,
+            "# and run with mixed precision using it:",
+            "#   TF 1 session: custom_op.parameter_map['precision_mode'].s = tf.compat.as_bytes('allow_mix_precision')",
+            f"#                 custom_op.parameter_map['modify_mixlist'].s = tf.compat.as_bytes('{mix}')",
+            f"#   Estimator:    NPURunConfig(precision_mode='allow_mix_precision', modify_mixlist='{mix}')",
+            f"#   TF 2:         npu_device options: precision_mode='allow_mix_precision', modify_mixlist='{mix}'",
+            f"#   atc / aoe:    --precision_mode=allow_mix_precision --modify_mixlist={mix}",
+            "# To check that float16 is the cause at all, run once with precision_mode='must_keep_origin_dtype':",
+            "# if the overflow goes away, keep the op types above in float32.",
+        ]
+    )
 
 
 def _wrapper_snippet(modules: list[str], loose_ops: list[str], device_type: str) -> str:
@@ -311,12 +338,15 @@ def remedies(
             "below this bound, or measure on a float32 run"
         )
     advice = LossScaleAdvice(unscaled, loss_scale_bound(unscaled), recorded_scale, note)
+    mixlist = {"black-list": {"to-add": keep}}
+    ascend = _ascend_snippet(keep, mixlist) if report.meta.get("format") == "cann" else ""
     return Remedies(
         ops=[str(o) for o in blamed["op"]],
         modules=modules,
         pytorch=_wrapper_snippet(modules, loose, device_type),
         loss_scale=advice,
-        mixlist={"black-list": {"to-add": keep}},
+        mixlist=mixlist,
         keep_dtype=keep,
         unmapped=unmapped,
+        ascend=ascend,
     )

@@ -77,6 +77,9 @@ class OverflowReport:
         Path, format, dtype override, amplification factor, where the verdicts came from.
     impact : Impact or None
         The "did it matter?" verdict (see :func:`nbprec.overflow.impact.assess_impact`).
+    npu : pandas.DataFrame or None
+        For an Ascend NPU dump with overflow debug files: what the NPU's own detection recorded, a row per
+        overflowed record, linked to its op (see :func:`nbprec.overflow.npu.npu_overflow_table`).
 
     Examples
     --------
@@ -91,11 +94,13 @@ class OverflowReport:
         *,
         meta: dict[str, Any] | None = None,
         impact: Impact | None = None,
+        npu: pd.DataFrame | None = None,
     ) -> None:
         self.tensors = tensors
         self.ops = ops
         self.meta = dict(meta or {})
         self.impact = impact
+        self.npu = npu
 
     # -- answers -----------------------------------------------------------------------------------
     def first_critical(self) -> pd.Series | None:
@@ -128,7 +133,8 @@ class OverflowReport:
         return self.tensors[self.tensors["abnormal"]]
 
     def __bool__(self) -> bool:
-        return not self.ops["out_abnormal"].astype(bool).any()
+        npu_flagged = self.npu is not None and bool((self.npu["conditions"] != "").any())
+        return not (self.ops["out_abnormal"].astype(bool).any() or npu_flagged)
 
     def summary(self) -> dict[str, Any]:
         """Counts and answers as plain Python values."""
@@ -145,6 +151,7 @@ class OverflowReport:
             "first_critical_op": None if first is None else str(first["op"]),
             "first_critical_reason": None if first is None else str(first["reason"]),
             "impact": None if self.impact is None else asdict(self.impact),
+            "npu_overflow_records": None if self.npu is None else len(self.npu),
         }
 
     def __repr__(self) -> str:
@@ -171,7 +178,12 @@ class OverflowReport:
         head += "</p>"
         cols = ["order", "op", "op_type", "level", "in_status", "out_status", "out_abs_max", "reason"]
         table = self.ranked().head(20)[cols]
-        return head + table.to_html(index=False, escape=True, float_format=lambda v: f"{v:.6g}")
+        out = head + table.to_html(index=False, escape=True, float_format=lambda v: f"{v:.6g}")
+        if self.npu is not None and len(self.npu):
+            npu_cols = ["timestamp", "op", "op_type", "unit", "status", "conditions", "note"]
+            out += "<p><b>NPU overflow detection</b> (overflow debug files)</p>"
+            out += self.npu[npu_cols].head(20).to_html(index=False, escape=True)
+        return out
 
     # -- persistence -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -186,6 +198,8 @@ class OverflowReport:
         (folder / "report.json").write_text(text + "\n", encoding="utf-8")
         self.tensors.to_csv(folder / "tensors.csv", index=False)
         self.ops.to_csv(folder / "ops.csv", index=False)
+        if self.npu is not None:
+            self.npu.to_csv(folder / "npu_overflow.csv", index=False)
         return folder
 
     @classmethod
@@ -199,6 +213,8 @@ class OverflowReport:
             read = {"dtype": text, "keep_default_na": False, "na_values": [""]}
             tensors = pd.read_csv(folder / "tensors.csv", **read)
             ops = pd.read_csv(folder / "ops.csv", **read)
+            npu_file = folder / "npu_overflow.csv"
+            npu = pd.read_csv(npu_file, **read) if npu_file.is_file() else None
         except (OSError, ValueError) as exc:
             raise NbprecError(f"{folder}: not a saved nbprec overflow report ({exc})") from exc
         if header.get("format") != _SAVE_FORMAT:
@@ -211,7 +227,10 @@ class OverflowReport:
             if column in tensors:
                 tensors[column] = tensors[column].fillna("").astype(str)
         impact = header.get("summary", {}).get("impact")
-        return cls(tensors, ops, meta=header.get("meta"), impact=Impact(**impact) if impact else None)
+        if npu is not None:
+            for column in ("op", "op_type", "unit", "status", "conditions", "note", "debug_file"):
+                npu[column] = npu[column].fillna("").astype(str)
+        return cls(tensors, ops, meta=header.get("meta"), impact=Impact(**impact) if impact else None, npu=npu)
 
 
 def _clean(value: Any) -> Any:

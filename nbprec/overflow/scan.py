@@ -363,7 +363,14 @@ def scan(
         "sources": {str(k): int(v) for k, v in tensors["source"].value_counts().items()},
         "loss_scale": _recorded_loss_scale(target.meta),
     }
-    report = OverflowReport(tensors, ops, meta=meta)
+    npu = None
+    if target.meta.get("opdebug"):  # an Ascend NPU dump with overflow debug files: the hardware's own findings
+        from nbprec.overflow.npu import mark_npu_overflow, npu_overflow_table
+
+        npu = npu_overflow_table(target)
+        ops = mark_npu_overflow(ops, npu)
+        meta["npu_overflow_files"] = len(target.meta["opdebug"])
+    report = OverflowReport(tensors, ops, meta=meta, npu=npu)
     if bench is not None or report.first_critical() is not None:
         from nbprec.overflow.impact import assess_impact
 

@@ -79,7 +79,7 @@ class InspectorView(View):
         note = f"<p style='color:#b71c1c'>{esc(self.problem)}</p>" if self.problem else ""
         return (
             f"<p class='nbprec-selected'>Selected op: <b>{esc(op)}</b>; tensor: <code>{esc(self.tensor)}</code></p>"
-            f"{html_table(shown, max_rows=20)}{note}"
+            f"{_fusion_html(self.rows)}{html_table(shown, max_rows=20)}{note}"
         )
 
     def stats_frame(self) -> pd.DataFrame:
@@ -260,6 +260,20 @@ class InspectorView(View):
         if svg:
             body += [svg, self.top_html(), self.bits_html()]
         return "<div class='nbprec-inspector'>" + "".join(body) + "</div>"
+
+
+def _fusion_html(rows: pd.DataFrame) -> str:
+    """For an NPU op (a comparison with fusion records): its type, fusion pass and original framework ops."""
+    if rows.empty or "ground_truth" not in rows:
+        return ""
+    r = rows.iloc[0]
+    truth = str(r["ground_truth"])
+    relation = f" ({esc(str(r['relation']))})" if r.get("relation") else ""
+    return (
+        f"<p class='nbprec-fusion'>NPU op type <b>{esc(str(r.get('op_type', '')))}</b>; "
+        f"fusion pass (PassName) <b>{esc(str(r.get('fusion_pass', '')) or '-')}</b>; "
+        f"original ops (OriginOp) <b>{esc(truth if truth != '*' else '- (no framework counterpart)')}</b>{relation}</p>"
+    )
 
 
 def _default_tensor(rows: pd.DataFrame) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -124,6 +125,10 @@ class SubgraphView(View):
             try:
                 from nbprec.graph import OpGraph
 
+                ge_graph = (self.model.comparison.meta.get("fusion") or {}).get("graph", "")
+                if ge_graph and Path(ge_graph).is_file():  # an NPU comparison: the executed GE graph
+                    self._graph = OpGraph.from_ge(ge_graph).attach_metrics(self.model.comparison)
+                    return self._graph
                 dump = self.source.dump("target")
                 if dump is None:
                     self.graph_note = "no target dump: neighbourhood in execution order"

@@ -112,8 +112,3 @@ def test_unknown_op_is_an_error_with_suggestions(msprobe_fp32):
 def test_from_records_reports_edges_to_unknown_ops():
     g = OpGraph.from_records([{"name": "a"}], [{"src": "a", "dst": "ghost"}])
     assert g.nx.number_of_edges() == 0 and "left out" in g.notes[0]
-
-
-def test_ge_graphs_are_a_clear_hook_for_now(tmp_path):
-    with pytest.raises(GraphError, match="not implemented yet"):
-        OpGraph.from_ge(tmp_path / "ge_proto_00000001_Build.txt")

@@ -1,0 +1,395 @@
+"""Reader for CANN NPU dump files (Ascend): one binary file per op, header + payloads (FORMATS.md section 2).
+
+A file ``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}`` (``stream_id`` absent in old versions, up to
+four more numbers in new ones) holds a little-endian ``uint64`` header length, a ``toolkit.dumpdata.DumpData``
+protobuf header (read with nbprec's own schema, :mod:`nbprec.formats._dumpdata`), and the payloads of every
+input, output, buffer and workspace, in that order. The tree CANN writes is
+``dump/{time}/{device}/{model_name}/{model_id}/{step}/<files>``; any level of it, a flat folder of dump files,
+or one file can be opened.
+
+Index conventions
+-----------------
+- ``op`` is the op's name from the header (``bert/encoder/layer_0/attention/self/MatMul``; the file name's
+  sanitised one when the header has none); ``op_type`` the file name's first field; ``module`` the op's
+  ``/`` scope. Tensor names are ``{op}:{input|output}:{index}``, msaccucmp's ``TensorIndex``.
+- ``step`` and ``rank`` come from the ``{step}`` and ``{device}`` folders (-1 outside that tree); ``order`` is
+  the execution order within a step and device, from the file names' timestamps (then the task id).
+- ``shape`` is the tensor's shape *in its original layout* (``original_shape``, or the stored shape when the
+  header gives none), and :meth:`Dump.tensor` returns the payload converted from its storage format
+  (NC1HWC0, FRACTAL_NZ, FRACTAL_Z, ...) to that layout with the padding sliced off
+  (:mod:`nbprec.formats.storage`). ``layout="storage"`` when opening keeps the stored layout instead.
+- Columns of this format after the common ones: ``storage_format``, ``storage_shape``, ``origin_format``
+  (the layout ``shape`` is in; ``""`` when unknown), ``origin_name`` / ``origin_index`` (the framework tensor an
+  output equals, from the header's ``original_op``; ``""`` / -1 when absent), ``task_id``, ``stream_id``,
+  ``timestamp``, ``model``, ``offset`` and ``nbytes`` (where the payload lies in ``file``).
+- Overflow debug files (``Opdebug.Node_OpDebug.*``) are not tensors: they are listed in
+  ``dump.meta["opdebug"]`` for :mod:`nbprec.overflow.npu`. GE graphs found in the tree
+  (``ge_proto_*_Build.txt``) are listed in ``dump.meta["ge_graphs"]``.
+
+Examples
+--------
+>>> dump = nbprec.open("dump/20240101120000/0/ge_default/1/0")   # doctest: +SKIP
+>>> dump.index[["op", "role", "slot", "dtype", "shape", "storage_format"]]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from nbprec.dtypes import NUMPY_DTYPES
+from nbprec.dump import Dump, Problem, make_index
+from nbprec.errors import DumpFormatError, EmptyDumpError
+from nbprec.formats._dumpdata import CANN_DTYPES, parse_header
+from nbprec.formats._payload import payload_array
+from nbprec.formats._probe import find_first_file
+from nbprec.formats.base import DumpReader
+from nbprec.formats.cann_layout import TensorLayout, plan_layout
+from nbprec.formats.cann_tree import DumpFile, walk_dump_tree
+
+#: Header length above which a file is refused: real headers are a few KiB (a malicious one could ask for GiBs).
+MAX_HEADER = 64 << 20
+#: Bytes read at once from the start of a file: the length and, nearly always, the whole header.
+_HEAD_READ = 8192
+OCCURRENCES = ("last", "first", "all")
+LAYOUTS = ("origin", "storage")
+_SCOPE = re.compile(r"^(.*)/[^/]*$")
+
+
+@dataclass(frozen=True)
+class CannHeader:
+    """A parsed dump file: its header message, where the payloads start, and the file's size."""
+
+    message: Any
+    payload_start: int
+    file_size: int
+
+
+def read_header(path: str | Path) -> CannHeader:
+    """Read and check the header of the dump file ``path`` (payloads are not read).
+
+    Raises :class:`~nbprec.errors.DumpFormatError` naming the file when it is not a regular file, is too
+    short, declares a header past its end, holds no valid ``DumpData`` message, or declares payloads that
+    add up past its end (a truncated file).
+    """
+    file = str(path)
+    try:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise DumpFormatError(file, f"cannot open the file: {exc.strerror or exc}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise DumpFormatError(file, "not a regular file (a device, FIFO or socket): not read")
+        size = info.st_size
+        head = os.pread(fd, _HEAD_READ, 0)
+        if size <= 8 or len(head) < 8:
+            raise DumpFormatError(file, f"too short for a CANN dump file ({size} bytes; the header length alone is 8)")
+        header_len = int.from_bytes(head[:8], "little")
+        if header_len > size - 8:
+            raise DumpFormatError(
+                file,
+                f"header length {header_len} runs past the end of the file ({size} bytes): truncated or not a dump",
+            )
+        if header_len > MAX_HEADER:
+            raise DumpFormatError(file, f"header length {header_len} is implausibly large (over {MAX_HEADER} bytes)")
+        raw = head[8 : 8 + header_len]
+        if len(raw) < header_len:
+            raw += os.pread(fd, header_len - len(raw), 8 + len(raw))
+    finally:
+        os.close(fd)
+    message = parse_header(raw, file)
+    header = CannHeader(message, 8 + header_len, size)
+    declared = sum(int(t.size) for group in (message.input, message.output, message.buffer) for t in group)
+    if header.payload_start + declared > size:
+        raise DumpFormatError(
+            file,
+            f"the header declares {declared} payload bytes after byte {header.payload_start}, but the file has "
+            f"{size} bytes: the file was cut short",
+        )
+    return header
+
+
+def _scope(name: str) -> str:
+    m = _SCOPE.match(name)
+    return m[1] if m else ""
+
+
+def _tensor_rows(
+    found: DumpFile, header: CannHeader, layout: str, graph_layouts: Callable | None, problems: list[Problem]
+) -> list[dict[str, Any]]:
+    """Index rows of one dump file's inputs and outputs."""
+    message = header.message
+    op = (message.op_name or found.op_name) + found.suffix
+    rows = []
+    offset = header.payload_start
+    tensors = [("input", i, t) for i, t in enumerate(message.input)]
+    tensors += [("output", i, t) for i, t in enumerate(message.output)]
+    for role, slot, tensor in tensors:
+        nbytes = int(tensor.size)
+        start, offset = offset, offset + nbytes
+        dtype = CANN_DTYPES.get(int(tensor.data_type), f"cann_dtype_{int(tensor.data_type)}")
+        name = f"{op}:{role}:{slot}"
+        origin = tensor.original_op if role == "output" else None
+        hint = graph_layouts(op, role, slot) if graph_layouts is not None else None
+        plan: TensorLayout = plan_layout(tensor, dtype, origin, hint, keep_storage=layout == "storage")
+        has_data = dtype in NUMPY_DTYPES
+        note = plan.problem
+        if not has_data:
+            note = f"dtype {dtype} has no numpy equivalent: indexed, payload not loadable"
+        elif plan.storage_numel is not None and plan.storage_numel * NUMPY_DTYPES[dtype].itemsize != nbytes:
+            note = (
+                f"declared size {nbytes} bytes does not match shape {list(plan.storage_shape)} x {dtype} "
+                f"({plan.storage_numel * NUMPY_DTYPES[dtype].itemsize} bytes): payload not loadable"
+            )
+            has_data = False
+        if note:
+            problems.append(Problem(str(found.path), note, name))
+        rows.append(
+            {
+                "name": name,
+                "step": found.step,
+                "rank": found.rank,
+                "op": op,
+                "op_type": found.op_type,
+                "module": _scope(op),
+                "role": role,
+                "slot": str(slot),
+                "dtype": dtype,
+                "shape": plan.shape,
+                "file": str(found.path),
+                "has_data": has_data,
+                "storage_format": plan.storage_format,
+                "storage_shape": plan.storage_shape,
+                "origin_format": plan.origin_format,
+                "origin_name": origin.name if origin is not None else "",
+                "origin_index": int(origin.output_index) if origin is not None and origin.name else -1,
+                "task_id": found.task_id,
+                "stream_id": found.stream_id,
+                "timestamp": found.timestamp,
+                "model": found.model,
+                "offset": start,
+                "nbytes": nbytes,
+            }
+        )
+    return rows
+
+
+_EXTRA_COLUMNS = (
+    "storage_format",
+    "storage_shape",
+    "origin_format",
+    "origin_name",
+    "origin_index",
+    "task_id",
+    "stream_id",
+    "timestamp",
+    "model",
+    "offset",
+    "nbytes",
+)
+
+
+def load_tensor(row: Mapping[str, Any]) -> np.ndarray:
+    """The payload of an index row of a CANN dump, converted to the row's layout (see the module docstring)."""
+    from nbprec.formats.cann_layout import to_row_layout
+
+    file = str(row["file"])
+    dtype = NUMPY_DTYPES[row["dtype"]]
+    nbytes = int(row["nbytes"])
+    count = nbytes // dtype.itemsize
+    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise DumpFormatError(file, "not a regular file (a device, FIFO or socket): not read", row["name"])
+        flat = payload_array(fd, file, dtype, int(row["offset"]), count, info.st_size)
+    finally:
+        os.close(fd)
+    return to_row_layout(flat, row)
+
+
+class CannDumpReader(DumpReader):
+    """Reads CANN NPU dump files: a dump tree, any folder of it, or one file.
+
+    Options of :meth:`open`:
+
+    - ``step``: an int or a list of ints (the ``{step}`` folders to read; default all);
+    - ``occurrence``: ``"last"`` (default, as the Ascend tools), ``"first"`` or ``"all"`` when one op was
+      dumped several times in one step and device (``"all"`` names the later ones ``op#1``, ``op#2``, ...);
+    - ``graph``: a GE graph (path or :class:`nbprec.graph.ge.GeModel`) whose ``origin_format`` /
+      ``origin_shape`` records say each tensor's original layout (the dump's own records are used otherwise);
+    - ``layout``: ``"origin"`` (default: convert storage formats back) or ``"storage"``;
+    - ``run``: the run's name.
+    """
+
+    name: ClassVar[str] = "cann"
+    description: ClassVar[str] = "CANN NPU dump: {op_type}.{op_name}.{task_id}.{stream_id}.{timestamp} binary files"
+
+    @classmethod
+    def guess_can_open(cls, path: Path) -> bool:
+        """A dump file, or a folder with one within six levels, whose name and first bytes look right."""
+        from nbprec.formats.cann_tree import parse_file_name, read_name_mapping
+
+        try:
+            if Path(path).is_file():
+                return not isinstance(parse_file_name(Path(path).name), str) and _plausible(Path(path))
+            first = find_first_file(Path(path), _dump_or_mapping, max_depth=6)
+            if first is not None and first.name == "mapping.csv":  # long names were replaced by short ones
+                mapped = read_name_mapping(first.parent, [])
+                first = first.parent / next(iter(mapped)) if mapped else None
+            return first is not None and _plausible(first)
+        except OSError:
+            return False
+
+    def open(
+        self,
+        path: Path,
+        *,
+        step: int | Sequence[int] | None = None,
+        occurrence: str = "last",
+        graph: Any = None,
+        layout: str = "origin",
+        run: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Dump:
+        """Index the dump at ``path`` from file names and headers (payloads are read on demand)."""
+        if occurrence not in OCCURRENCES:
+            raise ValueError(f"occurrence must be one of {', '.join(OCCURRENCES)}, not {occurrence!r}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be 'origin' or 'storage', not {layout!r}")
+        path = Path(path)
+        problems: list[Problem] = []
+        steps = None if step is None else {int(step)} if isinstance(step, (int, np.integer)) else {int(s) for s in step}
+        tree = walk_dump_tree(path, problems, steps=steps)
+        if path.is_file() and not tree.files and not tree.opdebug:
+            raise DumpFormatError(
+                path, "not a CANN dump file: the name does not follow {op_type}.{op_name}.{task_id}..."
+            )
+        graph_layouts = _graph_layouts(graph) if graph is not None else None
+        files = _select_occurrences(tree.files, occurrence, problems)
+        rows: list[dict[str, Any]] = []
+        for done, found in enumerate(files, 1):
+            try:
+                header = read_header(found.path)
+            except DumpFormatError as exc:
+                if path.is_file():
+                    raise
+                problems.append(Problem(str(found.path), exc.problem))
+                continue
+            rows.extend(_tensor_rows(found, header, layout, graph_layouts, problems))
+            if progress is not None:
+                progress(done, len(files))
+        if not rows and not tree.opdebug:
+            raise EmptyDumpError(
+                path, f"no readable CANN dump file ({len(problems)} files or folders could not be used)"
+            )
+        index = _build_index(rows, run or _run_name(path))
+        meta = {
+            "task": "tensor",
+            "framework": "cann",
+            "occurrence": occurrence,
+            "layout": layout,
+            "models": sorted({f.model for f in files if f.model}),
+            "opdebug": [f.as_record() for f in tree.opdebug],
+            "ge_graphs": [str(g) for g in tree.graphs],
+        }
+        return Dump(index, path=path, format=self.name, loader=load_tensor, problems=problems, meta=meta)
+
+
+def _build_index(rows: list[dict[str, Any]], run: str) -> Any:
+    """The dump index: common columns from :func:`make_index`, then this format's own, and the order."""
+    import pandas as pd
+
+    index = make_index([{k: v for k, v in r.items() if k not in _EXTRA_COLUMNS} for r in rows], run=run)
+    extra = pd.DataFrame({c: [r[c] for r in rows] for c in _EXTRA_COLUMNS}, index=index.index)
+    extra["storage_shape"] = extra["storage_shape"].map(tuple).astype(object) if len(extra) else extra["storage_shape"]
+    index = pd.concat([index, extra], axis=1)
+    # execution order within each step and device: by timestamp, then task id (ops are the files)
+    keys = index[["step", "rank", "timestamp", "task_id", "op"]].drop_duplicates(["step", "rank", "op"])
+    keys = keys.sort_values(["step", "rank", "timestamp", "task_id"], kind="stable")
+    keys["order"] = keys.groupby(["step", "rank"]).cumcount()
+    order = {(s, r, o): n for s, r, o, n in keys[["step", "rank", "op", "order"]].itertuples(index=False)}
+    index["order"] = [order[k] for k in zip(index["step"], index["rank"], index["op"], strict=True)]
+    return index
+
+
+def _select_occurrences(files: list[DumpFile], occurrence: str, problems: list[Problem]) -> list[DumpFile]:
+    """One file per op, step and device (the last or first in time), or all of them renamed ``op#k``."""
+    groups: dict[tuple, list[DumpFile]] = {}
+    for f in files:
+        groups.setdefault((f.step, f.rank, f.model, f.op_key), []).append(f)
+    chosen: list[DumpFile] = []
+    repeated = 0
+    for group in groups.values():
+        group.sort(key=lambda f: (f.timestamp, f.task_id))
+        if len(group) == 1:
+            chosen.append(group[0])
+        elif occurrence == "all":
+            chosen.extend(f if k == 0 else f.renamed(k) for k, f in enumerate(group))
+        else:
+            repeated += len(group) - 1
+            chosen.append(group[-1] if occurrence == "last" else group[0])
+    if repeated:
+        problems.append(
+            Problem(
+                "",
+                f"{repeated} dump files repeat an op already dumped in the same step and device; the {occurrence} "
+                "of each was kept (open with occurrence='all' to keep every one)",
+            )
+        )
+    return chosen
+
+
+def _graph_layouts(graph: Any) -> Callable[[str, str, int], tuple[str, tuple[int, ...] | None] | None]:
+    """A look-up (op, role, slot) -> (origin format, origin shape) from a GE graph's tensor descriptors."""
+    from nbprec.graph.ge import GeModel, read_ge_model
+
+    model = graph if isinstance(graph, GeModel) else read_ge_model(graph)
+    ops = model.by_name
+
+    def look_up(op: str, role: str, slot: int) -> tuple[str, tuple[int, ...] | None] | None:
+        ge_op = ops.get(op)
+        if ge_op is None:
+            return None
+        descs = ge_op.input_descs if role == "input" else ge_op.output_descs
+        if slot >= len(descs):
+            return None
+        desc = descs[slot]
+        fmt = desc.attrs.get("_datadump_origin_format") or desc.origin_format or ""
+        return str(fmt), desc.origin_shape
+
+    return look_up
+
+
+def _dump_or_mapping(name: str) -> bool:
+    from nbprec.formats.cann_tree import parse_file_name
+
+    return name == "mapping.csv" or (not isinstance(parse_file_name(name), str) and "opdebug" not in name.lower())
+
+
+def _plausible(file: Path) -> bool:
+    """Whether ``file`` starts with a header length that fits in it (8 bytes read)."""
+    try:
+        with open(file, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            head = fh.read(8)
+    except OSError:
+        return False
+    return len(head) == 8 and 0 < int.from_bytes(head, "little") <= min(size - 8, MAX_HEADER)
+
+
+def _run_name(path: Path) -> str:
+    """The run's name: the dump root's folder (above the numeric tree levels), else the folder's name."""
+    folder = path if path.is_dir() else path.parent
+    return folder.name or str(folder)
+
+
+__all__ = ["LAYOUTS", "MAX_HEADER", "OCCURRENCES", "CannDumpReader", "CannHeader", "load_tensor", "read_header"]

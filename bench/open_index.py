@@ -5,7 +5,9 @@ Builds, in a temporary folder that is removed afterwards:
 - an nbprec-format dump of ``--tensors`` tensors written with :class:`NativeDumpWriter` (mode "tensor"),
   once with small payloads (``--small-elems`` float32 each) and once with large ones (``--large-elems``),
   to show that the index time does not grow with payload size;
-- a TensorFlow ``{op}.{idx}.{timestamp}.npy`` folder of as many files (for the tf_npy reader).
+- a TensorFlow ``{op}.{idx}.{timestamp}.npy`` folder of as many files (for the tf_npy reader);
+- a CANN NPU dump tree of ``--tensors / 3`` dump files (two inputs and one output each, NC1HWC0 and ND, with
+  original-op records), for the cann reader, which reads every file's header (a small protobuf message).
 
 For each it times, in the same process, the baseline (listing the files with ``os.scandir``) and
 ``nbprec.open``; for the nbprec dump also the fallback path that parses ``index.jsonl`` when the column cache
@@ -73,6 +75,28 @@ def build_tf(folder: Path, tensors: int, elems: int) -> None:
     (folder / "template.npy").unlink()
     for i in range(tensors):
         (folder / f"scope_layer{i % 12}_op{i}.0.{1675157077176648 + 13 * i}.npy").write_bytes(data)
+
+
+def build_cann(folder: Path, tensors: int) -> int:
+    """A CANN dump tree of ``tensors // 3`` files; returns the number of files."""
+    from nbprec.formats.cann_write import CannTensor, dump_folder, write_dump_file
+
+    step = dump_folder(folder)
+    x = np.linspace(-1, 1, 4 * 8 * 8, dtype=np.float32).reshape(1, 4, 8, 8).astype(np.float16)
+    first = write_dump_file(
+        step,
+        "template",
+        "Conv2D",
+        inputs=[CannTensor(x, "NC1HWC0", "NCHW"), x.reshape(-1)],
+        outputs=[CannTensor(x, "NC1HWC0", "NCHW", original_op=("tf/template", 0))],
+        record_op_name=False,
+    )
+    data = first.read_bytes()
+    first.unlink()
+    files = tensors // 3
+    for i in range(files):  # the same bytes under many names (no op_name in the header: the file name gives it)
+        (step / f"Conv2D.layer{i % 12}_conv{i}.{i}.0.{1700000000000000 + 13 * i}").write_bytes(data)
+    return files
 
 
 def list_files(folder: Path) -> int:
@@ -149,6 +173,14 @@ def main() -> None:
         report("tf_npy (format given)", listing, files, opening, cpu, len(dump))  # type: ignore[arg-type]
         guessed, cpu, dump = best_of(1, lambda: nbprec.open(folder))
         report("tf_npy (format guessed, all probes)", listing, files, guessed, cpu, len(dump))  # type: ignore[arg-type]
+        folder = root / "cann"
+        start = time.perf_counter()
+        n_files = build_cann(folder, args.tensors)
+        print(f"  built CANN dump tree of {n_files} files in {time.perf_counter() - start:.1f} s")
+        listing, _, files = best_of(args.repeat, lambda: list_files(folder))
+        opening, cpu, dump = best_of(args.repeat, lambda: nbprec.open(folder, format="cann"))
+        assert dump.problems.empty, dump.problems  # type: ignore[union-attr]
+        report("cann (format given)", listing, files, opening, cpu, len(dump))  # type: ignore[arg-type]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     cores = os.cpu_count()

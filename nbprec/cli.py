@@ -42,6 +42,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print(f"  by role     {_counts_text(summary['by_role'])}")
         print(f"  direction   {_counts_text(summary['by_direction'])}")
         print(f"  bytes       {_human_bytes(summary['bytes'])} ({summary['bytes']})")
+        meta = summary["meta"]
+        if meta.get("opdebug"):
+            print(f"  overflow    {len(meta['opdebug'])} NPU overflow debug files (nbprec overflow decodes them)")
+        for graph in meta.get("ge_graphs", []):
+            print(f"  GE graph    {graph}")
         print(f"  problems    {summary['problems']}")
         for row in dump.problems.head(args.max_problems).itertuples(index=False):
             record = f" [{row.record}]" if row.record else ""

@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nbprec.formats.cann_tree import safe_name
+
 #: Producers an input is followed through to reach the op whose output the benchmark holds.
 PASS_THROUGH_TYPES = frozenset({"Cast", "TransData", "TransDataRNN", "TransDataV2"})
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -58,6 +60,11 @@ class FusionMatcher:
         self.graph = graph
         self.source = str(getattr(graph, "path", "") or "") if graph is not None else "dump original_op records"
         self._ops: dict[str, Any] = {op.name: op for op in graph.ops} if graph is not None else {}
+        # a dump file without op_name in its header has only its file name's sanitised op name
+        sanitised: dict[str, list[str]] = {}
+        for name in self._ops:
+            sanitised.setdefault(safe_name(name), []).append(name)
+        self._alias = {safe: names[0] for safe, names in sanitised.items() if len(names) == 1}
         self._owners: dict[str, int] = {}  # framework op -> how many NPU ops name it as their only original
         for op in self._ops.values():
             names = [n for n in op.original_op_names if n]
@@ -76,11 +83,16 @@ class FusionMatcher:
         return cls(read_ge_model(path))
 
     # -- mapping -----------------------------------------------------------------------------------
+    def _op(self, name: str) -> Any:
+        """The graph op called ``name``, or whose name a dump file's sanitised one stands for; None if none."""
+        op = self._ops.get(name)
+        return op if op is not None else self._ops.get(self._alias.get(name, ""))
+
     def _origin_of_output(
         self, op: str, slot: int, recorded: Mapping[tuple[str, int], tuple[str, int]], depth: int = 0
     ) -> tuple[str, int]:
         """(framework op, output index) that NPU op ``op``'s output ``slot`` equals."""
-        ge_op = self._ops.get(op)
+        ge_op = self._op(op)
         if ge_op is not None and slot < len(ge_op.output_descs):
             desc = ge_op.output_descs[slot]
             if desc.origin_name:
@@ -100,7 +112,7 @@ class FusionMatcher:
 
     def _producer(self, op: str, slot: int) -> tuple[str, int] | None:
         """The (op, output index) feeding input ``slot`` of ``op``, through Cast / TransData; None if unknown."""
-        ge_op = self._ops.get(op)
+        ge_op = self._op(op)
         if ge_op is None:
             return None
         # the dump holds data inputs only: control inputs (-1) and unused optional ones ("") carry no tensor
@@ -109,7 +121,7 @@ class FusionMatcher:
             return None
         src, index = inputs[slot]
         for _ in range(_MAX_HOPS):
-            producer = self._ops.get(src)
+            producer = self._op(src)
             if producer is None or producer.type not in PASS_THROUGH_TYPES:
                 break
             data = [i for i in producer.inputs if i.is_data]
@@ -155,7 +167,7 @@ class FusionMatcher:
                 continue
             t_list.append(pos)
             b_list.append(b)
-            inserted = self._ops.get(op) is not None and self._ops[op].type in PASS_THROUGH_TYPES
+            inserted = getattr(self._op(op), "type", "") in PASS_THROUGH_TYPES
             if role in ("output", "gradient") and not inserted:  # an inserted op stands for no framework op
                 originals.setdefault(op, set()).add(origin[0])
         self._ground_truth = self._originals(originals)
@@ -165,21 +177,29 @@ class FusionMatcher:
     def _originals(self, matched: Mapping[str, set[str]]) -> dict[str, tuple[str, ...]]:
         """Each NPU op's original framework ops: the graph's fusion record (matched or not), else the origins
         its outputs were matched through."""
-        out = {op: tuple(sorted(origins)) for op, origins in matched.items()}
-        for op, ge_op in self._ops.items():
+        out: dict[str, tuple[str, ...]] = {}
+        for op, origins in matched.items():
+            recorded = tuple(n for n in getattr(self._op(op), "original_op_names", ()) if n)
+            out[op] = recorded or tuple(sorted(origins))
+        covered = {getattr(self._op(op), "name", op) for op in out}
+        for op, ge_op in self._ops.items():  # unmatched NPU ops keep the graph's record
             recorded = tuple(n for n in ge_op.original_op_names if n)
-            if recorded and ge_op.type not in PASS_THROUGH_TYPES:
+            if recorded and op not in covered and ge_op.type not in PASS_THROUGH_TYPES:
                 out[op] = recorded
         return out
 
     # -- per-op facts for the comparison table -----------------------------------------------------
+    def _truth(self, op: str) -> tuple[str, ...]:
+        found = self._ground_truth.get(op)
+        return found if found is not None else self._ground_truth.get(self._alias.get(op, ""), ())
+
     def ground_truth(self, ops: Iterable[str]) -> list[str]:
         """For each NPU op, its original ops joined by ``,`` (``*`` when none matched)."""
-        return [",".join(self._ground_truth[op]) if op in self._ground_truth else "*" for op in ops]
+        return [",".join(self._truth(op)) or "*" for op in ops]
 
     def passes(self, ops: Iterable[str]) -> list[str]:
         """For each NPU op, the fusion pass(es) that made it (``""`` when not fused or without a graph)."""
-        return [getattr(self._ops.get(op), "pass_name", "") or "" for op in ops]
+        return [getattr(self._op(op), "pass_name", "") or "" for op in ops]
 
     def relations(self, ops: Iterable[str]) -> list[str]:
         """For each NPU op: ``one-to-one``, ``many-to-one``, ``one-to-many``, ``many-to-many`` or ``""``."""
@@ -189,7 +209,7 @@ class FusionMatcher:
                 claimed[name] = claimed.get(name, 0) + 1
         out = []
         for op in ops:
-            names = self._ground_truth.get(op)
+            names = self._truth(op)
             if not names:
                 out.append("")
                 continue

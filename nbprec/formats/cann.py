@@ -34,6 +34,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -52,7 +53,7 @@ from nbprec.formats._payload import payload_array
 from nbprec.formats._probe import find_first_file
 from nbprec.formats.base import DumpReader
 from nbprec.formats.cann_layout import TensorLayout, plan_layout
-from nbprec.formats.cann_tree import DumpFile, walk_dump_tree
+from nbprec.formats.cann_tree import DumpFile, safe_name, walk_dump_tree
 
 #: Header length above which a file is refused: real headers are a few KiB (a malicious one could ask for GiBs).
 MAX_HEADER = 64 << 20
@@ -123,11 +124,17 @@ def _scope(name: str) -> str:
 
 
 def _tensor_rows(
-    found: DumpFile, header: CannHeader, layout: str, graph_layouts: Callable | None, problems: list[Problem]
+    found: DumpFile,
+    header: CannHeader,
+    layout: str,
+    hints: _GraphHints | None,
+    problems: list[Problem],
+    cache: dict[tuple, Any],
 ) -> list[dict[str, Any]]:
     """Index rows of one dump file's inputs and outputs."""
     message = header.message
-    op = (message.op_name or found.op_name) + found.suffix
+    op = message.op_name or (hints.real_name(found.op_name) if hints is not None else found.op_name)
+    op += found.suffix
     rows = []
     offset = header.payload_start
     tensors = [("input", i, t) for i, t in enumerate(message.input)]
@@ -138,8 +145,8 @@ def _tensor_rows(
         dtype = CANN_DTYPES.get(int(tensor.data_type), f"cann_dtype_{int(tensor.data_type)}")
         name = f"{op}:{role}:{slot}"
         origin = tensor.original_op if role == "output" else None
-        hint = graph_layouts(op, role, slot) if graph_layouts is not None else None
-        plan: TensorLayout = plan_layout(tensor, dtype, origin, hint, keep_storage=layout == "storage")
+        hint = hints.layout(op, role, slot) if hints is not None else None
+        plan: TensorLayout = plan_layout(tensor, dtype, origin, hint, keep_storage=layout == "storage", cache=cache)
         has_data = dtype in NUMPY_DTYPES
         note = plan.problem
         if not has_data:
@@ -164,6 +171,7 @@ def _tensor_rows(
                 "slot": str(slot),
                 "dtype": dtype,
                 "shape": plan.shape,
+                "numel": math.prod(plan.shape),
                 "file": str(found.path),
                 "has_data": has_data,
                 "storage_format": plan.storage_format,
@@ -273,9 +281,10 @@ class CannDumpReader(DumpReader):
             raise DumpFormatError(
                 path, "not a CANN dump file: the name does not follow {op_type}.{op_name}.{task_id}..."
             )
-        graph_layouts = _graph_layouts(graph) if graph is not None else None
+        hints = _GraphHints(graph) if graph is not None else None
         files = _select_occurrences(tree.files, occurrence, problems)
         rows: list[dict[str, Any]] = []
+        layout_cache: dict[tuple, Any] = {}
         for done, found in enumerate(files, 1):
             try:
                 header = read_header(found.path)
@@ -284,7 +293,7 @@ class CannDumpReader(DumpReader):
                     raise
                 problems.append(Problem(str(found.path), exc.problem))
                 continue
-            rows.extend(_tensor_rows(found, header, layout, graph_layouts, problems))
+            rows.extend(_tensor_rows(found, header, layout, hints, problems, layout_cache))
             if progress is not None:
                 progress(done, len(files))
         if not rows and not tree.opdebug:
@@ -308,8 +317,9 @@ def _build_index(rows: list[dict[str, Any]], run: str) -> Any:
     """The dump index: common columns from :func:`make_index`, then this format's own, and the order."""
     import pandas as pd
 
-    index = make_index([{k: v for k, v in r.items() if k not in _EXTRA_COLUMNS} for r in rows], run=run)
-    extra = pd.DataFrame({c: [r[c] for r in rows] for c in _EXTRA_COLUMNS}, index=index.index)
+    index = make_index(rows, run=run)  # takes the common columns (every row has the same keys)
+    columns = dict(zip(rows[0], zip(*map(dict.values, rows), strict=True), strict=True)) if rows else {}
+    extra = pd.DataFrame({c: list(columns.get(c, ())) for c in _EXTRA_COLUMNS}, index=index.index)
     extra["storage_shape"] = extra["storage_shape"].map(tuple).astype(object) if len(extra) else extra["storage_shape"]
     index = pd.concat([index, extra], axis=1)
     # execution order within each step and device: by timestamp, then task id (ops are the files)
@@ -348,15 +358,27 @@ def _select_occurrences(files: list[DumpFile], occurrence: str, problems: list[P
     return chosen
 
 
-def _graph_layouts(graph: Any) -> Callable[[str, str, int], tuple[str, tuple[int, ...] | None] | None]:
-    """A look-up (op, role, slot) -> (origin format, origin shape) from a GE graph's tensor descriptors."""
-    from nbprec.graph.ge import GeModel, read_ge_model
+class _GraphHints:
+    """What a GE graph tells the reader: each op's real name (a dump file without ``op_name`` in its header has
+    only the sanitised one of its file name) and each tensor's original layout."""
 
-    model = graph if isinstance(graph, GeModel) else read_ge_model(graph)
-    ops = model.by_name
+    def __init__(self, graph: Any) -> None:
+        from nbprec.graph.ge import GeModel, read_ge_model
 
-    def look_up(op: str, role: str, slot: int) -> tuple[str, tuple[int, ...] | None] | None:
-        ge_op = ops.get(op)
+        model = graph if isinstance(graph, GeModel) else read_ge_model(graph)
+        self.ops = model.by_name
+        sanitised: dict[str, list[str]] = {}
+        for name in self.ops:
+            sanitised.setdefault(safe_name(name), []).append(name)
+        self.names = {safe: names[0] for safe, names in sanitised.items() if len(names) == 1}
+
+    def real_name(self, op: str) -> str:
+        """The graph's name of ``op`` (itself when the graph has it, or cannot tell)."""
+        return op if op in self.ops else self.names.get(op, op)
+
+    def layout(self, op: str, role: str, slot: int) -> tuple[str, tuple[int, ...] | None] | None:
+        """(origin format, origin shape) of a tensor from the graph's descriptor, None when unknown."""
+        ge_op = self.ops.get(op)
         if ge_op is None:
             return None
         descs = ge_op.input_descs if role == "input" else ge_op.output_descs
@@ -366,13 +388,11 @@ def _graph_layouts(graph: Any) -> Callable[[str, str, int], tuple[str, tuple[int
         fmt = desc.attrs.get("_datadump_origin_format") or desc.origin_format or ""
         return str(fmt), desc.origin_shape
 
-    return look_up
-
 
 def _dump_or_mapping(name: str) -> bool:
     from nbprec.formats.cann_tree import parse_file_name
 
-    return name == "mapping.csv" or (not isinstance(parse_file_name(name), str) and "opdebug" not in name.lower())
+    return name == "mapping.csv" or not isinstance(parse_file_name(name), str)  # Opdebug files are dump files too
 
 
 def _plausible(file: Path) -> bool:

@@ -26,6 +26,7 @@ from typing import Any
 
 from nbprec.dump import Problem
 
+_UNSAFE = re.compile(r"[./\\ ]")
 _NAME = re.compile(r"^([A-Za-z0-9_-]+)\.([^.]+)((?:\.[0-9]+){2,7})$")
 _OPDEBUG = re.compile(r"^opdebug\.node_opdebug((?:\.[0-9]+){2,7})$", re.IGNORECASE)
 _GRAPH = re.compile(r"^ge_proto_\d+_.*\.(txt|json)$", re.IGNORECASE)
@@ -48,6 +49,15 @@ class FileName:
     timestamp: int
     context_id: int = -1
     thread_id: int = -1
+
+
+def safe_name(op_name: str) -> str:
+    """An op name as dump file names spell it: ``.``, ``/``, ``\\`` and spaces replaced by ``_``.
+
+    >>> safe_name("conv1/Conv2D")
+    'conv1_Conv2D'
+    """
+    return _UNSAFE.sub("_", op_name)
 
 
 def _numbers(tail: str) -> tuple[int, int, int, int, int] | str:
@@ -253,6 +263,7 @@ __all__ = [
     "parse_file_name",
     "parse_opdebug_name",
     "read_name_mapping",
+    "safe_name",
     "tree_position",
     "walk_dump_tree",
 ]

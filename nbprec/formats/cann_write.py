@@ -17,7 +17,6 @@ Examples
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,9 +29,8 @@ from nbprec.dtypes import canonical_dtype
 from nbprec.errors import NbprecError
 from nbprec.formats._dumpdata import CANN_DTYPE_IDS, dump_data_class
 from nbprec.formats.cann_opdebug import ACC_TYPES, MAGIC, OLD_SIZE
+from nbprec.formats.cann_tree import safe_name
 from nbprec.formats.storage import format_id, from_origin
-
-_UNSAFE = re.compile(r"[./\\ ]")
 
 
 @dataclass(frozen=True)
@@ -59,11 +57,6 @@ class CannTensor:
     origin_format: str | None = None
     original_op: tuple[str, int] | None = None
     record_original_shape: bool = True
-
-
-def safe_name(op_name: str) -> str:
-    """An op name as it appears in dump file names: ``.``, ``/``, ``\\`` and spaces replaced by ``_``."""
-    return _UNSAFE.sub("_", op_name)
 
 
 def dump_folder(

@@ -154,6 +154,9 @@ def scan_tensors(
         if progress:
             progress(pos + 1, total)
     table = pd.DataFrame(rows, index=index.index)
+    for column in ("check_dtype", "source", "status", "note"):  # a dump with no tensor (only Opdebug files)
+        if column not in table:
+            table[column] = pd.Series(dtype=object)
     for column, default in (
         ("nan_count", math.nan),
         ("inf_count", math.nan),

@@ -89,7 +89,11 @@ class OverflowView(View):
             hit = ops[ops["op"] == self.selection.op]
             level = "" if hit.empty else str(hit.iloc[0]["level"])
             selected = f"<br>selected op {esc(self.selection.op)}: level <b>{esc(level or 'none')}</b>"
-        return f"<p>First critical op: {first_txt}<br>ops by level: {counts or 'no overflow'}{selected}</p>"
+        npu = ""
+        if getattr(report, "npu", None) is not None and len(report.npu):  # an NPU dump's overflow debug files
+            cols = ["op", "op_type", "unit", "status", "conditions", "note"]
+            npu = "<p>NPU overflow detection (Opdebug files):</p>" + html_table(report.npu[cols], max_rows=10)
+        return f"<p>First critical op: {first_txt}<br>ops by level: {counts or 'no overflow'}{selected}</p>{npu}"
 
     def _build(self) -> Any:
         import ipywidgets as w

@@ -152,3 +152,56 @@ def test_cli_compare_and_ni(case: NpuDemo, capsys: pytest.CaptureFixture[str], t
     assert "bench   max" in out and "(conv1_Relu.0, float32)" in out  # statistics computed from payloads
     assert main(["ni", "conv1/Conv2D"]) == 1
     assert "needs --target" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("graph_to_reader", [True, False])
+def test_dump_without_op_names_in_headers(tmp_path: Path, graph_to_reader: bool) -> None:
+    """Old dumps leave the header's op_name empty: the file name's sanitised name is matched to the graph's."""
+    x = np.linspace(-2, 2, 64, dtype=np.float32).reshape(4, 16)
+    tf = tmp_path / "tf"
+    tf.mkdir()
+    np.save(tf / "blk_dense_MatMul.0.10.npy", x)
+    np.save(tf / "blk_dense_BiasAdd.0.11.npy", x + 1)
+    folder = dump_folder(tmp_path / "npu")
+    out = CannTensor((x + 1).astype(np.float16), "FRACTAL_NZ")
+    write_dump_file(
+        folder,
+        "blk/dense/MatMul",
+        "MatMulV2",
+        inputs=[x.astype(np.float16)],
+        outputs=[out],
+        record_op_name=False,
+        task_id=1,
+        timestamp=1,
+    )
+    ops = [
+        {"name": "blk/x", "type": "Data"},
+        {
+            "name": "blk/dense/MatMul",
+            "type": "MatMulV2",
+            "inputs": ["blk/x:0"],
+            "pass_name": "MatMulBiasAddFusionPass",
+            "original_ops": ["blk/dense/MatMul", "blk/dense/BiasAdd"],
+            "output_descs": [
+                tensor_desc(
+                    "float16",
+                    (1, 1, 16, 16),
+                    "FRACTAL_NZ",
+                    origin_name="blk/dense/BiasAdd",
+                    origin_output_index=0,
+                    origin_shape=(4, 16),
+                )
+            ],
+        },
+    ]
+    graph = write_ge_graph(tmp_path / "ge_proto_00000001_Build.txt", ops)
+    if graph_to_reader:
+        comp = nbprec.compare(tmp_path / "npu", tf, graph=graph)
+        op = "blk/dense/MatMul"  # the reader took the graph's name
+    else:
+        comp = nbprec.compare(tmp_path / "npu", tf, fusion=FusionMatcher.from_graph(graph))
+        op = "blk_dense_MatMul"
+    t = comp.table.set_index("target_name")
+    assert t.loc[f"{op}:output:0", "bench_name"] == "blk_dense_BiasAdd.0"
+    assert t.loc[f"{op}:output:0", "ground_truth"] == "blk/dense/MatMul,blk/dense/BiasAdd"
+    assert t.loc[f"{op}:output:0", "cosine"] > 0.9999

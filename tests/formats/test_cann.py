@@ -267,3 +267,13 @@ def test_info_cli_lists_problems(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["info", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "format      cann" in out and "Add.g_bad.2.0.2" in out and "too short" in out
+
+
+def test_recorded_origin_format_that_does_not_fit_yields_to_the_shapes(tmp_path: Path) -> None:
+    """A writer that leaves original_op.format at its default (0, NCHW) on an NHWC tensor: the shapes decide."""
+    y = np.arange(1 * 3 * 3 * 5, dtype=np.float16).reshape(1, 3, 3, 5)  # NHWC
+    entry = _entry("output", y, FLOAT16, NC1HWC0, from_origin(y, "NC1HWC0", "NHWC"), original_op=("t/relu", 0, 1, NCHW))
+    dump_file(tmp_path / "Relu.t_relu.1.0.9", op_name="t/relu", outputs=[entry])
+    dump = nbprec.open(tmp_path)
+    assert dump.problems.empty and dump.index["origin_format"].iloc[0] == "NHWC"
+    assert dump.tensor(0).tobytes() == y.tobytes()

@@ -112,3 +112,11 @@ def test_demo_overflow_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "AIC: floating-point overflow (status 0x20)" in out
     assert "impact     harmful" in out
     assert '"Mul"' in out and "precision_mode" in out
+
+
+def test_folder_of_overflow_debug_files_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Only Opdebug files (the normal dumps not copied): still recognised, decoded, and the gap said."""
+    write_opdebug_file(tmp_path, [OverflowStatus(task_id=4, stream_id=1, status=0x100)], task_id=2, timestamp=3)
+    assert main(["overflow", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "conversion overflow" in out and "no dump file has task 4, stream 1" in out

@@ -256,6 +256,7 @@ class Comparison:
                 f"{folder / 'comparison.json'}: format is {header.get('format')!r}, not {_SAVE_FORMAT}"
             )
         text_cols = {"target_name", "bench_name", "target_op", "bench_op", "op", "module", "slot", "reason"}
+        text_cols |= {"ground_truth", "relation", "fusion_pass"}  # NPU comparisons (fusion records)
         table = pd.read_csv(
             folder / "tensors.csv",
             dtype=dict.fromkeys(text_cols, str),

@@ -205,3 +205,11 @@ def test_dump_without_op_names_in_headers(tmp_path: Path, graph_to_reader: bool)
     assert t.loc[f"{op}:output:0", "bench_name"] == "blk_dense_BiasAdd.0"
     assert t.loc[f"{op}:output:0", "ground_truth"] == "blk/dense/MatMul,blk/dense/BiasAdd"
     assert t.loc[f"{op}:output:0", "cosine"] > 0.9999
+
+
+def test_saved_npu_comparison_reloads_with_its_fusion_columns(comparison, tmp_path: Path) -> None:
+    again = nbprec.Comparison.load(comparison.save(tmp_path / "cmp"))
+    cols = ["ground_truth", "relation", "fusion_pass"]
+    pd.testing.assert_frame_equal(again.table[cols], comparison.table[cols])
+    assert again.meta["fusion"]["fused_away"] == comparison.meta["fusion"]["fused_away"]
+    assert again.first_failing_op()["op"] == "fc1/Gelu"

@@ -21,11 +21,9 @@ import pytest
 pytestmark = [pytest.mark.browser, bs.needs_chromium]
 
 
-@pytest.fixture(scope="module")
-def voila_url(demo_notebook, tmp_path_factory):
-    """Voila serving the demo notebook on 127.0.0.1 with its own config/runtime dirs."""
+def _serve(notebook: Path, home: Path):
+    """Voila serving ``notebook`` on 127.0.0.1 with its own config/runtime dirs: yields the URL."""
     pytest.importorskip("voila")
-    home = tmp_path_factory.mktemp("jupyter")
     env = {
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(home / "config"),
@@ -35,10 +33,10 @@ def voila_url(demo_notebook, tmp_path_factory):
     }
     port = bs.free_port()
     voila = shutil.which("voila", path=str(Path(sys.executable).parent)) or "voila"
-    cmd = [voila, str(demo_notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
+    cmd = [voila, str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
            "--ServerApp.port_retries=0", "--Voila.show_tracebacks=True"]  # fmt: skip
     log = (home / "voila.log").open("w")
-    proc = subprocess.Popen(cmd, cwd=demo_notebook.parent, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, cwd=notebook.parent, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -56,25 +54,38 @@ def voila_url(demo_notebook, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(voila_url):
-    """The rendered dashboard page (all widgets drawn)."""
+def voila_url(demo_notebook, tmp_path_factory):
+    """Voila serving the demo notebook."""
+    yield from _serve(demo_notebook, tmp_path_factory.mktemp("jupyter"))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One Chromium for the module (playwright's sync API allows one driver at a time)."""
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(bs.CHROMIUM), args=list(bs.ARGS))
-        pg = browser.new_page(viewport={"width": 1500, "height": 1000})
-        start = time.monotonic()
-        pg.goto(voila_url, timeout=bs.TIMEOUT_MS)
-        pg.wait_for_function(
-            "() => [...document.querySelectorAll('div')].some(d => d._cyreg && d._cyreg.cy"
-            " && d._cyreg.cy.nodes().length)"
-            " && document.querySelectorAll('.dot').length > 0"
-            " && document.querySelector('.lm-DataGrid canvas, .p-DataGrid canvas')"
-            " && document.querySelector('.nbprec-selected')",
-            timeout=bs.TIMEOUT_MS,
-        )
-        pg.render_seconds = time.monotonic() - start
-        yield pg
-        browser.close()
+        chromium = pw.chromium.launch(executable_path=str(bs.CHROMIUM), args=list(bs.ARGS))
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def page(voila_url, browser):
+    """The rendered dashboard page (all widgets drawn)."""
+    pg = browser.new_page(viewport={"width": 1500, "height": 1000})
+    start = time.monotonic()
+    pg.goto(voila_url, timeout=bs.TIMEOUT_MS)
+    pg.wait_for_function(
+        "() => [...document.querySelectorAll('div')].some(d => d._cyreg && d._cyreg.cy"
+        " && d._cyreg.cy.nodes().length)"
+        " && document.querySelectorAll('.dot').length > 0"
+        " && document.querySelector('.lm-DataGrid canvas, .p-DataGrid canvas')"
+        " && document.querySelector('.nbprec-selected')",
+        timeout=bs.TIMEOUT_MS,
+    )
+    pg.render_seconds = time.monotonic() - start
+    yield pg
+    pg.close()
 
 
 def _selected_text(pg) -> str:
@@ -155,3 +166,46 @@ def _node_to_click(page) -> dict:
         return {x: r.left + p.x, y: r.top + p.y, op: node.data('op') || node.data('id')};
     }"""
     )
+
+
+@pytest.fixture(scope="module")
+def npu_url(tmp_path_factory):
+    """Voila serving a notebook that compares the NPU demo case (CANN dump + GE graph vs TensorFlow)."""
+    import nbformat
+
+    folder = tmp_path_factory.mktemp("npu-nb")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import nbprec\nfrom nbprec.demo.npu import make_npu_demo\n"
+            "case = make_npu_demo('case')\n"
+            "comp = nbprec.compare(case.npu, case.tf, graph=case.graph)\n"
+            "dash = nbprec.explore(comp, target=nbprec.open(case.npu), bench=nbprec.open(case.tf))\n"
+            "dash.selection.select('conv2/Conv2D')"
+        ),
+        nbformat.v4.new_code_cell("dash"),
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, folder / "npu.ipynb")
+    yield from _serve(folder / "npu.ipynb", tmp_path_factory.mktemp("jupyter-npu"))
+
+
+def test_npu_dashboard_shows_fusion_records_and_the_ge_graph(npu_url, browser):
+    pg = browser.new_page(viewport={"width": 1500, "height": 1000})
+    pg.goto(npu_url, timeout=bs.TIMEOUT_MS)
+    pg.wait_for_function(
+        "() => document.querySelector('.nbprec-fusion') && [...document.querySelectorAll('div')]"
+        ".some(d => d._cyreg && d._cyreg.cy && d._cyreg.cy.nodes().length)",
+        timeout=bs.TIMEOUT_MS,
+    )
+    fusion = pg.locator(".nbprec-fusion").first.inner_text()
+    assert "ConvBiasaddReluFusionPass" in fusion and "conv2/Conv2D,conv2/BiasAdd,conv2/Relu" in fusion
+    nodes = pg.evaluate(
+        "() => [...document.querySelectorAll('div')].find(d => d._cyreg && d._cyreg.cy)._cyreg.cy.nodes()"
+        ".map(n => n.data('op') || n.data('id'))"
+    )
+    assert "conv2/weights" in nodes and "pool1/MaxPool" in nodes  # the GE graph's ops around conv2
+    assert "Error displaying widget" not in pg.inner_text("body")
+    bs.ARTIFACTS.mkdir(exist_ok=True)
+    pg.screenshot(path=str(bs.ARTIFACTS / "npu_dashboard.png"), full_page=True)
+    pg.close()

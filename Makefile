@@ -20,6 +20,15 @@ $(STAMP): pyproject.toml setup.py nbprec/compare/_fused.c nbprec/formats/_zipdir
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
 
+# CANN's msaccucmp (PyPI mindstudio-probe) is an oracle for tests and benchmarks (tests/msaccucmp_oracle.py,
+# bench/npu.py), never an nbprec dependency. It is installed without its dependencies because only its
+# pure-Python msaccucmp files are loaded (by path; msprobe itself is never imported).
+ORACLE := $(VENV)/.installed-oracle-mindstudio-probe
+
+$(ORACLE): $(STAMP)
+	$(BIN)/python -m pip install --disable-pip-version-check --no-deps -q "mindstudio-probe==26.2.0"
+	@touch $(ORACLE)
+
 demo: install
 	-$(BIN)/nbprec report --fetch-assets
 	$(BIN)/nbprec demo --out $(DEMO_OUT) $(if $(MODEL),--model $(MODEL),) --report
@@ -29,7 +38,7 @@ demo: install
 report-assets: install
 	$(BIN)/nbprec report --fetch-assets
 
-test: install
+test: install $(ORACLE)
 	-$(BIN)/nbprec report --fetch-assets
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -42,9 +51,10 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: install
+bench: install $(ORACLE)
 	$(BIN)/python bench/open_index.py
 	$(BIN)/python bench/compare.py
+	$(BIN)/python bench/npu.py
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache .ruff_cache build dist

@@ -86,6 +86,19 @@ def _shape(value: Any) -> str:
     return "" if value is None else str(list(value))
 
 
+#: msaccucmp writes a mean or standard deviation below this as 0 (its StandardDeviation algorithm)
+_STD_ZERO = 0.001
+
+
+def _std_cell(r: Any) -> str:
+    """msaccucmp's StandardDeviation cell: ``(target mean;target std),(bench mean;bench std)``, ``%.3f`` each."""
+    values = [getattr(r, c, math.nan) for c in ("target_mean", "target_std", "bench_mean", "bench_std")]
+    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values):
+        return "NaN"
+    shown = ["%.3f" % (0.0 if abs(float(v)) < _STD_ZERO else float(v)) for v in values]
+    return f"({shown[0]};{shown[1]}),({shown[2]};{shown[3]})"
+
+
 def _ground_truth(r: Any) -> str:
     """msaccucmp's GroundTruth: the framework ops an NPU op stands for (fusion records), else the benchmark op;
     ``*`` when it has no counterpart."""
@@ -99,7 +112,7 @@ def _msaccucmp_rows(table: pd.DataFrame) -> list[list[str]]:
     rows = []
     for i, r in enumerate(table.itertuples(index=False)):
         role = "output" if r.role in ("output", "gradient") else "input"
-        std = f"({_num(r.target_std)};{_num(r.bench_std)})" if hasattr(r, "target_std") else "NaN"
+        std = _std_cell(r)
         overflow = "YES" if (r.target_nonfinite or 0) > 0 else "NO"
         rows.append(
             [

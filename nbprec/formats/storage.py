@@ -30,6 +30,7 @@ last, partial block of each blocked dimension), with no Python loop over element
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -213,6 +214,7 @@ def _plan(fmt: str, storage: tuple[int, ...], origin: tuple[int, ...], layout: s
     return _Plan(layout, tuple(sym_dims[s] for s in symbols), odims, tuple(axes), tight)
 
 
+@functools.lru_cache(maxsize=4096)  # pure in its (hashable) arguments: dumps repeat their shapes
 def _choose_plan(fmt: str, storage: tuple[int, ...], origin: tuple[int, ...], origin_format: str | None) -> _Plan:
     by_rank = _CANDIDATES.get(fmt, {})  # FRACTAL_NZ: [..., N, C] whatever plain layout is named
     supported = ORIGIN_LAYOUTS if fmt == "FRACTAL_NZ" else sorted({x for v in by_rank.values() for x in v} | {"ND"})
@@ -294,6 +296,7 @@ def _plain_perm(src: str, dst: str, shape: tuple[int, ...], where: str) -> list[
     return [src.index(letter) for letter in dst]
 
 
+@functools.lru_cache(maxsize=4096)
 def _plain_layout(
     fmt: str, storage: tuple[int, ...], origin: tuple[int, ...], origin_format: str | None
 ) -> tuple[str, list[int] | None]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,9 +25,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from nbprec.dtypes import canonical_dtype
+from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
 from nbprec.dump import Dump, Problem, make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
+from nbprec.formats._payload import payload_array
 from nbprec.formats.base import DumpReader
 
 NAME_PATTERN = re.compile(r"([A-Za-z0-9_-]+)\.([0-9]+)\.([0-9]{1,255})\.npy")
@@ -47,7 +49,15 @@ class NpyHeaderError(ValueError):
 def read_npy_header(
     file: str, cache: dict[bytes, tuple[np.dtype, tuple[int, ...], bool, int]] | None = None
 ) -> tuple[np.dtype, tuple[int, ...], bool]:
-    """The dtype, shape and Fortran order of the ``.npy`` file ``file``, from its header only.
+    """The dtype, shape and Fortran order of the ``.npy`` file ``file``, from its header only (see
+    :func:`read_npy_layout`, which also says where the payload starts)."""
+    return read_npy_layout(file, cache)[:3]
+
+
+def read_npy_layout(
+    file: str, cache: dict[bytes, tuple[np.dtype, tuple[int, ...], bool, int]] | None = None
+) -> tuple[np.dtype, tuple[int, ...], bool, int]:
+    """The dtype, shape, Fortran order and payload offset of the ``.npy`` file ``file``, from its header only.
 
     numpy's own writer always produces the same header layout, which a regular expression reads in a few
     microseconds; anything else is handed to :func:`numpy.lib.format.read_array_header_1_0` /
@@ -81,7 +91,7 @@ def read_npy_header(
     dtype, shape, fortran, expected = parsed
     if size < expected:
         raise NpyHeaderError(f"truncated payload: {size} bytes, the header promises {expected}")
-    return dtype, shape, fortran
+    return dtype, shape, fortran, len(raw)
 
 
 def _parse_header(file: str, raw: bytes, major: int, start: int) -> tuple[np.dtype, tuple[int, ...], bool, int]:
@@ -153,6 +163,18 @@ def _make_loader() -> Callable[[Mapping[str, Any]], np.ndarray]:
         file = str(row["file"])
         if row["dtype"] == "object":
             raise DumpFormatError(file, "holds Python objects (a pickle); nbprec never unpickles files", row["name"])
+        offset = int(row.get("offset", -1))
+        if offset >= 0:  # a C-order payload of a native dtype at a known offset: read it directly
+            shape = tuple(row["shape"])
+            dtype = NUMPY_DTYPES[row["dtype"]]
+            fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    raise DumpFormatError(file, "not a regular file (a FIFO or device): not read", row["name"])
+                return payload_array(fd, file, dtype, offset, math.prod(shape), info.st_size).reshape(shape)
+            finally:
+                os.close(fd)
         try:
             return np.load(file, mmap_mode="r", allow_pickle=False)
         except ValueError as exc:
@@ -220,6 +242,7 @@ class TfNpyDumpReader(DumpReader):
                 path, f"no valid TensorFlow .npy dump file ({len(problems)} files or entries could not be used)"
             )
         index = make_index(records, run=path.name)
+        index["offset"] = np.array([r["offset"] for r in records], dtype=np.int64)
         meta = {"task": "tensor", "framework": "tensorflow", "occurrence": occurrence}
         return Dump(index, path=path, format=self.name, loader=_make_loader(), problems=problems, meta=meta)
 
@@ -245,7 +268,7 @@ class TfNpyDumpReader(DumpReader):
         for step, _ts, name, op, slot in chosen:
             file = base + name
             try:
-                dtype, shape, _fortran = read_npy_header(file, headers)
+                dtype, shape, fortran, offset = read_npy_layout(file, headers)
             except (OSError, NpyHeaderError) as exc:
                 problems.append(Problem(file, f"unreadable .npy header: {exc}"))
                 continue
@@ -267,10 +290,20 @@ class TfNpyDumpReader(DumpReader):
                     "numel": math.prod(shape),
                     "file": file,
                     "has_data": True,
+                    # where the payload starts, for a direct read; -1: np.load decides (Fortran order,
+                    # another byte order, a dtype without a canonical name)
+                    "offset": offset if not fortran and dtype.isnative and canon in NUMPY_DTYPES else -1,
                 }
             )
             order[step] += 1
         return records
 
 
-__all__ = ["NAME_PATTERN", "TfNpyDumpReader", "parse_file_name", "read_npy_header", "select_occurrences"]
+__all__ = [
+    "NAME_PATTERN",
+    "TfNpyDumpReader",
+    "parse_file_name",
+    "read_npy_header",
+    "read_npy_layout",
+    "select_occurrences",
+]

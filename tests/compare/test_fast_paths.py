@@ -59,7 +59,7 @@ def reference(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
         "max_abs_err": float(t.max()),
         "mean_abs_err": float(t.mean()),
         "rmse": math.sqrt(float(np.mean(d * d))),
-        "rel_euclidean": math.sqrt(float(np.sum(d * d) / np.sum(y * y))),
+        "rel_euclidean": 0.0 if norm_y <= EPS else math.sqrt(float(np.sum(d * d) / np.sum(y * y))),  # msaccucmp
         "accumulated_rel_err": float(rel.sum()),
         "max_rel_err": float(rel.max()),
         "mean_rel_err": float(rel.mean()),

@@ -63,7 +63,7 @@ def test_open_single_step(tmp_path: Path) -> None:
         row = dump.row(f"{name}.0")
         assert row["shape"] == array.shape and row["dtype"] == nbprec.dtypes.canonical_dtype(array.dtype)
         loaded = dump.tensor(row)
-        assert isinstance(loaded, np.memmap) and loaded.dtype == array.dtype
+        assert loaded.dtype == array.dtype and not loaded.flags.writeable  # read at its offset, read-only
         np.testing.assert_array_equal(loaded, array)
 
 
@@ -155,3 +155,25 @@ def test_empty_and_foreign_folders(tmp_path: Path) -> None:
     assert not TfNpyDumpReader.guess_can_open(tmp_path / "bad" / "readme.txt")
     with pytest.raises(EmptyDumpError, match="no valid TensorFlow"):
         nbprec.open(tmp_path / "bad", format="tf_npy")
+
+
+def test_large_payloads_are_memory_mapped_and_odd_layouts_still_load(tmp_path: Path) -> None:
+    import mmap
+
+    folder = tmp_path / "tf"
+    folder.mkdir()
+    big = np.arange(1 << 19, dtype=np.float32).reshape(512, 1024)  # 2 MiB: mapped, not read
+    np.save(folder / f"big.0.{T0}.npy", big)
+    np.save(folder / f"fortran.0.{T0 + 1}.npy", np.asfortranarray(big[:4, :6]))
+    np.save(folder / f"swapped.0.{T0 + 2}.npy", big[:3, :3].astype(">f4"))
+    dump = nbprec.open(folder)
+    loaded = dump.tensor("big.0")
+    base = loaded
+    while isinstance(base, np.ndarray):
+        base = base.base
+    assert isinstance(base.obj if isinstance(base, memoryview) else base, mmap.mmap)
+    np.testing.assert_array_equal(loaded, big)
+    offsets = dict(zip(dump.index["name"], dump.index["offset"], strict=True))
+    assert offsets["big.0"] > 0 and offsets["fortran.0"] == -1 and offsets["swapped.0"] == -1  # np.load decides
+    np.testing.assert_array_equal(dump.tensor("fortran.0"), big[:4, :6])
+    np.testing.assert_array_equal(dump.tensor("swapped.0"), big[:3, :3])

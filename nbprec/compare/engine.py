@@ -222,6 +222,22 @@ def _choose_modes(
     return modes, reasons
 
 
+def _recorded_problems(reasons: np.ndarray, modes: np.ndarray, dump: Dump, side: str) -> None:
+    """Rows left uncompared whose tensor the reader recorded a problem for: that problem is the reason (an NPU
+    tensor whose declared size does not match its shape says so, not "no payload")."""
+    problems = dump.problems
+    if problems.empty or not (modes == "none").any():
+        return
+    by_name = {r: p for r, p in zip(problems["record"], problems["problem"], strict=True) if r}
+    if not by_name:
+        return
+    names = dump.index["name"].to_numpy(dtype=object)
+    for i in np.flatnonzero(modes == "none"):
+        problem = by_name.get(names[i])
+        if problem is not None and reasons[i] != "no benchmark counterpart":
+            reasons[i] = f"{side} tensor unreadable: {problem}"
+
+
 class _ExtremeHints:
     """Whether to hand the dumps' recorded minima and maxima to the kernel (``tensor_metrics(extremes=...)``),
     which then reads a pair once instead of twice. Formats whose statistics are exact (msprobe, nbprec's own)
@@ -384,6 +400,7 @@ def compare(
 
     b_positions = pairs["b"].to_numpy()
     modes, reasons = _choose_modes(mode, t_idx, b_idx, b_positions)
+    _recorded_problems(reasons, modes, t_dump, "target")
     jobs = [(i, modes[i], i, int(b_positions[i])) for i in np.flatnonzero(modes != "none").tolist()]
     t_rows, b_rows = _Rows(t_idx), _Rows(b_idx)
 

@@ -74,6 +74,10 @@ class FusionMatcher:
         #: framework op -> the NPU op it was fused into (for ops fused with others), after a call
         self.absorbed: dict[str, str] = {}
         self.notes: list[str] = []
+        problems = list(getattr(graph, "problems", None) or ())
+        if problems:  # inputs naming missing ops, duplicate names: matching goes on, the user is told
+            shown = "; ".join(problems[:3]) + (f"; ... ({len(problems) - 3} more)" if len(problems) > 3 else "")
+            self.notes.append(f"the GE graph has {len(problems)} problem(s): {shown}")
 
     @classmethod
     def from_graph(cls, path: str | Path) -> FusionMatcher:

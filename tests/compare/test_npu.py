@@ -213,3 +213,33 @@ def test_saved_npu_comparison_reloads_with_its_fusion_columns(comparison, tmp_pa
     pd.testing.assert_frame_equal(again.table[cols], comparison.table[cols])
     assert again.meta["fusion"]["fused_away"] == comparison.meta["fusion"]["fused_away"]
     assert again.first_failing_op()["op"] == "fc1/Gelu"
+
+
+def test_graph_problems_reach_the_comparison(case: NpuDemo, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A graph whose op reads an op that is not in it: matching goes on, and the comparison says so."""
+    text = case.graph.read_text(encoding="utf-8").replace('input: "fc1/Gelu:0"', 'input: "fc1/Missing:0"', 1)
+    graph = tmp_path / "ge_proto_00000002_Build.txt"
+    graph.write_text(text, encoding="utf-8")
+    comp = nbprec.compare(case.npu, case.tf, graph=graph)
+    notes = " ".join(comp.meta["fusion"]["notes"])
+    assert "problem" in notes and "fc1/Missing" in notes
+    assert comp.first_failing_op()["op"] == case.faulty_op  # still found
+    assert main(["compare", str(case.npu), str(case.tf), "--graph", str(graph), "--no-progress"]) == 0
+    assert "fc1/Missing" in capsys.readouterr().out
+
+
+def test_unreadable_npu_tensor_says_why_in_the_comparison(tmp_path: Path) -> None:
+    """A declared size that does not match shape x dtype: the row keeps the reader's reason."""
+    from cann_raw import dump_file, tensor_entry
+
+    x = np.ones(6, np.float32)
+    tf = tmp_path / "tf"
+    tf.mkdir()
+    np.save(tf / "a_b.0.10.npy", x)
+    npu = tmp_path / "npu"
+    npu.mkdir()
+    bad = tensor_entry(role="output", data_type=1, fmt=2, dims=[7], size=24, original_op=("a/b", 0, 1, 2))
+    dump_file(npu / "Add.a_b.1.0.5", op_name="a/b", outputs=[(bad, x.tobytes())])
+    row = nbprec.compare(npu, tf).table.iloc[0]
+    assert row["bench_name"] == "a_b.0" and row["compare_mode"] == "none"
+    assert row["reason"].startswith("target tensor unreadable: declared size 24 bytes does not match shape")

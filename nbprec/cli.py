@@ -65,7 +65,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     comp = compare(
         args.target,
         args.bench,
-        rule=args.rule,
+        rule=_rule_arg(args),
         mode=args.mode,
         mapping=args.mapping,
         graph=args.graph,
@@ -74,6 +74,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         progress=progress,
     )
     s = comp.summary()
+    print(comp.verdict().text)
+    print()
     print(f"target     {s['target']}")
     print(f"benchmark  {s['bench']}")
     print(f"rule       {s['rule']}")
@@ -109,6 +111,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             f"random ops differing {len(s['random_ops_differing'])} (e.g. {s['random_ops_differing'][0]}): "
             "un-fixed randomness (dropout in train mode?); use eval() or seed both runs"
         )
+    if args.threshold is not None:  # as precision_tool's vcs -c: the ops beyond the threshold, in order
+        flagged = comp.failing_ops(include_explained=True)
+        column = f"out_{args.metric}" if f"out_{args.metric}" in flagged else "out_cosine"
+        print(f"ops beyond {comp.rule.name} ({len(flagged)}):")
+        if not flagged.empty:
+            cols = [c for c in ("order", "op", "op_type", "origin", column) if c in flagged]
+            print(flagged[cols].head(args.top * 5).to_string(index=False, float_format=lambda v: f"{v:.6g}"))
     worst = comp.worst_ops(args.top)
     if not worst.empty:
         print(f"worst {len(worst)} ops by output {comp.rule.primary_metric}:")
@@ -126,6 +135,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         comp.to_csv(out / "compare_msprobe.csv", layout="msprobe")
         print(f"wrote {out}/: comparison.json, tensors.csv, ops.csv, compare_msaccucmp.csv, compare_msprobe.csv")
     return 0
+
+
+def _rule_arg(args: argparse.Namespace) -> str:
+    """The rule from --rule, or from --threshold (and --metric) when given."""
+    if getattr(args, "threshold", None) is not None:
+        return f"{args.metric}={args.threshold}"
+    return args.rule
 
 
 def _with_origin(comp: object, op: str | None) -> str:
@@ -194,7 +210,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if find_assets(args.assets) is None:
         print(f"note: {missing_assets_message()}", file=sys.stderr)
     report = write_report(
-        args.target, args.bench, args.output, rule=args.rule, title=args.title, depth=args.depth,
+        args.target, args.bench, args.output, rule=_rule_arg(args), title=args.title, depth=args.depth,
         notebook=args.notebook, assets=args.assets,
     )  # fmt: skip
     size = _human_bytes(report.export.bytes)
@@ -216,7 +232,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # installed before Voila starts, so that a signal at any moment stops it (serve() stops it on errors)
     previous = {sig: signal.signal(sig, stop_on_signal) for sig in _STOP_SIGNALS}
     try:
-        server = serve(args.target, args.bench, port=args.port, rule=args.rule)
+        server = serve(args.target, args.bench, port=args.port, rule=_rule_arg(args))
         try:
             print(f"nbprec dashboard: {server.url}  (Voila; press Ctrl-C to stop)", flush=True)
             server.process.wait()
@@ -295,6 +311,10 @@ def _cmd_overflow(args: argparse.Namespace) -> int:
     first = report.first_critical()
     if first is None:
         print("first critical op: none (no op produced NaN/inf/saturated values from normal inputs)")
+        abnormal = report.first_abnormal()
+        if abnormal is not None:
+            print(f"first abnormal op: {abnormal['op']} (order {abnormal['order']})")
+            print(f"  {abnormal['note']}")
     else:
         print(f"first critical op: {first['op']} (order {first['order']})")
         print(f"  {first['reason']}")
@@ -312,7 +332,7 @@ def _cmd_overflow(args: argparse.Namespace) -> int:
         print(f"ranked ops (top {len(ranked)}):")
         cols = ["order", "op", "level", "out_status", "out_abs_max", "reason"]
         print(ranked[cols].to_string(index=False, max_colwidth=90, float_format=lambda v: f"{v:.6g}"))
-    if first is not None or not report:
+    if report.origin() is not None or not report:
         print()
         print(remedies(report, device_type=args.device_type, recorded_scale=args.loss_scale).to_text())
     hr = None
@@ -382,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("bench", metavar="BENCH", help="benchmark dump (CPU/GPU float32)")
     cmp.add_argument("-o", "--output", metavar="DIR", help="write the tables (nbprec, msaccucmp, msprobe CSV) here")
     cmp.add_argument("--rule", choices=preset_names(), default="default", help="pass/fail rule (default: dtype-aware)")
+    cmp.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
+    cmp.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
     cmp.add_argument("--mode", choices=list(MODES), default="auto", help="compare payloads, statistics or checksums")
     cmp.add_argument("--mapping", metavar="FILE", help="CSV/YAML of target,bench name pairs that override matching")
     cmp.add_argument("--graph", metavar="GE_GRAPH", help="target's GE graph (ge_proto_*_Build.txt): fusion records")
@@ -416,6 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("-o", "--output", metavar="HTML", help="the HTML file to write (the .ipynb goes next to it)")
     rep.add_argument("--notebook", metavar="IPYNB", help="where to write the executed notebook")
     rep.add_argument("--rule", choices=preset_names(), default="default", help="pass/fail rule (default: dtype-aware)")
+    rep.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
+    rep.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
     rep.add_argument("--title", default="", help="report title")
     rep.add_argument("--depth", type=int, default=4, help="subgraph depth around the culprit (default 4)")
     rep.add_argument("--fetch-assets", action="store_true", help="fetch the widget JavaScript from npm (needs npm)")
@@ -428,6 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("bench", metavar="BENCH", help="benchmark dump")
     srv.add_argument("--port", type=int, help="TCP port (default: a free one)")
     srv.add_argument("--rule", choices=preset_names(), default="default", help="pass/fail rule (default: dtype-aware)")
+    srv.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
+    srv.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
     srv.set_defaults(func=_cmd_serve)
 
     ni = sub.add_parser(
@@ -455,6 +481,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("nbprec: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the output was piped into a command that stopped reading (| head): not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import pandas as pd
 from nbprec._version import __version__
 from nbprec.compare.culprit import OpIndex, divergence_onset, first_failing, judge_ops
 from nbprec.compare.rules import STATUS_FAIL, Rule, Threshold, get_rule, preset_names
+from nbprec.compare.verdict import Verdict, verdict
 from nbprec.errors import ComparisonError
 
 _SAVE_FORMAT = "nbprec-comparison"
@@ -72,6 +73,7 @@ class Comparison:
         self._op_index = _op_index
         self.unmatched_bench = unmatched_bench if unmatched_bench is not None else pd.DataFrame()
         self.meta = dict(meta or {})
+        self._verdict: Verdict | None = None
 
     @cached_property
     def table(self) -> pd.DataFrame:
@@ -174,6 +176,13 @@ class Comparison:
         return pd.DataFrame(rows)
 
     # -- summary -----------------------------------------------------------------------------------
+    def verdict(self) -> Verdict:
+        """The verdict in words: whether the runs are comparable, what failed first and why, what to do next
+        (see :mod:`nbprec.compare.verdict`). The CLI, the dashboard and the report open with it."""
+        if self._verdict is None:
+            self._verdict = verdict(self)
+        return self._verdict
+
     def coverage(self) -> dict[str, int]:
         """How target tensors were matched, and how many benchmark tensors were left unmatched."""
         counts = {str(k): int(v) for k, v in self.table["match"].value_counts().items()}
@@ -199,6 +208,9 @@ class Comparison:
             "random_ops_differing": self.ops.loc[self.ops["origin"] == "random", "op"].tolist(),
             "discontinuous_ops_differing": self.ops.loc[self.ops["origin"] == "discontinuous", "op"].tolist(),
             "explained_failing_ops": int(self.ops["explained"].sum()),
+            "verdict": self.verdict().kind,
+            "verdict_text": self.verdict().text,
+            "findings": [f.code for f in self.verdict().findings],
         }
 
     def __repr__(self) -> str:
@@ -211,7 +223,7 @@ class Comparison:
     def _repr_html_(self) -> str:
         s = self.summary()
         esc = html.escape
-        head = (
+        head = self.verdict().to_html() + (
             f"<p><b>nbprec comparison</b>: {esc(s['target'])} (target) vs {esc(s['bench'])} (benchmark)<br>"
             f"rule {esc(s['rule'])}<br>{s['ops']} ops, <b>{s['failing_ops']} failing</b>; first failing op: "
             f"<code>{esc(str(s['first_failing_op']))}</code>; first introduced: "
@@ -256,7 +268,7 @@ class Comparison:
                 f"{folder / 'comparison.json'}: format is {header.get('format')!r}, not {_SAVE_FORMAT}"
             )
         text_cols = {"target_name", "bench_name", "target_op", "bench_op", "op", "module", "slot", "reason"}
-        text_cols |= {"ground_truth", "relation", "fusion_pass"}  # NPU comparisons (fusion records)
+        text_cols |= {"ground_truth", "relation", "fusion_pass", "parent", "target_checksum", "bench_checksum"}
         table = pd.read_csv(
             folder / "tensors.csv",
             dtype=dict.fromkeys(text_cols, str),

@@ -2,7 +2,11 @@
 
 An op *introduced* an error when its inputs compare well and its outputs do not; it *inherited* the error
 when some input already failed. Ops that draw random numbers (dropout and friends) whose inputs match but
-whose outputs do not are labelled ``random``: un-fixed randomness, not a kernel defect.
+whose outputs do not are labelled ``random``: un-fixed randomness, not a kernel defect. A discontinuous op
+(relu, max, sort, ...) whose output differs because rounding noise in its inputs flipped elements is
+``discontinuous``; one whose inputs agree exactly cannot have flipped anything: it introduced the error.
+A module call that encloses a failing op *encloses* it (the op inside, not the module, is where the error
+arose), and a parameter-gradient record inherits from the backward op that produced it.
 """
 
 from __future__ import annotations
@@ -116,6 +120,49 @@ def is_discontinuous_op(op_type: str) -> bool:
     return str(op_type).lower() in DISCONTINUOUS_OP_TYPES
 
 
+#: APIs that draw random numbers only when called so: op type -> (positional index, keyword) of the dropout
+#: probability, and of the training flag ("" when the API has none). msprobe records both among the call's
+#: non-tensor arguments; nbprec's capture records the whole call.
+RANDOM_WHEN_CALLED = {
+    "multi_head_attention_forward": (("10", "dropout_p"), ("", "training")),
+    "scaled_dot_product_attention": (("4", "dropout_p"), ("", "")),
+    "dropout": (("1", "p"), ("2", "training")),
+    "dropout1d": (("1", "p"), ("2", "training")),
+    "dropout2d": (("1", "p"), ("2", "training")),
+    "dropout3d": (("1", "p"), ("2", "training")),
+    "alpha_dropout": (("1", "p"), ("2", "training")),
+    "feature_alpha_dropout": (("1", "p"), ("2", "training")),
+}
+
+
+def call_arguments(call: dict | None) -> dict[str, object]:
+    """A recorded call's scalar arguments by position (``"1"``) and keyword (``"p"``), from either form a dump
+    records (msprobe's ``{"input.1": 0.1, "input.training": True}`` or nbprec's ``{"args": [...], "kwargs":
+    {...}}``)."""
+    if not call:
+        return {}
+    if "args" in call or "kwargs" in call:
+        out = {str(i): v for i, v in enumerate(call.get("args") or []) if isinstance(v, (bool, int, float))}
+        out.update({str(k): v for k, v in (call.get("kwargs") or {}).items() if isinstance(v, (bool, int, float))})
+        return out
+    return {k.split(".", 1)[-1]: v for k, v in call.items()}
+
+
+def random_by_call(op_type: str, call: dict | None) -> bool | None:
+    """Whether an op drew random numbers, from how it was called: True when its dropout probability is above 0
+    (and it was not told it is not training), False when the call says it did not, ``None`` when unknown."""
+    spec = RANDOM_WHEN_CALLED.get(str(op_type).lower())
+    args = call_arguments(call)
+    if spec is None or not args:
+        return None
+    (p_pos, p_kw), (t_pos, t_kw) = spec
+    p = args.get(p_kw, args.get(p_pos))
+    training = args.get(t_kw, args.get(t_pos)) if (t_kw or t_pos) else True
+    if p is None:
+        return None
+    return bool(float(p) > 0 and training is not False)
+
+
 def is_random_op(op_type: str) -> bool:
     """Whether an op type draws random numbers (``Dropout`` module or ``dropout`` API alike)."""
     return str(op_type).lower() in RANDOM_OP_TYPES
@@ -179,12 +226,27 @@ class OpIndex:
         self.ops = ops
         self.starts = _group_starts(ops)
         self._random = ops["op_type"].map(is_random_op).to_numpy(bool)
+        if "random_call" in table:  # how each op was called says it drew random numbers (or did not)
+            by_call = first_rows["random_call"].to_numpy(dtype=object)
+            known = np.array([v is not None and v == v for v in by_call], dtype=bool)
+            self._random = np.where(known, [bool(v) if k else False for v, k in zip(by_call, known, strict=True)],
+                                    self._random)  # fmt: skip
         discontinuous = ops["op_type"].map(is_discontinuous_op).to_numpy(bool)
-        self._flips = discontinuous & (ops["out_cosine"].fillna(1.0).to_numpy() >= DISCONTINUITY_MIN_COSINE)
+        # flipped elements need inputs that differ: with inputs that agree exactly, the op itself is wrong
+        inputs_equal = (ops["in_error"] == 0).to_numpy(bool)
+        self._flips = (
+            discontinuous & ~inputs_equal & (ops["out_cosine"].fillna(1.0).to_numpy() >= DISCONTINUITY_MIN_COSINE)
+        )
+        # parameter-gradient records (msprobe's parameters_grad): copies of what a backward op produced
+        gradient = (table["role"].astype(str) == "gradient").to_numpy()
+        self.gradient_only = np.bincount(self.codes, weights=~gradient, minlength=n_ops) == 0
+        self.parent = _parent_positions(table, first_rows, ops)
+        self.container = np.zeros(n_ops, dtype=bool)
+        self.container[self.parent[self.parent >= 0]] = True
 
 
 _STATUS_NAMES = np.array([STATUS_NA, STATUS_PASS, STATUS_FAIL], dtype=object)
-_ORIGIN_NAMES = np.array(["", "inherited", "introduced", "random", "discontinuous"], dtype=object)
+_ORIGIN_NAMES = np.array(["", "inherited", "introduced", "random", "discontinuous", "encloses"], dtype=object)
 
 
 def _op_status(codes: np.ndarray, status: np.ndarray, n_ops: int) -> np.ndarray:
@@ -213,12 +275,20 @@ def judge_ops(index: OpIndex, status: np.ndarray | pd.Series) -> pd.DataFrame:
     failed = out_code == 2
     with np.errstate(invalid="ignore"):
         passed_on = ops["out_error"].to_numpy() <= INHERIT_FACTOR * ops["in_error"].to_numpy()
-    introduced = failed & (in_code != 2) & ~passed_on
+    # a parameter-gradient record has no inputs of its own: it inherits from the backward op that made it
+    introduced = failed & (in_code != 2) & ~passed_on & ~index.gradient_only
     origin = np.where(introduced, 2, np.where(failed, 1, 0))
     origin[introduced & index._random] = 3
     origin[introduced & ~index._random & index._flips] = 4
+    # a module call enclosing a failing op is not where the error arose: the op inside is
+    encloses = failed & index.container & _ancestors(index.parent, failed & ~index.container)
+    origin[encloses] = 5
     ops["origin"] = _ORIGIN_NAMES[origin]
-    ops["explained"] = _explained(ops, index.starts)
+    explained = _explained(ops, index.starts)
+    if encloses.any():  # a module call is explained when every failure inside it is
+        unexplained = _ancestors(index.parent, failed & ~index.container & ~explained)
+        explained[encloses] = ~unexplained[encloses]
+    ops["explained"] = explained
     with np.errstate(divide="ignore", invalid="ignore"):
         ops["amplification"] = ops["out_rel_euclidean"] / ops["in_rel_euclidean"]
     return ops
@@ -233,6 +303,33 @@ def rollup_ops(table: pd.DataFrame, status: pd.Series | np.ndarray) -> pd.DataFr
     ``random``, ``discontinuous`` or ``''``), ``explained`` and ``amplification`` (output RED over input RED).
     """
     return judge_ops(OpIndex(table), status)
+
+
+def _parent_positions(table: pd.DataFrame, first_rows: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
+    """Per op, the position (in ``ops``) of the module call enclosing it in the same step and rank, or -1.
+
+    From the table's ``parent`` column (the target dump's hierarchy); -1 throughout when it has none.
+    """
+    if "parent" not in table:
+        return np.full(len(ops), -1, dtype=np.int64)
+    parents = first_rows["parent"].fillna("").astype(str).to_numpy(dtype=object)
+    where = {key: i for i, key in enumerate(zip(ops["step"], ops["rank"], ops["op"], strict=True))}
+    keys = zip(ops["step"], ops["rank"], parents, strict=True)
+    return np.array([where.get(key, -1) if key[2] else -1 for key in keys], dtype=np.int64)
+
+
+def _ancestors(parent: np.ndarray, flagged: np.ndarray) -> np.ndarray:
+    """Which ops enclose (directly or not) a flagged op, following ``parent`` positions up (-1: none)."""
+    out = np.zeros(len(parent), dtype=bool)
+    up = parent[flagged]
+    for _ in range(len(parent)):  # each round climbs one level; a cycle cannot loop past the op count
+        up = up[up >= 0]
+        up = up[~out[up]]
+        if not len(up):
+            break
+        out[up] = True
+        up = parent[np.unique(up)]
+    return out
 
 
 def _group_starts(ops: pd.DataFrame) -> np.ndarray:
@@ -267,9 +364,10 @@ def first_failing(ops: pd.DataFrame, *, origin: str | None = None, include_expla
     """The first op in execution order that fails, or ``None``.
 
     Failures explained by un-fixed randomness or by discontinuous ops flipping elements (and what they pass
-    on) are skipped unless ``include_explained``; ``origin`` restricts the search to one origin.
+    on) are skipped unless ``include_explained``; so are module calls that merely enclose a failing op
+    (origin ``encloses``). ``origin`` restricts the search to one origin.
     """
-    mask = ops["status"] == STATUS_FAIL
+    mask = (ops["status"] == STATUS_FAIL) & (ops["origin"] != "encloses")
     if not include_explained and "explained" in ops:
         mask &= ~ops["explained"]
     if origin is not None:
@@ -284,7 +382,7 @@ def divergence_onset(ops: pd.DataFrame, window: int = 20, share: float = 0.5) ->
     The onset is the first failing op such that at least ``share`` of the next ``window`` ops with a status
     also fail; a lone failure that the run recovers from is not an onset.
     """
-    judged = ops[ops["status"] != STATUS_NA].reset_index()
+    judged = ops[(ops["status"] != STATUS_NA) & (ops["origin"] != "encloses")].reset_index()
     fails = (judged["status"] == STATUS_FAIL).to_numpy().copy()
     if "explained" in judged:
         fails &= ~judged["explained"].to_numpy(bool)

@@ -12,6 +12,7 @@ import pandas as pd
 
 from nbprec._progress import ProgressCallback
 from nbprec.compare.comparison import CATEGORY_COLUMNS, Comparison, as_category
+from nbprec.compare.culprit import random_by_call
 from nbprec.compare.fusion import FusionMatcher, benchmark_key, wants_fusion
 from nbprec.compare.matching import FusionHook, match_tensors, read_mapping
 from nbprec.compare.metrics import (
@@ -34,6 +35,7 @@ from nbprec.compare.workers import (
     use_processes,
     use_threads,
 )
+from nbprec.dtypes import FLOAT_DTYPES
 from nbprec.dump import Dump
 from nbprec.errors import ComparisonError, NbprecError
 
@@ -120,14 +122,49 @@ def _side(index: pd.DataFrame, positions: np.ndarray, prefix: str) -> dict[str, 
     }
     for key in _STAT_KEYS:
         out[f"{prefix}_{key}"] = stats[key]
-    nans, infs, high, low = stats["nan_count"], stats["inf_count"], stats["max"], stats["min"]
+    if index["mean"].notna().any():  # the dump's own mean (a tensor comparison replaces _mean with the payload's)
+        out[f"{prefix}_recorded_mean"] = stats["mean"].copy()
+    checksums = index["checksum"].to_numpy(dtype=object)
+    if len(checksums) and any(checksums):  # what msprobe's md5 layout shows beside the verdict
+        out[f"{prefix}_checksum"] = pd.Series(_take(checksums, take, missing, ""), dtype=object)
+    nans, infs = stats["nan_count"], stats["inf_count"]
     counted = np.where(np.isnan(nans), 0.0, nans) + np.where(np.isnan(infs), 0.0, infs)
-    from_stats = ~(np.isfinite(high) & np.isfinite(low)) & ~np.isnan(high)  # counts unknown: the extremes tell
+    from_stats = _nonfinite_statistics(index, take, stats)  # counts unknown: the statistics tell
     nonfinite = np.where(np.isnan(nans) & np.isnan(infs), from_stats.astype(np.float64), counted)
     if missing is not None:
         nonfinite[missing] = np.nan
     out[f"{prefix}_nonfinite"] = nonfinite
     return out
+
+
+def _nonfinite_statistics(index: pd.DataFrame, take: np.ndarray, stats: dict[str, np.ndarray]) -> np.ndarray:
+    """Whether each tensor's recorded statistics say it holds NaN or inf.
+
+    An infinite max/min/mean/norm always does; a NaN one does for a non-empty float tensor when the dump
+    records that statistic (msprobe writes NaN for a tensor holding NaN; a statistic a dump never records is
+    NaN everywhere and says nothing).
+    """
+    four = np.stack([stats[k] for k in _STAT_KEYS])
+    infinite = np.isinf(four).any(axis=0)
+    recorded = [k for k in _STAT_KEYS if index[k].notna().any()]  # the statistics this dump records at all
+    if not recorded:
+        return infinite
+    floats = index["dtype"].isin(FLOAT_DTYPES).to_numpy()[take] if len(index) else np.zeros(len(take), dtype=bool)
+    numel = index["numel"].to_numpy()[take] if len(index) else np.zeros(len(take))
+    nan = np.stack([np.isnan(stats[k]) for k in recorded]).any(axis=0)
+    return infinite | (nan & floats & (numel != 0))
+
+
+def _nonfinite_reasons(reasons: np.ndarray, table: pd.DataFrame, b_positions: np.ndarray) -> None:
+    """Rows whose target holds NaN/inf where the benchmark is finite: that is the reason (the rule fails them),
+    not a missing statistic."""
+    target = np.nan_to_num(table["target_nonfinite"].to_numpy(np.float64), nan=0.0) > 0
+    bench = np.nan_to_num(table["bench_nonfinite"].to_numpy(np.float64), nan=0.0) > 0
+    for i in np.flatnonzero(target & ~bench & (b_positions >= 0)):
+        old = str(reasons[i])
+        generic = not old or old.startswith(("statistics missing", "neither payloads"))  # what NaN statistics cause
+        kept = "" if generic else f"; {old}"
+        reasons[i] = f"target has non-finite values{kept}"
 
 
 def _pair_table(t_idx: pd.DataFrame, b_idx: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
@@ -416,6 +453,16 @@ def compare(
     try:  # while the workers measure: everything that does not need a metric
         table = _pair_table(t_idx, b_idx, pairs)
         table["precision"] = running_precision(table)
+        # the module call enclosing each op (the target's hierarchy): modules that enclose a failure are told
+        # from the op inside them that caused it
+        hierarchy = t_dump.hierarchy
+        table["parent"] = [hierarchy.get(op) or "" for op in table["op"]] if hierarchy else ""
+        calls = t_dump.calls
+        if calls:  # a dropout that was on (or off) by its arguments: random (or not) whatever its type says
+            by_op = {
+                op: random_by_call(kind, calls.get(op)) for op, kind in zip(table["op"], table["op_type"], strict=True)
+            }
+            table["random_call"] = pd.Series([by_op[op] for op in table["op"]], dtype=object)
         table["op_input_scale"] = _op_input_scale(table)
         for column in CATEGORY_COLUMNS:
             if column in table:  # compare_mode is set after the measurements
@@ -464,6 +511,7 @@ def compare(
             elif not np.isnan(arr).all() or column in METRIC_COLUMNS:
                 measured[column] = arr
         measured["checksum_match"] = checksum_match
+        _nonfinite_reasons(reasons, table, b_positions)
         measured["reason"] = reasons
         table = pd.concat([table, pd.DataFrame(measured, index=table.index)], axis=1)  # one concat, not 25 inserts
         return Comparison(table, unmatched_bench=unmatched_bench, rule=the_rule, meta=meta)

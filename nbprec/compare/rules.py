@@ -26,6 +26,20 @@ from nbprec.errors import ComparisonError
 
 #: Metrics where larger is better (a threshold is a lower bound); every other metric is an upper bound.
 HIGHER_IS_BETTER = frozenset({"cosine", "thousandth_ratio", "five_thousandth_ratio"})
+#: Metrics a threshold may bound from above (see :func:`threshold_rule`).
+_UPPER_METRICS = frozenset(
+    {
+        "rel_euclidean",
+        "max_abs_err",
+        "mean_abs_err",
+        "rmse",
+        "max_rel_err",
+        "mean_rel_err",
+        "accumulated_rel_err",
+        "kl_divergence",
+        "euclidean",
+    }
+)
 
 STATUS_PASS = "pass"
 STATUS_FAIL = "fail"
@@ -139,6 +153,13 @@ class Rule:
         lower-precision dtype instead of ``thresholds``.
     description
         Where the thresholds come from.
+    statistics
+        The relative tolerance of rows compared by statistics only (no payloads, no cosine): they pass when
+        the L2 norms differ by at most this fraction and the max, min and mean by at most this fraction of
+        the benchmark's magnitude. Each row's dtype tolerance (:data:`DTYPE_TOLERANCE`, RED column) is a
+        floor, so low-precision rounding is never flagged. ``None``: derived from the thresholds (the
+        ``rel_euclidean`` bound, else the RED a ``cosine`` bound allows, ``sqrt(2 (1 - cosine))``, else the
+        ``max_rel_err`` bound, else 0.05); a dtype-aware rule uses the dtype tolerance alone.
     """
 
     name: str
@@ -146,6 +167,18 @@ class Rule:
     combine: Literal["all", "any"] = "all"
     dtype_aware: bool = False
     description: str = ""
+    statistics: float | None = None
+
+    def statistics_tolerance(self) -> float:
+        """The rule's own tolerance for statistics-only rows (before the dtype floor; see ``statistics``)."""
+        if self.statistics is not None:
+            return float(self.statistics)
+        by_metric = {t.metric: t.value for t in self.thresholds}
+        if "rel_euclidean" in by_metric:
+            return by_metric["rel_euclidean"]
+        if "cosine" in by_metric:
+            return float(np.sqrt(2.0 * max(1.0 - by_metric["cosine"], 0.0)))
+        return by_metric.get("max_rel_err", 0.05)
 
     @classmethod
     def from_thresholds(cls, name: str, combine: Literal["all", "any"] = "all", **bounds: float) -> Rule:
@@ -226,12 +259,15 @@ class Rule:
             tol = _red_bounds(bounds, n)
             status = self._apply_statistics(table, status, tol)
             status = self._apply_negligible_bench(table, status, tol)
+        else:  # statistics-only rows: the rule's own tolerance, floored by each row's dtype tolerance
+            status = self._apply_statistics(table, status, np.fmax(self.statistics_tolerance(), _dtype_red(table)))
         status = _apply_nonfinite(table, status)
         status = _apply_checksum(table, status)
         return pd.Series(status, index=table.index, dtype=object)
 
     def _apply_statistics(self, table: pd.DataFrame, status: np.ndarray, tol: np.ndarray) -> np.ndarray:
-        """Rows compared by statistics only: judged by the relative difference of their L2 norms and extremes."""
+        """Rows compared by statistics only: judged by the relative difference of their L2 norms, and by the
+        differences of their max, min and mean relative to the benchmark's magnitude."""
         if "norm_rel_diff" not in table or "compare_mode" not in table:
             return status
         rows = (table["compare_mode"] == "statistics").to_numpy()
@@ -240,9 +276,11 @@ class Rule:
         scale = bench_magnitude(table)
         norm_ok = table["norm_rel_diff"].to_numpy(np.float64) <= tol
         with np.errstate(invalid="ignore"):
-            ext_ok = (table["max_diff"].abs().to_numpy(np.float64) <= tol * scale) & (
-                table["min_diff"].abs().to_numpy(np.float64) <= tol * scale
-            )
+            ext_ok = np.ones(len(table), dtype=bool)
+            for column in ("max_diff", "min_diff", "mean_diff"):
+                if column in table:  # NaN (a statistic not recorded on one side) does not fail by itself
+                    diff = table[column].abs().to_numpy(np.float64)
+                    ext_ok &= ~(diff > tol * scale)
         known = ~np.isnan(table["norm_rel_diff"].to_numpy(np.float64))
         judged = np.where(known, np.where(norm_ok & ext_ok, STATUS_PASS, STATUS_FAIL), STATUS_NA)
         return np.where(rows, judged, status)
@@ -267,6 +305,18 @@ class Rule:
         with np.errstate(invalid="ignore"):
             negligible = (bench_abs < tol * scale) & (err <= tol * scale)
         return np.where((status == STATUS_FAIL) & negligible, STATUS_PASS, status)
+
+
+def _dtype_red(table: pd.DataFrame) -> np.ndarray:
+    """Per row, the RED tolerance of its lower-precision dtype (:data:`DTYPE_TOLERANCE`); 0 for non-floats."""
+    if "precision" in table:
+        low = table["precision"].astype(str)
+    else:
+        low = pd.Series(
+            [lower_precision(a, b) for a, b in zip(table["target_dtype"], table["bench_dtype"], strict=True)],
+            index=table.index,
+        )
+    return low.map({d: tol[1] for d, tol in DTYPE_TOLERANCE.items()}).fillna(0.0).to_numpy(np.float64)
 
 
 def _red_bounds(bounds: list[tuple[Threshold, np.ndarray]], n: int) -> np.ndarray:
@@ -323,12 +373,14 @@ def _presets() -> dict[str, Rule]:
             "msprobe",
             (Threshold("cosine", 0.99), Threshold("max_rel_err", 0.01, strict=True)),
             description="msprobe: cosine >= 0.99 and max relative error < 0.01",
+            statistics=0.01,
         ),
         "ptdbg": Rule(
             "ptdbg",
             (Threshold("cosine", 0.99), Threshold("max_abs_err", 0.001)),
             combine="any",
             description="ptdbg_ascend: not reached when cosine < 0.99 and max abs error > 0.001",
+            statistics=0.05,
         ),
     }
 
@@ -338,12 +390,36 @@ def preset_names() -> list[str]:
     return list(_presets())
 
 
+def threshold_rule(metric: str, value: float) -> Rule:
+    """A rule of one bound, as precision_tool's ``vcs -c 0.98``: ``metric`` at least (or at most) ``value``.
+
+    >>> threshold_rule("cosine", 0.98).describe()
+    'cosine>=0.98: cosine >= 0.98'
+    """
+    known = {*HIGHER_IS_BETTER, *_UPPER_METRICS}
+    if metric not in known:
+        raise ComparisonError(f"unknown metric {metric!r} for a threshold; use one of {', '.join(sorted(known))}")
+    bound = Threshold(metric, float(value))
+    name = f"{metric}{'>=' if bound.higher_is_better else '<='}{float(value):g}"
+    return Rule(name, (bound,), description=f"one threshold given on the command line: {bound.describe()}")
+
+
 def get_rule(rule: str | Rule | None) -> Rule:
-    """A :class:`Rule` from a preset name, or the rule itself; ``None`` means the default rule."""
+    """A :class:`Rule` from a preset name, a threshold ``"metric=value"`` (e.g. ``"cosine=0.98"``), or the rule
+    itself; ``None`` means the default rule."""
     if isinstance(rule, Rule):
         return rule
     presets = _presets()
     name = rule or "default"
-    if name not in presets:
-        raise ComparisonError(f"unknown rule {name!r}; presets are {', '.join(presets)} (or pass a nbprec Rule)")
-    return presets[name]
+    if name in presets:
+        return presets[name]
+    metric, sep, value = name.replace(">=", "=").replace("<=", "=").partition("=")
+    if sep:
+        try:
+            return threshold_rule(metric.strip(), float(value))
+        except ValueError:
+            raise ComparisonError(f"bad threshold {name!r}: expected metric=number, e.g. cosine=0.98") from None
+    raise ComparisonError(
+        f"unknown rule {name!r}; presets are {', '.join(presets)}, or a threshold such as cosine=0.98 "
+        "(or pass a nbprec Rule)"
+    )

@@ -29,7 +29,8 @@ Index conventions
   (w.r.t. the forward outputs, PyTorch's ``grad_output``) and ``output`` the gradients it produces w.r.t. the
   forward inputs (PyTorch's ``grad_input``).
 - Non-tensor arguments (floats, ints, bools, ``None``, slices, ...) are not tensor rows; their number is in
-  ``dump.meta["non_tensor_values"]``.
+  ``dump.meta["non_tensor_values"]``, and the number and bool values are in ``dump.calls`` (op ->
+  ``{"input.10": 0.1, "input.training": True, ...}``), which tells a dropout that is on from one that is off.
 """
 
 from __future__ import annotations
@@ -169,6 +170,7 @@ class DumpSourceReader:
         self.folder = source.dump_json.parent
         self.problems = problems
         self.non_tensor = 0
+        self.calls: dict[str, dict[str, bool | int | float]] = {}  # op -> non-tensor argument values
         self.hierarchy: dict[str, str | None] = {}
         self.tensor_dir = self.folder / "dump_tensor_data"
         self.listing: set[str] | None = None  # file names in tensor_dir; None when it cannot be listed
@@ -235,6 +237,9 @@ class DumpSourceReader:
             for role, name_base, slot, entry in self._entries(key, body, info):
                 if not _is_tensor_entry(entry):
                     self.non_tensor += 1
+                    value = entry.get("value") if isinstance(entry, dict) else None
+                    if isinstance(value, (bool, int, float)):  # how the op was called (dropout p, training ...)
+                        self.calls.setdefault(key, {})[f"{role}.{slot}"] = value
                     continue
                 row = self._row(entry, f"{name_base}.{slot}", base, role, slot)
                 if self.listing is None and row["file"]:
@@ -421,6 +426,7 @@ class MsprobeDumpReader(DumpReader):
             raise DumpFormatError(path, "no msprobe dump.json here, in rank*/ or in step*/rank*/")
         records: list[dict[str, Any]] = []
         hierarchy: dict[str, str | None] = {}
+        calls: dict[str, dict[str, bool | int | float]] = {}
         meta: dict[str, Any] = {}
         non_tensor = 0
         for source in sources:
@@ -428,6 +434,7 @@ class MsprobeDumpReader(DumpReader):
             rows, source_meta = reader.records()
             records.extend(rows)
             hierarchy.update(reader.hierarchy)
+            calls.update(reader.calls)
             non_tensor += reader.non_tensor
             for k, v in source_meta.items():
                 meta.setdefault(k, v)
@@ -456,6 +463,7 @@ class MsprobeDumpReader(DumpReader):
             meta=meta,
             hierarchy=hierarchy,
             stacks=stacks,
+            calls=calls,
         )
 
 

@@ -78,7 +78,7 @@ def assess_impact(
     >>> impact.verdict                                                   # doctest: +SKIP
     'transient, harmless'
     """
-    first = report.first_critical()
+    first = report.origin()
     if first is None:
         return Impact(VERDICT_NONE, message="no op produced an overflow")
     op, step, rank, order = str(first["op"]), int(first["step"]), int(first["rank"]), int(first["order"])

@@ -305,7 +305,8 @@ def remedies(
     if isinstance(report, OverflowReport):
         o = report.ops
         producers = (o["level"] == "critical") | ((o["level"] == "high") & ~o["in_abnormal"].astype(bool))
-        blamed = o[producers & ~o["contains_critical"].astype(bool)]
+        inherited = o["inherited"].astype(bool) if "inherited" in o else False  # enclosing modules, grad records
+        blamed = o[producers & ~o["contains_critical"].astype(bool) & ~inherited]
         tensors = report.tensors
     elif isinstance(report, HeadroomReport):
         blamed = report.would_overflow(dtype)
@@ -323,6 +324,7 @@ def remedies(
         elif not module:
             loose.append(str(row["op"]))
     keep, unmapped = _ascend_types(blamed)
+    scale_known = recorded_scale is not None or bool(report.meta.get("loss_scale"))
     if recorded_scale is None:
         recorded_scale = float(report.meta.get("loss_scale") or 1.0)
     if recorded_scale <= 0 or not math.isfinite(recorded_scale):
@@ -337,6 +339,12 @@ def remedies(
             "some gradients already overflowed, so the finite maximum underestimates them: lower the scale "
             "below this bound, or measure on a float32 run"
         )
+    if not scale_known and math.isfinite(unscaled):
+        unknown = (
+            "the dump does not say which loss scale its gradients carry: the bound is relative to it "
+            "(pass the scale, e.g. --loss-scale 16777216, to get it absolute)"
+        )
+        note = f"{note}; {unknown}" if note else unknown
     advice = LossScaleAdvice(unscaled, loss_scale_bound(unscaled), recorded_scale, note)
     mixlist = {"black-list": {"to-add": keep}}
     ascend = _ascend_snippet(keep, mixlist) if report.meta.get("format") == "cann" else ""

@@ -113,6 +113,33 @@ class OverflowReport:
             hits = self.ops[self.ops["level"] == "critical"]
         return None if hits.empty else hits.iloc[0]
 
+    def first_abnormal(self) -> pd.Series | None:
+        """The first op in execution order with NaN/inf/saturated values in an input or an output, leaving out
+        what only inherits them (enclosing module calls, parameter-gradient records); ``None`` when none.
+
+        When no op is critical, the overflow arose in an op the dump does not record (msprobe's default
+        ``risk_level`` skips casts): this op is the first to receive it, and its ``note`` says so.
+        """
+        ops = self.ops
+        inherited = ops["inherited"].astype(bool) if "inherited" in ops else pd.Series(False, index=ops.index)
+        hits = ops[(ops["in_abnormal"].astype(bool) | ops["out_abnormal"].astype(bool)) & ~inherited]
+        if hits.empty:
+            return None
+        first = hits.iloc[0].copy()
+        if bool(first["in_abnormal"]):
+            first["note"] = (
+                "its inputs already hold NaN/inf/saturated values, and no op recorded before it produced them: "
+                "they come from an op the dump does not record (a cast or layout op?)"
+            )
+        else:
+            first["note"] = str(first["reason"])
+        return first
+
+    def origin(self) -> pd.Series | None:
+        """Where the overflow arose: the first critical op, else the first op with abnormal values."""
+        first = self.first_critical()
+        return first if first is not None else self.first_abnormal()
+
     def by_level(self, level: str) -> pd.DataFrame:
         """Ops of one level, in execution order."""
         if level not in LEVELS:
@@ -150,6 +177,7 @@ class OverflowReport:
             "levels": levels,
             "first_critical_op": None if first is None else str(first["op"]),
             "first_critical_reason": None if first is None else str(first["reason"]),
+            "first_abnormal_op": None if self.first_abnormal() is None else str(self.first_abnormal()["op"]),
             "impact": None if self.impact is None else asdict(self.impact),
             "npu_overflow_records": None if self.npu is None else len(self.npu),
         }

@@ -231,11 +231,16 @@ def rollup_levels(tensors: pd.DataFrame, dump: Dump, amplification: float = AMPL
     ops["amplification"] = amp.where(ops["in_norm"] > 0)
     in_bad, out_bad = ops["in_abnormal"], ops["out_abnormal"]
     amplified = (ops["amplification"] >= amplification) & ~out_bad
+    # parameter-gradient records (msprobe's parameters_grad) have no inputs of their own: what they hold was
+    # produced by a backward op, so they are never where an overflow arose
+    roles = tensors.groupby(keys, sort=False)["role"].agg(lambda r: bool((r == "gradient").all()))
+    gradient_only = roles.reindex(ops.index).fillna(False).astype(bool)
     level = np.select(
-        [out_bad & ~in_bad, out_bad & in_bad, amplified, in_bad, ops["suspicious"]],
+        [out_bad & ~in_bad & ~gradient_only, out_bad, amplified, in_bad, ops["suspicious"]],
         ["critical", "high", "high", "medium", "low"],
         default="",
     )
+    ops["inherited"] = (out_bad & gradient_only).to_numpy()
     ops["level"] = pd.Categorical(level, categories=list(LEVELS), ordered=False).astype(str)
     reasons = {k: _describe(g) for k, g in tensors[tensors["abnormal"] | tensors["suspicious"]].groupby(keys)}
     ops["reason"] = [
@@ -243,10 +248,30 @@ def rollup_levels(tensors: pd.DataFrame, dump: Dump, amplification: float = AMPL
     ]
     ops = ops.reset_index().sort_values(["step", "rank", "order"], kind="stable").reset_index(drop=True)
     ops["contains_critical"] = _contains_critical(ops, dump.hierarchy)
+    _inherit_in_containers(ops, dump.hierarchy)
     return ops
 
 
+def _inherit_in_containers(ops: pd.DataFrame, hierarchy: dict[str, str | None]) -> None:
+    """A module call whose abnormal output comes from an op inside it (one with an abnormal output) only
+    encloses the overflow: it is ``high`` and ``inherited``, never ``critical``."""
+    if not hierarchy:
+        return
+    bad_inside = encloses(ops, ops["out_abnormal"].to_numpy(bool) & ~ops["inherited"].to_numpy(bool), hierarchy)
+    container = bad_inside & ops["out_abnormal"].to_numpy(bool)
+    if not container.any():
+        return
+    critical = container & (ops["level"] == "critical").to_numpy()
+    ops.loc[critical, "level"] = "high"
+    ops.loc[container, "inherited"] = True
+    ops.loc[critical, "reason"] = [
+        f"inherited: a module call enclosing the op that produced it ({r})" for r in ops.loc[critical, "reason"]
+    ]
+
+
 def _reason(row: Any, detail: str, amplification: float) -> str:
+    if row.level == "high" and row.out_abnormal and row.inputs == 0 and not row.inputs_from:
+        return f"inherited: parameter gradients, made by a backward op before it ({detail})"
     if row.level == "critical":
         inputs = "inputs normal" if row.inputs or row.inputs_from else "no inputs recorded"
         return f"{inputs}, output abnormal: the op produced it ({detail})"
@@ -374,7 +399,7 @@ def scan(
         ops = mark_npu_overflow(ops, npu)
         meta["npu_overflow_files"] = len(target.meta["opdebug"])
     report = OverflowReport(tensors, ops, meta=meta, npu=npu)
-    if bench is not None or report.first_critical() is not None:
+    if bench is not None or report.origin() is not None:
         from nbprec.overflow.impact import assess_impact
 
         report.impact = assess_impact(report, target, bench, rule=rule, outputs=outputs)

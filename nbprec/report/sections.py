@@ -78,8 +78,13 @@ def summary(comparison: Any) -> Html:
         rows.append(("random ops differing", ", ".join(s["random_ops_differing"][:5])))
     verdict = "PASS: no op fails the rule" if comparison else f"FAIL: {s['failing_ops']} failing ops"
     colour = "#2e7d32" if comparison else "#c62828"
-    markup = f"<p class='nbprec-verdict' style='font-weight:bold;color:{colour}'>{esc(verdict)}</p>" + _kv(rows)
-    return Html(markup, f"{verdict}; first failing op: {s['first_failing_op']}")
+    words = comparison.verdict()  # the same sentences the CLI and the dashboard open with
+    markup = (
+        words.to_html()
+        + f"<p class='nbprec-status' style='font-weight:bold;color:{colour}'>{esc(verdict)}</p>"
+        + _kv(rows)
+    )
+    return Html(markup, f"{words.text}\n{verdict}; first failing op: {s['first_failing_op']}")
 
 
 def culprit(comparison: Any) -> str | None:

@@ -77,11 +77,11 @@ class Dashboard(View):
         self.subgraph.update()
 
     def header_html(self) -> str:
-        """Title line: the two runs and the rule."""
+        """Title line (the two runs), then the verdict in words (the same sentences as the CLI and the report)."""
         meta = self.comparison.meta
         return (
             f"<h2 style='margin:4px 0'>nbprec: {esc(meta.get('target', 'target'))} vs "
-            f"{esc(meta.get('bench', 'benchmark'))}</h2>"
+            f"{esc(meta.get('bench', 'benchmark'))}</h2>" + self.comparison.verdict().to_html()
         )
 
     def _build(self) -> Any:

@@ -69,7 +69,10 @@ def test_predicted_ops_are_the_ones_that_overflow_in_float16(branchy_runs):
     hr = ov.headroom(branchy_runs / "fp32")
     predicted = set(hr.would_overflow("float16")["op"])
     actual = ov.scan(branchy_runs / "fp16")
-    assert set(actual.by_level("critical")["op"]) == predicted
+    # the module enclosing the big linear overflows too, but only inherits it from the op inside (issue 15)
+    enclosing = set(actual.ops.loc[actual.ops["inherited"], "op"])
+    assert "Module.big.Linear.forward.0" in enclosing & predicted
+    assert set(actual.by_level("critical")["op"]) == predicted - enclosing
     assert len(predicted) >= 3  # the big linear (API and module) and the x300 multiply
     assert hr.first_overflow("float16")["op"] == actual.first_critical()["op"]
     # ops predicted to fit really do not overflow

@@ -193,11 +193,17 @@ def npu_url(tmp_path_factory):
 def test_npu_dashboard_shows_fusion_records_and_the_ge_graph(npu_url, browser):
     pg = browser.new_page(viewport={"width": 1500, "height": 1000})
     pg.goto(npu_url, timeout=bs.TIMEOUT_MS)
-    pg.wait_for_function(
-        "() => document.querySelector('.nbprec-fusion') && [...document.querySelectorAll('div')]"
-        ".some(d => d._cyreg && d._cyreg.cy && d._cyreg.cy.nodes().length)",
-        timeout=bs.TIMEOUT_MS,
-    )
+    try:
+        pg.wait_for_function(
+            "() => document.querySelector('.nbprec-fusion') && [...document.querySelectorAll('div')]"
+            ".some(d => d._cyreg && d._cyreg.cy && d._cyreg.cy.nodes().length)",
+            timeout=bs.TIMEOUT_MS,
+        )
+    except Exception:  # keep what the page showed, for the CI log and tests/artifacts/
+        bs.ARTIFACTS.mkdir(exist_ok=True)
+        pg.screenshot(path=str(bs.ARTIFACTS / "npu_dashboard_timeout.png"), full_page=True)
+        print("page text at the timeout:", pg.inner_text("body")[:3000])
+        raise
     fusion = pg.locator(".nbprec-fusion").first.inner_text()
     assert "ConvBiasaddReluFusionPass" in fusion and "conv2/Conv2D,conv2/BiasAdd,conv2/Relu" in fusion
     nodes = pg.evaluate(

@@ -1,0 +1,291 @@
+"""The verdict of a comparison in words: are the runs comparable, what failed first, why, and what to do next.
+
+Computed once in the core; the CLI summary, the dashboard header and the report all show the same
+:class:`Verdict` (its :attr:`~Verdict.text`). Before any op is blamed, :func:`comparability` checks that the two
+runs can be compared at all, judged under the dtype-aware default rule whatever rule the user chose:
+
+- ``different_inputs``: the model's inputs (the first op's input tensors) differ;
+- ``different_weights``: parameters differ beyond the dtype's rounding (a checkpoint not loaded?);
+- ``not_deterministic``: random ops (dropout, rand*, randperm, ...) whose inputs match but whose outputs differ;
+- ``unaligned``: steps or ranks present on one side only, or ops whose calls found no counterpart.
+
+Examples
+--------
+>>> comp = nbprec.compare("runs/bf16", "runs/fp32")   # doctest: +SKIP
+>>> print(comp.verdict().text)                        # doctest: +SKIP
+Functional.gelu.1.forward (gelu) is the first op that fails: its inputs matched at cosine 1.000000, its output
+fell to 0.8956 (RED 0.27). It introduced the error; 78 ops after it inherit it.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, get_rule
+
+if TYPE_CHECKING:
+    from nbprec.compare.comparison import Comparison
+
+#: Roles of parameter tensors, and the input slots that carry weights in functional calls.
+_PARAMETER_ROLES = ("parameter",)
+_WEIGHT_SLOTS = ("weight", "bias")
+_DATA_SLOTS = ("0", "input", "x")
+#: Finding code -> the few words the headline gives it.
+_SHORT = {"different_inputs": "their inputs differ", "different_weights": "their weights differ"}
+#: Share of target tensors without a counterpart from which the runs are said not to align.
+UNMATCHED_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Why two runs are not (fully) comparable: a code, a sentence, the fix, and the ops concerned."""
+
+    code: str
+    message: str
+    fix: str
+    ops: tuple[str, ...] = ()
+
+    @property
+    def blocking(self) -> bool:
+        """Whether blaming an op makes no sense until it is fixed (unaligned runs can still be compared)."""
+        return self.code in ("different_inputs", "different_weights")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the comparison says, in words.
+
+    Attributes
+    ----------
+    kind
+        ``"not comparable"``, ``"failure"``, ``"explained"`` (only randomness or flipped elements differ),
+        ``"noise"`` (nothing fails: precision noise) or ``"no data"`` (nothing could be compared).
+    headline
+        One or two sentences: what failed first and why, or why nothing is to blame.
+    next_step
+        What to do next (a command or a change to make).
+    findings
+        Comparability findings, the blocking ones first.
+    """
+
+    kind: str
+    headline: str
+    next_step: str = ""
+    findings: tuple[Finding, ...] = field(default_factory=tuple)
+
+    @property
+    def text(self) -> str:
+        """The verdict as plain text: findings first, then the headline and the next step."""
+        lines = [f"! {f.message} Fix: {f.fix}" for f in self.findings]
+        lines.append(self.headline)
+        if self.next_step:
+            lines.append(f"Next: {self.next_step}")
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        """The verdict as an HTML fragment (every name escaped)."""
+        e = html.escape
+        items = "".join(f"<li class='nbprec-finding'><b>{e(f.message)}</b> Fix: {e(f.fix)}</li>" for f in self.findings)
+        findings = f"<ul class='nbprec-findings'>{items}</ul>" if items else ""
+        step = f"<br><i>Next:</i> {e(self.next_step)}" if self.next_step else ""
+        return f"<div class='nbprec-verdict'>{findings}<p><b>{e(self.headline)}</b>{step}</p></div>"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _default_status(comp: Comparison) -> np.ndarray:
+    """Tensor statuses under the dtype-aware default rule (comparability does not depend on the user's rule)."""
+    return comp.status if comp.rule.name == "default" else get_rule("default").evaluate(comp._data).to_numpy(object)
+
+
+def _differs(table: pd.DataFrame, status: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` differ: integer/bool tensors unless exactly equal, others when they fail."""
+    integer = ~table["target_dtype"].astype(str).str.startswith(("float", "bfloat")).to_numpy()
+    exact_diff = np.zeros(len(table), dtype=bool)
+    for column in ("max_abs_err", "max_diff", "min_diff", "mean_diff", "norm_diff"):
+        if column in table:
+            exact_diff |= np.nan_to_num(np.abs(table[column].to_numpy(np.float64)), nan=0.0) > 0
+    if "checksum_match" in table:
+        exact_diff |= (table["checksum_match"] == False).to_numpy()  # noqa: E712 (None is not False)
+    return rows & np.where(integer, exact_diff, status == STATUS_FAIL)
+
+
+def _first_op_inputs(table: pd.DataFrame) -> np.ndarray:
+    """Rows that are the model's inputs: the first argument of the first forward op, per step and rank (the
+    token ids of an embedding, the images of a first convolution; its other arguments are weights)."""
+    rows = np.zeros(len(table), dtype=bool)
+    forward = table["direction"].astype(str) != "backward"
+    inputs = table["role"].astype(str).isin(("input",)) & forward & table["slot"].astype(str).isin(_DATA_SLOTS)
+    candidates = table[inputs & (table["match"].astype(str) != "unmatched")]
+    if candidates.empty:
+        return rows
+    first = candidates.groupby(["step", "rank"])["order"].transform("min")
+    rows[candidates.index[candidates["order"] == first]] = True
+    return rows
+
+
+def comparability(comp: Comparison) -> list[Finding]:
+    """Findings that say the two runs are not (fully) comparable, the blocking ones first."""
+    table = comp._data
+    if table.empty:
+        return []
+    status = _default_status(comp)
+    findings: list[Finding] = []
+    inputs = _differs(table, status, _first_op_inputs(table))
+    if inputs.any():
+        names = table.loc[inputs, "target_name"].astype(str).tolist()
+        findings.append(
+            Finding(
+                "different_inputs",
+                f"Different inputs: the model's first input tensors differ ({', '.join(names[:3])}).",
+                "feed both runs the same batch (same data order, same preprocessing), then compare again.",
+                tuple(dict.fromkeys(table.loc[inputs, "op"].astype(str))),
+            )
+        )
+    role = table["role"].astype(str)
+    params = (table["direction"].astype(str) != "backward").to_numpy() & (
+        role.isin(_PARAMETER_ROLES) | (role.eq("input") & table["slot"].astype(str).isin(_WEIGHT_SLOTS))
+    ).to_numpy()
+    weights = _differs(table, status, params)
+    if weights.any():
+        names = table.loc[weights, "target_name"].astype(str).tolist()
+        findings.append(
+            Finding(
+                "different_weights",
+                f"Different weights: {int(weights.sum())} of {int(params.sum())} parameters differ beyond the "
+                f"dtype's rounding (e.g. {', '.join(names[:2])}); was the checkpoint loaded in both runs?",
+                "load the same checkpoint (or seed weight initialisation identically) in both runs.",
+                tuple(dict.fromkeys(table.loc[weights, "op"].astype(str))),
+            )
+        )
+    ops = comp.ops
+    random_ops = ops.loc[(ops["origin"] == "random") & (ops["status"] == STATUS_FAIL), "op"].astype(str).tolist()
+    if random_ops:
+        findings.append(
+            Finding(
+                "not_deterministic",
+                f"Not deterministic: {len(random_ops)} random op(s) get matching inputs but give different "
+                f"outputs (first: {random_ops[0]}); what follows them differs by design.",
+                "seed every random source identically in both runs (e.g. nbprec.seed_all(0)), or switch dropout "
+                "off (model.eval(), or dropout=0) for the comparison.",
+                tuple(random_ops),
+            )
+        )
+    findings.extend(_alignment(comp))
+    return sorted(findings, key=lambda f: not f.blocking)
+
+
+def _alignment(comp: Comparison) -> list[Finding]:
+    """Steps or ranks on one side only, and target tensors whose calls found no counterpart."""
+    table, out = comp._data, []
+    for column, what in (("step", "steps"), ("rank", "ranks")):
+        target = {int(v) for v in table[column].unique()}
+        bench = {int(v) for v in comp.unmatched_bench[column].unique()} if column in comp.unmatched_bench else set()
+        matched = table["match"].astype(str) != "unmatched"
+        only_target = sorted(target - {int(v) for v in table.loc[matched, column].unique()})
+        only_bench = sorted(bench - target)
+        if (only_target or only_bench) and not (target == {-1} or bench == {-1}):
+            out.append(
+                Finding(
+                    "unaligned",
+                    f"The runs do not align: {what} {only_target or '-'} have no counterpart in the benchmark, "
+                    f"{what} {only_bench or '-'} are in the benchmark only.",
+                    f"dump the same {what} in both runs, or compare one with --{column} N.",
+                )
+            )
+    unmatched = (table["match"].astype(str) == "unmatched").to_numpy()
+    if len(table) and unmatched.mean() >= UNMATCHED_SHARE:
+        ops = list(dict.fromkeys(table.loc[unmatched, "op"].astype(str)))
+        out.append(
+            Finding(
+                "unaligned",
+                f"{int(unmatched.sum())} of {len(table)} target tensors ({len(ops)} ops, e.g. {ops[0]}) found no "
+                "benchmark counterpart: the two runs did not make the same calls.",
+                "check that both runs execute the same code path and dump the same scope, or give a --mapping file.",
+                tuple(ops[:20]),
+            )
+        )
+    return out
+
+
+def _number(value: float, digits: int = 6) -> str:
+    return "n/a" if value is None or not np.isfinite(value) else f"{value:.{digits}f}"
+
+
+def _why(op: pd.Series, rows: pd.DataFrame) -> str:
+    """Why ``op`` is blamed: its inputs' and outputs' agreement, in the mode it was compared."""
+    in_cos, out_cos = op.get("in_cosine", np.nan), op.get("out_cosine", np.nan)
+    if np.isfinite(out_cos):
+        red = op.get("out_rel_euclidean", np.nan)
+        inputs = f"its inputs matched at cosine {_number(in_cos)}" if np.isfinite(in_cos) else "its inputs pass"
+        return f"{inputs}, its output fell to cosine {_number(out_cos, 4)} (RED {red:.3g})"
+    outputs = rows[rows["role"].astype(str).isin(("output", "gradient"))]
+    if "reason" in outputs and outputs["reason"].astype(str).str.startswith("target has non-finite").any():
+        return "its inputs are finite, its output holds NaN/inf"
+    in_err, out_err = op.get("in_error", np.nan), op.get("out_error", np.nan)
+    inputs = "its inputs' statistics agree exactly" if in_err == 0 else f"its inputs differ by {in_err:.3g}"
+    detail = ""
+    for stat in ("min", "max", "mean"):
+        col = f"{stat}_diff"
+        if col in outputs and outputs[col].abs().max() > 0:
+            r = outputs.loc[outputs[col].abs().idxmax()]
+            detail = f"; output {stat} {r[f'target_{stat}']:.4g} vs {r[f'bench_{stat}']:.4g}"
+            break
+    return f"{inputs}, its output's statistics differ by {out_err:.3g} (relative){detail}"
+
+
+def verdict(comp: Comparison) -> Verdict:
+    """The comparison's verdict in words (see the module docstring)."""
+    findings = tuple(comparability(comp))
+    blocking = [f for f in findings if f.blocking]
+    ops = comp.ops
+    first = comp.first_failing_op()
+    if blocking:
+        why = " and ".join(_SHORT[f.code] for f in blocking)
+        tail = f"; the first failing op, {first['op']}, may only reflect that" if first is not None else ""
+        return Verdict("not comparable", f"The runs are not comparable: {why}{tail}.", blocking[0].fix, findings)
+    if not ((comp.status == STATUS_PASS) | (comp.status == STATUS_FAIL)).any():
+        return Verdict("no data", "Nothing could be compared: no tensor pair has metrics.",
+                       "check the matching (nbprec compare ... -o OUT, then unmatched_bench.csv) and the dump modes.",
+                       findings)  # fmt: skip
+    if first is None:
+        explained = int(ops["explained"].sum())
+        precisions = sorted({str(p) for p in comp._data.get("precision", pd.Series(dtype=str)) if str(p)})
+        if explained:
+            headline = (f"No unexplained failure: the {explained} op(s) that differ follow from randomness or from "
+                        "discontinuous ops flipping elements on rounding noise.")  # fmt: skip
+            return Verdict("explained", headline, "", findings)
+        worst = comp.worst_ops(1)
+        where = ""
+        if not worst.empty and np.isfinite(worst.iloc[0].get("out_cosine", np.nan)):
+            where = f" (worst output cosine {_number(worst.iloc[0]['out_cosine'])} at {worst.iloc[0]['op']})"
+        dtypes = ", ".join(precisions) or "these dtypes"
+        return Verdict("noise", f"No op fails under {comp.rule.name}: the differences are precision noise for "
+                       f"{dtypes}{where}.", "", findings)  # fmt: skip
+    rows = comp.table[(comp.table["op"] == first["op"]) & (comp.table["step"] == first["step"])]
+    after = int(((ops["status"] == STATUS_FAIL) & (ops["order"] > first["order"]) & ~ops["explained"]).sum())
+    several = comp._data[["step", "rank"]].drop_duplicates().shape[0] > 1
+    kind = (str(first.get("op_type", "")) or "?") + (f", step {first['step']} rank {first['rank']}" if several else "")
+    if first["origin"] == "introduced":
+        headline = (f"{first['op']} ({kind}) is the first op that fails: {_why(first, rows)}. It introduced "
+                    f"the error; {after} failing op(s) after it inherit it.")  # fmt: skip
+        target = comp.meta.get("target", "TARGET")
+        if comp.meta.get("target_format") == "nbprec" and "tensor" in set(comp._data["compare_mode"].astype(str)):
+            step = f"nbprec isolate {target} {first['op']} (re-run on its own inputs in float64: kernel or rounding?)"
+        else:
+            step = (f"nbprec ni {first['op']} --target {target} --bench {comp.meta.get('bench', 'BENCH')}; then keep "
+                    f"it in float32 or check its kernel")  # fmt: skip
+        return Verdict("failure", headline, step, findings)
+    headline = (f"{first['op']} ({kind}) is the first op that fails, but its inputs already differ "
+                f"(input cosine {_number(first.get('in_cosine', np.nan))}): the error comes from before it, from "
+                "inputs nbprec could not compare.")  # fmt: skip
+    return Verdict("failure", headline, "look at its producers: nbprec ni OP --target T --bench B", findings)
+
+
+__all__ = ["UNMATCHED_SHARE", "Finding", "Verdict", "comparability", "verdict"]

@@ -1,0 +1,259 @@
+"""nbprec's msprobe-layout CSV against ``msprobe compare``'s own, on real msprobe dumps, in msprobe's three modes.
+
+msprobe's results for bf16 (target) against fp32 (benchmark) are fixtures (tests/fixtures/README.md); the slow
+tests run msprobe's CLI from ``bench/.venv-msprobe`` on the same dumps, and on an edited copy that has unmatched
+rows and non-finite statistics. Rows are matched by NPU Name; the columns must be msprobe's, in its order; every
+cell must agree, numbers to 1e-6 relative and text exactly, except the cells each test names, which nbprec's
+comparison table cannot supply (the test says why and checks what it can about them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import nbprec
+from nbprec.compare.comparison import Comparison
+from nbprec.compare.exports import MSPROBE_HEADERS, MSPROBE_STAT_DIFFS, MSPROBE_STATS, msprobe_mode
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "msprobe"
+MSPROBE_VENV = Path(__file__).parents[2] / "bench" / ".venv-msprobe"
+F32_EPS = float(np.finfo(np.float32).eps)
+
+#: mode -> target run, benchmark run, folder of msprobe's result, nbprec.compare arguments
+CASES = {
+    "tensor": ("bf16_tensor_mix", "fp32_tensor_mix", "msprobe_compare_bf16_vs_fp32", {}),
+    "statistics": (
+        "bf16_statistics_mix",
+        "fp32_statistics_mix",
+        "msprobe_compare_statistics_bf16_vs_fp32",
+        {"step": 0},
+    ),
+    "checksum": ("bf16_md5_L1", "fp32_md5_L1", "msprobe_compare_md5_bf16_vs_fp32", {"mode": "checksum"}),
+}
+#: columns nbprec's table lacks in every mode: requires_grad is not in nbprec's dump index, nor is the stack
+#: (written N/A, which is what msprobe writes except on the first input row of each call)
+NO_REQUIRES_GRAD = {"NPU Requires_grad", "Bench Requires_grad"}
+#: cells that come out as the same text as msprobe's, not only the same number: what msprobe rounds (12 decimals,
+#: cosine above 0.9999 to 6) and, in statistics mode, every difference, percentage and statistic
+SAME_TEXT = {
+    "tensor": ["Cosine", "MaxAbsErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio"]
+    + ["NPU max", "NPU min", "NPU l2norm", "Bench max", "Bench min", "Bench l2norm"],
+    "statistics": MSPROBE_STAT_DIFFS + MSPROBE_STATS,
+    "checksum": ["Result", "Err_message"],
+}
+
+
+def _read(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+def _number(text: str) -> tuple[float, bool] | None:
+    try:
+        return float(text.removesuffix("%")), text.endswith("%")
+    except ValueError:
+        return None
+
+
+def differing_cells(ours: pd.DataFrame, theirs: pd.DataFrame) -> tuple[list[tuple[str, str, str, str]], int]:
+    """(NPU Name, column, ours, msprobe's) of every cell that differs, and how many numeric cells agreed."""
+    theirs_by_name = theirs.set_index("NPU Name")
+    assert theirs_by_name.index.is_unique
+    differing, numbers = [], 0
+    for row in ours.to_dict("records"):
+        other = theirs_by_name.loc[row["NPU Name"]]
+        for column, text in row.items():
+            if column == "NPU Name":
+                continue
+            if text == other[column]:
+                numbers += _number(text) is not None
+                continue
+            a, b = _number(text), _number(other[column])
+            if a is not None and b is not None and a[1] == b[1] and math.isclose(a[0], b[0], rel_tol=1e-6):
+                numbers += 1
+                continue
+            differing.append((row["NPU Name"], column, text, other[column]))
+    return differing, numbers
+
+
+def check_layout(comp: Comparison, theirs: pd.DataFrame, mode: str, tmp_path: Path) -> list[tuple[str, str, str, str]]:
+    """The checks common to every case: msprobe's mode, columns, rows and stack cells. Returns the other
+    differing cells for the caller to explain."""
+    assert msprobe_mode(comp) == mode
+    ours = _read(comp.to_csv(tmp_path / f"ours_{mode}.csv", layout="msprobe"))
+    assert list(ours.columns) == list(theirs.columns) == MSPROBE_HEADERS[mode]
+    assert ours["NPU Name"].is_unique and set(ours["NPU Name"]) <= set(theirs["NPU Name"])
+    # msprobe also writes a row per non-tensor argument (None, Python scalars); nbprec's index holds tensors only
+    extra = theirs[~theirs["NPU Name"].isin(ours["NPU Name"])]
+    assert extra["NPU Dtype"].map(lambda d: d == "N/A" or d.startswith("<class ")).all()
+    assert len(ours) > 2 * len(extra)
+    by_name = theirs.set_index("NPU Name").loc[ours["NPU Name"]]
+    for column in SAME_TEXT[mode]:
+        assert ours[column].tolist() == by_name[column].tolist(), column
+    differing, numbers = differing_cells(ours, theirs)
+    assert numbers >= (0 if mode == "checksum" else 10 * len(ours)), numbers  # the md5 layout holds no numbers
+    rest = []
+    for name, column, mine, msprobe in differing:
+        if column == "NPU_Stack_Info":  # the stack msprobe puts on a call's first input row
+            assert mine == "N/A" and msprobe.startswith("['File "), name
+        elif column in NO_REQUIRES_GRAD:
+            assert mine == "N/A" and msprobe in ("True", "False"), name
+        else:
+            rest.append((name, column, mine, msprobe))
+    return rest
+
+
+def _compare(mode: str) -> Comparison:
+    target, bench, _, kwargs = CASES[mode]
+    return nbprec.compare(FIXTURES / target, FIXTURES / bench, **kwargs)
+
+
+def _fixture_result(mode: str) -> pd.DataFrame:
+    return _read(next((FIXTURES / CASES[mode][2]).glob("compare_result_*.csv")))
+
+
+def explain_tensor_mode(rest: list[tuple[str, str, str, str]]) -> None:
+    """Tensor mode: msprobe's MaxRelativeErr where the benchmark holds zeros (the means are the dumps' own
+    recorded Mean, kept beside the payload's float64 mean, so they match)."""
+    target_run, bench_run = (nbprec.open(FIXTURES / run) for run in CASES["tensor"][:2])
+    zero_bench_rows = set()
+    for name, column, mine, msprobe in rest:
+        if column == "MaxRelativeErr":
+            # where the benchmark is 0 and the target is not, msprobe adds float32's eps to both: |x| / eps. The
+            # table's max_rel_err leaves those elements out (METRICS.md); the term needs the elements themselves.
+            x = target_run.tensor(name).astype(np.float64).ravel()
+            y = bench_run.tensor(name).astype(np.float64).ravel()
+            zero = (y == 0) & (x != 0)
+            assert zero.any(), name
+            expected = max(float(mine), float(np.abs(x[zero]).max()) / F32_EPS)
+            assert math.isclose(float(msprobe), expected, rel_tol=1e-6), (name, msprobe, expected)
+            zero_bench_rows.add(name)
+        else:
+            raise AssertionError(f"{name} {column}: nbprec {mine!r}, msprobe {msprobe!r}")
+    assert len(zero_bench_rows) >= 10  # the fixture exercises msprobe's convention
+
+
+def explain_checksum_mode(rest: list[tuple[str, str, str, str]]) -> None:
+    """md5 mode: the table carries each side's checksum, so every cell matches."""
+    assert rest == []
+
+
+def test_tensor_mode_matches_msprobe(tmp_path):
+    explain_tensor_mode(check_layout(_compare("tensor"), _fixture_result("tensor"), "tensor", tmp_path))
+
+
+def test_statistics_mode_matches_msprobe(tmp_path):
+    assert check_layout(_compare("statistics"), _fixture_result("statistics"), "statistics", tmp_path) == []
+
+
+def test_md5_mode_matches_msprobe(tmp_path):
+    explain_checksum_mode(check_layout(_compare("checksum"), _fixture_result("checksum"), "checksum", tmp_path))
+
+
+def with_checksums(comp: Comparison) -> Comparison:
+    """``comp`` with each side's checksum (CRC-32) from the dumps' indexes as target_/bench_checksum columns."""
+    target, bench = (nbprec.open(FIXTURES / run).index.set_index("name")["checksum"] for run in CASES["checksum"][:2])
+    table = comp.table.assign(target_checksum=comp.table["target_name"].map(target))
+    table["bench_checksum"] = table["bench_name"].map(bench)
+    return Comparison(table, rule=comp.rule, meta=comp.meta)
+
+
+def test_md5_mode_with_checksum_columns_matches_msprobe_everywhere(tmp_path):
+    # a table that carries the checksums gets msprobe's NPU MD5 / BENCH MD5 too
+    assert check_layout(with_checksums(_compare("checksum")), _fixture_result("checksum"), "checksum", tmp_path) == []
+
+
+def test_layout_follows_the_compare_mode(tmp_path):
+    comp = nbprec.compare(FIXTURES / "bf16_md5_L1", FIXTURES / "fp32_md5_L1")  # auto: statistics are there
+    assert msprobe_mode(comp) == "statistics"
+    header = _read(comp.to_csv(tmp_path / "auto.csv", layout="msprobe")).columns
+    assert list(header) == MSPROBE_HEADERS["statistics"]
+    own = _read(comp.to_csv(tmp_path / "own.csv"))  # nbprec's layout keeps nbprec's definitions
+    assert "max_rel_diff" in own.columns and "MaxRelativeErr" not in own.columns
+
+
+def test_each_step_is_judged_on_its_own(tmp_path):
+    # msprobe compares one step's dump.json at a time: a two-step export is the two one-step exports
+    runs = [FIXTURES / "bf16_statistics_mix", FIXTURES / "fp32_statistics_mix"]
+    both = nbprec.compare(*runs)
+    rows = _read(both.to_csv(tmp_path / "both.csv", layout="msprobe"))
+    steps = both.table["step"].to_numpy()
+    assert set(steps) == {0, 1}
+    for step in (0, 1):
+        alone = _read(nbprec.compare(*runs, step=step).to_csv(tmp_path / f"step{step}.csv", layout="msprobe"))
+        pd.testing.assert_frame_equal(rows[steps == step].reset_index(drop=True), alone)
+
+
+# -- msprobe itself ------------------------------------------------------------------------------------------
+
+
+def msprobe_cli() -> Path:
+    """msprobe's CLI in its virtualenv, or skip saying why."""
+    python, cli = MSPROBE_VENV / "bin" / "python", MSPROBE_VENV / "bin" / "msprobe"
+    if not (python.exists() and cli.exists()):
+        pytest.skip(f"no msprobe virtualenv at {MSPROBE_VENV} (bench/compare.py creates it)")
+    probe = subprocess.run([str(python), "-c", "import msprobe, torch"], capture_output=True, text=True, check=False)
+    if probe.returncode:
+        pytest.skip(f"{MSPROBE_VENV}: `import msprobe, torch` fails: {probe.stderr.strip()[-300:]}")
+    return cli
+
+
+def run_msprobe(cli: Path, target: Path, bench: Path, out: Path) -> pd.DataFrame:
+    """``msprobe compare -tp target/dump.json -gp bench/dump.json -o out``, its result CSV."""
+    out.mkdir()
+    cmd = [str(cli), "compare", "-tp", str(target / "dump.json"), "-gp", str(bench / "dump.json"), "-o", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (result,) = out.glob("compare_result_*.csv")
+    return _read(result)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", list(CASES))
+def test_agrees_with_msprobe_run_now(mode, tmp_path):
+    target, bench, _, _ = CASES[mode]
+    theirs = run_msprobe(
+        msprobe_cli(), FIXTURES / target / "step0/rank0", FIXTURES / bench / "step0/rank0", tmp_path / "ms"
+    )
+    rest = check_layout(_compare(mode), theirs, mode, tmp_path)
+    if mode == "tensor":
+        explain_tensor_mode(rest)
+    elif mode == "checksum":
+        explain_checksum_mode(rest)
+    else:
+        assert rest == []
+
+
+@pytest.mark.slow
+def test_agrees_with_msprobe_on_unmatched_and_non_finite_statistics(tmp_path):
+    """Statistics dumps edited so that msprobe's other rules show: an op missing from the benchmark, a dtype msprobe
+    does not pair, inf and NaN statistics, a benchmark norm of 0."""
+    cli = msprobe_cli()
+    runs = {}
+    for side, run in (("target", "bf16_statistics_mix"), ("bench", "fp32_statistics_mix")):
+        runs[side] = tmp_path / side / "step0" / "rank0"
+        shutil.copytree(FIXTURES / run / "step0" / "rank0", runs[side])
+    edits = {"target": json.loads((runs["target"] / "dump.json").read_text())}
+    edits["bench"] = json.loads((runs["bench"] / "dump.json").read_text())
+    data_t, data_b = edits["target"]["data"], edits["bench"]["data"]
+    del data_b["Functional.dropout.1.forward"]
+    data_b["Functional.embedding.0.forward"]["input_args"][0]["dtype"] = "torch.float32"  # int64 against float32
+    data_t["Functional.linear.0.forward"]["output"][0]["Max"] = math.inf
+    data_t["Functional.linear.1.forward"]["output"][0].update(Max=math.nan, Min=math.nan, Mean=math.nan)
+    data_b["Functional.linear.2.forward"]["output"][0]["Norm"] = 0.0
+    for side, data in edits.items():
+        (runs[side] / "dump.json").write_text(json.dumps(data, indent=1))
+    theirs = run_msprobe(cli, runs["target"], runs["bench"], tmp_path / "ms")
+    comp = nbprec.compare(tmp_path / "target", tmp_path / "bench")
+    assert check_layout(comp, theirs, "statistics", tmp_path) == []
+    rows = theirs.set_index("NPU Name")
+    assert rows.loc["Functional.dropout.1.forward.output.0", "Bench Name"] == "N/A"
+    assert rows.loc["Functional.linear.0.forward.output.0", "NPU max"] == " inf"
+    assert rows.loc["Functional.linear.2.forward.output.0", "NormRelativeErr"] == "inf"

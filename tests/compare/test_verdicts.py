@@ -1,0 +1,165 @@
+"""Verdicts a user can trust, on real msprobe dumps of the cases that used to get a wrong answer (issue 15).
+
+The dumps are tests/fixtures/msprobe/scenarios (msprobe's own dumper; see its README for what each run is and
+the right verdict of each pair).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nbprec
+from nbprec.cli import main
+from nbprec.compare.rules import get_rule, preset_names
+from nbprec.overflow import remedies, scan
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe" / "scenarios"
+FAULT_OP = "Torch.relu.1.forward"
+
+
+def run(name: str) -> Path:
+    return SCENARIOS / name
+
+
+@pytest.mark.parametrize("rule", preset_names())
+@pytest.mark.parametrize("mode", ["statistics", "tensor"])
+def test_every_rule_finds_the_planted_kernel_fault(mode: str, rule: str) -> None:
+    """A relu whose output goes negative: its inputs agree exactly, so it introduced the error (in statistics
+    mode too, where there is no cosine); not 'discontinuous', and not the module around it."""
+    comp = nbprec.compare(run(f"fault_{mode}"), run(f"fp32_{mode}"), rule=rule, progress=None)
+    first, introduced = comp.first_failing_op(), comp.first_introduced_op()
+    assert first is not None and first["op"] == FAULT_OP, comp.rule.describe()
+    assert introduced is not None and introduced["op"] == FAULT_OP
+    ops = comp.ops.set_index("op")
+    assert ops.loc[FAULT_OP, "origin"] == "introduced" and ops.loc[FAULT_OP, "in_error"] == 0
+    enclosing = ops.loc["Module.enc.layers.1.TransformerEncoderLayer.forward.0"]
+    assert enclosing["origin"] == ("encloses" if enclosing["status"] == "fail" else "")
+    before = ops[ops["order"] < ops.loc[FAULT_OP, "order"]]
+    assert (before["status"] != "fail").all()
+
+
+def test_statistics_verdict_in_words() -> None:
+    comp = nbprec.compare(run("fault_statistics"), run("fp32_statistics"), progress=None)
+    verdict = comp.verdict()
+    assert verdict.kind == "failure" and not verdict.findings
+    assert verdict.headline.startswith(f"{FAULT_OP} (relu) is the first op that fails")
+    assert "inputs' statistics agree exactly" in verdict.headline and "output min -0.6401 vs 0" in verdict.headline
+    assert f"nbprec ni {FAULT_OP}" in verdict.next_step
+
+
+def test_precision_noise_is_said_to_be_noise() -> None:
+    for rule in preset_names():
+        comp = nbprec.compare(run("bf16_statistics"), run("fp32_statistics"), rule=rule, progress=None)
+        assert comp.first_failing_op() is None, rule
+    verdict = nbprec.compare(run("bf16_statistics"), run("fp32_statistics"), progress=None).verdict()
+    assert verdict.kind == "noise" and "precision noise for bfloat16" in verdict.headline
+
+
+def test_non_finite_statistics_fail_with_their_reason() -> None:
+    comp = nbprec.compare(run("fp16_overflow_statistics"), run("fp32_lossscale_statistics"), progress=None)
+    table = comp.table
+    stats = table[["target_max", "target_min", "target_mean", "target_norm"]].to_numpy(np.float64)
+    nonfinite = ~np.isfinite(stats).all(axis=1) & table["target_dtype"].str.startswith("float").to_numpy()
+    assert nonfinite.sum() > 100
+    rows = table[nonfinite & (table["bench_name"] != "")]
+    assert (rows["status"] == "fail").all()  # never n/a
+    assert rows["reason"].str.startswith("target has non-finite values").all()
+    assert comp.summary()["failing_ops"] >= rows["op"].nunique() - rows["op"].str.contains("parameters_grad").sum()
+
+
+def test_overflow_blames_no_container_and_no_parameter_gradient() -> None:
+    report = scan(run("fp16_overflow_statistics"), bench=run("fp32_lossscale_statistics"))
+    ops = report.ops.set_index("op")
+    grads = ops[ops.index.str.contains("parameters_grad")]
+    assert len(grads) > 5 and (grads["level"] != "critical").all() and grads["inherited"].all()
+    assert report.first_critical() is None  # the cast that overflowed is not in the dump (msprobe skips casts)
+    first = report.first_abnormal()
+    assert first["op"] == "Functional.cross_entropy.0.backward" and "does not record" in first["note"]
+    assert report.impact.verdict == "harmful"
+    fix = remedies(report)
+    assert not [op for op in fix.ops if "parameters_grad" in op or op.startswith("Module.")]
+    assert fix.ops == ["Tensor.__mul__.0.forward", "Tensor.__mul__.0.backward"]  # the loss-scale multiply
+
+
+def test_not_deterministic_runs() -> None:
+    comp = nbprec.compare(run("dropout_tensor_a"), run("dropout_tensor_b"), progress=None)
+    verdict = comp.verdict()
+    codes = [f.code for f in verdict.findings]
+    assert codes == ["not_deterministic"] and verdict.kind == "explained"
+    random_op = "Functional.multi_head_attention_forward.0.forward"  # its attention dropout is on (p=0.1)
+    assert verdict.findings[0].ops[0] == random_op and "seed" in verdict.findings[0].fix
+    assert comp.first_failing_op() is None and comp.first_introduced_op() is None
+    ops = comp.ops.set_index("op")
+    assert ops.loc[random_op, "origin"] == "random"
+    modules = ops[ops.index.str.startswith("Module.") & (ops["status"] == "fail")]
+    assert len(modules) and (modules["origin"] != "introduced").all() and modules["explained"].all()
+
+
+def test_same_model_with_dropout_off_is_not_random(tmp_path: Path) -> None:
+    """A dropout op called with training=False draws nothing: a difference there is an error, not noise."""
+    from nbprec.compare.culprit import random_by_call
+
+    assert random_by_call("dropout", {"input.1": 0.1, "input.2": True}) is True
+    assert random_by_call("dropout", {"input.1": 0.1, "input.training": False}) is False
+    assert random_by_call("dropout", {"args": [None, 0.0, True], "kwargs": {}}) is False
+    assert random_by_call("multi_head_attention_forward", {"input.10": 0.1, "input.training": True}) is True
+    assert random_by_call("linear", {"input.1": 0.1}) is None
+
+
+@pytest.mark.parametrize(
+    ("target", "code", "words", "op"),
+    [
+        ("other_weights_tensor", "different_weights", "their weights differ", "Module.emb.Embedding.forward.0"),
+        ("other_inputs_tensor", "different_inputs", "their inputs differ", "Functional.embedding.0.forward"),
+    ],
+)
+def test_runs_that_are_not_comparable(target: str, code: str, words: str, op: str) -> None:
+    comp = nbprec.compare(run(target), run("fp32_tensor"), progress=None)
+    verdict = comp.verdict()
+    assert verdict.kind == "not comparable" and [f.code for f in verdict.findings] == [code]
+    assert words in verdict.headline
+    assert op in verdict.findings[0].ops
+
+
+def test_unaligned_steps_are_said(tmp_path: Path) -> None:
+    from nbprec.compare.verdict import comparability
+
+    comp = nbprec.compare(
+        SCENARIOS.parent / "bf16_statistics_mix", SCENARIOS.parent / "fp32_statistics_mix", step=0, progress=None
+    )
+    assert not [f for f in comparability(comp) if f.code == "unaligned"]
+    two_steps = nbprec.open(SCENARIOS.parent / "bf16_statistics_mix")
+    one_step = nbprec.open(SCENARIOS.parent / "fp32_statistics_mix").select(step=0)
+    findings = comparability(nbprec.compare(two_steps, one_step, progress=None))
+    assert any(f.code == "unaligned" and "steps [1]" in f.message for f in findings)
+
+
+def test_verdict_opens_the_cli_the_report_and_the_dashboard(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", str(run("other_inputs_tensor")), str(run("fp32_tensor")), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("! Different inputs") and "The runs are not comparable: their inputs differ" in out
+    comp = nbprec.compare(run("fault_tensor"), run("fp32_tensor"), progress=None)
+    from nbprec.report.sections import summary
+
+    section = summary(comp)
+    assert comp.verdict().headline in section.text and "nbprec-verdict" in section._repr_html_()
+    pytest.importorskip("ipywidgets")
+    dash = nbprec.explore(comp)
+    assert "is the first op that fails" in dash.header_html()
+
+
+def test_threshold_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    rule = get_rule("cosine=0.98")
+    assert rule.name == "cosine>=0.98" and [t.describe() for t in rule.thresholds] == ["cosine >= 0.98"]
+    args = [str(run("fault_tensor")), str(run("fp32_tensor")), "--no-progress", "--threshold", "0.98"]
+    assert main(["compare", *args]) == 0
+    out = capsys.readouterr().out
+    assert "rule       cosine>=0.98: cosine >= 0.98" in out and "ops beyond cosine>=0.98" in out
+    assert FAULT_OP in out.split("ops beyond")[1]
+    assert main(["compare", *args[:3], "--threshold", "0.05", "--metric", "rel_euclidean"]) == 0
+    assert "rel_euclidean<=0.05" in capsys.readouterr().out
+    assert main(["compare", *args[:3], "--threshold", "0.1", "--metric", "nonsense"]) == 1
+    assert "unknown metric 'nonsense'" in capsys.readouterr().err

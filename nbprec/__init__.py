@@ -40,6 +40,8 @@ _LAZY: dict[str, str] = {
     "overflow": "nbprec.overflow",
     "graph": "nbprec.graph",
     "report": "nbprec.report",
+    "config": "nbprec.config",
+    "tf": "nbprec.tf",
 }
 
 

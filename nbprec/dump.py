@@ -329,6 +329,12 @@ class Dump:
         """
         row = key if isinstance(key, (pd.Series, Mapping)) else self.row(key)
         if not row["has_data"] or self._loader is None:
+            recorded = self.problems[self.problems["record"] == row["name"]] if len(self.problems) else self.problems
+            if len(recorded):  # the reader refused or could not find the payload: say why
+                first = recorded.iloc[0]
+                raise TensorDataUnavailableError(
+                    f"{first['file']}: payload of tensor {row['name']!r} not read: {first['problem']}"
+                )
             raise TensorDataUnavailableError(
                 f"{self.path}: tensor {row['name']!r} has no payload in this dump "
                 f"(format {self.format}, mode {self.meta.get('task', 'unknown')}); only its statistics are known"

@@ -28,9 +28,10 @@ from nbprec.stats import tensor_stats
 
 def test_core_import_loads_no_widget_or_framework_library():
     code = (
-        "import sys, nbprec, nbprec.compare, nbprec.formats\n"
+        "import sys, nbprec, nbprec.compare, nbprec.formats, nbprec.tf, nbprec.config\n"
         "heavy = [m for m in sys.modules if m.split('.')[0] in "
-        "('ipywidgets', 'bqplot', 'ipycytoscape', 'ipydatagrid', 'torch', 'networkx', 'matplotlib')]\n"
+        "('ipywidgets', 'bqplot', 'ipycytoscape', 'ipydatagrid', 'torch', 'networkx', 'matplotlib', "
+        "'tensorflow', 'keras')]\n"
         "print(','.join(sorted(heavy)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -17,6 +17,7 @@ from nbprec.compare.culprit import OpIndex, divergence_onset, first_failing, jud
 from nbprec.compare.rules import STATUS_FAIL, Rule, Threshold, get_rule, preset_names
 from nbprec.compare.verdict import Verdict, verdict
 from nbprec.errors import ComparisonError
+from nbprec.safe_text import restore_frame, visible_text, write_table_csv
 
 _SAVE_FORMAT = "nbprec-comparison"
 _SHAPE_COLUMNS = ("target_shape", "bench_shape")
@@ -231,7 +232,7 @@ class Comparison:
         )
         cols = ["order", "op", "op_type", "status", "origin", "in_cosine", "out_cosine", "out_rel_euclidean"]
         worst = self.worst_ops(10)[cols]
-        return head + worst.to_html(index=False, float_format=lambda v: f"{v:.6g}", escape=True)
+        return visible_text(head + worst.to_html(index=False, float_format=lambda v: f"{v:.6g}", escape=True))
 
     # -- persistence -------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
@@ -241,11 +242,11 @@ class Comparison:
         table = self._data.copy()
         for column in _SHAPE_COLUMNS:
             table[column] = [json.dumps(list(s)) if s is not None else "" for s in table[column]]
-        table.to_csv(folder / "tensors.csv", index=False)
+        write_table_csv(table, folder / "tensors.csv", exact=True)  # names kept byte for byte, spreadsheet-safe
         unmatched = self.unmatched_bench.copy()
         if "shape" in unmatched:
             unmatched["shape"] = [json.dumps(list(s)) for s in unmatched["shape"]]
-        unmatched.to_csv(folder / "unmatched_bench.csv", index=False)
+        write_table_csv(unmatched, folder / "unmatched_bench.csv", exact=True)
         header = {
             "format": _SAVE_FORMAT,
             "nbprec_version": __version__,
@@ -274,7 +275,9 @@ class Comparison:
             dtype=dict.fromkeys(text_cols, str),
             keep_default_na=False,
             na_values=[""],
+            encoding_errors="surrogateescape",
         )
+        table = restore_frame(table)
         for column in text_cols & set(table.columns):
             table[column] = table[column].fillna("")
         for column in ("target_dtype", "bench_dtype", "op_type", "api", "direction", "role", "match", "compare_mode"):
@@ -287,7 +290,9 @@ class Comparison:
                 {True: True, False: False, "True": True, "False": False}
             )
         unmatched_path = folder / "unmatched_bench.csv"
-        unmatched = pd.read_csv(unmatched_path) if unmatched_path.stat().st_size > 1 else pd.DataFrame()
+        unmatched = pd.DataFrame()
+        if unmatched_path.stat().st_size > 1:
+            unmatched = restore_frame(pd.read_csv(unmatched_path, encoding_errors="surrogateescape"))
         return cls(table, unmatched_bench=unmatched, rule=_rule_from_dict(header["rule"]), meta=header.get("meta"))
 
     # -- exports -----------------------------------------------------------------------------------

@@ -6,7 +6,9 @@ whose outputs do not are labelled ``random``: un-fixed randomness, not a kernel 
 (relu, max, sort, ...) whose output differs because rounding noise in its inputs flipped elements is
 ``discontinuous``; one whose inputs agree exactly cannot have flipped anything: it introduced the error.
 A module call that encloses a failing op *encloses* it (the op inside, not the module, is where the error
-arose), and a parameter-gradient record inherits from the backward op that produced it.
+arose), and a parameter-gradient record inherits from the backward op that produced it. A failing op with an
+input that could not be judged (no counterpart, unreadable) and none failing is ``unknown``: that input may be
+where the error came from.
 """
 
 from __future__ import annotations
@@ -246,7 +248,9 @@ class OpIndex:
 
 
 _STATUS_NAMES = np.array([STATUS_NA, STATUS_PASS, STATUS_FAIL], dtype=object)
-_ORIGIN_NAMES = np.array(["", "inherited", "introduced", "random", "discontinuous", "encloses"], dtype=object)
+_ORIGIN_NAMES = np.array(
+    ["", "inherited", "introduced", "random", "discontinuous", "encloses", "unknown"], dtype=object
+)
 
 
 def _op_status(codes: np.ndarray, status: np.ndarray, n_ops: int) -> np.ndarray:
@@ -277,7 +281,11 @@ def judge_ops(index: OpIndex, status: np.ndarray | pd.Series) -> pd.DataFrame:
         passed_on = ops["out_error"].to_numpy() <= INHERIT_FACTOR * ops["in_error"].to_numpy()
     # a parameter-gradient record has no inputs of its own: it inherits from the backward op that made it
     introduced = failed & (in_code != 2) & ~passed_on & ~index.gradient_only
-    origin = np.where(introduced, 2, np.where(failed, 1, 0))
+    # an input that could not be judged (no counterpart, unreadable) may be where the error came from
+    unjudged = np.bincount(index.codes[ins], weights=(status[ins] == STATUS_NA), minlength=n_ops) > 0
+    unknown = introduced & unjudged
+    introduced &= ~unjudged
+    origin = np.where(introduced, 2, np.where(unknown, 6, np.where(failed, 1, 0)))
     origin[introduced & index._random] = 3
     origin[introduced & ~index._random & index._flips] = 4
     # a module call enclosing a failing op is not where the error arose: the op inside is

@@ -167,6 +167,34 @@ def _nonfinite_reasons(reasons: np.ndarray, table: pd.DataFrame, b_positions: np
         reasons[i] = f"target has non-finite values{kept}"
 
 
+#: How many of a dump's problems a comparison keeps as examples (all are counted).
+PROBLEM_EXAMPLES = 20
+
+
+def _problem_summary(dump: Dump) -> dict[str, Any]:
+    """A dump's problems for the comparison's meta: how many, and the first few (file, record, problem)."""
+    problems = dump.problems
+    examples = problems.head(PROBLEM_EXAMPLES)
+    return {
+        "count": len(problems),
+        "examples": [
+            {"file": str(f), "record": str(r), "problem": str(p)}
+            for f, r, p in examples[["file", "record", "problem"]].itertuples(index=False)
+        ],
+    }
+
+
+def _contradicted_statistics(reasons: np.ndarray, table: pd.DataFrame, recorded: dict[str, np.ndarray]) -> None:
+    """Rows whose dump records NaN/inf statistics while the payload read is finite: the statistics are wrong
+    (a damaged or edited dump.json); the payload is what was judged, and the reason says so."""
+    for side, label in (("target", "target"), ("bench", "benchmark")):
+        said = np.nan_to_num(recorded[side], nan=0.0) > 0
+        read = table[f"{side}_nonfinite"].to_numpy(np.float64) == 0
+        for i in np.flatnonzero(said & read):
+            note = f"the {label} dump records non-finite statistics but its payload is finite: statistics not used"
+            reasons[i] = f"{reasons[i]}; {note}" if reasons[i] else note
+
+
 def _pair_table(t_idx: pd.DataFrame, b_idx: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     """Both sides' names, ops, dtypes, shapes and statistics, and the target's op fields, a row per pair."""
     target = _side(t_idx, pairs["t"].to_numpy(), "target")
@@ -305,7 +333,10 @@ def _measure(
             extremes = hints.extremes(t_row, b_row)
             result = tensor_metrics(t_dump.tensor(t_row), b_dump.tensor(b_row), extremes=extremes)
             hints.record(result.extremes_held)
-            return i, dict(result.values), result.reason
+            found = dict(result.values)
+            if result.nonfinite is not None:  # the payloads' own NaN/inf counts override what statistics said
+                found["target_nonfinite"], found["bench_nonfinite"] = map(float, result.nonfinite)
+            return i, found, result.reason
         if mode == "statistics":
             t_stats = {k: t_row[k] for k in _STAT_KEYS}
             b_stats = {k: b_row[k] for k in _STAT_KEYS}
@@ -469,6 +500,7 @@ def compare(
                 table[column] = as_category(table[column])
         unmatched_bench = b_idx.iloc[matched.unmatched_bench].reset_index(drop=True)
         meta = {
+            "problems": {side: _problem_summary(d) for side, d in (("target", t_dump), ("bench", b_dump))},
             "target": str(t_dump.path),
             "bench": str(b_dump.path),
             "target_format": t_dump.format,
@@ -488,7 +520,8 @@ def compare(
                 if key in absorbed
             }
             meta["fusion"] = {"graph": fusion.source, "notes": fusion_notes + fusion.notes, "fused_away": fused_away}
-        values: dict[str, np.ndarray] = {c: np.full(n_rows, np.nan) for c in (*METRIC_COLUMNS, *STAT_METRIC_COLUMNS)}
+        measured_columns = (*METRIC_COLUMNS, *STAT_METRIC_COLUMNS, "target_nonfinite", "bench_nonfinite")
+        values: dict[str, np.ndarray] = {c: np.full(n_rows, np.nan) for c in measured_columns}
         checksum_match = np.full(n_rows, None, dtype=object)
         for i, result, reason in results:
             for key, value in result.items():
@@ -505,6 +538,7 @@ def compare(
 
     try:  # forked workers exit (reap_workers waits for them) while the table is assembled and judged
         measured: dict[str, Any] = {"compare_mode": modes}
+        recorded_nonfinite = {side: table[f"{side}_nonfinite"].to_numpy(np.float64) for side in ("target", "bench")}
         for column, arr in values.items():
             if column in table:  # target_mean/bench_mean: keep the index statistics where no payload was read
                 table[column] = np.where(np.isnan(arr), table[column].to_numpy(np.float64), arr)
@@ -512,6 +546,7 @@ def compare(
                 measured[column] = arr
         measured["checksum_match"] = checksum_match
         _nonfinite_reasons(reasons, table, b_positions)
+        _contradicted_statistics(reasons, table, recorded_nonfinite)
         measured["reason"] = reasons
         table = pd.concat([table, pd.DataFrame(measured, index=table.index)], axis=1)  # one concat, not 25 inserts
         return Comparison(table, unmatched_bench=unmatched_bench, rule=the_rule, meta=meta)

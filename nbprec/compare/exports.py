@@ -6,20 +6,39 @@ comparison's mode (tensor, statistics or md5), every cell computed by msprobe's 
 row judged by msprobe's checks, so that it can be diffed against msprobe's own (docs/compare.md says what nbprec's
 table cannot supply). In nbprec's and msaccucmp's layouts, values nbprec could not compute are written as ``NaN``
 with the reason in the fail-reason column.
+
+Every export is safe to open in a spreadsheet and is valid UTF-8 (docs/security.md, "Exports and reports"): a
+text cell a spreadsheet would run as a formula gets one more leading ``'`` (:func:`spreadsheet_safe`), and a
+name holding bytes that were not UTF-8 is written with visible escapes (:func:`visible_text`).
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from nbprec.dtypes import FLOAT_DTYPES
+from nbprec.compare.msprobe_layout import (  # noqa: F401 (re-exported: where users look for the layouts)
+    MSPROBE_HEADERS,
+    MSPROBE_STAT_DIFFS,
+    MSPROBE_STATS,
+    msprobe_mode,
+    msprobe_rows,
+    shape_text,
+)
 from nbprec.errors import ComparisonError
+from nbprec.safe_text import (  # noqa: F401 (re-exported)
+    csv_cell,
+    quoting,
+    restore_frame,
+    spreadsheet_restore,
+    spreadsheet_safe,
+    visible_text,
+    write_table_csv,
+)
 
 if TYPE_CHECKING:
     from nbprec.compare.comparison import Comparison
@@ -50,46 +69,6 @@ MSACCUCMP_HEADER = [
     "CompareFailReason",
 ]
 
-#: msprobe's compare columns (mindstudio-probe 26.2.0, PyTorch) in each of its modes: real data ("tensor"),
-#: statistics and md5 (CRC-32 checksums). ``NPU_Stack_Info`` is there because msprobe adds it whenever the dump
-#: has its ``stack.json``, as msprobe's own dumps always do.
-MSPROBE_BASIC = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape"]
-MSPROBE_BASIC += ["NPU Requires_grad", "Bench Requires_grad"]
-MSPROBE_TENSOR_METRICS = ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr"]
-MSPROBE_TENSOR_METRICS += ["One Thousandth Err Ratio", "Five Thousandths Err Ratio"]
-MSPROBE_STAT_DIFFS = ["Max diff", "Min diff", "Mean diff", "L2norm diff"]
-MSPROBE_STAT_DIFFS += ["MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr"]
-MSPROBE_STATS = ["NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean", "Bench l2norm"]
-_MSPROBE_TAIL = ["Requires_grad Consistent", "Result", "Err_message", "NPU_Stack_Info"]
-MSPROBE_HEADERS = {
-    "tensor": [*MSPROBE_BASIC, *MSPROBE_TENSOR_METRICS, *MSPROBE_STATS, *_MSPROBE_TAIL, "Data_name"],
-    "statistics": [*MSPROBE_BASIC, *MSPROBE_STAT_DIFFS, *MSPROBE_STATS, *_MSPROBE_TAIL],
-    "checksum": [*MSPROBE_BASIC, "NPU MD5", "BENCH MD5", *_MSPROBE_TAIL],
-}
-
-_NA, _NAN, _UNSUPPORTED = "N/A", "Nan", "unsupported"
-#: dtypes msprobe pairs although they differ; other differing dtypes it leaves without a benchmark
-_MS_PAIRED_FLOATS = frozenset({"float16", "float32", "float64", "bfloat16"})
-#: APIs (the name's second part) msprobe judges not at all, or by their outputs only
-_MS_NOT_JUDGED = frozenset(
-    {"empty", "empty_like", "numpy", "to", "__setitem__", "empty_with_format", "new_empty_strided", "new_empty"}
-    | {"empty_strided"}
-)
-_MS_OUTPUTS_ONLY = frozenset({"_reduce_scatter_base", "_all_gather_base", "all_to_all_single", "batch_isend_irecv"})
-#: msprobe's Err_message texts, by the check that writes them
-_MS_MESSAGES = {
-    "inf_nan": "error: There is nan/inf/-inf in the maximum or minimum value of NPU.",
-    "thousandth": "error: The input/parameters of One Thousandth Err Ratio > 0.9 while the output < 0.6.",
-    "norm": "error: The NormRelativeErr of output is greater than 0.5.",
-    "dtype": "error: The dtype of NPU and Bench are inconsistent.",
-    "shape": "error: The shape of NPU and Bench are inconsistent.",
-    "cosine": "warning: The input/parameters of Cosine > 0.9, and input/parameters - output > 0.1",
-    "norm_growth": "warning: The norm relative error of output is 10 times that of input.",
-    "crc": "error: The CRC-32 value of NPU differs from that of the bench.",
-    "crc_missing": "warning: The parameter of NPU does not match the bench.",
-}
-_MS_LEVELS = ("pass", "warning", "error")
-
 
 def _num(value: Any) -> str:
     if value is None:
@@ -99,10 +78,6 @@ def _num(value: Any) -> str:
     except (TypeError, ValueError):
         return str(value)
     return "NaN" if math.isnan(f) else repr(f)
-
-
-def _shape(value: Any) -> str:
-    return "" if value is None else str(list(value))
 
 
 #: msaccucmp writes a mean or standard deviation below this as 0 (its StandardDeviation algorithm)
@@ -143,7 +118,7 @@ def _msaccucmp_rows(table: pd.DataFrame) -> list[list[str]]:
                 _ground_truth(r),
                 r.bench_dtype or "NaN",
                 f"{r.op}:{role}:{r.slot}",
-                _shape(r.target_shape),
+                shape_text(r.target_shape),
                 overflow,
                 _num(r.cosine),
                 _num(r.max_abs_err),
@@ -161,288 +136,26 @@ def _msaccucmp_rows(table: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
-def msprobe_mode(comparison: Comparison) -> str:
-    """The msprobe compare mode whose layout fits ``comparison``.
-
-    A mode forced in :func:`nbprec.compare` decides; under ``"auto"`` the rows do (payloads compared anywhere:
-    tensor, else statistics, else checksums).
-
-    Parameters
-    ----------
-    comparison
-        The comparison to export.
-
-    Returns
-    -------
-    str
-        ``"tensor"`` (msprobe's real-data mode), ``"statistics"`` or ``"checksum"`` (its md5 mode).
-    """
-    mode = str(comparison.meta.get("mode", "auto"))
-    if mode in MSPROBE_HEADERS:
-        return mode
-    present = set(comparison.table["compare_mode"].astype(str))
-    return next((m for m in ("tensor", "statistics", "checksum") if m in present), "tensor")
-
-
-def _is_nan(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _ms_dtype(dtype: Any) -> str:
-    return f"torch.{dtype}" if isinstance(dtype, str) and dtype else _NA
-
-
-def _ms_stats(r: Any, side: str) -> list[Any]:
-    """One side's max, min, mean and L2 norm as msprobe holds them: ints for integer tensors, ``'True'`` /
-    ``'False'`` for bool, ``'None'`` where the dump records none (an empty tensor; mean and norm of integer
-    tensors, or of a float tensor whose extremes are finite), ``'Nan'`` for NaN."""
-    dtype, shape = getattr(r, f"{side}_dtype"), getattr(r, f"{side}_shape")
-    values = [getattr(r, f"{side}_{key}") for key in ("max", "min", "mean", "norm")]
-    recorded = getattr(r, f"{side}_recorded_mean", None)  # the dump's own Mean, as msprobe shows it
-    if recorded is not None:
-        values[2] = recorded
-    numel = math.prod(shape) if shape is not None else 1
-    floating = dtype in FLOAT_DTYPES and "float8" not in dtype and numel > 0  # msprobe skips float8 statistics
-    finite_extremes = all(not _is_nan(v) and math.isfinite(v) for v in values[:2])
-    cells: list[Any] = []
-    for i, value in enumerate(values):
-        if _is_nan(value):
-            cells.append(_NAN if floating and (i < 2 or not finite_extremes) else "None")
-        elif dtype == "bool":
-            cells.append(str(bool(value)))
-        elif dtype.startswith(("int", "uint")) and float(value).is_integer():
-            cells.append(int(value))
-        else:
-            cells.append(float(value))
-    return cells
-
-
-def _rounded(value: Any) -> Any:
-    """msprobe's rounding of a metric: 12 decimals (``'Nan'`` when not computed)."""
-    return _NAN if _is_nan(value) else float(f"{value:.12f}")
-
-
-def _squeezed(shape: Any) -> tuple[int, ...]:
-    return tuple(d for d in shape if d != 1) if shape is not None else ()
-
-
-def _ms_tensor_cells(r: Any, paired: bool) -> list[Any]:
-    """Cosine, EucDist, MaxAbsErr, MaxRelativeErr and the two error ratios as msprobe writes them."""
-    if not paired or r.compare_mode != "tensor" or not r.numel:
-        return [_UNSUPPORTED] * 6
-    if _squeezed(r.target_shape) != _squeezed(r.bench_shape):  # msprobe squeezes both tensors first
-        return ["shape unmatched"] * 6
-    if "non-finite values:" in r.reason:  # what the measurement says when a payload holds NaN/inf
-        return [_NA] * 6
-    cosine = _rounded(r.cosine)
-    if isinstance(cosine, float) and cosine > 0.9999:
-        cosine = round(cosine, 6)
-    cells = [cosine, _NAN if _is_nan(r.euclidean) else float(r.euclidean), _rounded(r.max_abs_err)]
-    cells += [_rounded(r.max_rel_err), _rounded(r.thousandth_ratio), _rounded(r.five_thousandth_ratio)]
-    if r.numel == 1:  # a 0-d tensor once squeezed: no cosine, distance or ratios
-        cells[0] = cells[1] = cells[4] = cells[5] = _UNSUPPORTED
-    return cells
-
-
-def _ms_kind(value: Any) -> str:
-    """msprobe's class of a statistic: nan, inf, -inf, num, device, na or other."""
-    text = str(value)
-    low = text.lower()
-    if _is_nan(value) or low == "nan":
-        return "nan"
-    if low in ("inf", "-inf"):
-        return low
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return "num"
-    if any(device in low for device in ("npu", "cpu", "cuda")):
-        return "device"
-    return "na" if text == _NA else "other"
-
-
-def _ms_stat_diff(npu: Any, bench: Any) -> tuple[str, str]:
-    """msprobe's ``<stat> diff`` (NPU - bench) and relative error (``|diff / bench * 100|%``) of one statistic."""
-    if str(npu) == str(bench):
-        return "0", "0"
-    kinds = (_ms_kind(npu), _ms_kind(bench))
-    if kinds == ("num", "num"):
-        diff = float(npu) - float(bench)
-        return str(diff), "inf" if float(bench) == 0 else f"{abs(diff / float(bench) * 100)}%"
-    if "na" in kinds:
-        text = _NA
-    elif {"device", "other"} & set(kinds):
-        text = _NA if kinds == ("device", "device") else "Diff"
-    elif "nan" in kinds:
-        text = _NAN
-    elif kinds[0] == "inf" or kinds[1] == "-inf":
-        text = "inf"
-    else:
-        text = "-inf"
-    return text, text
-
-
-def _ms_md5(r: Any, paired: bool) -> list[str]:
-    """NPU MD5 and BENCH MD5 (the dumps' CRC-32), when the table carries them."""
-    npu, bench = getattr(r, "target_checksum", None), getattr(r, "bench_checksum", None)
-    return [npu if isinstance(npu, str) and npu else _NA, bench if paired and isinstance(bench, str) and bench else _NA]
-
-
-def _inf_or_nan(value: Any) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    return isinstance(value, str) and value.strip().lower() in ("inf", "-inf", "nan")
-
-
-def _percent(value: Any) -> float:
-    try:
-        return float(str(value).strip("%")) / 100
-    except ValueError:
-        return 0.0
-
-
-def _extreme(rows: list[dict[str, Any]], column: str, lowest: bool) -> float:
-    """The smallest (default 1) or largest (default 0) number of ``column`` over ``rows``, as msprobe takes it:
-    percentages count, other text is skipped."""
-    best = 1.0 if lowest else 0.0
-    for row in rows:
-        value = row[column]
-        if isinstance(value, str):
-            if not value.endswith("%"):
-                continue
-            value = _percent(value)
-        best = min(best, value) if lowest else max(best, value)
-    return best
-
-
-def _flag(row: dict[str, Any], level: int, message: str) -> None:
-    row["_level"] = max(row["_level"], level)
-    row["_messages"].append(_MS_MESSAGES[message])
-
-
-def _judge_api(rows: list[dict[str, Any]], mode: str) -> None:
-    """msprobe's Result and Err_message for the rows of one API or module call, its checks in its order."""
-    outputs = [row for row in rows if ".output." in row["NPU Name"]]
-    inputs = [row for row in rows if ".output." not in row["NPU Name"]]
-    parts = inputs[0]["NPU Name"].split(".") if inputs else []
-    api = parts[1] if len(parts) > 1 else ""
-    by_api = api not in _MS_NOT_JUDGED and api not in _MS_OUTPUTS_ONLY
-    judged = [] if api in _MS_NOT_JUDGED else outputs if api in _MS_OUTPUTS_ONLY else inputs + outputs
-    if mode == "checksum":
-        for row in judged:
-            if row["_match"] is None:
-                _flag(row, 1, "crc_missing")
-            elif not row["_match"]:
-                _flag(row, 2, "crc")
-        return
-    for row in judged:
-        if not (_inf_or_nan(row["Bench max"]) or _inf_or_nan(row["Bench min"])) and (
-            _inf_or_nan(row["NPU max"]) or _inf_or_nan(row["NPU min"])
-        ):
-            _flag(row, 2, "inf_nan")
-    ratio, norm = "One Thousandth Err Ratio", "NormRelativeErr"
-    thousandth = by_api and outputs and mode == "tensor"
-    if thousandth and _extreme(inputs, ratio, True) > 0.9 and _extreme(outputs, ratio, True) < 0.1:
-        _flag(outputs[0], 2, "thousandth")
-    if by_api and mode == "statistics" and abs(_extreme(inputs, norm, False)) < 0.1:
-        for row in outputs:
-            if abs(_percent(row[norm])) > 0.5:
-                _flag(row, 2, "norm")
-    for row in judged:
-        bench = row["Bench Name"]  # fused-weight names (qkv, gate_up) are exempt
-        judge = bench and bench != _NA and "qkv" not in bench and "gate_up" not in bench
-        if judge and row["NPU Dtype"] != row["Bench Dtype"]:
-            _flag(row, 2, "dtype")
-    for row in judged:
-        if row["Bench Name"] not in ("", _NA) and row["NPU Tensor Shape"] != row["Bench Tensor Shape"]:
-            _flag(row, 2, "shape")
-    if by_api and outputs and mode == "tensor":
-        lowest_in = _extreme(inputs, "Cosine", True)
-        if lowest_in > 0.9 and lowest_in - _extreme(outputs, "Cosine", True) > 0.1:
-            _flag(outputs[0], 1, "cosine")
-    if by_api and outputs and mode == "statistics":
-        largest_in, largest_out = abs(_extreme(inputs, norm, False)), abs(_extreme(outputs, norm, False))
-        if (largest_out > 0.1) if largest_in == 0 else (largest_out / largest_in > 10):
-            _flag(outputs[0], 1, "norm_growth")
-
-
-def _ms_text(value: Any) -> str:
-    """A cell as msprobe's CSV writes it (pandas; infinities as ``' inf'`` so spreadsheets read them)."""
-    if isinstance(value, float):
-        if math.isinf(value):
-            return " inf" if value > 0 else " -inf"
-        return "" if math.isnan(value) else repr(value)
-    return str(value)
-
-
-def _ms_row(r: Any, mode: str, checksums: bool) -> dict[str, Any]:
-    """One table row as msprobe's row of ``mode`` (values typed as msprobe holds them), not yet judged."""
-    paired = bool(r.bench_name) and (
-        r.target_dtype == r.bench_dtype or {r.target_dtype, r.bench_dtype} <= _MS_PAIRED_FLOATS
-    )
-    row: dict[str, Any] = {"NPU Name": r.target_name, "Bench Name": r.bench_name if paired else _NA}
-    row["NPU Dtype"], row["Bench Dtype"] = _ms_dtype(r.target_dtype), _ms_dtype(r.bench_dtype) if paired else _NA
-    row["NPU Tensor Shape"] = _shape(r.target_shape)
-    row["Bench Tensor Shape"] = (_shape(r.bench_shape) or _NA) if paired else _NA
-    row["NPU Requires_grad"] = row["Bench Requires_grad"] = _NA  # not in nbprec's dump index
-    stats = _ms_stats(r, "target") + (_ms_stats(r, "bench") if paired else [_NA] * 4)
-    row.update(zip(MSPROBE_STATS, stats, strict=True))
-    if mode == "tensor":
-        row.update(zip(MSPROBE_TENSOR_METRICS, _ms_tensor_cells(r, paired), strict=True))
-        # the payload files, named as msprobe names them ("-1": none; a row compared by statistics lacks one)
-        read = r.compare_mode not in ("statistics", "checksum")
-        files = [f"{r.target_name}.pt" if read else "-1", (f"{r.bench_name}.pt" if read else "-1") if paired else _NA]
-        row["Data_name"] = str(files)
-    elif mode == "statistics":
-        diffs = [_ms_stat_diff(a, b) for a, b in zip(stats[:4], stats[4:], strict=True)]
-        row.update(zip(MSPROBE_STAT_DIFFS, [d[0] for d in diffs] + [d[1] for d in diffs], strict=True))
-    else:
-        npu, bench = _ms_md5(r, paired)
-        row["NPU MD5"], row["BENCH MD5"] = npu, bench
-        if checksums:  # msprobe's test: equal, else a side without one (warning), else different (error)
-            row["_match"] = True if npu == bench else None if {npu, bench} & {_NA, _NAN, ""} else False
-        else:  # nbprec's own verdict
-            row["_match"] = r.checksum_match if paired else None
-    # requires_grad is not in nbprec's index: taken as consistent where paired (msprobe compares a tensor's
-    # requires_grad with N/A, unequal, where there is no benchmark)
-    row["Requires_grad Consistent"], row["NPU_Stack_Info"] = paired, _NA
-    call = (getattr(r, "step", None), getattr(r, "rank", None), r.target_op)  # msprobe judges a call's rows together
-    row.update({"_call": call, "_level": 0, "_messages": []})
-    return row
-
-
-def _msprobe_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
-    """msprobe's header for the comparison's mode and one row per target tensor, judged as msprobe judges."""
-    mode = msprobe_mode(comparison)
-    table = comparison.table
-    rows = [_ms_row(r, mode, "target_checksum" in table) for r in table.itertuples(index=False)]
-    calls: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for row in rows:
-        calls.setdefault(row["_call"], []).append(row)
-    for call_rows in calls.values():
-        _judge_api(call_rows, mode)
-    header = MSPROBE_HEADERS[mode]
-    for row in rows:
-        row["Result"], row["Err_message"] = _MS_LEVELS[row["_level"]], json.dumps(row["_messages"])
-    return header, [[_ms_text(row[column]) for column in header] for row in rows]
-
-
 def write_csv(comparison: Comparison, path: Path, layout: str = "nbprec") -> Path:
     """Write ``comparison`` to ``path`` in one of :data:`LAYOUTS`.
 
     The msprobe layout takes msprobe's columns of the comparison's mode (:func:`msprobe_mode`) and computes
-    every cell as msprobe does (docs/compare.md, "CSV exports").
+    every cell as msprobe does (docs/compare.md, "CSV exports"). In every layout a text cell that a spreadsheet
+    would run as a formula gets one more leading ``'`` (:func:`spreadsheet_safe`; numbers are never changed)
+    and bytes of a name that were not UTF-8 are written as ``\\xNN`` (:func:`visible_text`).
     """
     if layout not in LAYOUTS:
         raise ComparisonError(f"unknown CSV layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
     path.parent.mkdir(parents=True, exist_ok=True)
     if layout == "nbprec":
-        comparison.table.to_csv(path, index=False)
-        return path
+        return write_table_csv(comparison.table, path)
     if layout == "msaccucmp":
         header, rows, ending = MSACCUCMP_HEADER, _msaccucmp_rows(comparison.table), "\r\n"
     else:
-        (header, rows), ending = _msprobe_rows(comparison), "\n"  # as pandas writes msprobe's
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh, lineterminator=ending)
+        (header, rows), ending = msprobe_rows(comparison), "\n"  # as pandas writes msprobe's
+    rows = [[csv_cell(cell) for cell in row] for row in rows]
+    with path.open("w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
+        writer = csv.writer(fh, lineterminator=ending, quoting=quoting(rows))
         writer.writerow(header)
         writer.writerows(rows)
     return path

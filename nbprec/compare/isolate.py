@@ -15,6 +15,7 @@ Examples
 
 from __future__ import annotations
 
+import difflib
 import html
 import os
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from nbprec.compare.metrics import tensor_metrics
 from nbprec.compare.rules import lower_precision
 from nbprec.dump import Dump
 from nbprec.errors import ComparisonError
+from nbprec.safe_text import visible_text
 
 #: Relative Euclidean distance one correctly rounded op may show against an exact re-run, per output dtype
 #: (a few units of roundoff: bfloat16 2^-8, float16 2^-11, float32 2^-24). Healthy bfloat16 kernels of the
@@ -74,7 +76,7 @@ class IsolationResult:
         )
 
     def _repr_html_(self) -> str:
-        return (
+        return visible_text(
             f"<p><b>{html.escape(self.op)}</b> ({html.escape(self.api)}) re-run in {html.escape(self.dtype)} "
             f"on its own inputs: <b>{html.escape(self.verdict)}</b></p>"
             + self.table.to_html(index=False, escape=True, float_format=lambda v: f"{v:.6g}")
@@ -113,12 +115,7 @@ def isolate(target: Dump | str | os.PathLike[str], op: str, *, dtype: str = "flo
         raise ComparisonError(f"isolation re-runs in float64 or float32, not {dtype!r}")
     call = dump.calls.get(op)
     if call is None:
-        where = "it is a module or backward op" if not op.endswith(".forward") or op.startswith("Module.") else ""
-        raise ComparisonError(
-            f"{dump.path}: no recorded call for {op!r}"
-            + (f" ({where}; isolation re-runs forward API ops)" if where else "")
-            + "; isolation needs a dump captured by nbprec from PyTorch"
-        )
+        raise ComparisonError(_no_call_message(dump, op))
     rows = dump.index[dump.index["op"] == op]
     inputs, outputs = rows[rows["role"] == "input"], rows[rows["role"] == "output"]
     if not inputs["has_data"].all() or not outputs["has_data"].all():
@@ -162,3 +159,18 @@ def isolate(target: Dump | str | os.PathLike[str], op: str, *, dtype: str = "flo
     judged = table.dropna(subset=["rel_euclidean"]) if "rel_euclidean" in table else table.iloc[0:0]
     verdict = "not measurable" if judged.empty else ("within rounding" if judged["within"].all() else "kernel error")
     return IsolationResult(op=op, api=str(call["api"]), dtype=dtype, table=table, verdict=verdict)
+
+
+def _no_call_message(dump: Dump, op: str) -> str:
+    """Why ``op`` cannot be re-run: a module or backward op, or no such op (with the nearest names)."""
+    message = f"{dump.path}: no recorded call for {op!r}"
+    if op in set(dump.index["op"]):
+        if not op.endswith(".forward") or op.startswith("Module."):
+            message += " (it is a module or backward op; isolation re-runs forward API ops)"
+        return message + "; isolation needs a dump captured by nbprec from PyTorch"
+    near = difflib.get_close_matches(op, list(dump.calls) or dump.index["op"].unique().tolist(), n=3, cutoff=0.6)
+    if near:
+        return f"{message}: no op of that name; did you mean {' or '.join(repr(n) for n in near)}?"
+    if not dump.calls:
+        return message + "; isolation needs a dump captured by nbprec from PyTorch"
+    return f"{message}: no op of that name (nbprec.open(TARGET).calls lists the ops that can be re-run)"

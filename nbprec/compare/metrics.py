@@ -120,6 +120,9 @@ class MetricResult:
         Whether the ``extremes`` given to :func:`tensor_metrics` were the tensors' minima and maxima (NaN
         aside: a tensor holding NaN is read twice either way); ``None`` when none were given, they were not
         usable (not finite) or the numpy kernel ran.
+    nonfinite
+        How many NaN/inf values (target, benchmark) the payloads hold, when :func:`tensor_metrics` read them;
+        ``None`` otherwise.
 
     Examples
     --------
@@ -131,6 +134,7 @@ class MetricResult:
     values: dict[str, float] = field(default_factory=dict)
     reason: str = ""
     extremes_held: bool | None = None
+    nonfinite: tuple[int, int] | None = None
 
     def __getitem__(self, column: str) -> float:
         return self.values[column]
@@ -182,20 +186,20 @@ def _std(flat: np.ndarray, s: float, ss: float, n: int, chunk: int, shift: float
     return math.sqrt(max(var, 0.0)) if not math.isnan(var) else math.nan
 
 
-def _nonfinite_reason(flat_x: np.ndarray, flat_y: np.ndarray, chunk: int) -> str:
-    """'target has 2 NaN, 1 inf; ...' for the sides holding non-finite values."""
-    parts = []
+def _nonfinite_reason(flat_x: np.ndarray, flat_y: np.ndarray, chunk: int) -> tuple[str, int, int]:
+    """('target has 2 NaN, 1 inf; ...' for the sides holding non-finite values, and each side's count)."""
+    parts, counts = [], []
     for label, flat in (("target", flat_x), ("benchmark", flat_y)):
-        if flat.dtype.kind not in "fc" and flat.dtype.isbuiltin == 1:
-            continue
         n_nan = n_inf = 0
-        for start in range(0, flat.size, chunk):
-            part = flat[start : start + chunk].astype(np.float64)
-            n_nan += int(np.count_nonzero(np.isnan(part)))
-            n_inf += int(np.count_nonzero(np.isinf(part)))
+        if flat.dtype.kind in "fc" or flat.dtype.isbuiltin != 1:
+            for start in range(0, flat.size, chunk):
+                part = flat[start : start + chunk].astype(np.float64)
+                n_nan += int(np.count_nonzero(np.isnan(part)))
+                n_inf += int(np.count_nonzero(np.isinf(part)))
         if n_nan or n_inf:
             parts.append(f"{label} has {n_nan} NaN, {n_inf} inf")
-    return "non-finite values: " + "; ".join(parts) if parts else ""
+        counts.append(n_nan + n_inf)
+    return ("non-finite values: " + "; ".join(parts) if parts else ""), counts[0], counts[1]
 
 
 def _numpy_sums(flat_x: np.ndarray, flat_y: np.ndarray, eps_b: float, chunk: int) -> Sums:
@@ -354,8 +358,10 @@ def tensor_metrics(
             values = _finish(acc)
             values["target_std"] = _std(flat_x, acc.cx, acc.cxx, n, chunk, acc.shift_x)
             values["bench_std"] = _std(flat_y, acc.cy, acc.cyy, n, chunk, acc.shift_y)
+    counts = (0, 0)  # NaN/inf counted from the payloads (only when the sums say there are some)
     if not math.isfinite(acc.sxx + acc.syy):
-        nonfinite = _nonfinite_reason(flat_x, flat_y, chunk)
+        nonfinite, n_x, n_y = _nonfinite_reason(flat_x, flat_y, chunk)
+        counts = (n_x, n_y)
         if nonfinite:
             values["thousandth_ratio"] = values["five_thousandth_ratio"] = math.nan
             reasons.append(nonfinite)
@@ -366,7 +372,7 @@ def tensor_metrics(
     if x.dtype.kind == "b" or y.dtype.kind == "b":  # numpy bool (comparing dtypes with np.bool_ is slower)
         values = {k: (v if k in _BOOL_METRICS else math.nan) for k, v in values.items()}
         reasons.append("bool tensors: only cosine and RED")
-    return MetricResult(values, "; ".join(reasons), held)
+    return MetricResult(values, "; ".join(reasons), held, counts)
 
 
 def _stat_value(stats: dict, key: str) -> float:

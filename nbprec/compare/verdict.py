@@ -7,6 +7,7 @@ runs can be compared at all, judged under the dtype-aware default rule whatever 
 - ``different_inputs``: the model's inputs (the first op's input tensors) differ;
 - ``different_weights``: parameters differ beyond the dtype's rounding (a checkpoint not loaded?);
 - ``not_deterministic``: random ops (dropout, rand*, randperm, ...) whose inputs match but whose outputs differ;
+- ``different_models``: a quarter or more of the paired tensors differ in shape (two models paired by position);
 - ``unaligned``: steps or ranks present on one side only, or ops whose calls found no counterpart.
 
 Examples
@@ -36,9 +37,15 @@ _PARAMETER_ROLES = ("parameter",)
 _WEIGHT_SLOTS = ("weight", "bias")
 _DATA_SLOTS = ("0", "input", "x")
 #: Finding code -> the few words the headline gives it.
-_SHORT = {"different_inputs": "their inputs differ", "different_weights": "their weights differ"}
+_SHORT = {
+    "different_inputs": "their inputs differ",
+    "different_weights": "their weights differ",
+    "different_models": "they look like two different models",
+}
 #: Share of target tensors without a counterpart from which the runs are said not to align.
 UNMATCHED_SHARE = 0.1
+#: Share of paired tensors with different shapes from which the runs are said to be different models.
+DIFFERENT_SHAPES_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,7 @@ class Finding:
     @property
     def blocking(self) -> bool:
         """Whether blaming an op makes no sense until it is fixed (unaligned runs can still be compared)."""
-        return self.code in ("different_inputs", "different_weights")
+        return self.code in ("different_inputs", "different_weights", "different_models")
 
 
 @dataclass(frozen=True)
@@ -177,8 +184,68 @@ def comparability(comp: Comparison) -> list[Finding]:
                 tuple(random_ops),
             )
         )
+    findings.extend(_different_models(table))
+    findings.extend(_unreadable(comp))
     findings.extend(_alignment(comp))
     return sorted(findings, key=lambda f: not f.blocking)
+
+
+def _unreadable(comp: Comparison) -> list[Finding]:
+    """What could not be read: files the readers reported, tensors whose payload could not be loaded."""
+    out = []
+    for side, label in (("target", "target"), ("bench", "benchmark")):
+        summary = (comp.meta.get("problems") or {}).get(side) or {}
+        if summary.get("count"):
+            first = summary["examples"][0]
+            record = f" [{first['record']}]" if first["record"] else ""
+            out.append(
+                Finding(
+                    "unreadable",
+                    f"The {label} dump has {summary['count']} problem(s) its reader recorded (e.g. "
+                    f"{first['file']}{record}: {first['problem']}); what they concern is missing from the comparison.",
+                    f"see `nbprec info {comp.meta.get(side, label)}` for the list, and dump or copy those files again.",
+                )
+            )
+    reasons = comp._data["reason"].astype(str) if "reason" in comp._data else pd.Series(dtype=str)
+    unread = reasons.str.startswith(("could not read", "target tensor unreadable"))
+    if unread.any():
+        i = int(np.flatnonzero(unread.to_numpy())[0])
+        out.append(
+            Finding(
+                "unreadable",
+                f"{int(unread.sum())} tensor pair(s) could not be read and are not judged (e.g. "
+                f"{comp._data['target_name'].iat[i]}: {reasons.iat[i]}).",
+                "dump or copy those files again; `nbprec info` lists what its reader found wrong.",
+                tuple(dict.fromkeys(comp._data.loc[unread.to_numpy(), "op"].astype(str)))[:20],
+            )
+        )
+    return out
+
+
+def _different_models(table: pd.DataFrame) -> list[Finding]:
+    """Paired tensors whose shapes disagree, in numbers no single mismatch explains: two different models."""
+    paired = (table["bench_name"].astype(str) != "").to_numpy()
+    if paired.sum() < 2:
+        return []
+    t_shape, b_shape = table["target_shape"].to_numpy(object), table["bench_shape"].to_numpy(object)
+    differ = np.array(
+        [p and tuple(a or ()) != tuple(b or ()) for p, a, b in zip(paired, t_shape, b_shape, strict=True)], dtype=bool
+    )
+    if differ.sum() < max(2, DIFFERENT_SHAPES_SHARE * paired.sum()):
+        return []
+    i = int(np.flatnonzero(differ)[0])
+    example = f"{table['target_name'].iat[i]} {tuple(t_shape[i] or ())} vs {table['bench_name'].iat[i]} " + str(
+        tuple(b_shape[i] or ())
+    )
+    return [
+        Finding(
+            "different_models",
+            f"The runs look like two different models: {int(differ.sum())} of {int(paired.sum())} paired tensors "
+            f"differ in shape (e.g. {example}).",
+            "compare dumps of the same model; if only the names differ, give a --mapping file of target,bench pairs.",
+            tuple(dict.fromkeys(table.loc[differ, "op"].astype(str)))[:20],
+        )
+    ]
 
 
 def _alignment(comp: Comparison) -> list[Finding]:
@@ -282,10 +349,16 @@ def verdict(comp: Comparison) -> Verdict:
             step = (f"nbprec ni {first['op']} --target {target} --bench {comp.meta.get('bench', 'BENCH')}; then keep "
                     f"it in float32 or check its kernel")  # fmt: skip
         return Verdict("failure", headline, step, findings)
+    if first["origin"] == "unknown":
+        headline = (f"{first['op']} ({kind}) is the first op that fails; some of its inputs could not be compared "
+                    "(no counterpart, or unreadable), so whether it introduced the error or inherited it from them "
+                    "is unknown.")  # fmt: skip
+        return Verdict("failure", headline, f"nbprec ni {first['op']} --target T --bench B (see which inputs)",
+                       findings)  # fmt: skip
     headline = (f"{first['op']} ({kind}) is the first op that fails, but its inputs already differ "
                 f"(input cosine {_number(first.get('in_cosine', np.nan))}): the error comes from before it, from "
                 "inputs nbprec could not compare.")  # fmt: skip
     return Verdict("failure", headline, "look at its producers: nbprec ni OP --target T --bench B", findings)
 
 
-__all__ = ["UNMATCHED_SHARE", "Finding", "Verdict", "comparability", "verdict"]
+__all__ = ["DIFFERENT_SHAPES_SHARE", "UNMATCHED_SHARE", "Finding", "Verdict", "comparability", "verdict"]

@@ -6,6 +6,6 @@ modules import torch (and transformers) when first used.
 
 from __future__ import annotations
 
-from nbprec.demo.runs import MODELS, DemoRun, demo_pairs, minilm_runs, run_demo, tiny_runs
+from nbprec.demo.runs import MODELS, DemoRun, demo_pairs, minilm_runs, next_steps, run_demo, tiny_runs
 
-__all__ = ["MODELS", "DemoRun", "demo_pairs", "minilm_runs", "run_demo", "tiny_runs"]
+__all__ = ["MODELS", "DemoRun", "demo_pairs", "minilm_runs", "next_steps", "run_demo", "tiny_runs"]

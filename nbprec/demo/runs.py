@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,3 +124,54 @@ def demo_pairs(runs: list[DemoRun]) -> list[tuple[DemoRun, DemoRun]]:
             continue
         pairs.append((run, bench[model]))
     return pairs
+
+
+def next_steps(
+    runs: list[DemoRun], culprit: str | None = None, report: str | os.PathLike[str] | None = None
+) -> list[str]:
+    """The "next, try" lines ``nbprec demo`` ends with: commands on the demo's own runs, the report, the tutorials.
+
+    Parameters
+    ----------
+    runs
+        The demo runs (their paths as the user gave the output folder).
+    culprit
+        The first failing op of the faulty pair, for ``isolate`` and ``ni`` (the planted GELU when ``None``).
+    report
+        The demo report, when one was written.
+    """
+    paths = {run.name: shlex.quote(str(run.path)) for run in runs}
+    if "tiny_bf16_faulty" in paths and "tiny_fp32" in paths:
+        target, bench, overflow = paths["tiny_bf16_faulty"], paths["tiny_fp32"], paths.get("tiny_fp16")
+    elif "minilm_fp16" in paths and "minilm_fp32" in paths:
+        target, bench, overflow = paths["minilm_fp16"], paths["minilm_fp32"], paths["minilm_fp16"]
+    else:
+        return []
+    op = shlex.quote(culprit or "Functional.gelu.1.forward")
+    lines = ["next, try:"]
+    venv_bin = Path(sys.executable).parent
+    if Path(shutil.which("nbprec") or "").parent != venv_bin and (venv_bin / "activate").is_file():
+        lines.append(f"  source {shlex.quote(_shown(venv_bin / 'activate'))}   (puts nbprec on your PATH)")
+    lines += [
+        f"  nbprec compare {target} {bench}",
+        f"  nbprec isolate {target} {op}",
+        f"  nbprec ni {op} --target {target} --bench {bench}",
+    ]
+    if overflow:
+        lines.append(f"  nbprec overflow {overflow} --bench {bench}")
+    if report is not None:
+        lines.append(f"  open {shlex.quote(_shown(Path(report)))} in a browser (the offline report)")
+    tutorial = Path("notebooks/01-quickstart.ipynb")
+    if tutorial.is_file():
+        lines.append(f"  jupyter lab {tutorial}   (the tutorials, 01 to 04)")
+    else:
+        lines.append("  the tutorials: notebooks/ in the nbprec repository (01-quickstart.ipynb first)")
+    return lines
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it, else as it is."""
+    try:
+        return str(path.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

@@ -6,6 +6,7 @@ Shared by the readers of PyTorch dump tools (msprobe writes ``<run>/step{N}/rank
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,8 @@ from typing import Any
 
 from nbprec.dump import Problem
 from nbprec.errors import DumpFormatError
+from nbprec.formats._files import not_regular, read_regular
+from nbprec.formats._jsonstream import JsonObjectStream
 
 STEP_RE = re.compile(r"^step(\d*)$")
 RANK_RE = re.compile(r"^rank(\d*)$")
@@ -28,11 +31,24 @@ class DumpSource:
 
 
 def read_json_file(path: Path) -> Any:
-    """Parse a JSON file leniently (bare ``NaN``/``Infinity`` accepted); errors name file and position."""
+    """Parse a JSON file leniently (bare ``NaN``/``Infinity`` accepted); errors name file and position.
+
+    The file must be a regular file (a FIFO or a device is refused unread). A top-level object is read member
+    by member (:class:`~nbprec.formats._jsonstream.JsonObjectStream`: bounded memory, however large the file);
+    any other top-level value is read whole, from a file of at most ``MAX_SIDE_FILE`` bytes.
+    """
+    with JsonObjectStream(path) as stream:
+        if stream.first_type() == "dict":
+            stream.begin_object()
+            content = {}
+            while (key := stream.next_key()) is not None:
+                content[key] = stream.value()
+            stream.end()
+            return content
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DumpFormatError(path, f"cannot read the file: {exc.strerror or exc}") from exc
+        raw = read_regular(path, what="JSON file")
+    except FileNotFoundError:
+        raise DumpFormatError(path, "cannot read the file: no such file") from None
     if not raw.strip():
         raise DumpFormatError(path, "the file is empty (expected a JSON object)")
     try:
@@ -66,8 +82,14 @@ def is_dir(p: Path) -> bool:
         return False
 
 
-def child_folders(folder: Path, pattern: re.Pattern[str], problems: list[Problem]) -> list[tuple[int, Path]]:
-    """Sub-folders of ``folder`` whose names match ``pattern``, sorted by their number."""
+def child_folders(
+    folder: Path, pattern: re.Pattern[str], problems: list[Problem], read: dict[str, str] | None = None
+) -> list[tuple[int, Path]]:
+    """Sub-folders of ``folder`` whose names match ``pattern``, sorted by their number.
+
+    ``read`` maps the real paths of folders already taken to their names: a symbolic link to one of them
+    (``step1 -> step0``) is skipped with a problem, so that no tensor is counted twice.
+    """
     found = []
     try:
         entries = sorted(folder.iterdir())
@@ -83,11 +105,30 @@ def child_folders(folder: Path, pattern: re.Pattern[str], problems: list[Problem
                 problems.append(Problem(str(entry), "broken symlink or symlink loop; folder skipped"))
             continue
         found.append((number, entry))
-    return sorted(found, key=lambda item: (item[0], item[1].name))
+    found.sort(key=lambda item: (item[0], item[1].name))
+    if read is None:
+        return found
+    kept = []
+    for number, entry in sorted(found, key=lambda item: (item[1].is_symlink(), item[0], item[1].name)):
+        real = os.path.realpath(entry)
+        if real in read:
+            problems.append(
+                Problem(
+                    str(entry),
+                    f"symbolic link to {read[real]}, which is read already: skipped (its tensors would count twice)",
+                )
+            )
+            continue
+        read[real] = str(entry)
+        kept.append((number, entry))
+    return sorted(kept, key=lambda item: (item[0], item[1].name))
 
 
 def find_dump_files(path: Path, problems: list[Problem]) -> list[DumpSource]:
-    """Every ``dump.json`` under ``path`` (a run, step or rank folder, or the file itself), with its step and rank."""
+    """Every ``dump.json`` under ``path`` (a run, step or rank folder, or the file itself), with its step and rank.
+
+    Step and rank folders that are symbolic links to folders read already are skipped (a problem says so).
+    """
     if not is_dir(path):
         rank = folder_number(path.parent.name, RANK_RE)
         step = folder_number(path.parent.parent.name, STEP_RE) if rank is not None else None
@@ -95,19 +136,32 @@ def find_dump_files(path: Path, problems: list[Problem]) -> list[DumpSource]:
     if (path / "dump.json").is_file():
         return find_dump_files(path / "dump.json", problems)
     sources = []
+    read: dict[str, str] = {}
     own_step = folder_number(path.name, STEP_RE)
-    for rank, rank_dir in child_folders(path, RANK_RE, problems):
+    for rank, rank_dir in child_folders(path, RANK_RE, problems, read):
         if (rank_dir / "dump.json").is_file():
             sources.append(DumpSource(rank_dir / "dump.json", -1 if own_step is None else own_step, rank))
     if sources:
         return sources
-    for step, step_dir in child_folders(path, STEP_RE, problems):
-        for rank, rank_dir in child_folders(step_dir, RANK_RE, problems):
+    for step, step_dir in child_folders(path, STEP_RE, problems, read):
+        for rank, rank_dir in child_folders(step_dir, RANK_RE, problems, read):
             if (rank_dir / "dump.json").is_file():
                 sources.append(DumpSource(rank_dir / "dump.json", step, rank))
+            elif os.path.lexists(rank_dir / "dump.json"):
+                problems.append(
+                    Problem(str(rank_dir / "dump.json"), f"{_why_unusable(rank_dir / 'dump.json')}; skipped")
+                )
             else:
                 problems.append(Problem(str(rank_dir), "rank folder without dump.json; skipped"))
     return sources
+
+
+def _why_unusable(path: Path) -> str:
+    """Why ``path``, which exists, is not a regular file that can be read."""
+    try:
+        return not_regular(os.stat(path).st_mode)
+    except OSError as exc:
+        return f"cannot read the file: {exc.strerror or exc}"
 
 
 def run_name(path: Path) -> str:

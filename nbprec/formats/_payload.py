@@ -35,8 +35,13 @@ def payload_array(
             f"payload truncated: {nbytes} bytes at offset {offset} runs past the end of the file ({file_size} bytes);"
             " the file was cut short (an interrupted copy or run?): copy or dump it again",
         )
-    if nbytes >= MAP_FROM:
-        return np.frombuffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ), dtype, count, offset)
+    if nbytes >= MAP_FROM:  # only the payload's pages are mapped: a huge (sparse) file costs no address space
+        start = offset - offset % mmap.ALLOCATIONGRANULARITY
+        mapped = mmap.mmap(fd, offset + nbytes - start, access=mmap.ACCESS_READ, offset=start)
+        return np.frombuffer(mapped, dtype, count, offset - start)
     if offset + nbytes <= len(head):  # read already (a small file is read whole): a view, not a copy
         return np.frombuffer(head, dtype, count, offset)
-    return np.frombuffer(os.pread(fd, nbytes, offset), dtype, count)
+    data = os.pread(fd, nbytes, offset)
+    if len(data) != nbytes:  # the file shrank since its size was taken
+        raise DumpFormatError(path, f"payload truncated: read {len(data)} of {nbytes} bytes at offset {offset}")
+    return np.frombuffer(data, dtype, count)

@@ -17,7 +17,7 @@ not verified (it would cost a full extra pass over every byte); the structure, s
 
 Examples
 --------
->>> read_pt_tensor("not-a-file.pt") is None
+>>> read_pt_tensor("README.md") is None  # not a zip archive: left to torch.load
 True
 """
 
@@ -30,6 +30,7 @@ import pickletools
 import struct
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ import numpy as np
 
 from nbprec.dtypes import NUMPY_DTYPES
 from nbprec.errors import DumpFormatError
+from nbprec.formats._files import open_regular
 from nbprec.formats._payload import MAP_FROM, payload_array
 
 #: torch storage class -> canonical dtype
@@ -282,17 +284,44 @@ def _entry_bytes(fd: int, entry: tuple[int, int], file_size: int, head: bytes) -
     return data if len(data) == size else _pread(fd, size, offset)
 
 
-def _read_storage(path: str | Path) -> tuple[tuple, np.ndarray] | None:
+#: Checks a tensor's description before its storage is read: called with the description's canonical dtype
+#: and shape, it raises (a :class:`~nbprec.errors.DumpFormatError`) when they are not what the caller expects.
+DescriptionCheck = Callable[[str, tuple[int, ...]], None]
+_MAX_SMALL_ENTRY = 1 << 20  # bytes of data.pkl (a few hundred in practice) or byteorder inflated at most
+
+
+def _planned(path: str | Path, description: tuple, check: DescriptionCheck | None, storage_bytes: int) -> int:
+    """Check the tensor a description declares against ``check`` and against its storage (``storage_bytes``
+    bytes), before anything of the storage is read; the number of storage elements the tensor reaches."""
+    _key, dtype, offset, size, stride = description
+    if check is not None:
+        check(dtype, size)
+    np_dtype = _storage_dtype(path, dtype, storage_bytes)
+    if any(n < 0 for n in size):
+        raise DumpFormatError(path, f"negative size {list(size)} in the tensor's description")
+    numel, last, _contiguous = _geometry(offset, size, stride)
+    if numel == 0:
+        return 0
+    if last < 0:
+        raise DumpFormatError(path, "negative offset or stride in the tensor's description")
+    count = storage_bytes // np_dtype.itemsize
+    if last >= count:
+        raise DumpFormatError(path, f"the tensor reaches element {last} of a storage of {count}")
+    return last + 1
+
+
+def _read_storage(
+    fd: int, path: str | Path, file_size: int, check: DescriptionCheck | None
+) -> tuple[tuple, np.ndarray] | None:
     """(description, raw storage as a flat array of its dtype) by parsing the archive here, or None when the
     file is not a plain stored (uncompressed) little-endian one-tensor archive.
 
     ``torch.save`` streams its entries (sizes in data descriptors after the data), so they are located
     through the central directory at the end of the file; the small records (pickle, byte order) and the
-    storage's local header sit in the first KiB, read once.
+    storage's local header sit in the first KiB, read once. The storage is mapped or read only after the
+    description passed ``check`` and fits in the storage, whose declared size must fit in the file.
     """
-    fd = os.open(path, os.O_RDONLY)
     try:
-        file_size = os.fstat(fd).st_size
         head, entries = _zip_entries(fd, file_size)
         pkl = next((n for n in entries if n.endswith(b"/data.pkl") or n == b"data.pkl"), None)
         if pkl is None:
@@ -305,13 +334,15 @@ def _read_storage(path: str | Path) -> tuple[tuple, np.ndarray] | None:
         storage = entries.get(prefix + b"data/" + description[0].encode())
         if storage is None or storage[0] < 0:
             return None
-        np_dtype = _storage_dtype(path, description[1], storage[1])
-        count = storage[1] // np_dtype.itemsize
-        return description, payload_array(fd, path, np_dtype, storage[0], count, file_size, head)
-    except (_Unsupported, KeyError, UnicodeError, struct.error, ValueError, IndexError, EOFError):
+    except (_Unsupported, KeyError, UnicodeError, struct.error, ValueError, IndexError, EOFError, TypeError):
         return None
-    finally:
-        os.close(fd)
+    _planned(path, description, check, storage[1])
+    np_dtype = NUMPY_DTYPES[description[1]]
+    count = storage[1] // np_dtype.itemsize
+    try:
+        return description, payload_array(fd, path, np_dtype, storage[0], count, file_size, head)
+    except OSError as exc:  # mapping failed (no address space left)
+        raise DumpFormatError(path, f"cannot map or read the storage: {exc.strerror or exc}") from exc
 
 
 def _storage_dtype(path: str | Path, dtype: str, nbytes: int) -> np.dtype:
@@ -326,59 +357,119 @@ def _storage_dtype(path: str | Path, dtype: str, nbytes: int) -> np.dtype:
 # method, RuntimeError for an encrypted entry, zlib.error for a corrupt deflate stream, struct.error, EOFError.
 _ZIPFILE_ERRORS = (
     OSError, zipfile.BadZipFile, KeyError, _Unsupported, ValueError, IndexError, EOFError, NotImplementedError,
-    RuntimeError, zlib.error, struct.error,
+    RuntimeError, zlib.error, struct.error, TypeError,
 )  # fmt: skip
 
 
-def _read_storage_zipfile(path: str | Path) -> tuple[tuple, np.ndarray] | None:
-    """What :func:`_read_storage` returns, through :mod:`zipfile` (compressed or unusual archives)."""
+def _inflate(archive: zipfile.ZipFile, name: str, limit: int) -> bytes:
+    """The first ``limit`` bytes of an entry: a deflated entry is inflated no further (a zip bomb cannot
+    fill memory)."""
+    with archive.open(name) as entry:
+        return entry.read(limit)
+
+
+def _compressed(fd: int) -> bool:
+    """Whether the file open as ``fd`` is a zip archive holding a compressed entry (its directory only is read)."""
     try:
-        with zipfile.ZipFile(path) as archive:
+        with os.fdopen(os.dup(fd), "rb") as handle, zipfile.ZipFile(handle) as archive:
+            return any(info.compress_type != zipfile.ZIP_STORED for info in archive.infolist())
+    except _ZIPFILE_ERRORS:
+        return False
+
+
+def _read_storage_zipfile(fd: int, path: str | Path, check: DescriptionCheck | None) -> tuple[tuple, np.ndarray] | None:
+    """What :func:`_read_storage` returns, through :mod:`zipfile` (compressed or unusual archives).
+
+    Nothing is inflated past what it needs: the pickle and byte order up to 1 MiB, the storage up to the
+    bytes the checked description reaches (a storage declared smaller than that is an error).
+    """
+    try:
+        with os.fdopen(os.dup(fd), "rb") as handle, zipfile.ZipFile(handle) as archive:
             names = archive.namelist()
             pkl = next((n for n in names if n.endswith("/data.pkl") or n == "data.pkl"), None)
             if pkl is None:
                 return None
             prefix = pkl[: -len("data.pkl")]
-            if f"{prefix}byteorder" in names and archive.read(f"{prefix}byteorder").strip() != b"little":
+            if f"{prefix}byteorder" in names and _inflate(archive, f"{prefix}byteorder", 64).strip() != b"little":
                 return None
-            description = _describe(archive.read(pkl))
-            raw = archive.read(f"{prefix}data/{description[0]}")
+            pickle_bytes = _inflate(archive, pkl, _MAX_SMALL_ENTRY + 1)
+            if len(pickle_bytes) > _MAX_SMALL_ENTRY:
+                return None
+            description = _describe(pickle_bytes)
+            info = archive.getinfo(f"{prefix}data/{description[0]}")
+            np_dtype = NUMPY_DTYPES[description[1]]
+            needed = _planned(path, description, check, info.file_size) * np_dtype.itemsize
+            raw = _inflate(archive, info.filename, needed)
     except _ZIPFILE_ERRORS:
         return None
-    return description, np.frombuffer(raw, dtype=_storage_dtype(path, description[1], len(raw)))
+    if len(raw) != needed:
+        raise DumpFormatError(path, f"the storage inflates to {len(raw)} bytes, its directory says {info.file_size}")
+    return description, np.frombuffer(raw, dtype=np_dtype)
 
 
-def read_pt_tensor(path: str | Path) -> np.ndarray | None:
+def read_pt_tensor(
+    path: str | Path, *, check: DescriptionCheck | None = None, record: str | None = None
+) -> np.ndarray | None:
     """The tensor in a ``torch.save`` file as a numpy array (original dtype), or ``None`` when the file is not
     a plain one-tensor zip archive this reader understands (the caller then uses ``torch.load``).
 
     A contiguous tensor comes back read-only: a view of the memory-mapped file from 1 MiB, else a view of the
-    bytes read. A strided one comes back as a fresh C-contiguous copy.
+    bytes read. A strided one comes back as a fresh C-contiguous copy, except a view that repeats storage
+    elements (a stride of 0, as ``expand`` makes), which comes back as a read-only strided view: its copy could
+    be far larger than the file.
 
-    Raises :class:`~nbprec.errors.DumpFormatError` when the file is a recognised archive whose tensor does not
-    fit its storage (a corrupt or hostile file).
+    ``check`` (a :data:`DescriptionCheck`) sees the dtype and shape the archive declares before its storage is
+    read, so a file declaring another tensor than expected is refused without reading or allocating it.
+
+    Raises :class:`~nbprec.errors.DumpFormatError` (naming ``path`` and ``record``) when the file is missing,
+    empty or not a regular file (a FIFO, a device), or is a recognised archive whose tensor does not fit its
+    storage or fails ``check`` (a corrupt or hostile file).
     """
     try:
-        found = _read_storage(path)
-    except OSError:
-        found = None
+        fd, file_size = open_regular(path, record)
+    except FileNotFoundError:
+        raise DumpFormatError(path, "no such file", record) from None
+    try:
+        return read_pt_open(fd, file_size, path, check=check, record=record)
+    finally:
+        os.close(fd)
+
+
+def read_pt_open(
+    fd: int, file_size: int, path: str | Path, *, check: DescriptionCheck | None = None, record: str | None = None
+) -> np.ndarray | None:
+    """:func:`read_pt_tensor` of the regular file ``path``, open as ``fd`` (``file_size`` bytes; the caller
+    closes it)."""
+    try:
+        if file_size == 0:
+            raise DumpFormatError(path, "empty file (0 bytes): not a torch.save archive", record)
+        found = _read_storage(fd, path, file_size, check)
+        if found is None:
+            found = _read_storage_zipfile(fd, path, check)
+    except DumpFormatError as exc:
+        if exc.record or not record:
+            raise
+        raise DumpFormatError(exc.path, exc.problem, record) from exc
     if found is None:
-        found = _read_storage_zipfile(path)
-    if found is None:
+        if _compressed(fd):  # left to torch.load, it would inflate every entry whole
+            raise DumpFormatError(
+                path, "a zip archive with compressed entries, which torch.save never writes: not read", record
+            )
         return None
     (_key, _dtype, offset, size, stride), flat = found
     numel, last, contiguous = _geometry(offset, size, stride)
     if numel == 0:
-        return np.zeros(size, dtype=flat.dtype)
-    if last < 0:
-        raise DumpFormatError(path, "negative offset or stride in the tensor's description")
-    if last >= flat.size:
-        raise DumpFormatError(path, f"the tensor reaches element {last} of a storage of {flat.size}")
+        try:
+            return np.zeros(size, dtype=flat.dtype)
+        except ValueError as exc:  # a dimension numpy cannot represent
+            raise DumpFormatError(path, f"unusable empty shape {list(size)}: {exc}", record) from exc
     if contiguous:
         return flat[offset : offset + numel].reshape(size)  # a view (of the mapped file when it is large)
     view = np.lib.stride_tricks.as_strided(
         flat[offset:], shape=size, strides=[s * flat.dtype.itemsize for s in stride], writeable=False
     )
+    if numel > last + 1 - offset:  # storage elements repeat (stride 0): copying could take far more memory
+        return view
     return view.copy()  # C-contiguous, owns its data (0-d stays 0-d, unlike np.ascontiguousarray)
 
 

@@ -49,6 +49,7 @@ from nbprec.dtypes import NUMPY_DTYPES
 from nbprec.dump import Dump, Problem, make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._dumpdata import CANN_DTYPES, parse_header
+from nbprec.formats._files import open_regular
 from nbprec.formats._payload import payload_array
 from nbprec.formats._probe import find_first_file
 from nbprec.formats.base import DumpReader
@@ -398,11 +399,15 @@ def _dump_or_mapping(name: str) -> bool:
 def _plausible(file: Path) -> bool:
     """Whether ``file`` starts with a header length that fits in it (8 bytes read)."""
     try:
-        with open(file, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            head = fh.read(8)
+        fd, size = open_regular(file)  # never blocks on a FIFO, never reads a device
+    except (OSError, DumpFormatError):
+        return False
+    try:
+        head = os.pread(fd, 8, 0)
     except OSError:
         return False
+    finally:
+        os.close(fd)
     return len(head) == 8 and 0 < int.from_bytes(head, "little") <= min(size - 8, MAX_HEADER)
 
 

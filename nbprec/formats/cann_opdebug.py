@@ -23,6 +23,7 @@ Examples
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from types import MappingProxyType
 from typing import Any
 
 from nbprec.errors import DumpFormatError
+from nbprec.formats._files import open_regular
 
 OLD_SIZE = 2048
 MAGIC = 0x5A5A5A5A
@@ -247,9 +249,16 @@ def read_opdebug_file(path: str | Path) -> OpDebugInfo:
         raise DumpFormatError(path, "an overflow debug file holds its status record in output 0, and it has no output")
     offset = header.payload_start + sum(int(t.size) for t in header.message.input)
     size = int(header.message.output[0].size)
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        payload = fh.read(size)
+    try:
+        fd, _file_size = open_regular(path)
+    except FileNotFoundError:
+        raise DumpFormatError(path, "no such file") from None
+    try:
+        payload = os.pread(fd, size, offset)
+    except OSError as exc:
+        raise DumpFormatError(path, f"cannot read the file: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
     return decode_opdebug(payload, path)
 
 

@@ -202,6 +202,11 @@ class NativeDumpWriter:
             raise CaptureError(f"{self._path}: the dump writer is closed")
         try:
             line = json.dumps(obj, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+            if not line.isascii():
+                try:
+                    line.encode("utf-8")
+                except UnicodeEncodeError:  # lone surrogates (file-name bytes that are not UTF-8): \u escapes
+                    line = json.dumps(obj, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError) as exc:
             raise CaptureError(f"{self._path / file_name}: record is not strict-JSON-serialisable: {exc}") from exc
         try:
@@ -376,7 +381,12 @@ class NativeDumpWriter:
         }
         tmp = self._path / (COLUMNS_FILE + ".tmp")
         try:
-            tmp.write_text(json.dumps(cache, allow_nan=False, ensure_ascii=False, separators=(",", ":")), "utf-8")
+            text = json.dumps(cache, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+            try:
+                data = text.encode("utf-8")
+            except UnicodeEncodeError:  # lone surrogates in names: \u escapes
+                data = json.dumps(cache, allow_nan=False, separators=(",", ":")).encode("ascii")
+            tmp.write_bytes(data)
             tmp.replace(self._path / COLUMNS_FILE)
         finally:
             tmp.unlink(missing_ok=True)

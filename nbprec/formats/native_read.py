@@ -22,6 +22,7 @@ import pandas as pd
 from nbprec.dtypes import numpy_dtype
 from nbprec.dump import Dump, Problem, make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
+from nbprec.formats._files import NPY_HEADER_ERRORS, PayloadFolder, open_regular, read_regular, real_folder
 from nbprec.formats._payload import payload_array
 from nbprec.formats.base import DumpReader
 
@@ -46,6 +47,9 @@ RAW_BITS_STORAGE: dict[str, np.dtype] = {
 }
 
 _SAFE_FILE = rf"{TENSOR_DIR}/[A-Za-z0-9_-][A-Za-z0-9._~-]*\.npy"
+MAX_HEADER = 16 << 20  # bytes of nbprec-dump.json or of the complete marker read at most
+MAX_LINE = 64 << 20  # bytes of one index.jsonl line read at most
+_JSONL_CHUNK = 16 << 20
 
 
 class NativeDumpReader(DumpReader):
@@ -73,39 +77,29 @@ def _reject_constant(token: str) -> Any:
     raise ValueError(f"non-strict JSON constant {token}")
 
 
-def read_jsonl(file: Path, problems: list[Problem]) -> list[dict[str, Any]]:
-    """Parse a JSON-lines file of objects; bad lines (and a truncated last line) become problems.
-
-    The fast path parses the whole file with one ``json.loads`` (lines joined into an array, newlines kept
-    so that no string can span two lines); any error falls back to line-by-line parsing to say which lines
-    are bad. A missing file gives no records.
-    """
-    try:
-        raw = file.read_bytes()
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise DumpFormatError(file, f"cannot read: {exc.strerror or exc}") from exc
-    body = raw.rstrip(b"\n")
-    if not body.strip():
-        return []
+def _parse_lines(
+    body: bytes, first_line: int, final: bool, file: Path, problems: list[Problem]
+) -> list[dict[str, Any]]:
+    """The objects of the complete lines ``body`` (line numbers from ``first_line``): one ``json.loads`` of the
+    lines joined into an array (newlines kept, so no string can span two lines), line by line on any error to
+    say which lines are bad. ``final``: ``body`` ends the file without a newline (its last line may be cut)."""
     n_lines = body.count(b"\n") + 1
     try:
         text = body.decode("utf-8")
         records = json.loads("[" + text.replace("\n", ",\n") + "]", parse_constant=_reject_constant)
         if len(records) == n_lines and all(type(r) is dict for r in records):
             return records
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         pass
     records = []
     lines = body.split(b"\n")
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(lines, start=first_line):
         if not line.strip():
             continue
         try:
             obj = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
-        except (UnicodeDecodeError, ValueError) as exc:
-            last = number == len(lines) and not raw.endswith(b"\n")
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            last = final and number == first_line + len(lines) - 1
             what = "truncated last line (the run stopped while writing it)" if last else f"invalid JSON: {exc}"
             problems.append(Problem(str(file), what, f"line {number}"))
             continue
@@ -113,6 +107,57 @@ def read_jsonl(file: Path, problems: list[Problem]) -> list[dict[str, Any]]:
             problems.append(Problem(str(file), f"expected a JSON object, got {type(obj).__name__}", f"line {number}"))
             continue
         records.append(obj)
+    return records
+
+
+def read_jsonl(file: Path, problems: list[Problem], *, required: bool = True) -> list[dict[str, Any]]:
+    """Parse a JSON-lines file of objects; bad lines (and a truncated last line) become problems.
+
+    The file is read in chunks of 16 MiB, each parsed at once (see :func:`_parse_lines`); a line longer than
+    :data:`MAX_LINE` (no newline in 64 MiB: a damaged or hostile file) ends the reading with a problem, so a
+    huge sparse file is not read to its end. A missing file gives no records. A file that cannot be read (a
+    FIFO, a device) is a :class:`DumpFormatError`, or, when not ``required``, a problem and no records.
+    """
+    try:
+        fd, size = open_regular(file)
+    except FileNotFoundError:
+        return []
+    except DumpFormatError as exc:
+        if required:
+            raise
+        problems.append(Problem(str(file), f"{exc.problem}; its records are missing from the dump"))
+        return []
+    records: list[dict[str, Any]] = []
+    try:
+        offset, line, pending = 0, 1, b""
+        while True:
+            try:
+                chunk = os.pread(fd, _JSONL_CHUNK, offset)
+            except OSError as exc:
+                raise DumpFormatError(file, f"cannot read: {exc.strerror or exc}") from exc
+            offset += len(chunk)
+            data = pending + chunk
+            cut = data.rfind(b"\n") + 1 if chunk else len(data)
+            body, pending = data[:cut], data[cut:]
+            if len(pending) > MAX_LINE:
+                problems.append(
+                    Problem(
+                        str(file),
+                        f"line longer than {MAX_LINE} bytes (damaged?): the rest of the file "
+                        f"({max(size - offset + len(pending), 0)} bytes) was not read",
+                        f"line {line}",
+                    )
+                )
+                break
+            final = not chunk and not data.endswith(b"\n")
+            stripped = body.rstrip(b"\n")
+            if stripped.strip():
+                records.extend(_parse_lines(stripped, line, final, file, problems))
+            line += body.count(b"\n")
+            if not chunk:
+                break
+    finally:
+        os.close(fd)
     return records
 
 
@@ -124,12 +169,15 @@ def read_columns(path: Path, problems: list[Problem]) -> pd.DataFrame | None:
     """
     file = path / COLUMNS_FILE
     try:
-        cache = json.loads(file.read_text(encoding="utf-8"), parse_constant=_reject_constant)
         index_bytes = (path / INDEX_FILE).stat().st_size
+        # the cache holds the index's values without its keys: much larger than index.jsonl means damage
+        raw = read_regular(file, limit=2 * index_bytes + (1 << 20), what="column cache")
+        cache = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        problems.append(Problem(str(file), f"unreadable column cache ignored, {INDEX_FILE} read instead: {exc}"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, DumpFormatError) as exc:
+        why = exc.problem if isinstance(exc, DumpFormatError) else exc
+        problems.append(Problem(str(file), f"unreadable column cache ignored, {INDEX_FILE} read instead: {why}"))
         return None
     columns = cache.get("columns") if isinstance(cache, dict) else None
     rows = cache.get("rows") if isinstance(cache, dict) else None
@@ -150,10 +198,12 @@ def read_header(path: Path) -> dict[str, Any]:
     """The validated header ``nbprec-dump.json`` of the run folder ``path``."""
     file = path / HEADER_FILE
     try:
-        header = json.loads(file.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+        header = json.loads(
+            read_regular(file, limit=MAX_HEADER, what="header").decode("utf-8"), parse_constant=_reject_constant
+        )
     except FileNotFoundError:
         raise DumpFormatError(file, "missing: not an nbprec dump folder") from None
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise DumpFormatError(file, f"corrupt header, not strict JSON: {exc}") from exc
     except OSError as exc:
         raise DumpFormatError(file, f"cannot read: {exc.strerror or exc}") from exc
@@ -170,14 +220,15 @@ def read_header(path: Path) -> dict[str, Any]:
 def _read_complete(path: Path, problems: list[Problem]) -> dict[str, Any]:
     file = path / COMPLETE_FILE
     try:
-        record = json.loads(file.read_text(encoding="utf-8"))
+        record = json.loads(read_regular(file, limit=MAX_HEADER, what="complete marker").decode("utf-8"))
     except FileNotFoundError:
         problems.append(
             Problem(str(file), "the run did not finish (no complete marker): it crashed or is still being written")
         )
         return {"finished": False}
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        problems.append(Problem(str(file), f"unreadable complete marker: {exc}"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, DumpFormatError) as exc:
+        why = exc.problem if isinstance(exc, DumpFormatError) else exc
+        problems.append(Problem(str(file), f"unreadable complete marker: {why}"))
         return {"finished": False}
     if not isinstance(record, dict):
         problems.append(Problem(str(file), "complete marker is not a JSON object"))
@@ -193,31 +244,45 @@ _NPY_HEADER = re.compile(
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
-def _open_nofollow(file: str, flags: int) -> int:
-    return os.open(file, flags | _NOFOLLOW)
+def _check_payload(file: str, row: Mapping[str, Any], dtype: np.dtype, shape: tuple[int, ...]) -> np.dtype:
+    """The numpy dtype the index says the payload holds (its original dtype, which a raw-bits storage is
+    viewed as), when the stored ``dtype`` and ``shape`` are what the index says; else an error."""
+    recorded = str(row["dtype"])
+    target = numpy_dtype(recorded, path=file, record=str(row["name"]))
+    expected = RAW_BITS_STORAGE.get(recorded, target)
+    if dtype != expected or tuple(shape) != tuple(row["shape"]):
+        raise DumpFormatError(
+            file, f"payload is {dtype}{list(shape)}, index says {recorded}{list(row['shape'])}", str(row["name"])
+        )
+    return target
 
 
-def _open_npy(file: str, f: Any) -> np.ndarray:
-    """Memory-map the ``.npy`` payload open as the unbuffered binary file ``f``.
+def _open_npy(file: str, fd: int, size: int, row: Mapping[str, Any]) -> np.ndarray:
+    """The ``.npy`` payload of ``row``, open as ``fd`` (a regular file of ``size`` bytes), memory-mapped when
+    large.
 
     Parses the plain headers numpy writes (simple dtype, C or Fortran order) itself, where ``np.load``
-    opens the file three times and compiles the header with ``ast``; anything else goes to ``np.load``.
+    opens the file three times and compiles the header with ``ast``, and checks them against the index before
+    the payload is mapped or read; anything else goes to ``np.load``.
     """
-    head = f.read(4096)
+    head = os.pread(fd, 4096, 0)
     match = None
     if head[:6] == b"\x93NUMPY" and len(head) >= 12 and head[6] in (1, 2, 3):
         start = 10 if head[6] == 1 else 12
         length = int.from_bytes(head[8:start], "little")
         match = _NPY_HEADER.fullmatch(head[start : start + length].decode("latin1"))
     if match is None:
-        return np.load(file, mmap_mode="r", allow_pickle=False)
+        array = np.load(file, mmap_mode="r", allow_pickle=False)
+        return array.view(_check_payload(file, row, array.dtype, array.shape))
     dtype = np.dtype(match[1])
     shape = tuple(int(v) for v in match[3].replace(" ", "").split(",") if v)
+    target = _check_payload(file, row, dtype, shape)  # before anything is mapped or read
     if dtype.hasobject or math.prod(shape) == 0:
-        return np.load(file, mmap_mode="r", allow_pickle=False)  # the usual error, or numpy's empty array
-    fd = f.fileno()  # mapped or read in place: np.memmap costs about 4x more to set up
-    flat = payload_array(fd, file, dtype, start + length, math.prod(shape), os.fstat(fd).st_size, head)
-    return flat.reshape(shape[::-1]).T if match[2] == "True" else flat.reshape(shape)
+        array = np.load(file, mmap_mode="r", allow_pickle=False)  # the usual error, or numpy's empty array
+    else:  # mapped or read in place: np.memmap costs about 4x more to set up
+        flat = payload_array(fd, file, dtype, start + length, math.prod(shape), size, head)
+        array = flat.reshape(shape[::-1]).T if match[2] == "True" else flat.reshape(shape)
+    return array.view(target) if array.dtype != target else array
 
 
 def _make_loader(path: Path) -> Callable[[Mapping[str, Any]], np.ndarray]:
@@ -225,35 +290,61 @@ def _make_loader(path: Path) -> Callable[[Mapping[str, Any]], np.ndarray]:
     real_dirs: dict[str, str] = {}  # payload folder as written in the index -> its real path
 
     def load(row: Mapping[str, Any]) -> np.ndarray:
-        file = str(row["file"])
+        file, name = str(row["file"]), str(row["name"])
         folder = os.path.dirname(file)
         if folder not in real_dirs:
             real_dirs[folder] = os.path.realpath(folder) + os.sep
-        f = None
-        if real_dirs[folder] == tensor_dir and _NOFOLLOW:
-            try:  # in the dump's tensors/ and no symbolic link itself: inside the dump, no realpath needed
-                f = open(file, "rb", buffering=0, opener=_open_nofollow)  # noqa: SIM115 (closed below)
-            except OSError as exc:
-                if exc.errno != errno.ELOOP:
-                    raise
-        if f is None:
-            if not os.path.realpath(file).startswith(tensor_dir):
-                raise DumpFormatError(file, f"payload outside the dump's {TENSOR_DIR}/ folder refused", row["name"])
-            f = open(file, "rb", buffering=0)  # noqa: SIM115
-        with f:
-            array = _open_npy(file, f)
-        dtype = str(row["dtype"])
-        target = numpy_dtype(dtype, path=file, record=str(row["name"]))
-        expected = RAW_BITS_STORAGE.get(dtype, target)
-        if array.dtype != expected or tuple(array.shape) != tuple(row["shape"]):
-            raise DumpFormatError(
-                file,
-                f"payload is {array.dtype}{list(array.shape)}, index says {dtype}{list(row['shape'])}",
-                str(row["name"]),
-            )
-        return array.view(target) if expected != target else array
+        opened = None
+        try:
+            if real_dirs[folder] == tensor_dir and _NOFOLLOW:
+                try:  # in the dump's tensors/ and no symbolic link itself: inside the dump, no realpath needed
+                    opened = open_regular(file, name, nofollow=True)
+                except OSError as exc:
+                    if exc.errno != errno.ELOOP or isinstance(exc, FileNotFoundError):
+                        raise
+            if opened is None:
+                if not os.path.realpath(file).startswith(tensor_dir):
+                    raise DumpFormatError(file, f"payload outside the dump's {TENSOR_DIR}/ folder refused", name)
+                opened = open_regular(file, name)
+        except FileNotFoundError:
+            raise DumpFormatError(file, "payload file missing", name) from None
+        fd, size = opened
+        try:
+            return _open_npy(file, fd, size, row)
+        except (*NPY_HEADER_ERRORS, OSError) as exc:  # numpy's errors for a damaged header
+            if "allow_pickle" in str(exc):
+                raise DumpFormatError(
+                    file, "holds Python objects (a pickle); nbprec never unpickles files", name
+                ) from exc
+            raise DumpFormatError(file, f"cannot read the .npy payload: {exc}", name) from exc
+        finally:
+            os.close(fd)
 
     return load
+
+
+def _check_payload_files(path: Path, files: pd.Series, names: pd.Series, problems: list[Problem]) -> np.ndarray:
+    """Which of the payloads ``files`` (relative paths ``tensors/<name>.npy`` that passed the name check) can
+    be read: regular files in ``tensors/``, or symbolic links to regular files there. One listing of the
+    folder; FIFOs, devices, folders, missing files and links leading out of ``tensors/`` are problems."""
+    folder = path / TENSOR_DIR
+    try:
+        listing = PayloadFolder(folder, [real_folder(folder)])
+    except OSError as exc:
+        if len(files):
+            why = f"cannot list the payload folder ({exc.strerror or exc}): {len(files)} payloads unavailable"
+            problems.append(Problem(str(folder), why))
+        return np.zeros(len(files), dtype=bool)
+    stems = files.str.slice(len(TENSOR_DIR) + 1)
+    ok = stems.isin(listing.regular).to_numpy()
+    for position in np.flatnonzero(~ok).tolist():
+        why = listing.problem(stems.iloc[position])
+        if why:
+            where = str(folder) if why.startswith("payload file missing") else str(path / files.iloc[position])
+            problems.append(Problem(where, why, str(names.iloc[position])))
+        else:
+            ok[position] = True
+    return ok
 
 
 def read_native_dump(path: Path) -> Dump:
@@ -264,6 +355,14 @@ def read_native_dump(path: Path) -> Dump:
     columns = read_columns(path, problems)
     records: pd.DataFrame | list[dict[str, Any]] = columns if columns is not None else read_jsonl(index_file, problems)
     if not len(records):
+        bad_lines = [p for p in problems if p.file == str(index_file)]
+        if bad_lines:
+            first = bad_lines[0]
+            raise DumpFormatError(
+                index_file,
+                f"no readable tensor record: {len(bad_lines)} lines could not be read ({first.record}: "
+                f"{first.problem})",
+            )
         raise EmptyDumpError(index_file, "no tensor records: the run wrote no tensors (or its index is missing)")
     complete = _read_complete(path, problems)
     try:
@@ -285,15 +384,18 @@ def read_native_dump(path: Path) -> Dump:
     for position in np.flatnonzero((has_file & ~good).to_numpy()):
         name = index.at[position, "name"]
         problems.append(Problem(str(index_file), f"unsafe payload path {files[position]!r} ignored", str(name)))
+    usable = good.to_numpy().copy()
+    positions = np.flatnonzero(usable)
+    usable[positions] = _check_payload_files(path, files.iloc[positions], index["name"].iloc[positions], problems)
     index["file"] = np.where(good, str(path) + os.sep + files, "")
-    index["has_data"] = good.to_numpy()
+    index["has_data"] = usable
     duplicated = index.duplicated(["step", "rank", "name"])
     for name in index.loc[duplicated, "name"]:
         problems.append(Problem(str(index_file), "tensor name appears twice in the same step and rank", str(name)))
-    edges = pd.DataFrame(read_jsonl(path / EDGES_FILE, problems), columns=["src", "dst_op", "dst_slot"])
+    edges = pd.DataFrame(read_jsonl(path / EDGES_FILE, problems, required=False), columns=["src", "dst_op", "dst_slot"])
     hierarchy = {
         str(r.get("node")): (None if r.get("parent") is None else str(r["parent"]))
-        for r in read_jsonl(path / MODULES_FILE, problems)
+        for r in read_jsonl(path / MODULES_FILE, problems, required=False)
     }
 
     def stacks() -> dict[str, list[str]]:

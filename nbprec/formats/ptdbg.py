@@ -52,11 +52,13 @@ import numpy as np
 from nbprec.dtypes import LOW_PRECISION_FLOATS, NUMPY_DTYPES, canonical_dtype
 from nbprec.dump import Dump, Problem, make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
+from nbprec.formats._files import NPY_HEADER_ERRORS, open_regular, read_regular
 from nbprec.formats._probe import find_first_file
 from nbprec.formats.base import DumpReader, take_run_option
 
 PREFIXES = ("Tensor", "Torch", "Functional", "NPU", "VF", "Aten", "Distributed")
 OVERFLOW_STEP = 101
+MAX_PKL = 1 << 30  # bytes of one .pkl read at most (a JSON line per tensor: 10^6 tensors take about 300 MB)
 _TENSOR_RE = re.compile(r"^(?P<op>.+_\d+_(?:forward|backward))_(?P<role>input|output)(?P<slot>(?:\.[A-Za-z0-9_]+)*)$")
 _OP_RE = re.compile(r"^(?P<head>.+)_(?P<call>\d+)_(?P<direction>forward|backward)$")
 _OVERFLOW_FILE_RE = re.compile(r"^Overflow_info_\d{8}_\d{6}(?:_\d+)?$")
@@ -214,10 +216,13 @@ class _Collector:
     names: dict[tuple[int, int], set[str]] = field(default_factory=dict)
 
     def read_pkl(self, pkl: Path) -> None:
-        try:
-            raw = pkl.read_bytes()
+        try:  # a regular file only (a FIFO would block), of bounded size
+            raw = read_regular(pkl, limit=MAX_PKL, what="ptdbg .pkl file")
         except OSError as exc:
             self.problems.append(Problem(str(pkl), f"cannot read the file: {exc.strerror or exc}"))
+            return
+        except DumpFormatError as exc:
+            self.problems.append(Problem(str(pkl), exc.problem))
             return
         if raw[:1] == b"\x80":
             self.problems.append(
@@ -336,13 +341,18 @@ def load_npy_tensor(row: Mapping[str, Any]) -> np.ndarray:
     """Load one ptdbg ``.npy`` payload (memory-mapped, never unpickled), in the dtype on record."""
     path = row["file"]
     try:
+        fd, _size = open_regular(path, str(row["name"]))  # never a FIFO or a device
+    except FileNotFoundError:
+        raise DumpFormatError(path, "payload file missing", row["name"]) from None
+    os.close(fd)
+    try:
         try:
             array = np.load(path, allow_pickle=False, mmap_mode="r")
         except ValueError as exc:
             if "pickle" in str(exc):
                 raise
             array = np.load(path, allow_pickle=False)  # some arrays (e.g. empty ones) cannot be memory-mapped
-    except (OSError, ValueError, EOFError) as exc:
+    except (OSError, *NPY_HEADER_ERRORS) as exc:
         raise DumpFormatError(path, f"cannot load the .npy file: {exc}", row["name"]) from exc
     if not isinstance(array, np.ndarray):
         raise DumpFormatError(path, f"holds a {type(array).__name__}, expected one .npy array", row["name"])

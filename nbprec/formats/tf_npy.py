@@ -14,10 +14,10 @@ Examples
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
-import stat
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -28,6 +28,7 @@ import numpy as np
 from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
 from nbprec.dump import Dump, Problem, make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
+from nbprec.formats._files import NPY_HEADER_ERRORS, inside, open_regular, printable, real_folder
 from nbprec.formats._payload import payload_array
 from nbprec.formats.base import DumpReader
 
@@ -38,6 +39,7 @@ _MAGIC = b"\x93NUMPY"
 _HEADER = re.compile(r"\{'descr': '([^']+)', 'fortran_order': (True|False), 'shape': \(([0-9, ]*)\), \} *\n?")
 _MAX_HEADER = 1 << 20
 _GUESS_SAMPLE = 32
+BFLOAT16 = NUMPY_DTYPES["bfloat16"]
 
 Occurrence = str | int
 
@@ -65,10 +67,14 @@ def read_npy_layout(
     of one dump, skips parsing headers already seen. Raises :class:`NpyHeaderError` for a bad header and for
     a payload shorter than the header promises (a truncated file).
     """
-    fd = os.open(file, os.O_RDONLY)
     try:
-        head = os.read(fd, 256)
-        size = os.fstat(fd).st_size
+        fd, size = open_regular(file)
+    except DumpFormatError as exc:  # a FIFO, a device, unopenable
+        raise NpyHeaderError(exc.problem) from None
+    try:
+        if size == 0:
+            raise NpyHeaderError("empty file (0 bytes): not a .npy file")
+        head = os.pread(fd, 256, 0)
         if len(head) < 10 or not head.startswith(_MAGIC):
             raise NpyHeaderError("not a .npy file (wrong magic bytes)" if len(head) >= 6 else "truncated header")
         major = head[6]
@@ -79,13 +85,18 @@ def read_npy_layout(
         if length > _MAX_HEADER or start + length > size:
             raise NpyHeaderError(f"truncated header (declares {length} bytes, file has {size})")
         if start + length > len(head):
-            head += os.read(fd, start + length - len(head))
+            head += os.pread(fd, start + length - len(head), len(head))
     finally:
         os.close(fd)
     raw = head[: start + length]
     parsed = cache.get(raw) if cache is not None else None
     if parsed is None:
-        parsed = _parse_header(file, raw, major, start)
+        try:
+            parsed = _parse_header(file, raw, major, start)
+        except NpyHeaderError:
+            raise
+        except NPY_HEADER_ERRORS as exc:  # numpy's, for odd headers
+            raise NpyHeaderError(f"unreadable header: {exc}") from None
         if cache is not None:
             cache[raw] = parsed
     dtype, shape, fortran, expected = parsed
@@ -102,8 +113,16 @@ def _parse_header(file: str, raw: bytes, major: int, start: int) -> tuple[np.dty
         fortran = match[2] == "True"
     else:
         dtype, shape, fortran = _numpy_header(file, major)
+    if is_raw_bfloat16(dtype):
+        dtype = BFLOAT16
     expected = len(raw) + (0 if dtype.hasobject else math.prod(shape) * dtype.itemsize)
     return dtype, shape, fortran, expected
+
+
+def is_raw_bfloat16(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is a plain 2-byte void (``|V2`` / ``<V2``): how numpy saves an ``ml_dtypes.bfloat16``
+    array, whose type a ``.npy`` header cannot name. The only 2-byte type ml_dtypes has, so read as bfloat16."""
+    return dtype.kind == "V" and dtype.itemsize == 2 and dtype.names is None and dtype.subdtype is None
 
 
 def _numpy_header(file: str, major: int) -> tuple[np.dtype, tuple[int, ...], bool]:
@@ -116,7 +135,7 @@ def _numpy_header(file: str, major: int) -> tuple[np.dtype, tuple[int, ...], boo
                 shape, fortran, dtype = np.lib.format.read_array_header_2_0(handle)
             else:
                 raise NpyHeaderError(f"unsupported .npy format version {version[0]}.{version[1]}")
-        except ValueError as exc:  # numpy's error for a malformed header
+        except NPY_HEADER_ERRORS as exc:  # numpy's errors for a malformed header
             raise NpyHeaderError(f"unreadable header: {exc}") from exc
     return dtype, tuple(shape), fortran
 
@@ -158,32 +177,69 @@ def select_occurrences(timestamps: list[tuple[int, str]], occurrence: Occurrence
     return []
 
 
-def _make_loader() -> Callable[[Mapping[str, Any]], np.ndarray]:
+def _make_loader(root: str) -> Callable[[Mapping[str, Any]], np.ndarray]:
+    """The payload loader of a dump whose real folder is ``root``: regular files inside it only."""
+
     def load(row: Mapping[str, Any]) -> np.ndarray:
-        file = str(row["file"])
+        file, name = str(row["file"]), str(row["name"])
         if row["dtype"] == "object":
-            raise DumpFormatError(file, "holds Python objects (a pickle); nbprec never unpickles files", row["name"])
-        offset = int(row.get("offset", -1))
-        if offset >= 0:  # a C-order payload of a native dtype at a known offset: read it directly
-            shape = tuple(row["shape"])
-            dtype = NUMPY_DTYPES[row["dtype"]]
-            fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-            try:
-                info = os.fstat(fd)
-                if not stat.S_ISREG(info.st_mode):
-                    raise DumpFormatError(file, "not a regular file (a FIFO or device): not read", row["name"])
-                return payload_array(fd, file, dtype, offset, math.prod(shape), info.st_size).reshape(shape)
-            finally:
-                os.close(fd)
+            raise DumpFormatError(file, "holds Python objects (a pickle); nbprec never unpickles files", name)
+        if not inside(file, [root]):
+            where = printable(os.path.realpath(file))
+            raise DumpFormatError(file, f"payload lies outside the dump (at {where}): not read", name)
         try:
-            return np.load(file, mmap_mode="r", allow_pickle=False)
+            fd, size = open_regular(file, name)
+        except FileNotFoundError:
+            raise DumpFormatError(file, "payload file missing", name) from None
+        try:
+            offset = int(row.get("offset", -1))
+            if offset >= 0:  # a C-order payload of a native dtype at a known offset: read it directly
+                shape = tuple(row["shape"])
+                return payload_array(fd, file, NUMPY_DTYPES[row["dtype"]], offset, math.prod(shape), size).reshape(
+                    shape
+                )
+        finally:
+            os.close(fd)
+        try:
+            array = np.load(file, mmap_mode="r", allow_pickle=False)
         except ValueError as exc:
             if "allow_pickle" in str(exc):
                 refusal = "holds Python objects (a pickle); nbprec never unpickles files"
-                raise DumpFormatError(file, refusal, row["name"]) from exc
-            raise
+                raise DumpFormatError(file, refusal, name) from exc
+            raise DumpFormatError(file, f"cannot read the .npy file: {exc}", name) from exc
+        except (*NPY_HEADER_ERRORS, OSError) as exc:
+            raise DumpFormatError(file, f"cannot read the .npy file: {exc}", name) from exc
+        return array.view(BFLOAT16) if row["dtype"] == "bfloat16" and is_raw_bfloat16(array.dtype) else array
 
     return load
+
+
+#: The index :mod:`nbprec.tf` writes beside its ``.npy`` files (one JSON object per line).
+CAPTURE_INDEX = "nbprec_tf_dump.jsonl"
+_CAPTURE_INDEX_MAX = 256 << 20
+
+
+def _capture_op_types(path: Path, problems: list[Problem]) -> dict[str, str]:
+    """File name -> TensorFlow op type, from the index of a dump written by :mod:`nbprec.tf` ({} without one)."""
+    try:
+        if not path.is_file():
+            return {}
+        if path.stat().st_size > _CAPTURE_INDEX_MAX:
+            problems.append(Problem(str(path), f"larger than {_CAPTURE_INDEX_MAX >> 20} MiB: op types not read"))
+            return {}
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        problems.append(Problem(str(path), f"cannot read the capture index: {exc.strerror or exc}"))
+        return {}
+    out = {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a crash: the files themselves are still read
+        if isinstance(record, dict) and record.get("record") == "tensor" and isinstance(record.get("file"), str):
+            out[record["file"]] = str(record.get("op_type", ""))
+    return out
 
 
 class TfNpyDumpReader(DumpReader):
@@ -226,14 +282,24 @@ class TfNpyDumpReader(DumpReader):
             raise DumpFormatError(path, "a TensorFlow npy dump is a folder of .npy files")
         problems: list[Problem] = []
         tensors: dict[tuple[str, int], list[tuple[int, str]]] = defaultdict(list)
+        root = real_folder(path)
         with os.scandir(path) as entries:
             for entry in entries:
-                if entry.is_dir():
-                    problems.append(Problem(str(path / entry.name), "subfolder ignored (a TF dump is flat)"))
+                if entry.name == CAPTURE_INDEX:  # the index nbprec.tf writes beside the files: op types
                     continue
                 parsed = parse_file_name(entry.name)
+                record = f"{parsed[0]}.{parsed[1]}" if not isinstance(parsed, str) else ""
+                if entry.is_dir():
+                    problems.append(Problem(str(path / entry.name), "subfolder ignored (a TF dump is flat)", record))
+                    continue
                 if isinstance(parsed, str):
                     problems.append(Problem(str(path / entry.name), parsed))
+                    continue
+                if entry.is_symlink() and not inside(entry.path, [root]):
+                    where = printable(os.path.realpath(entry.path))
+                    problems.append(
+                        Problem(entry.path, f"symbolic link to {where}, which lies outside the dump: not read", record)
+                    )
                     continue
                 tensors[parsed[0], parsed[1]].append((parsed[2], entry.name))
         records = self._records(path, tensors, occurrence, problems)
@@ -241,10 +307,20 @@ class TfNpyDumpReader(DumpReader):
             raise EmptyDumpError(
                 path, f"no valid TensorFlow .npy dump file ({len(problems)} files or entries could not be used)"
             )
+        op_types = _capture_op_types(path / CAPTURE_INDEX, problems)
+        if op_types:
+            for r in records:
+                r["op_type"] = op_types.get(Path(r["file"]).name, "")
         index = make_index(records, run=path.name)
         index["offset"] = np.array([r["offset"] for r in records], dtype=np.int64)
-        meta = {"task": "tensor", "framework": "tensorflow", "occurrence": occurrence}
-        return Dump(index, path=path, format=self.name, loader=_make_loader(), problems=problems, meta=meta)
+        meta: dict[str, Any] = {"task": "tensor", "framework": "tensorflow", "occurrence": occurrence}
+        raw_bfloat16 = sum(1 for r in records if r["raw_bfloat16"])
+        if raw_bfloat16:
+            meta["assumptions"] = [
+                f"{raw_bfloat16} .npy files hold 2-byte void values (|V2), as numpy saves ml_dtypes.bfloat16 "
+                "arrays: read as bfloat16"
+            ]
+        return Dump(index, path=path, format=self.name, loader=_make_loader(root), problems=problems, meta=meta)
 
     @staticmethod
     def _records(
@@ -267,19 +343,34 @@ class TfNpyDumpReader(DumpReader):
         order: dict[int, int] = defaultdict(int)
         for step, _ts, name, op, slot in chosen:
             file = base + name
+            name_of = f"{op}.{slot}"
             try:
                 dtype, shape, fortran, offset = read_npy_layout(file, headers)
             except (OSError, NpyHeaderError) as exc:
-                problems.append(Problem(file, f"unreadable .npy header: {exc}"))
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                problems.append(Problem(file, f"unreadable .npy header: {why}", name_of))
                 continue
             canon = dtypes.get(dtype)
             if canon is None:
                 canon = dtypes[dtype] = canonical_dtype(dtype)
+            has_data = True
             if canon == "object":
-                problems.append(Problem(file, "object array (a pickle): indexed, but its payload will not be loaded"))
+                problems.append(
+                    Problem(file, "object array (a pickle): indexed, but its payload will not be loaded", name_of)
+                )
+            elif dtype.kind == "V" and canon not in NUMPY_DTYPES:
+                has_data = False
+                problems.append(
+                    Problem(
+                        file,
+                        f"raw {dtype.itemsize}-byte values ({dtype.str}): the .npy header does not say their real "
+                        "dtype (a 1-byte float8, int4, ...); indexed, but its payload will not be loaded",
+                        name_of,
+                    )
+                )
             records.append(
                 {
-                    "name": f"{op}.{slot}",
+                    "name": name_of,
                     "step": step,
                     "order": order[step],
                     "op": op,
@@ -289,7 +380,8 @@ class TfNpyDumpReader(DumpReader):
                     "shape": shape,
                     "numel": math.prod(shape),
                     "file": file,
-                    "has_data": True,
+                    "has_data": has_data,
+                    "raw_bfloat16": dtype == BFLOAT16 and canon == "bfloat16",
                     # where the payload starts, for a direct read; -1: np.load decides (Fortran order,
                     # another byte order, a dtype without a canonical name)
                     "offset": offset if not fortran and dtype.isnative and canon in NUMPY_DTYPES else -1,

@@ -35,6 +35,7 @@ from nbprec.dump import Dump
 from nbprec.errors import NbprecError
 from nbprec.overflow.numerics import HEADROOM_DTYPES, dtype_limits, profile_array
 from nbprec.overflow.scan import encloses
+from nbprec.safe_text import restore_frame, write_table_csv
 
 _LABELS = {"float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 _SAVE_FORMAT = "nbprec-headroom-report"
@@ -138,8 +139,8 @@ class HeadroomReport:
         folder.mkdir(parents=True, exist_ok=True)
         header = {"format": _SAVE_FORMAT, "dtypes": list(self.dtypes), "meta": self.meta, "summary": self.summary()}
         (folder / "headroom.json").write_text(json.dumps(header, indent=1, default=str), encoding="utf-8")
-        self.tensors.to_csv(folder / "tensors.csv", index=False)
-        self.ops.to_csv(folder / "ops.csv", index=False)
+        write_table_csv(self.tensors, folder / "tensors.csv", exact=True)  # names byte for byte, spreadsheet-safe
+        write_table_csv(self.ops, folder / "ops.csv", exact=True)
         return folder
 
     @classmethod
@@ -148,8 +149,8 @@ class HeadroomReport:
         folder = Path(path)
         try:
             header = json.loads((folder / "headroom.json").read_text(encoding="utf-8"))
-            kw: dict[str, Any] = {"keep_default_na": False, "na_values": [""]}
-            tensors, ops = pd.read_csv(folder / "tensors.csv", **kw), pd.read_csv(folder / "ops.csv", **kw)
+            kw: dict[str, Any] = {"keep_default_na": False, "na_values": [""], "encoding_errors": "surrogateescape"}
+            tensors, ops = (restore_frame(pd.read_csv(folder / f, **kw)) for f in ("tensors.csv", "ops.csv"))
         except (OSError, ValueError) as exc:
             raise NbprecError(f"{folder}: not a saved nbprec headroom report ({exc})") from exc
         if header.get("format") != _SAVE_FORMAT:

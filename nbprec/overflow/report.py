@@ -13,6 +13,7 @@ import pandas as pd
 
 from nbprec._version import __version__
 from nbprec.errors import NbprecError
+from nbprec.safe_text import restore_frame, visible_text, write_table_csv
 
 #: Op levels, most severe first ('' = nothing found).
 LEVELS = ("critical", "high", "medium", "low", "")
@@ -211,7 +212,7 @@ class OverflowReport:
             npu_cols = ["timestamp", "op", "op_type", "unit", "status", "conditions", "note"]
             out += "<p><b>NPU overflow detection</b> (overflow debug files)</p>"
             out += self.npu[npu_cols].head(20).to_html(index=False, escape=True)
-        return out
+        return visible_text(out)
 
     # -- persistence -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -224,10 +225,10 @@ class OverflowReport:
         folder.mkdir(parents=True, exist_ok=True)
         text = json.dumps(_clean(self.to_dict()), indent=1, default=str, allow_nan=False)
         (folder / "report.json").write_text(text + "\n", encoding="utf-8")
-        self.tensors.to_csv(folder / "tensors.csv", index=False)
-        self.ops.to_csv(folder / "ops.csv", index=False)
+        write_table_csv(self.tensors, folder / "tensors.csv", exact=True)  # names byte for byte, spreadsheet-safe
+        write_table_csv(self.ops, folder / "ops.csv", exact=True)
         if self.npu is not None:
-            self.npu.to_csv(folder / "npu_overflow.csv", index=False)
+            write_table_csv(self.npu, folder / "npu_overflow.csv", exact=True)
         return folder
 
     @classmethod
@@ -238,11 +239,11 @@ class OverflowReport:
             header = json.loads((folder / "report.json").read_text(encoding="utf-8"))
             text = {"op": str, "name": str, "op_type": str, "api": str, "module": str, "direction": str}
             text.update(slot=str, role=str, reason=str, note=str, level=str, in_status=str, out_status=str)
-            read = {"dtype": text, "keep_default_na": False, "na_values": [""]}
-            tensors = pd.read_csv(folder / "tensors.csv", **read)
-            ops = pd.read_csv(folder / "ops.csv", **read)
+            read = {"dtype": text, "keep_default_na": False, "na_values": [""], "encoding_errors": "surrogateescape"}
+            tensors = restore_frame(pd.read_csv(folder / "tensors.csv", **read))
+            ops = restore_frame(pd.read_csv(folder / "ops.csv", **read))
             npu_file = folder / "npu_overflow.csv"
-            npu = pd.read_csv(npu_file, **read) if npu_file.is_file() else None
+            npu = restore_frame(pd.read_csv(npu_file, **read)) if npu_file.is_file() else None
         except (OSError, ValueError) as exc:
             raise NbprecError(f"{folder}: not a saved nbprec overflow report ({exc})") from exc
         if header.get("format") != _SAVE_FORMAT:

@@ -107,7 +107,7 @@ def write_report(
         raise ReportError(f"{out}: the notebook and the HTML page would be the same file")
     nb = build_report_notebook(target, bench, rule=rule, title=title, depth=depth)
     out.parent.mkdir(parents=True, exist_ok=True)
-    execute_notebook(nb, cwd=out.parent, timeout=timeout)
+    execute_notebook(nb, timeout=timeout)  # in an empty temporary folder: nothing beside `out` is imported
     import nbformat
 
     nb_path.parent.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ from nbprec.report.assets import (
     widget_bundles,
     widget_modules,
 )
+from nbprec.safe_text import visible_text
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "nbprec_offline"
@@ -123,7 +124,7 @@ def export_html(
         exclude_output_prompt=True,
     )
     if title is not None:
-        nb.metadata["title"] = title
+        nb.metadata["title"] = visible_text(title)
     resources = {
         "metadata": {"name": name},
         "nbprec": {"offline": offline, "scripts": scripts, "require_js": require_js, "notice": notice},
@@ -131,5 +132,5 @@ def export_html(
     body, _ = exporter.from_notebook_node(nb, resources=resources)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(body, encoding="utf-8")
+    path.write_text(visible_text(body), encoding="utf-8")  # bytes of names that were not UTF-8: \xNN
     return HtmlExport(path, offline, list(bundles), missing, path.stat().st_size)

@@ -8,11 +8,14 @@ markdown, so no user string can change what the notebook runs or how its markdow
 from __future__ import annotations
 
 import os
+import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from nbprec._optional import require
 from nbprec.errors import NbprecError
+from nbprec.safe_text import visible_text
 
 #: Kernel the notebooks run on (the interpreter running nbprec, via ipykernel's native kernel).
 KERNEL = "python3"
@@ -114,35 +117,76 @@ def build_report_notebook(
     nb = v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
-    nb.metadata["title"] = title or "nbprec precision report"
+    nb.metadata["title"] = visible_text(title or "nbprec precision report")
     return nb
 
 
 def execute_notebook(nb: Any, *, cwd: str | os.PathLike[str] | None = None, timeout: int = 900) -> Any:
     """Run every cell of ``nb`` in a fresh kernel, storing the widget state in its metadata.
 
+    Parameters
+    ----------
+    nb
+        The notebook (changed in place: outputs and widget state).
+    cwd
+        The kernel's working directory. By default a new empty temporary folder, never the folder a report is
+        written to: a kernel imports from its working directory first, so a folder named ``nbprec`` there (a
+        clone, ``~/nbprec``) would shadow the installed package. The kernel also runs with
+        ``PYTHONSAFEPATH=1``, so that neither Python nor IPython puts the working directory on ``sys.path``.
+    timeout
+        Seconds a cell may run.
+
     Raises
     ------
     ReportError
-        A cell raised; the message names the cell and the error.
+        A cell raised; the message names the cell and the error (plain text, no terminal colour codes).
     """
     nbclient = require("nbclient", "nbprec reports", extra="report")
     require("ipykernel", "nbprec reports", extra="report")
-    client = nbclient.NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name=KERNEL,
-        store_widget_state=True,
-        resources={"metadata": {"path": str(cwd or Path.cwd())}},
-    )
-    try:
-        client.execute()
-    except nbclient.exceptions.CellExecutionError as exc:
-        raise ReportError(f"the report notebook failed: {_short_error(exc)}") from exc
+    from traitlets.config import Config
+
+    with tempfile.TemporaryDirectory(prefix="nbprec-kernel-") as tmp:
+        config = Config()
+        if os.name == "posix":  # local socket files instead of TCP ports: nothing to eavesdrop on, no warning
+            config.KernelManager.transport = "ipc"
+            config.KernelManager.ip = os.path.join(tmp, "kernel")
+        client = nbclient.NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name=KERNEL,
+            store_widget_state=True,
+            config=config,
+            resources={"metadata": {"path": str(cwd or tmp)}},
+        )
+        try:
+            client.execute(env={**os.environ, "PYTHONSAFEPATH": "1"})
+        except nbclient.exceptions.CellExecutionError as exc:
+            raise ReportError(f"the report notebook failed{_failed_cell(nb)}: {cell_error_text(exc)}") from exc
     return nb
 
 
-def _short_error(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    tail = [line for line in text if line.strip()][-3:]
-    return " | ".join(tail) if tail else type(exc).__name__
+#: ANSI terminal escape sequences (colours, cursor moves), as IPython's tracebacks carry them
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07]*\x07|[@-Z\\-_])")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal colour and cursor codes."""
+    return _ANSI.sub("", text)
+
+
+def _failed_cell(nb: Any) -> str:
+    """`` in cell N (`its first line`)`` for the first cell holding an error output, else ``""``."""
+    for number, cell in enumerate(nb.cells, 1):
+        if any(out.get("output_type") == "error" for out in cell.get("outputs", [])):
+            first = next((line for line in cell.source.splitlines() if line.strip()), "")
+            return f" in cell {number} (`{first[:60]}`)"
+    return ""
+
+
+def cell_error_text(exc: BaseException) -> str:
+    """A failed cell's error in one line of plain text: ``Name: value``, else the last lines of the message."""
+    ename, evalue = getattr(exc, "ename", ""), getattr(exc, "evalue", "")
+    if ename:
+        return strip_ansi(f"{ename}: {evalue}" if evalue else ename).strip()
+    lines = [line for line in strip_ansi(str(exc)).splitlines() if line.strip()]
+    return " | ".join(lines[-3:]) if lines else type(exc).__name__

@@ -2,7 +2,8 @@
 
 Each function takes core objects (a :class:`~nbprec.compare.Comparison`, an overflow report) and returns an
 :class:`Html` object that a notebook displays. Every string that comes from the user (op names, paths, dump
-metadata) goes through :func:`html.escape`.
+metadata) goes through :func:`html.escape`, and every section's markup and text through
+:func:`~nbprec.safe_text.visible_text`: bytes of a name that were not UTF-8 show as ``\\xNN`` escapes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from nbprec.safe_text import visible_text
+
 _STYLE = "style='border-collapse:collapse;font-size:13px'"
 _FLOAT = "{:.6g}".format
 
@@ -20,8 +23,8 @@ class Html:
     """A piece of HTML a notebook displays (with a plain-text form for consoles)."""
 
     def __init__(self, markup: str, text: str = "") -> None:
-        self.markup = markup
-        self.text = text
+        self.markup = visible_text(markup)
+        self.text = visible_text(text)
 
     def _repr_html_(self) -> str:
         return self.markup
@@ -31,8 +34,8 @@ class Html:
 
 
 def esc(value: object) -> str:
-    """HTML-escaped text of any value."""
-    return html.escape(str(value), quote=True)
+    """HTML-escaped text of any value (surrogates as visible escapes)."""
+    return html.escape(visible_text(str(value)), quote=True)
 
 
 def _table(frame: pd.DataFrame, max_rows: int = 30) -> str:
@@ -73,10 +76,12 @@ def summary(comparison: Any) -> Html:
         ("divergence onset", s["onset_op"] or "-"),
     ]
     if s["explained_failing_ops"]:
-        rows.append(("explained differences", f"{s['explained_failing_ops']} ops (randomness, discontinuous ops)"))
+        explained = f"{s['explained_failing_ops']} op" + ("" if s["explained_failing_ops"] == 1 else "s")
+        rows.append(("explained differences", f"{explained} (randomness, discontinuous ops)"))
     if s["random_ops_differing"]:
         rows.append(("random ops differing", ", ".join(s["random_ops_differing"][:5])))
-    verdict = "PASS: no op fails the rule" if comparison else f"FAIL: {s['failing_ops']} failing ops"
+    failing = f"{s['failing_ops']} failing op" + ("" if s["failing_ops"] == 1 else "s")
+    verdict = "PASS: no op fails the rule" if comparison else f"FAIL: {failing}"
     colour = "#2e7d32" if comparison else "#c62828"
     words = comparison.verdict()  # the same sentences the CLI and the dashboard open with
     markup = (
@@ -118,7 +123,7 @@ def worst_ops(comparison: Any, n: int = 15) -> Html:
     worst = comparison.worst_ops(n)
     cols = [c for c in ("order", "op", "op_type", "status", "origin", "in_cosine", "out_cosine",
                         "out_rel_euclidean", "out_max_abs_err") if c in worst]  # fmt: skip
-    return Html(_table(worst[cols], n), f"{len(worst)} worst ops")
+    return Html(_table(worst[cols], n), f"{len(worst)} worst op" + ("" if len(worst) == 1 else "s"))
 
 
 def overflow(report: Any) -> Html:

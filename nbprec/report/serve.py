@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nbprec._optional import require
-from nbprec.report.notebook import KERNEL, ReportError, parameters_source
+from nbprec.report.notebook import KERNEL, ReportError, parameters_source, strip_ansi
 
 _EXPLORE = """\
 import nbprec
@@ -152,7 +152,7 @@ def _wait_until_serving(server: DashboardServer, port: int, timeout: float) -> N
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
-            text = server.log.read_text(errors="replace")[-1500:]
+            text = strip_ansi(server.log.read_text(errors="replace"))[-1500:]
             raise ReportError(
                 f"voila exited with status {server.process.returncode} before serving {server.notebook}:\n{text}"
             )

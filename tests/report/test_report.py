@@ -60,7 +60,9 @@ def test_without_assets_the_page_falls_back_to_static_views(tiny_report, tmp_pat
     assert "nbprec report --fetch-assets" in html  # the notice says how to get live widgets
     assert "application/vnd.jupyter.widget-view+json" not in html and "requirejs" not in html
     assert "<svg" in html and "nbprec-fallback" in html and "Functional.gelu.1.forward" in html
-    assert out.bytes < tiny_report.export.bytes / 3
+    if not tiny_report.offline_widgets:  # a machine without npm: both pages are static, nothing to compare
+        pytest.skip("report assets not fetched (nbprec report --fetch-assets needs npm): no live page to compare")
+    assert out.bytes < tiny_report.export.bytes / 3  # the live page inlines ~8 MB of JavaScript
 
 
 def test_hostile_names_are_escaped(hostile_pair, tmp_path):

@@ -1,0 +1,146 @@
+"""The ``nbprec`` command line: a thin shell over the library.
+
+Each subcommand parses its arguments, calls one library function and prints what it returns; the commands live
+in :mod:`nbprec.cli.dumps` (info, ni), :mod:`nbprec.cli.comparing` (compare, isolate),
+:mod:`nbprec.cli.overflow` (overflow), :mod:`nbprec.cli.reports` (demo, report, serve) and
+:mod:`nbprec.config.cli` (config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from nbprec.cli.comparing import _cmd_compare, _cmd_isolate
+from nbprec.cli.dumps import _cmd_info, _cmd_ni
+from nbprec.cli.overflow import _cmd_overflow
+from nbprec.cli.reports import _cmd_demo, _cmd_report, _cmd_serve
+from nbprec.errors import NbprecError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``nbprec`` command."""
+    from nbprec import __version__
+    from nbprec.compare.metrics import KERNEL
+    from nbprec.formats import READERS
+
+    parser = argparse.ArgumentParser(prog="nbprec", description="Find where a neural network loses precision.")
+    parser.add_argument("--version", action="version", version=f"nbprec {__version__} (metric kernel: {KERNEL})")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    info = sub.add_parser("info", help="describe one or more dumps: format, steps, ranks, counts, problems")
+    info.add_argument("paths", nargs="+", metavar="PATH", help="dump folder or file")
+    info.add_argument("--format", choices=list(READERS), help="reader to use (guessed when omitted)")
+    info.add_argument("--json", action="store_true", help="print the summary as JSON")
+    info.add_argument("--max-problems", type=int, default=20, help="problems to list (default 20)")
+    info.set_defaults(func=_cmd_info)
+
+    demo = sub.add_parser("demo", help="capture the demo runs (tiny encoder or MiniLM) and describe them")
+    demo.add_argument("--out", required=True, metavar="DIR", help="folder to write the run folders into")
+    demo.add_argument("--model", choices=["tiny", "minilm"], default="tiny", help="demo model (default tiny)")
+    demo.add_argument("--report", action="store_true", help="end by writing the demo report (DIR/report.html)")
+    demo.set_defaults(func=_cmd_demo)
+
+    from nbprec.compare.engine import MODES
+    from nbprec.compare.rules import preset_names
+
+    cmp = sub.add_parser("compare", help="compare a target dump with a benchmark dump, name the first failing op")
+    cmp.add_argument("target", metavar="TARGET", help="target dump (NPU / low precision)")
+    cmp.add_argument("bench", metavar="BENCH", help="benchmark dump (CPU/GPU float32)")
+    cmp.add_argument("-o", "--output", metavar="DIR", help="write the tables (nbprec, msaccucmp, msprobe CSV) here")
+    cmp.add_argument("--rule", choices=preset_names(), default="default", help="pass/fail rule (default: dtype-aware)")
+    cmp.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
+    cmp.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
+    cmp.add_argument("--mode", choices=list(MODES), default="auto", help="compare payloads, statistics or checksums")
+    cmp.add_argument("--mapping", metavar="FILE", help="CSV/YAML of target,bench name pairs that override matching")
+    cmp.add_argument("--graph", metavar="GE_GRAPH", help="target's GE graph (ge_proto_*_Build.txt): fusion records")
+    cmp.add_argument("--step", type=int, help="compare this step only")
+    cmp.add_argument("--rank", type=int, help="compare this rank only")
+    cmp.add_argument("--top", type=int, default=10, help="how many worst ops to list (default 10)")
+    cmp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cmp.set_defaults(func=_cmd_compare)
+
+    iso = sub.add_parser("isolate", help="re-run ops on the target's own inputs in float64: each op's own error")
+    iso.add_argument("target", metavar="TARGET", help="target dump captured by nbprec (tensor mode)")
+    iso.add_argument("ops", nargs="+", metavar="OP", help="forward API op(s), e.g. Functional.gelu.1.forward")
+    iso.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision of the re-run")
+    iso.set_defaults(func=_cmd_isolate)
+
+    ovf = sub.add_parser("overflow", help="find the first overflowing op, judge its impact, predict headroom")
+    ovf.add_argument("path", metavar="PATH", help="the dump to scan (target run)")
+    ovf.add_argument("--bench", metavar="PATH", help="benchmark dump: say whether the overflow changed the results")
+    ovf.add_argument("--headroom", action="store_true", help="also predict overflow/underflow if cast to fp16/bf16/fp8")
+    ovf.add_argument("--dtype", help="judge every float tensor against this dtype's maximum (e.g. float16)")
+    ovf.add_argument("--rule", choices=preset_names(), default=None, help="comparison rule for the impact verdict")
+    ovf.add_argument("--device-type", default="cuda", help="torch.autocast device type in the snippet (default cuda)")
+    ovf.add_argument("--loss-scale", type=float, help="loss scale the gradients were recorded with (default: run meta)")
+    ovf.add_argument("--no-payload", action="store_true", help="use the index statistics only (faster)")
+    ovf.add_argument("--top", type=int, default=15, help="how many ranked ops to list (default 15)")
+    ovf.add_argument("-o", "--output", metavar="DIR", help="save the report (report.json, tensors.csv, ops.csv)")
+    ovf.set_defaults(func=_cmd_overflow)
+
+    rep = sub.add_parser("report", help="write an offline HTML report (and the executed notebook) of two runs")
+    rep.add_argument("target", nargs="?", metavar="TARGET", help="target dump (NPU / low precision)")
+    rep.add_argument("bench", nargs="?", metavar="BENCH", help="benchmark dump (CPU/GPU float32)")
+    rep.add_argument("-o", "--output", metavar="HTML", help="the HTML file to write (the .ipynb goes next to it)")
+    rep.add_argument("--notebook", metavar="IPYNB", help="where to write the executed notebook")
+    rep.add_argument("--rule", choices=preset_names(), default="default", help="pass/fail rule (default: dtype-aware)")
+    rep.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
+    rep.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
+    rep.add_argument("--title", default="", help="report title")
+    rep.add_argument("--depth", type=int, default=4, help="subgraph depth around the culprit (default 4)")
+    rep.add_argument("--fetch-assets", action="store_true", help="fetch the widget JavaScript from npm (needs npm)")
+    rep.add_argument("--assets", metavar="DIR", help="folder of the fetched JavaScript (default: found/created)")
+    rep.add_argument("--force", action="store_true", help="with --fetch-assets: fetch again")
+    rep.set_defaults(func=_cmd_report)
+
+    srv = sub.add_parser("serve", help="serve the explore dashboard of two runs as a Voila page on 127.0.0.1")
+    srv.add_argument("target", metavar="TARGET", help="target dump")
+    srv.add_argument("bench", metavar="BENCH", help="benchmark dump")
+    srv.add_argument("--port", type=int, help="TCP port (default: a free one)")
+    srv.add_argument("--rule", choices=preset_names(), default="default", help="pass/fail rule (default: dtype-aware)")
+    srv.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
+    srv.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
+    srv.set_defaults(func=_cmd_serve)
+
+    ni = sub.add_parser(
+        "ni", help="node info: an op's type, module, inputs/outputs with statistics and metrics, neighbours"
+    )
+    ni.add_argument("name", metavar="NAME", help="op name, e.g. Functional.linear.0.forward")
+    ni.add_argument("--target", metavar="PATH", help="target dump")
+    ni.add_argument("--graph", metavar="GE_GRAPH", help="GE graph (ge_proto_*_Build.txt or JSON): type, pass, origin")
+    ni.add_argument("--bench", metavar="PATH", help="benchmark dump: compare and show metrics")
+    ni.add_argument("--depth", type=int, default=2, help="subgraph depth up and down (default 2)")
+    ni.add_argument("--svg", metavar="FILE", help="draw the subgraph to this SVG file (needs Graphviz dot)")
+    ni.set_defaults(func=_cmd_ni)
+    from nbprec.config import add_config_parser
+
+    add_config_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``nbprec`` command; returns the exit status (1 on a nbprec error, with the message on stderr)."""
+    for stream in (sys.stdout, sys.stderr):  # names holding bytes that were not UTF-8 print escaped, as on stderr
+        if getattr(stream, "errors", "") == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except NbprecError as exc:
+        print(f"nbprec: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("nbprec: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the output was piped into a command that stopped reading (| head): not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

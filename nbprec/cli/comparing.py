@@ -1,0 +1,109 @@
+"""``nbprec compare`` and ``nbprec isolate``: compare two runs, re-run one op on its own inputs."""
+
+from __future__ import annotations
+
+import argparse
+
+from nbprec.cli._text import _count, _counts_text, _rule_arg
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from nbprec.compare import compare
+    from nbprec.safe_text import write_table_csv
+
+    progress = None if args.no_progress else True
+    comp = compare(
+        args.target,
+        args.bench,
+        rule=_rule_arg(args),
+        mode=args.mode,
+        mapping=args.mapping,
+        graph=args.graph,
+        step=args.step,
+        rank=args.rank,
+        progress=progress,
+    )
+    s = comp.summary()
+    print(comp.verdict().text)
+    print()
+    print(f"target     {s['target']}")
+    print(f"benchmark  {s['bench']}")
+    print(f"rule       {s['rule']}")
+    print(f"tensors    {s['tensors']}  ({_counts_text(s['tensor_status'])})")
+    print(f"matching   {_counts_text({k: v for k, v in s['coverage'].items() if v})}")
+    print(f"ops        {s['ops']}, failing {s['failing_ops']}")
+    fusion = comp.meta.get("fusion")
+    if fusion:
+        relations = comp.table.drop_duplicates("op")["relation"].value_counts()
+        counts = _counts_text({k or "no counterpart": v for k, v in relations.items()})
+        print(f"fusion     {fusion['graph']}; ops {counts}")
+        for note in fusion["notes"]:
+            print(f"  note: {note}")
+        if fusion.get("fused_away"):
+            away = fusion["fused_away"]
+            example = next(iter(away.items()))
+            print(
+                f"  {len(away)} benchmark tensors belong to ops fused away on the NPU (e.g. {example[0]} inside "
+                f"{example[1]}): not compared, as expected"
+            )
+    print(f"first failing op     {_with_origin(comp, s['first_failing_op'])}")
+    print(f"first introduced op  {s['first_introduced_op'] or '-'}")
+    print(f"divergence onset     {s['onset_op'] or '-'}")
+    if s["explained_failing_ops"]:
+        print(
+            f"explained differences {_count(s['explained_failing_ops'], 'failing op')} "
+            f"{'follows' if s['explained_failing_ops'] == 1 else 'follow'} from randomness or from "
+            "discontinuous ops (relu, max, sort, ...) flipping elements on rounding noise; not counted above"
+        )
+    if s["discontinuous_ops_differing"]:
+        print(f"discontinuous ops    {', '.join(s['discontinuous_ops_differing'][:5])}")
+    if s["random_ops_differing"]:
+        print(
+            f"random ops differing {len(s['random_ops_differing'])} (e.g. {s['random_ops_differing'][0]}): "
+            "un-fixed randomness (dropout in train mode?); use eval() or seed both runs"
+        )
+    if args.threshold is not None:  # as precision_tool's vcs -c: the ops beyond the threshold, in order
+        flagged = comp.failing_ops(include_explained=True)
+        column = f"out_{args.metric}" if f"out_{args.metric}" in flagged else "out_cosine"
+        print(f"ops beyond {comp.rule.name} ({len(flagged)}):")
+        if not flagged.empty:
+            cols = [c for c in ("order", "op", "op_type", "origin", column) if c in flagged]
+            print(flagged[cols].head(args.top * 5).to_string(index=False, float_format=lambda v: f"{v:.6g}"))
+    worst = comp.worst_ops(args.top)
+    if not worst.empty:
+        print(f"worst {_count(len(worst), 'op')} by output {comp.rule.primary_metric}:")
+        cols = ["order", "op", "status", "origin", "in_cosine", "out_cosine", "out_rel_euclidean"]
+        print(worst[cols].to_string(index=False, float_format=lambda v: f"{v:.6g}"))
+    counts = comp.rule_counts()
+    print("failing ops under each preset rule:")
+    for row in counts.itertuples(index=False):
+        print(f"  {row.rule:<15} {row.failing_ops:>6}   first: {row.first_failing_op or '-'}")
+    if args.output:
+        out = Path(args.output)
+        comp.save(out)
+        write_table_csv(comp.ops, out / "ops.csv")  # spreadsheet-safe, as the other exports
+        comp.to_csv(out / "compare_msaccucmp.csv", layout="msaccucmp")
+        comp.to_csv(out / "compare_msprobe.csv", layout="msprobe")
+        print(f"wrote {out}/: comparison.json, tensors.csv, ops.csv, compare_msaccucmp.csv, compare_msprobe.csv")
+    return 0
+
+
+def _with_origin(comp: object, op: str | None) -> str:
+    """An op name, with the framework ops it stands for when fusion records say so (NPU dumps)."""
+    if not op:
+        return "-"
+    table = comp.table
+    if "ground_truth" not in table:
+        return op
+    truth = table.loc[table["op"] == op, "ground_truth"]
+    return f"{op}  (ground truth: {truth.iloc[0]})" if len(truth) and truth.iloc[0] != "*" else op
+
+
+def _cmd_isolate(args: argparse.Namespace) -> int:
+    from nbprec.compare.isolate import isolate
+
+    for op in args.ops:
+        print(isolate(args.target, op, dtype=args.dtype))
+    return 0

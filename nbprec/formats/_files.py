@@ -1,0 +1,206 @@
+"""Opening the files of a dump safely: regular files only, inside the dump, read in bounded memory.
+
+Every reader opens the files it reads through these helpers, so that a hostile or broken dump cannot make
+nbprec hang or exhaust memory (see ``docs/security.md``, section *Readers*):
+
+- :func:`open_regular` opens without blocking (``O_NONBLOCK``: a FIFO with no writer does not hang the open)
+  and refuses anything that is not a regular file (FIFOs, character and block devices such as ``/dev/zero``,
+  sockets, folders) before a byte is read;
+- :func:`read_regular` reads a whole small file (a header, a JSON side file) after checking its size
+  against a limit, so a 50 GB sparse file is refused rather than read;
+- :func:`inside` resolves symbolic links and says whether a file's real path lies inside one of the dump's
+  folders, so that a payload symlinked to ``/etc/shadow`` is not read;
+- :class:`PayloadFolder` lists a tensor folder once and says, per payload, whether it can be read (a regular
+  file, or a link to one inside the dump) or why not, for the problems a reader records when it opens a dump.
+
+Examples
+--------
+>>> inside("/etc/passwd", [real_folder("/etc")])
+True
+>>> inside("/etc/../root/x", [real_folder("/etc")])
+False
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tokenize
+from collections.abc import Iterable
+from pathlib import Path
+
+from nbprec.errors import DumpFormatError
+
+_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+#: What numpy raises for a damaged or hostile ``.npy`` header (its parser tokenizes and evaluates the header
+#: text: ValueError, SyntaxError, tokenize.TokenError, TypeError, ...), besides OSError and EOFError on reads.
+NPY_HEADER_ERRORS = (
+    ValueError, TypeError, SyntaxError, tokenize.TokenError, OverflowError, MemoryError, RecursionError, EOFError,
+)  # fmt: skip
+
+#: Largest side file (a JSON header, a ``complete`` marker, a column cache line) read whole.
+MAX_SIDE_FILE = 256 << 20
+
+
+def printable(text: object) -> str:
+    """``text`` with lone surrogates (bytes of a file name that are not UTF-8) written as ``\\udcff`` escapes:
+    safe to print, write or encode, for the sentences of problems and errors.
+
+    >>> printable("op\\udcff")
+    'op\\\\udcff'
+    """
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def file_kind(mode: int) -> str:
+    """What a file of mode ``mode`` is, in words (``"a FIFO"``, ``"a character device"``, ...)."""
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "not a regular file"
+
+
+def not_regular(mode: int) -> str:
+    """The problem sentence for a payload or side file that is not a regular file."""
+    return f"not a regular file ({file_kind(mode)}): not read"
+
+
+def open_regular(path: str | os.PathLike[str], record: str | None = None, *, nofollow: bool = False) -> tuple[int, int]:
+    """``(file descriptor, size)`` of the regular file ``path``, opened read-only without blocking.
+
+    Raises :class:`FileNotFoundError` when the file does not exist (callers that treat a missing file in their
+    own way catch it), and :class:`~nbprec.errors.DumpFormatError` naming the file when it cannot be opened or
+    is not a regular file (nothing is read from it then). ``nofollow`` refuses a symbolic link as the last
+    component (``OSError`` with ``errno.ELOOP``, raised as is for the caller to resolve the link itself).
+    """
+    try:
+        fd = os.open(path, _FLAGS | (_NOFOLLOW if nofollow else 0))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if nofollow and _NOFOLLOW and exc.errno == errno.ELOOP:  # a symbolic link: the caller resolves it
+            raise
+        raise DumpFormatError(path, f"cannot open the file: {exc.strerror or exc}", record) from exc
+    except (UnicodeError, ValueError) as exc:  # a name that cannot be encoded for the file system, or a NUL
+        raise DumpFormatError(os.fsdecode(path), f"bad file name: {exc}", record) from exc
+    try:
+        info = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise DumpFormatError(path, f"cannot inspect the file: {exc.strerror or exc}", record) from exc
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise DumpFormatError(path, not_regular(info.st_mode), record)
+    return fd, info.st_size
+
+
+def read_fd(fd: int, size: int, offset: int = 0) -> bytes:
+    """``size`` bytes at ``offset`` of the open file ``fd`` (fewer when the file ends first)."""
+    parts = []
+    while size > 0:
+        chunk = os.pread(fd, min(size, 1 << 30), offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        size -= len(chunk)
+        offset += len(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def read_regular(path: str | os.PathLike[str], *, limit: int = MAX_SIDE_FILE, what: str = "file") -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them (a larger file is refused unread).
+
+    Raises :class:`FileNotFoundError` when it is missing and :class:`~nbprec.errors.DumpFormatError` otherwise.
+    """
+    fd, size = open_regular(path)
+    try:
+        if size > limit:
+            raise DumpFormatError(
+                path, f"{size} bytes, more than the {limit} bytes nbprec reads for a {what}: not read (damaged?)"
+            )
+        try:
+            return read_fd(fd, size)
+        except OSError as exc:
+            raise DumpFormatError(path, f"cannot read the file: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def real_folder(path: str | os.PathLike[str]) -> str:
+    """The real path of a folder (symbolic links resolved), with a trailing separator."""
+    return os.path.join(os.path.realpath(path), "")
+
+
+def inside(path: str | os.PathLike[str], roots: Iterable[str]) -> bool:
+    """Whether the real path of ``path`` (every symbolic link resolved) lies inside one of ``roots``, real
+    folder paths as :func:`real_folder` gives them."""
+    real = os.path.realpath(path)
+    return any(real.startswith(root) for root in roots)
+
+
+class PayloadFolder:
+    """One listing of a tensor folder: which names are regular files, and what the others are."""
+
+    def __init__(self, folder: Path, roots: list[str]) -> None:
+        self.folder = folder
+        self.roots = roots
+        self.regular: set[str] = set()
+        self.other: dict[str, str] = {}  # name -> why it cannot be read (symlinks: resolved on first use)
+        with os.scandir(folder) as entries:  # raises OSError when the folder cannot be listed
+            for entry in entries:
+                try:
+                    if entry.is_file(follow_symlinks=False):
+                        self.regular.add(entry.name)
+                    elif entry.is_symlink():
+                        self.other[entry.name] = ""
+                    else:
+                        self.other[entry.name] = f"not a regular file ({file_kind(entry.stat().st_mode)}): not read"
+                except OSError as exc:
+                    self.other[entry.name] = f"cannot inspect the file: {exc.strerror or exc}"
+
+    def problem(self, name: str) -> str:
+        """'' when payload ``name`` can be read, else why not."""
+        if name in self.regular:
+            return ""
+        if name not in self.other:
+            return f"payload file missing: {printable(name)}"
+        why = self.other[name]
+        if not why:  # a symbolic link: usable when it resolves to a regular file inside the dump
+            real = os.path.realpath(os.path.join(self.folder, name))
+            shown, real_shown = printable(name), printable(real)
+            try:
+                mode = os.stat(real).st_mode
+            except OSError:
+                why = f"payload {shown} is a broken symbolic link: not read"
+            else:
+                if not inside(real, self.roots):
+                    why = f"payload {shown} is a symbolic link to {real_shown}, which lies outside the dump: not read"
+                elif not stat.S_ISREG(mode):
+                    why = f"payload {shown} links to {file_kind(mode)}, not a regular file: not read"
+            self.other[name] = why or "ok"
+        return "" if why == "ok" else why
+
+
+__all__ = [
+    "MAX_SIDE_FILE",
+    "NPY_HEADER_ERRORS",
+    "PayloadFolder",
+    "file_kind",
+    "inside",
+    "not_regular",
+    "open_regular",
+    "printable",
+    "read_fd",
+    "read_regular",
+    "real_folder",
+]

@@ -1,0 +1,199 @@
+"""Reading a large JSON object one member at a time, in bounded memory.
+
+``json.loads`` of an msprobe ``dump.json`` of 10^6 ops holds the whole text and every parsed dict at once
+(5-6 GB). :class:`JsonObjectStream` reads the file in chunks and decodes one member value at a time with
+:meth:`json.JSONDecoder.raw_decode`, so memory holds a chunk of text and the value at hand; a caller descends
+into a member whose value is itself a large object (``data``) and takes its members one by one too.
+
+The reading is as lenient as msprobe's files need (bare ``NaN`` / ``Infinity``), bytes that are not UTF-8
+become surrogate escapes (the first one is reported in :attr:`JsonObjectStream.bad_utf8`), and errors are
+:class:`~nbprec.errors.DumpFormatError` naming the file, the line, the column and the character, with a hint
+when the file ends early. Garbage after the object is an error, found from at most 1 MiB after it: a huge
+(sparse) file is never read to its end.
+
+Examples
+--------
+>>> with JsonObjectStream("tests/fixtures/msprobe/fp32_tensor_mix/step0/rank0/dump.json") as s:  # doctest: +SKIP
+...     s.begin_object()
+...     while (key := s.next_key()) is not None:
+...         value = s.value()
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import re
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from nbprec.errors import DumpFormatError
+from nbprec.formats._files import open_regular
+
+_CHUNK = 1 << 22  # bytes read at a time (4 MiB)
+_TRAILING = 1 << 20  # bytes after the object checked to be whitespace
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_SURROGATE = re.compile("[\udc80-\udcff]")
+_TYPE_OF_FIRST = {"[": "list", '"': "str", "t": "bool", "f": "bool", "n": "NoneType"}
+
+
+class JsonObjectStream:
+    """A JSON file whose top value is an object, read member by member (see the module docstring).
+
+    ``begin_object()`` enters an object (the top one, or a member value that is an object); ``next_key()``
+    gives its next member's key (``None`` after its last member, the object then closed); ``value()`` decodes
+    the current member's value whole; ``end()`` checks that nothing but whitespace follows the top object.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            self._fd, self.size = open_regular(self.path)
+        except FileNotFoundError:
+            raise DumpFormatError(self.path, "cannot read the file: no such file") from None
+        self._decoder = json.JSONDecoder()
+        self._text = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+        self._buf = ""
+        self._pos = 0
+        self._eof = False
+        self._offset = 0  # bytes read so far
+        self._base = 0  # characters dropped before _buf[0]
+        self._lines = 0  # newlines dropped
+        self._line_start = 0  # character offset where the line holding _buf[0] starts
+        self._first: list[bool] = []  # per open object: no member read yet
+        #: byte offset of the first byte that is not UTF-8 (kept as a surrogate escape), None when all are
+        self.bad_utf8: int | None = None
+
+    # -- the file --------------------------------------------------------------------------------------
+    def __enter__(self) -> JsonObjectStream:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _fill(self, want: int = _CHUNK) -> bool:
+        """Read up to ``want`` more bytes into the buffer (dropping what was consumed); False at the end."""
+        if self._eof:
+            return False
+        try:
+            raw = os.pread(self._fd, want, self._offset)
+        except OSError as exc:
+            raise DumpFormatError(self.path, f"cannot read the file: {exc.strerror or exc}") from exc
+        self._eof = not raw
+        text = self._text.decode(raw, final=self._eof)
+        if not text and self._eof:  # nothing more: the buffer (and positions into it) stay as they are
+            return False
+        if self.bad_utf8 is None and (bad := _SURROGATE.search(text)) is not None:
+            self.bad_utf8 = self._offset + len(text[: bad.start()].encode("utf-8", "surrogateescape"))
+        self._offset += len(raw)
+        dropped = self._buf[: self._pos]
+        newlines = dropped.count("\n")
+        if newlines:
+            self._lines += newlines
+            self._line_start = self._base + dropped.rindex("\n") + 1
+        self._base += self._pos
+        self._buf = self._buf[self._pos :] + text
+        self._pos = 0
+        return True
+
+    # -- errors ----------------------------------------------------------------------------------------
+    def error(self, message: str, at: int | None = None, truncated: bool = False) -> DumpFormatError:
+        """A :class:`DumpFormatError` for invalid JSON at buffer position ``at`` (default: the current one)."""
+        at = self._pos if at is None else at
+        before = self._buf[:at]
+        newlines = before.count("\n")
+        line = self._lines + newlines + 1
+        column = at - before.rindex("\n") if newlines else self._base + at - self._line_start + 1
+        hint = "; the file ends early (truncated?)" if truncated else ""
+        where = f"line {line}, column {column} (character {self._base + at})"
+        return DumpFormatError(self.path, f"invalid JSON at {where}: {message}{hint}")
+
+    def _at_end(self, at: int) -> bool:
+        return self._eof and at >= len(self._buf.rstrip())
+
+    # -- tokens ----------------------------------------------------------------------------------------
+    def peek(self) -> str:
+        """The next character that is not whitespace, not consumed; ``""`` at the end of the file."""
+        while True:
+            self._pos = _WHITESPACE.match(self._buf, self._pos).end()
+            if self._pos < len(self._buf):
+                return self._buf[self._pos]
+            if not self._fill():
+                return ""
+
+    def _expect(self, char: str, message: str) -> None:
+        if self.peek() != char:
+            raise self.error(message, truncated=self._at_end(self._pos))
+        self._pos += 1
+
+    def begin_object(self) -> None:
+        """Enter the object that starts here."""
+        if not self._first and self.peek() == "":
+            raise DumpFormatError(self.path, "the file is empty (expected a JSON object)")
+        self._expect("{", "Expecting '{'")
+        self._first.append(True)
+
+    def next_key(self) -> str | None:
+        """The key of the open object's next member (its ``:`` consumed), or None when the object ends."""
+        char = self.peek()
+        if char == "}":
+            self._pos += 1
+            self._first.pop()
+            return None
+        if not self._first[-1]:
+            self._expect(",", "Expecting ',' delimiter")
+            char = self.peek()
+        if char != '"':
+            raise self.error("Expecting property name enclosed in double quotes", truncated=self._at_end(self._pos))
+        self._first[-1] = False
+        key = self.value()
+        self._expect(":", "Expecting ':' delimiter")
+        return key
+
+    def value(self) -> Any:
+        """Decode the value that starts here, whole."""
+        self.peek()
+        want = _CHUNK
+        while True:
+            try:
+                value, end = self._decoder.raw_decode(self._buf, self._pos)
+            except json.JSONDecodeError as exc:
+                # the value may go on past the buffer (an unterminated string or an error at its very end)
+                incomplete = exc.msg.startswith("Unterminated string") or exc.pos >= len(self._buf) - 6
+                if incomplete and self._fill(want):
+                    want *= 2  # a long value is read in growing chunks: not parsed again once per chunk
+                    continue
+                truncated = incomplete and self._eof
+                raise self.error(exc.msg, exc.pos, truncated=truncated or self._at_end(exc.pos)) from None
+            except RecursionError:
+                raise self.error("nested too deeply to parse") from None
+            if end >= len(self._buf) and self._fill(want):  # a number may go on in the next chunk
+                want *= 2
+                continue
+            self._pos = end
+            return value
+
+    def first_type(self) -> str:
+        """The Python type name of the value that starts here (from its first character), not consumed."""
+        char = self.peek()
+        return "dict" if char == "{" else _TYPE_OF_FIRST.get(char, "float" if char else "nothing")
+
+    def end(self) -> None:
+        """Check that only whitespace follows the top object (at most 1 MiB of it is looked at)."""
+        start = self._base + self._pos
+        while True:
+            self._pos = _WHITESPACE.match(self._buf, self._pos).end()
+            if self._pos < len(self._buf):
+                raise self.error("Extra data after the JSON object")
+            if self._base + len(self._buf) - start > _TRAILING:
+                raise self.error(f"more than {_TRAILING} bytes of whitespace after the JSON object")
+            if not self._fill(_TRAILING):
+                return

@@ -1,0 +1,127 @@
+"""Writing names from dumps safely: visible escapes for bytes that were not UTF-8, spreadsheet-safe CSV cells.
+
+Op and file names come from the files users open, and some are hostile or broken (docs/security.md, "Exports and
+reports"): a name holding bytes that were not UTF-8 (Python keeps them as lone surrogates) is shown with visible
+``\\xNN`` escapes (:func:`visible_text`), and a CSV cell a spreadsheet would run as a formula gets one more
+leading ``'`` (:func:`spreadsheet_safe`; numbers are never changed). Every CSV nbprec writes goes through
+:func:`write_table_csv` or :func:`csv_cell`.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+#: first characters that make a spreadsheet read a cell as a formula (OWASP, "CSV injection")
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_SUSPECT_STARTS = frozenset([*FORMULA_STARTS, "'"])
+#: a number as spreadsheets read it (signed, decimal or exponent, inf/nan, a percentage): never neutralised
+_NUMBER = re.compile(r"\s*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)%?\s*", re.IGNORECASE)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def visible_text(text: str) -> str:
+    """``text`` with each lone surrogate as a visible escape (so that it encodes as UTF-8): ``\\xNN`` for
+    U+DC80 to U+DCFF, the byte that was not UTF-8 in a file name (``"op\\udcff"`` -> ``op\\xff``, as ``ls -b``
+    shows it), ``\\udNNN`` for any other."""
+    if text.isascii():
+        return text
+    return _SURROGATE.sub(
+        lambda m: f"\\x{ord(m[0]) & 0xFF:02x}" if "\udc80" <= m[0] <= "\udcff" else f"\\u{ord(m[0]):04x}", text
+    )
+
+
+def _formula_like(text: str) -> bool:
+    body = text.lstrip("'")
+    return body.startswith(FORMULA_STARTS) and not _NUMBER.fullmatch(body)
+
+
+def spreadsheet_safe(text: str) -> str:
+    """``text`` as a CSV cell no spreadsheet runs: one more leading ``'`` when, after its leading ``'``, it
+    starts with ``=``, ``+``, ``-``, ``@``, tab or CR and is not a number; else unchanged.
+
+    >>> spreadsheet_safe("=HYPERLINK(1)"), spreadsheet_safe("-0.5"), spreadsheet_safe("Tensor.add.0.forward")
+    ("'=HYPERLINK(1)", '-0.5', 'Tensor.add.0.forward')
+    """
+    return "'" + text if text[:1] in _SUSPECT_STARTS and _formula_like(text) else text
+
+
+def spreadsheet_restore(text: str) -> str:
+    """The text :func:`spreadsheet_safe` was given (it is one to one)."""
+    return text[1:] if text[:1] == "'" and _formula_like(text) else text
+
+
+def csv_cell(value: Any, exact: bool = False) -> Any:
+    """A value as an export writes it: text spreadsheet-safe, its surrogates visible unless ``exact``."""
+    return spreadsheet_safe(value if exact else visible_text(value)) if isinstance(value, str) else value
+
+
+def _map_text(frame: pd.DataFrame, cell: Any) -> pd.DataFrame:
+    """``frame`` with ``cell`` applied to the strings of its text columns (the frame itself if none changes)."""
+    changed = {}
+    for position in range(frame.shape[1]):  # by position: column names may repeat
+        column = frame.iloc[:, position]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            changed[position] = column.map(cell)
+        elif column.dtype.kind == "O":
+            values = column.tolist()
+            cells = [cell(v) if isinstance(v, str) else v for v in values]
+            if any(a is not b for a, b in zip(cells, values, strict=True)):
+                changed[position] = pd.Series(cells, index=column.index, dtype=object, name=column.name)
+    if not changed:
+        return frame
+    out = frame.copy()
+    for position, column in changed.items():
+        out.isetitem(position, column)
+    return out
+
+
+def restore_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """A table read back from :func:`write_table_csv` ``(exact=True)``, its text cells as they were."""
+    return _map_text(frame, spreadsheet_restore)
+
+
+def write_table_csv(frame: pd.DataFrame, path: str | Path, *, exact: bool = False) -> Path:
+    """Write ``frame`` as CSV (no index), every text cell spreadsheet-safe (:func:`spreadsheet_safe`).
+
+    Surrogates are written as visible escapes (:func:`visible_text`; the file is UTF-8), or, when ``exact``, as
+    the bytes they stand for, so that :func:`restore_frame` over ``pd.read_csv(path,
+    encoding_errors="surrogateescape")`` gives the same text back (what save/load need). A table with a
+    carriage return in a cell is written with every cell quoted (:func:`quoting`).
+    """
+    breaks = False
+
+    def cell(value: str) -> str:
+        nonlocal breaks
+        breaks = breaks or "\r" in value
+        return csv_cell(value, exact)
+
+    table = _map_text(frame, cell)
+    errors = "surrogateescape" if exact else "backslashreplace"
+    table.to_csv(Path(path), index=False, errors=errors, quoting=csv.QUOTE_ALL if breaks else csv.QUOTE_MINIMAL)
+    return Path(path)
+
+
+def quoting(rows: list[list[Any]]) -> int:
+    """How to quote ``rows``: every cell when one holds a carriage return, else as needed.
+
+    Python's CSV writer quotes a line feed but not a lone carriage return, which readers take as the end of a
+    row: a name holding one could start a row of its own (and a formula in its first cell).
+    """
+    return csv.QUOTE_ALL if any(isinstance(c, str) and "\r" in c for row in rows for c in row) else csv.QUOTE_MINIMAL
+
+
+__all__ = [
+    "FORMULA_STARTS",
+    "csv_cell",
+    "quoting",
+    "restore_frame",
+    "spreadsheet_restore",
+    "spreadsheet_safe",
+    "visible_text",
+    "write_table_csv",
+]

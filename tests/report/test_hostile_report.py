@@ -1,0 +1,77 @@
+"""``nbprec report`` written where it is likely to be written: a home folder holding a clone named ``nbprec``.
+
+One real report run (a subprocess, so that the kernel's own output is captured too) of msprobe dumps renamed
+by the test (tests/hostile_names.py): a name holding a byte that is not UTF-8 and formula-like names. The
+kernel must import the installed nbprec, not the folder beside the report; nothing may print the kernel's
+"running over TCP without encryption" warning; the page must show the names with visible escapes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hostile_names import hostile_pair
+
+pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+pytestmark = pytest.mark.slow
+
+TCP_WARNING = "without encryption"
+
+
+@pytest.fixture(scope="module")
+def home_report(tmp_path_factory):
+    """(process, HTML path): ``nbprec report T B -o ~/report.html`` run in a home folder holding a clone
+    ``nbprec/`` (a folder without ``__init__.py``: a namespace package for any kernel started there)."""
+    home = tmp_path_factory.mktemp("home")
+    (home / "nbprec" / "docs").mkdir(parents=True)
+    (home / "nbprec" / "README.md").write_text("a clone of nbprec\n")
+    target, bench = hostile_pair(tmp_path_factory.mktemp("runs"))
+    out = home / "report.html"
+    script = Path(sys.executable).with_name("nbprec")  # the installed command, as a user runs it
+    if not script.is_file():
+        pytest.skip(f"no nbprec command next to {sys.executable}")
+    argv = [script, "report", os.fsencode(target), os.fsencode(bench), "-o", str(out)]
+    proc = subprocess.run(argv, cwd=home, capture_output=True, check=False, timeout=900)
+    return proc, out
+
+
+def test_the_report_kernel_does_not_import_the_folder_beside_the_report(home_report):
+    proc, out = home_report
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert out.is_file() and out.with_suffix(".ipynb").is_file()
+    assert b"has no attribute" not in proc.stderr
+
+
+def test_no_kernel_transport_warning_is_printed(home_report):
+    proc, _ = home_report
+    assert TCP_WARNING not in (proc.stdout + proc.stderr).decode(errors="replace")
+
+
+def test_names_that_are_not_utf8_show_as_visible_escapes(home_report):
+    _, out = home_report
+    page = out.read_bytes().decode("utf-8")  # valid UTF-8
+    body = re.sub(r"<script\b[^>]*>.*?</script>", "", page, flags=re.DOTALL | re.IGNORECASE)
+    assert "Torch.re\\xfflu.1.backward" in body  # the worst ops and the verdict name it, escaped
+    assert "\udcff" not in page
+    assert "bf16 \\xff run" in body  # the target's folder, in the report's title line
+
+
+def test_a_failing_cell_is_reported_in_plain_text(tmp_path):
+    import nbformat
+
+    from nbprec.report import ReportError, execute_notebook
+
+    v4 = nbformat.v4
+    nb = v4.new_notebook(cells=[v4.new_code_cell("x = 1"), v4.new_code_cell("import nbprec\nnbprec.no_such_thing")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    with pytest.raises(ReportError) as err:
+        execute_notebook(nb)
+    message = str(err.value)
+    assert "\x1b" not in message  # IPython colours its tracebacks; nbprec's messages carry none of it
+    assert "AttributeError" in message and "no_such_thing" in message and "cell 2" in message

@@ -41,6 +41,7 @@ _LAZY: dict[str, str] = {
     "graph": "nbprec.graph",
     "report": "nbprec.report",
     "config": "nbprec.config",
+    "diagnose": "nbprec.diagnose",
     "tf": "nbprec.tf",
 }
 

@@ -115,8 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     ni.add_argument("--svg", metavar="FILE", help="draw the subgraph to this SVG file (needs Graphviz dot)")
     ni.set_defaults(func=_cmd_ni)
     from nbprec.config import add_config_parser
+    from nbprec.diagnose import add_diagnose_parser
 
     add_config_parser(sub)
+    add_diagnose_parser(sub)
     return parser
 
 

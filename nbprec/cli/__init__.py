@@ -114,10 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
     ni.add_argument("--depth", type=int, default=2, help="subgraph depth up and down (default 2)")
     ni.add_argument("--svg", metavar="FILE", help="draw the subgraph to this SVG file (needs Graphviz dot)")
     ni.set_defaults(func=_cmd_ni)
+    from nbprec.cli.model_explorer import add_model_explorer_parser
     from nbprec.config import add_config_parser
     from nbprec.diagnose import add_diagnose_parser
 
     add_config_parser(sub)
+    add_model_explorer_parser(sub)
     add_diagnose_parser(sub)
     return parser
 

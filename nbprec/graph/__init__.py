@@ -13,16 +13,19 @@ from __future__ import annotations
 
 from nbprec.graph.info import NodeInfo, TensorInfo, node_info
 from nbprec.graph.model import EDGE_FIELDS, NODE_FIELDS, GraphError, OpGraph, OpNotFoundError
+from nbprec.graph.model_explorer import ModelExplorerExport, export_model_explorer
 from nbprec.graph.subgraph import Subgraph
 
 __all__ = [
     "EDGE_FIELDS",
     "NODE_FIELDS",
     "GraphError",
+    "ModelExplorerExport",
     "NodeInfo",
     "OpGraph",
     "OpNotFoundError",
     "Subgraph",
     "TensorInfo",
+    "export_model_explorer",
     "node_info",
 ]

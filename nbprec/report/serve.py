@@ -130,7 +130,7 @@ def serve(
     voila = shutil.which("voila", path=str(Path(sys.executable).parent)) or shutil.which("voila")
     base = [voila] if voila else [sys.executable, "-m", "voila"]
     cmd = [*base, str(nb), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
-           "--ServerApp.port_retries=0", "--Voila.show_tracebacks=True"]  # fmt: skip
+           "--ServerApp.port_retries=0", "--VoilaConfiguration.show_tracebacks=True"]  # fmt: skip
     env = {
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(home / "jupyter-config"),

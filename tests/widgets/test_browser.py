@@ -21,6 +21,9 @@ import pytest
 pytestmark = [pytest.mark.browser, bs.needs_chromium]
 
 
+VOILA_LOGS: dict[str, Path] = {}  # URL -> Voila's log, printed when a page times out
+
+
 def _serve(notebook: Path, home: Path):
     """Voila serving ``notebook`` on 127.0.0.1 with its own config/runtime dirs: yields the URL."""
     pytest.importorskip("voila")
@@ -34,10 +37,11 @@ def _serve(notebook: Path, home: Path):
     port = bs.free_port()
     voila = shutil.which("voila", path=str(Path(sys.executable).parent)) or "voila"
     cmd = [voila, str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
-           "--ServerApp.port_retries=0", "--Voila.show_tracebacks=True"]  # fmt: skip
+           "--ServerApp.port_retries=0", "--VoilaConfiguration.show_tracebacks=True"]  # fmt: skip
     log = (home / "voila.log").open("w")
     proc = subprocess.Popen(cmd, cwd=notebook.parent, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
+    VOILA_LOGS[url] = home / "voila.log"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -203,6 +207,7 @@ def test_npu_dashboard_shows_fusion_records_and_the_ge_graph(npu_url, browser):
         bs.ARTIFACTS.mkdir(exist_ok=True)
         pg.screenshot(path=str(bs.ARTIFACTS / "npu_dashboard_timeout.png"), full_page=True)
         print("page text at the timeout:", pg.inner_text("body")[:3000])
+        print("Voila's log:", VOILA_LOGS[npu_url].read_text(errors="replace")[-6000:])
         raise
     fusion = pg.locator(".nbprec-fusion").first.inner_text()
     assert "ConvBiasaddReluFusionPass" in fusion and "conv2/Conv2D,conv2/BiasAdd,conv2/Relu" in fusion

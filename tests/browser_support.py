@@ -8,9 +8,15 @@ Never runs ``playwright install``: the browser is ``/usr/bin/chromium``
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import socket
+import subprocess
+import sys
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -94,3 +100,37 @@ def screenshot(page: Any, name: str, full_page: bool = True) -> Path:
     path = ARTIFACTS / name
     page.screenshot(path=str(path), full_page=full_page)
     return path
+
+
+VOILA_LOGS: dict[str, Path] = {}  # URL -> Voila's log, printed when a page times out
+
+
+def serve_voila(notebook: Path, home: Path):
+    """Voila serving ``notebook`` on 127.0.0.1 with its own config/runtime dirs: yields the URL."""
+    pytest.importorskip("voila")
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTER_DATA_DIR": str(home / "data"),
+        "IPYTHONDIR": str(home / "ipython"),
+    }
+    port = free_port()
+    voila = shutil.which("voila", path=str(Path(sys.executable).parent)) or "voila"
+    cmd = [voila, str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
+           "--ServerApp.port_retries=0", "--VoilaConfiguration.show_tracebacks=True"]  # fmt: skip
+    log = (home / "voila.log").open("w")
+    proc = subprocess.Popen(cmd, cwd=notebook.parent, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    VOILA_LOGS[url] = home / "voila.log"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # up when it accepts a connection: a GET would run the notebook
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            break
+        except OSError:
+            time.sleep(0.3)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+    log.close()

@@ -20,6 +20,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print()
     status = _cmd_info(argparse.Namespace(paths=[r.path for r in runs], format=None, json=False, max_problems=5))
     culprit = _demo_comparisons(runs)
+    from nbprec.demo.remedy import demo_remedy  # the last step: the remedy, verified
+
+    print("\n" + "\n".join(demo_remedy(args.out, args.model)))
     report = None
     if getattr(args, "report", False):
         from nbprec.report.demo import write_demo_report

@@ -4,8 +4,9 @@ The model is written the way real models are: ``torch.nn.functional`` calls, ten
 and ``relu`` imported as ``from torch import relu`` (which function-wrapping capture tools miss). Its
 forward checks ``isinstance`` on its submodules, as many real models do, so a capture that replaced modules
 with wrappers would break it. ``faulty=True`` plants a faulty kernel: layer 1's GELU returns outputs
-perturbed by +50% on every 4th feature (well above bfloat16 rounding noise), under the same API name
-(``Functional.gelu``), as a broken fused kernel would.
+perturbed by +50% on every 4th feature (well above bfloat16 rounding noise) when it runs in float16 or
+bfloat16, under the same API name (``Functional.gelu``), as a broken low-precision fused kernel would; in
+float32 it is right, so keeping that one call in float32 fixes the run (``nbprec.remedy``).
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ FAULTY_LAYER = 1
 
 
 def faulty_gelu(input: Any, approximate: str = "none") -> Any:
-    """GELU with a planted bug: every 4th feature comes out 50% too large. Poses as ``F.gelu``."""
+    """GELU with a planted low-precision bug: in float16/bfloat16 every 4th feature comes out 50% too large.
+    Poses as ``F.gelu``."""
     overrides = torch.overrides
     if overrides.has_torch_function_unary(input):
         return overrides.handle_torch_function(faulty_gelu, (input,), input, approximate=approximate)
     with torch._C.DisableTorchFunction():
         out = F.gelu(input, approximate=approximate)
+        if input.dtype not in (torch.float16, torch.bfloat16):
+            return out
         bad = torch.arange(out.shape[-1], device=out.device) % 4 == 0
         return out * (1 + 0.5 * bad.to(out.dtype))
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from torch_state import restore_torch_state
 
 torch = pytest.importorskip("torch")
 
@@ -30,11 +31,6 @@ def tiny_dumps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(autouse=True)
-def _restore_global_torch_state(monkeypatch: pytest.MonkeyPatch) -> object:
+def _restore_global_torch_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """seed_all switches deterministic algorithms on and sets environment variables: undo that per test."""
-    monkeypatch.setenv("PYTHONHASHSEED", os.environ.get("PYTHONHASHSEED", "0"))
-    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8"))
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    yield
-    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+    yield from restore_torch_state(monkeypatch)

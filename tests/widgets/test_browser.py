@@ -6,14 +6,7 @@ tests skip with the reason otherwise. Screenshots go to ``tests/artifacts/`` (gi
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import browser_support as bs
 import pytest
@@ -21,46 +14,10 @@ import pytest
 pytestmark = [pytest.mark.browser, bs.needs_chromium]
 
 
-VOILA_LOGS: dict[str, Path] = {}  # URL -> Voila's log, printed when a page times out
-
-
-def _serve(notebook: Path, home: Path):
-    """Voila serving ``notebook`` on 127.0.0.1 with its own config/runtime dirs: yields the URL."""
-    pytest.importorskip("voila")
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": str(home / "config"),
-        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-        "JUPYTER_DATA_DIR": str(home / "data"),
-        "IPYTHONDIR": str(home / "ipython"),
-    }
-    port = bs.free_port()
-    voila = shutil.which("voila", path=str(Path(sys.executable).parent)) or "voila"
-    cmd = [voila, str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
-           "--ServerApp.port_retries=0", "--VoilaConfiguration.show_tracebacks=True"]  # fmt: skip
-    log = (home / "voila.log").open("w")
-    proc = subprocess.Popen(cmd, cwd=notebook.parent, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    VOILA_LOGS[url] = home / "voila.log"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            break
-        except urllib.error.HTTPError:
-            break  # any HTTP answer means it is up
-        except OSError:
-            time.sleep(0.3)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
-    log.close()
-
-
 @pytest.fixture(scope="module")
 def voila_url(demo_notebook, tmp_path_factory):
     """Voila serving the demo notebook."""
-    yield from _serve(demo_notebook, tmp_path_factory.mktemp("jupyter"))
+    yield from bs.serve_voila(demo_notebook, tmp_path_factory.mktemp("jupyter"))
 
 
 @pytest.fixture(scope="module")
@@ -181,8 +138,8 @@ def npu_url(tmp_path_factory):
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell(
-            "import nbprec\nfrom nbprec.demo.npu import make_npu_demo\n"
-            "case = make_npu_demo('case')\n"
+            "import tempfile\nimport nbprec\nfrom nbprec.demo.npu import make_npu_demo\n"
+            "case = make_npu_demo(tempfile.mkdtemp(prefix='npu-case-'))  # each page load runs the notebook\n"
             "comp = nbprec.compare(case.npu, case.tf, graph=case.graph)\n"
             "dash = nbprec.explore(comp, target=nbprec.open(case.npu), bench=nbprec.open(case.tf))\n"
             "dash.selection.select('conv2/Conv2D')"
@@ -191,7 +148,7 @@ def npu_url(tmp_path_factory):
     ]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, folder / "npu.ipynb")
-    yield from _serve(folder / "npu.ipynb", tmp_path_factory.mktemp("jupyter-npu"))
+    yield from bs.serve_voila(folder / "npu.ipynb", tmp_path_factory.mktemp("jupyter-npu"))
 
 
 def test_npu_dashboard_shows_fusion_records_and_the_ge_graph(npu_url, browser):
@@ -207,7 +164,7 @@ def test_npu_dashboard_shows_fusion_records_and_the_ge_graph(npu_url, browser):
         bs.ARTIFACTS.mkdir(exist_ok=True)
         pg.screenshot(path=str(bs.ARTIFACTS / "npu_dashboard_timeout.png"), full_page=True)
         print("page text at the timeout:", pg.inner_text("body")[:3000])
-        print("Voila's log:", VOILA_LOGS[npu_url].read_text(errors="replace")[-6000:])
+        print("Voila's log:", bs.VOILA_LOGS[npu_url].read_text(errors="replace")[-6000:])
         raise
     fusion = pg.locator(".nbprec-fusion").first.inner_text()
     assert "ConvBiasaddReluFusionPass" in fusion and "conv2/Conv2D,conv2/BiasAdd,conv2/Relu" in fusion

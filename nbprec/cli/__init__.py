@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--rank", type=int, help="compare this rank only")
     cmp.add_argument("--top", type=int, default=10, help="how many worst ops to list (default 10)")
     cmp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cmp.add_argument(
+        "--scheduler", metavar="ADDRESS", help="measure on this Dask cluster (tcp://host:8786; needs nbprec[dask])"
+    )
     cmp.set_defaults(func=_cmd_compare)
 
     iso = sub.add_parser("isolate", help="re-run ops on the target's own inputs in float64: each op's own error")
@@ -111,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     ni.add_argument("--target", metavar="PATH", help="target dump")
     ni.add_argument("--graph", metavar="GE_GRAPH", help="GE graph (ge_proto_*_Build.txt or JSON): type, pass, origin")
     ni.add_argument("--bench", metavar="PATH", help="benchmark dump: compare and show metrics")
+    ni.add_argument("--step", type=int, help="the op at this step (default: the first step that has it)")
+    ni.add_argument("--rank", type=int, help="the op on this rank (default: the first rank that has it)")
     ni.add_argument("--depth", type=int, default=2, help="subgraph depth up and down (default 2)")
     ni.add_argument("--svg", metavar="FILE", help="draw the subgraph to this SVG file (needs Graphviz dot)")
     ni.set_defaults(func=_cmd_ni)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
+from typing import Any
 
 from nbprec.cli._text import _count, _counts_text, _rule_arg
 
@@ -11,21 +14,26 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from nbprec.compare import compare
+    from nbprec.compare.runs import op_at
     from nbprec.safe_text import write_table_csv
 
     progress = None if args.no_progress else True
-    comp = compare(
-        args.target,
-        args.bench,
-        rule=_rule_arg(args),
-        mode=args.mode,
-        mapping=args.mapping,
-        graph=args.graph,
-        step=args.step,
-        rank=args.rank,
-        progress=progress,
-    )
+    with _dask_client(args.scheduler) as client:
+        comp = compare(
+            args.target,
+            args.bench,
+            rule=_rule_arg(args),
+            mode=args.mode,
+            mapping=args.mapping,
+            graph=args.graph,
+            step=args.step,
+            rank=args.rank,
+            progress=progress,
+            client=client,
+        )
     s = comp.summary()
+    several = comp.several_runs  # then every op named below carries its step and rank
+    at = ["step", "rank"] if several else []
     print(comp.verdict().text)
     print()
     print(f"target     {s['target']}")
@@ -34,6 +42,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(f"tensors    {s['tensors']}  ({_counts_text(s['tensor_status'])})")
     print(f"matching   {_counts_text({k: v for k, v in s['coverage'].items() if v})}")
     print(f"ops        {s['ops']}, failing {s['failing_ops']}")
+    if several:
+        runs = comp.runs().table
+        steps, ranks = runs["step"].nunique(), runs["rank"].nunique()
+        print(f"steps      {steps}, ranks {ranks}: {s['steps_ranks']} (step, rank)s, below")
     fusion = comp.meta.get("fusion")
     if fusion:
         relations = comp.table.drop_duplicates("op")["relation"].value_counts()
@@ -48,9 +60,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 f"  {len(away)} benchmark tensors belong to ops fused away on the NPU (e.g. {example[0]} inside "
                 f"{example[1]}): not compared, as expected"
             )
-    print(f"first failing op     {_with_origin(comp, s['first_failing_op'])}")
-    print(f"first introduced op  {s['first_introduced_op'] or '-'}")
-    print(f"divergence onset     {s['onset_op'] or '-'}")
+    print(f"first failing op     {_with_origin(comp, comp.first_failing_op(), several)}")
+    print(f"first introduced op  {op_at(comp.first_introduced_op(), several)}")
+    print(f"divergence onset     {op_at(comp.onset(), several)}")
     if s["explained_failing_ops"]:
         print(
             f"explained differences {_count(s['explained_failing_ops'], 'failing op')} "
@@ -69,36 +81,68 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         column = f"out_{args.metric}" if f"out_{args.metric}" in flagged else "out_cosine"
         print(f"ops beyond {comp.rule.name} ({len(flagged)}):")
         if not flagged.empty:
-            cols = [c for c in ("order", "op", "op_type", "origin", column) if c in flagged]
+            cols = [c for c in (*at, "order", "op", "op_type", "origin", column) if c in flagged]
             print(flagged[cols].head(args.top * 5).to_string(index=False, float_format=lambda v: f"{v:.6g}"))
     worst = comp.worst_ops(args.top)
     if not worst.empty:
         print(f"worst {_count(len(worst), 'op')} by output {comp.rule.primary_metric}:")
-        cols = ["order", "op", "status", "origin", "in_cosine", "out_cosine", "out_rel_euclidean"]
+        cols = [*at, "order", "op", "status", "origin", "in_cosine", "out_cosine", "out_rel_euclidean"]
         print(worst[cols].to_string(index=False, float_format=lambda v: f"{v:.6g}"))
+    if several:
+        print("steps and ranks:")
+        print(comp.runs().to_text())
     counts = comp.rule_counts()
     print("failing ops under each preset rule:")
     for row in counts.itertuples(index=False):
-        print(f"  {row.rule:<15} {row.failing_ops:>6}   first: {row.first_failing_op or '-'}")
+        first = row.first_failing_op or "-"
+        if several and row.first_failing_op:
+            first += f" (step {row.step}, rank {row.rank})"
+        print(f"  {row.rule:<15} {row.failing_ops:>6}   first: {first}")
     if args.output:
         out = Path(args.output)
         comp.save(out)
         write_table_csv(comp.ops, out / "ops.csv")  # spreadsheet-safe, as the other exports
         comp.to_csv(out / "compare_msaccucmp.csv", layout="msaccucmp")
         comp.to_csv(out / "compare_msprobe.csv", layout="msprobe")
-        print(f"wrote {out}/: comparison.json, tensors.csv, ops.csv, compare_msaccucmp.csv, compare_msprobe.csv")
+        runs = ""
+        if several:
+            write_table_csv(comp.runs().table, out / "runs.csv")
+            runs = ", runs.csv"
+        print(f"wrote {out}/: comparison.json, tensors.csv, ops.csv, compare_msaccucmp.csv, compare_msprobe.csv{runs}")
     return 0
 
 
-def _with_origin(comp: object, op: str | None) -> str:
-    """An op name, with the framework ops it stands for when fusion records say so (NPU dumps)."""
-    if not op:
-        return "-"
+@contextlib.contextmanager
+def _dask_client(address: str | None) -> Iterator[Any]:
+    """A ``distributed.Client`` of the scheduler at ``address`` for the command's duration, or ``None``."""
+    if not address:
+        yield None
+        return
+    from nbprec._optional import require
+    from nbprec.errors import ComparisonError
+
+    distributed = require("distributed", "comparing on a Dask cluster (--scheduler)", extra="dask")
+    try:
+        client = distributed.Client(address, timeout="20s")
+    except (OSError, ValueError) as exc:  # unreachable (a timeout is an OSError), or not an address
+        raise ComparisonError(f"cannot connect to the Dask scheduler at {address}: {exc}") from exc
+    with client:
+        yield client
+
+
+def _with_origin(comp: Any, row: Any, several: bool) -> str:
+    """An op's name (with its step and rank when ``several``), and the framework ops it stands for when fusion
+    records say so (NPU dumps)."""
+    from nbprec.compare.runs import op_at
+
+    name = op_at(row, several)
+    if row is None:
+        return name
     table = comp.table
     if "ground_truth" not in table:
-        return op
-    truth = table.loc[table["op"] == op, "ground_truth"]
-    return f"{op}  (ground truth: {truth.iloc[0]})" if len(truth) and truth.iloc[0] != "*" else op
+        return name
+    truth = table.loc[table["op"] == row["op"], "ground_truth"]
+    return f"{name}  (ground truth: {truth.iloc[0]})" if len(truth) and truth.iloc[0] != "*" else name
 
 
 def _cmd_isolate(args: argparse.Namespace) -> int:

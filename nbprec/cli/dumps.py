@@ -46,6 +46,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+_NONE = {"step": None, "rank": None}
+
+
+def _where_text(where: dict[str, int | None]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in where.items() if v is not None)
+
+
 def _cmd_ni(args: argparse.Namespace) -> int:
     """``nbprec ni``: node info of one op, its neighbourhood, and optionally an SVG of it."""
     from nbprec.formats import open_dump
@@ -60,6 +67,12 @@ def _cmd_ni(args: argparse.Namespace) -> int:
         return 0
     target = open_dump(args.target, **({"graph": args.graph} if args.graph and _is_cann(args.target) else {}))
     bench = open_dump(args.bench) if args.bench else None
+    where = {"step": getattr(args, "step", None), "rank": getattr(args, "rank", None)}
+    if any(v is not None for v in where.values()):  # one (step, rank): its op, its graph, its metrics
+        target = target.select(**where)
+        if not len(target.index):
+            raise NbprecError(f"{args.target}: no tensor at {_where_text(where)}")
+        bench = bench.select(**where) if bench is not None else None
     comparison = None
     if bench is not None:
         from nbprec.compare import compare
@@ -76,6 +89,8 @@ def _cmd_ni(args: argparse.Namespace) -> int:
             graph = OpGraph.from_dump(target, step=step, rank=rank, level="module")
     if comparison is not None:
         graph.attach_metrics(comparison)
+    if len(rows) and (target.index["step"].nunique() > 1 or target.index["rank"].nunique() > 1 or where != _NONE):
+        print(f"{args.name} at step {step}, rank {rank}")
     print(node_info(args.name, target, bench, comparison, graph=graph).to_text())
     sub = graph.subgraph(args.name, up=args.depth, down=args.depth)
     print(f"  subgraph (depth {args.depth}): {len(sub)} ops, {sub.nx.number_of_edges()} edges")

@@ -318,12 +318,12 @@ ALWAYS_INLINE double max_nan(double a, double b) { return (a != a || b != b) ? N
 /* Each block is converted once and read by three loops from L1: the plain sums, the relative error, the KL
    terms. One loop holding every accumulator would need more vector registers than AVX2 has (16). */
 ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
-                             double *restrict tot)
+                             double *restrict tot, int *near_state)
 {
     double x[BLOCK], y[BLOCK], s[BLOCK];
     Py_ssize_t start, i;
     const double shift_x = p->shift_x, shift_y = p->shift_y, eps_b = p->eps_b;
-    int near_first = 1; /* KL by the short series first (kl_block_near), the few far terms after */
+    int near_first = *near_state; /* KL by the short series first (kl_block_near), the few far terms after */
     for (start = 0; start < n; start += BLOCK) {
         Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK;
         double sxx = 0, syy = 0, sxy = 0, sdd = 0, sad = 0, mad = 0, cx = 0, cxx = 0, cy = 0, cyy = 0;
@@ -414,6 +414,7 @@ ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_
         tot[S_LY] = ly < tot[S_LY] ? ly : tot[S_LY];
         tot[S_HY] = hy > tot[S_HY] ? hy : tot[S_HY];
     }
+    *near_state = near_first;
 }
 
 /* Two builds of each kernel: AVX2+FMA (x86-64) and the baseline. */
@@ -421,9 +422,10 @@ static void minmax_base(const char *b, int t, Py_ssize_t n, double *lo, double *
 {
     minmax_body(b, t, n, lo, hi, nan);
 }
-static void pair_base(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p, double *tot)
+static void pair_base(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p, double *tot,
+                      int *near)
 {
-    pair_body(xb, xt, yb, yt, n, p, tot);
+    pair_body(xb, xt, yb, yt, n, p, tot, near);
 }
 #if NBPREC_DISPATCH
 TARGET_AVX2 static void minmax_avx2(const char *b, int t, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nan)
@@ -431,14 +433,14 @@ TARGET_AVX2 static void minmax_avx2(const char *b, int t, Py_ssize_t n, double *
     minmax_body(b, t, n, lo, hi, nan);
 }
 TARGET_AVX2 static void pair_avx2(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
-                                  double *tot)
+                                  double *tot, int *near)
 {
-    pair_body(xb, xt, yb, yt, n, p, tot);
+    pair_body(xb, xt, yb, yt, n, p, tot, near);
 }
 #endif
 
 typedef void (*minmax_fn)(const char *, int, Py_ssize_t, double *, double *, Py_ssize_t *);
-typedef void (*pair_fn)(const char *, int, const char *, int, Py_ssize_t, const Params *, double *);
+typedef void (*pair_fn)(const char *, int, const char *, int, Py_ssize_t, const Params *, double *, int *);
 
 /* Chosen once at import (module init); read-only afterwards. */
 static minmax_fn minmax_impl = minmax_base;
@@ -496,40 +498,82 @@ PyDoc_STRVAR(pair_sums_doc,
              "max(v - off, floor) is a positive normal double (finite data, normal floors): the KL loop then skips\n"
              "its per-element checks. The GIL is released.");
 
-static PyObject *py_pair_sums(PyObject *self, PyObject *args)
+/* The state of a pass over a pair in parts (pair_accumulate): the running totals, then the element count
+   and whether KL takes its short series first (see pair_body). Parts that start at multiples of BLOCK give
+   the same bits as one call over the whole pair. */
+enum { ST_N = N_SUMS, ST_NEAR = N_SUMS + 1, STATE_SIZE = N_SUMS + 2 };
+
+static void init_state(double *state)
 {
-    PyObject *xo, *yo, *out;
+    int k;
+    for (k = 0; k < STATE_SIZE; k++) state[k] = 0.0;
+    state[S_LX] = state[S_LY] = INFINITY;
+    state[S_HX] = state[S_HY] = -INFINITY;
+    state[ST_NEAR] = 1.0;
+}
+
+/* Parse the arguments shared by pair_sums and pair_accumulate (up to kl_normal) and get both buffers; on
+   failure an error is set and 0 returned, with no buffer held. */
+static int pair_args(PyObject *const *args, Params *p, Py_buffer *xv, int *xt, Py_buffer *yv, int *yt, Py_ssize_t *n)
+{
+    Py_ssize_t ny;
+    double *fields[7] = {&p->off_x, &p->floor_x, &p->off_y, &p->floor_y, &p->shift_x, &p->shift_y, &p->eps_b};
+    int k;
+    *xt = PyLong_AsLong(args[1]);
+    *yt = PyLong_AsLong(args[3]);
+    if (PyErr_Occurred()) return 0;
+    for (k = 0; k < 7; k++) {
+        *fields[k] = PyFloat_AsDouble(args[4 + k]);
+        if (*fields[k] == -1.0 && PyErr_Occurred()) return 0;
+    }
+    p->kl_normal = PyObject_IsTrue(args[11]);
+    if (p->kl_normal < 0) return 0;
+    if (!get_buffer(args[0], *xt, xv, n, "pair_sums (target)")) return 0;
+    if (!get_buffer(args[2], *yt, yv, &ny, "pair_sums (benchmark)")) {
+        PyBuffer_Release(xv);
+        return 0;
+    }
+    if (*n != ny) {
+        PyBuffer_Release(xv);
+        PyBuffer_Release(yv);
+        PyErr_Format(PyExc_ValueError, "pair_sums: element counts differ: %zd vs %zd", *n, ny);
+        return 0;
+    }
+    return 1;
+}
+
+/* Run the kernel over one part of a pair, continuing `state`. */
+static void run_part(const Py_buffer *xv, int xt, const Py_buffer *yv, int yt, Py_ssize_t n, const Params *p,
+                     double *state)
+{
+    int near = state[ST_NEAR] != 0.0;
+    Py_BEGIN_ALLOW_THREADS
+    pair_impl((const char *)xv->buf, xt, (const char *)yv->buf, yt, n, p, state, &near);
+    Py_END_ALLOW_THREADS
+    state[ST_NEAR] = near;
+    state[ST_N] += (double)n;
+}
+
+static PyObject *py_pair_sums(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *out;
     int xt, yt, k;
     Params p;
     Py_buffer xv, yv;
-    Py_ssize_t nx, ny;
-    double tot[N_SUMS] = {0};
+    Py_ssize_t n;
+    double state[STATE_SIZE];
     (void)self;
-    if (!PyArg_ParseTuple(args, "OiOidddddddp:pair_sums", &xo, &xt, &yo, &yt, &p.off_x, &p.floor_x, &p.off_y,
-                          &p.floor_y, &p.shift_x, &p.shift_y, &p.eps_b, &p.kl_normal))
-        return NULL;
-    if (!get_buffer(xo, xt, &xv, &nx, "pair_sums (target)")) return NULL;
-    if (!get_buffer(yo, yt, &yv, &ny, "pair_sums (benchmark)")) {
-        PyBuffer_Release(&xv);
-        return NULL;
-    }
-    if (nx != ny) {
-        PyBuffer_Release(&xv);
-        PyBuffer_Release(&yv);
-        return PyErr_Format(PyExc_ValueError, "pair_sums: element counts differ: %zd vs %zd", nx, ny);
-    }
-    tot[S_LX] = tot[S_LY] = INFINITY;
-    tot[S_HX] = tot[S_HY] = -INFINITY;
-    Py_BEGIN_ALLOW_THREADS
-    pair_impl((const char *)xv.buf, xt, (const char *)yv.buf, yt, nx, &p, tot);
-    Py_END_ALLOW_THREADS
+    if (nargs != 12) return PyErr_Format(PyExc_TypeError, "pair_sums takes 12 arguments (%zd given)", nargs);
+    if (!pair_args(args, &p, &xv, &xt, &yv, &yt, &n)) return NULL;
+    init_state(state);
+    run_part(&xv, xt, &yv, yt, n, &p, state);
     PyBuffer_Release(&xv);
     PyBuffer_Release(&yv);
     out = PyTuple_New(N_SUMS + 1);
     if (out == NULL) return NULL;
-    PyTuple_SET_ITEM(out, 0, PyLong_FromSsize_t(nx));
+    PyTuple_SET_ITEM(out, 0, PyLong_FromSsize_t(n));
     for (k = 0; k < N_SUMS; k++) {
-        PyObject *v = (k == S_P1 || k == S_P5) ? PyLong_FromLongLong((long long)tot[k]) : PyFloat_FromDouble(tot[k]);
+        PyObject *v = (k == S_P1 || k == S_P5) ? PyLong_FromLongLong((long long)state[k]) : PyFloat_FromDouble(state[k]);
         if (v == NULL) {
             Py_DECREF(out);
             return NULL;
@@ -537,6 +581,49 @@ static PyObject *py_pair_sums(PyObject *self, PyObject *args)
         PyTuple_SET_ITEM(out, k + 1, v);
     }
     return out;
+}
+
+PyDoc_STRVAR(pair_accumulate_doc,
+             "pair_accumulate(x, x_type, y, y_type, off_x, floor_x, off_y, floor_y, shift_x, shift_y, eps_b, kl_normal,\n"
+             "                state) -> None\n\n"
+             "pair_sums over one part of a pair, continuing `state`, a writable contiguous float64 buffer of STATE_SIZE\n"
+             "values (from new_state(), then left to this function): the running totals (in the order of pair_sums's\n"
+             "tuple, less its count), the element count and a flag of the KL loop. Parts whose starts are multiples of\n"
+             "BLOCK elements give exactly the bits one pair_sums call over the whole pair gives. The GIL is released.");
+
+static PyObject *py_pair_accumulate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int xt, yt;
+    Params p;
+    Py_buffer xv, yv, sv;
+    Py_ssize_t n;
+    (void)self;
+    if (nargs != 13) return PyErr_Format(PyExc_TypeError, "pair_accumulate takes 13 arguments (%zd given)", nargs);
+    if (PyObject_GetBuffer(args[12], &sv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) return NULL;
+    if (sv.len != (Py_ssize_t)(STATE_SIZE * sizeof(double))) {
+        PyBuffer_Release(&sv);
+        return PyErr_Format(PyExc_ValueError, "pair_accumulate: state must be %d float64 values", STATE_SIZE);
+    }
+    if (!pair_args(args, &p, &xv, &xt, &yv, &yt, &n)) {
+        PyBuffer_Release(&sv);
+        return NULL;
+    }
+    run_part(&xv, xt, &yv, yt, n, &p, (double *)sv.buf);
+    PyBuffer_Release(&xv);
+    PyBuffer_Release(&yv);
+    PyBuffer_Release(&sv);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(new_state_doc, "new_state() -> bytearray\n\nThe state pair_accumulate starts from (STATE_SIZE float64 values).");
+
+static PyObject *py_new_state(PyObject *self, PyObject *unused)
+{
+    double state[STATE_SIZE];
+    (void)self;
+    (void)unused;
+    init_state(state);
+    return PyByteArray_FromStringAndSize((const char *)state, sizeof state);
 }
 
 PyDoc_STRVAR(log_ratio_doc, "log_ratio(a, b) -> float\n\nThe kernel's log(a / b) of positive normal doubles (for tests).");
@@ -553,7 +640,9 @@ static PyObject *py_log_ratio(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"min_max", py_min_max, METH_VARARGS, min_max_doc},
-    {"pair_sums", py_pair_sums, METH_VARARGS, pair_sums_doc},
+    {"pair_sums", (PyCFunction)(void (*)(void))py_pair_sums, METH_FASTCALL, pair_sums_doc},
+    {"pair_accumulate", (PyCFunction)(void (*)(void))py_pair_accumulate, METH_FASTCALL, pair_accumulate_doc},
+    {"new_state", py_new_state, METH_NOARGS, new_state_doc},
     {"log_ratio", py_log_ratio, METH_VARARGS, log_ratio_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -576,7 +665,8 @@ PyMODINIT_FUNC PyInit__fused(void)
 #endif
     mod = PyModule_Create(&module);
     if (mod == NULL) return NULL;
-    if (PyModule_AddStringConstant(mod, "ISA", isa_name) < 0 || PyModule_AddIntConstant(mod, "BLOCK", BLOCK) < 0) {
+    if (PyModule_AddStringConstant(mod, "ISA", isa_name) < 0 || PyModule_AddIntConstant(mod, "BLOCK", BLOCK) < 0 ||
+        PyModule_AddIntConstant(mod, "STATE_SIZE", STATE_SIZE) < 0) {
         Py_DECREF(mod);
         return NULL;
     }

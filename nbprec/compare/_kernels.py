@@ -28,6 +28,8 @@ import math
 import ml_dtypes
 import numpy as np
 
+from nbprec.formats._payload import MappedPages
+
 try:  # the compiled one-pass kernel; absent when the package was installed without a C compiler
     from nbprec.compare import _fused as FUSED
 except ImportError:  # pragma: no cover - depends on the build
@@ -88,8 +90,6 @@ FUSED_SUMS = (
     "n", "sx", "sy", "sxx", "syy", "sxy", "sdd", "sad", "mad", "acc_rel", "max_rel",
     "pass1", "pass5", "kl_sx", "kl_sy", "kl_t", "cx", "cxx", "cy", "cyy", "min_x", "max_x", "min_y", "max_y",
 )  # fmt: skip
-#: The fields a pair_sums call adds to the running totals (the others are maxima and minima).
-_ADDED = tuple(f for f in FUSED_SUMS if f not in ("mad", "max_rel", "min_x", "max_x", "min_y", "max_y"))
 
 
 class Sums:
@@ -112,18 +112,16 @@ class Sums:
         self.min_x = self.min_y = math.inf
         self.max_x = self.max_y = -math.inf
 
-    def add_fused(self, sums: tuple) -> None:
-        """Add what one ``_fused.pair_sums`` call returned (fields in :data:`FUSED_SUMS` order)."""
-        found = dict(zip(FUSED_SUMS, sums, strict=True))
-        if not self.n:  # nothing added yet (a call covers at least one element): the call's fields are the totals
-            self.__dict__.update(found)
-            return
-        for name in _ADDED:
-            setattr(self, name, getattr(self, name) + found[name])
-        self.mad = nan_max(self.mad, found["mad"])
-        self.max_rel = nan_max(self.max_rel, found["max_rel"])
-        self.min_x, self.max_x = min(self.min_x, found["min_x"]), max(self.max_x, found["max_x"])
-        self.min_y, self.max_y = min(self.min_y, found["min_y"]), max(self.max_y, found["max_y"])
+    @classmethod
+    def from_state(cls, state: np.ndarray) -> Sums:
+        """The sums of a ``_fused.pair_accumulate`` state: its totals in :data:`FUSED_SUMS` order (less the
+        count, which follows them)."""
+        acc = cls()
+        values = state.tolist()
+        acc.__dict__.update(zip(FUSED_SUMS[1:], values, strict=False))
+        acc.n = int(values[len(FUSED_SUMS) - 1])
+        acc.pass1, acc.pass5 = int(acc.pass1), int(acc.pass5)
+        return acc
 
     def extremes(self) -> tuple[float, float, float, float]:
         """(min_x, max_x, min_y, max_y) as numpy's min/max give them: NaN on a side that holds a NaN (its sum
@@ -144,6 +142,77 @@ FUSED_TYPES = {
     np.dtype(np.float16): 2,
     np.dtype(ml_dtypes.bfloat16): 3,
 }
+
+
+#: Elements per call of the compiled kernel on a side read in place when a side's pages are handed back as
+#: it goes (a multiple of the kernel's block, so that the parts give the bits of one call over the whole).
+WINDOW = 1 << 22
+
+
+class Flat:
+    """One side of a pair as a flat sequence in C order, read a part at a time, never copied whole.
+
+    A C-contiguous array is read in place (a view per part; ``code`` is its :data:`FUSED_TYPES` code when the
+    compiled kernel reads its dtype directly). Any other layout (a transposed or strided view) gives each part
+    as a copy of just that part, in C order. A large array mapped from a file hands its pages back as the
+    parts are read (:class:`~nbprec.formats._payload.MappedPages`): call :meth:`begin` at the start of each
+    pass and :meth:`done` after each part, so that resident memory stays a few windows whatever the size.
+    """
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.dtype = array.dtype
+        self.size = int(array.size)
+        contiguous = bool(array.flags.c_contiguous)
+        self._array = array.reshape(-1) if contiguous else array
+        self.contiguous = contiguous
+        self.code = FUSED_TYPES.get(array.dtype) if contiguous else None
+        self.pages = MappedPages.of(self._array) if contiguous else None
+
+    def part(self, start: int, stop: int) -> np.ndarray:
+        """Elements ``start:stop`` in C order (a view when contiguous, else a copy of those elements only)."""
+        if self.contiguous:
+            return self._array[start:stop]
+        return self._array.flat[start:stop]
+
+    def whole(self) -> np.ndarray:
+        """The flat array (contiguous sides only)."""
+        return self._array
+
+    def begin(self) -> None:
+        """A pass starts at element 0."""
+        if self.pages is not None:
+            self.pages.begin()
+
+    def done(self, stop: int) -> None:
+        """The pass has read the elements before ``stop``: their pages may go."""
+        if self.pages is not None:
+            self.pages.release(stop * self.dtype.itemsize, final=stop >= self.size)
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def flat_pair(x: np.ndarray, y: np.ndarray) -> tuple[Flat, Flat]:
+    """Both sides as :class:`Flat`, element ``i`` of one paired with element ``i`` of the other in C order.
+
+    Two Fortran-ordered arrays of the same shape (a transposed weight saved as it lay in memory) are read as
+    their transposes, in place: the pairs are the same, only their order differs, which no metric depends on.
+    """
+    if (
+        x.shape == y.shape
+        and x.ndim > 1
+        and not (x.flags.c_contiguous and y.flags.c_contiguous)
+        and x.flags.f_contiguous
+        and y.flags.f_contiguous
+    ):
+        x, y = x.T, y.T
+    return Flat(x), Flat(y)
+
+
+def parts(size: int, step: int):
+    """``(start, stop)`` of consecutive parts of ``step`` elements covering ``range(size)``."""
+    for start in range(0, size, step):
+        yield start, min(size, start + step)
 
 
 class Scratch:
@@ -218,20 +287,23 @@ def accumulate(x: np.ndarray, y: np.ndarray, scratch: Scratch, acc: Sums, kl: tu
     acc.kl_t += dot(a, d)
 
 
-def _fused_min_max(flat: np.ndarray, code: int | None, buf: np.ndarray | None, chunk: int) -> tuple[float, float]:
-    """(min, max) of a flat array in float64 terms through the compiled kernel; NaN when it holds a NaN.
+def _fused_min_max(side: Flat, buf: np.ndarray | None, chunk: int) -> tuple[float, float]:
+    """(min, max) of a side in float64 terms through the compiled kernel; NaN when it holds a NaN.
 
-    ``code`` is the side's :data:`FUSED_TYPES` code when it is read in place, else ``None`` and ``buf`` a float64
-    row it is converted into, ``chunk`` elements at a time.
+    A side read in place goes :data:`WINDOW` elements at a time; any other is converted into the float64 row
+    ``buf``, ``chunk`` elements at a time.
     """
-    if code is not None:
-        lo, hi, nans = FUSED.min_max(flat.view(np.uint8), code)
-    else:
-        lo, hi, nans = math.inf, -math.inf, 0
-        for start in range(0, flat.size, chunk):
-            part = to_f64(flat[start : start + chunk], buf[: min(chunk, flat.size - start)])
-            c_lo, c_hi, c_nans = FUSED.min_max(part, 0)
-            lo, hi, nans = min(lo, c_lo), max(hi, c_hi), nans + c_nans
+    lo, hi, nans = math.inf, -math.inf, 0
+    step = WINDOW if side.code is not None else chunk
+    side.begin()
+    for start, stop in parts(side.size, step):
+        part = side.part(start, stop)
+        if side.code is not None:
+            c_lo, c_hi, c_nans = FUSED.min_max(part.view(np.uint8), side.code)
+        else:
+            c_lo, c_hi, c_nans = FUSED.min_max(to_f64(part, buf[: stop - start]), 0)
+        lo, hi, nans = min(lo, c_lo), max(hi, c_hi), nans + c_nans
+        side.done(stop)
     return (math.nan, math.nan) if nans else (lo, hi)
 
 
@@ -271,30 +343,39 @@ def _usable_hints(hints: tuple | None) -> bool:
     return -math.inf < lo_x <= hi_x < math.inf and -math.inf < lo_y <= hi_y < math.inf
 
 
-def _fused_pass(flat_x: np.ndarray, flat_y: np.ndarray, codes: tuple, params: tuple, chunk: int) -> Sums:
-    """One ``pair_sums`` pass over a pair: a single call when both sides are read in place (``codes`` both
-    set), else ``chunk`` elements at a time with the other sides converted to float64."""
-    code_x, code_y = codes
-    acc = Sums()
+def _fused_pass(fx: Flat, fy: Flat, params: tuple, chunk: int) -> Sums:
+    """One pass of the compiled kernel over a pair, continuing one state from part to part, so that the sums
+    are the bits of a single call over the whole pair (:func:`_fused.pair_accumulate`).
+
+    Two sides read in place go in one call, or :data:`WINDOW` elements at a time when a side hands its pages
+    back; otherwise ``chunk`` elements at a time (a multiple of the kernel's block), the other sides converted
+    into float64 rows.
+    """
+    state = np.frombuffer(FUSED.new_state(), np.float64).copy()
+    in_place = fx.code is not None and fy.code is not None
+    if in_place:
+        step = WINDOW if fx.pages is not None or fy.pages is not None else max(fx.size, 1)
+        rows = None
+    else:
+        step = max(FUSED.BLOCK, chunk - chunk % FUSED.BLOCK)
+        rows = np.empty((2, min(fx.size, step)), dtype=np.float64)
+    fx.begin()
+    fy.begin()
+    for start, stop in parts(fx.size, step):
+        part_x, part_y = fx.part(start, stop), fy.part(start, stop)
+        if fx.code is None:
+            part_x = to_f64(part_x, rows[0, : stop - start])
+        if fy.code is None:
+            part_y = to_f64(part_y, rows[1, : stop - start])
+        FUSED.pair_accumulate(part_x.view(np.uint8), fx.code or 0, part_y.view(np.uint8), fy.code or 0, *params, state)
+        fx.done(stop)
+        fy.done(stop)
+    acc = Sums.from_state(state)
     acc.shift_x, acc.shift_y = params[4], params[5]
-    if code_x is not None and code_y is not None:
-        acc.add_fused(FUSED.pair_sums(flat_x.view(np.uint8), code_x, flat_y.view(np.uint8), code_y, *params))
-        return acc
-    rows = np.empty((2, min(flat_x.size, chunk)), dtype=np.float64)
-    for start in range(0, flat_x.size, chunk):
-        size = min(chunk, flat_x.size - start)
-        part_x, part_y = flat_x[start : start + size], flat_y[start : start + size]
-        if code_x is None:
-            part_x = to_f64(part_x, rows[0, :size])
-        if code_y is None:
-            part_y = to_f64(part_y, rows[1, :size])
-        acc.add_fused(FUSED.pair_sums(part_x.view(np.uint8), code_x or 0, part_y.view(np.uint8), code_y or 0, *params))
     return acc
 
 
-def fused_sums(
-    flat_x: np.ndarray, flat_y: np.ndarray, eps_b: float, chunk: int, hints: tuple | None = None
-) -> tuple[Sums, bool | None]:
+def fused_sums(fx: Flat, fy: Flat, eps_b: float, chunk: int, hints: tuple | None = None) -> tuple[Sums, bool | None]:
     """Every running sum of one pair through the compiled kernel (requires :data:`FUSED`).
 
     Contiguous sides whose dtype is in :data:`FUSED_TYPES` are read in place (memory maps included); any other
@@ -308,14 +389,13 @@ def fused_sums(
     the sums and whether the hints held, that is equalled the extremes ignoring NaN (``None`` when they were
     not usable).
     """
-    codes = tuple(FUSED_TYPES.get(f.dtype) if f.flags.c_contiguous else None for f in (flat_x, flat_y))
     if _usable_hints(hints):
-        acc = _fused_pass(flat_x, flat_y, codes, _pair_params(hints, eps_b), chunk)
+        acc = _fused_pass(fx, fy, _pair_params(hints, eps_b), chunk)
         held = (acc.min_x, acc.max_x, acc.min_y, acc.max_y) == tuple(hints)  # right, NaN aside
         found = acc.extremes()
         if found == tuple(hints):
             return acc, True
-        return _fused_pass(flat_x, flat_y, codes, _pair_params(found, eps_b), chunk), held
-    buf = np.empty(min(flat_x.size, chunk), dtype=np.float64) if None in codes else None
-    extremes = (*_fused_min_max(flat_x, codes[0], buf, chunk), *_fused_min_max(flat_y, codes[1], buf, chunk))
-    return _fused_pass(flat_x, flat_y, codes, _pair_params(extremes, eps_b), chunk), None
+        return _fused_pass(fx, fy, _pair_params(found, eps_b), chunk), held
+    buf = np.empty(min(fx.size, chunk), dtype=np.float64) if None in (fx.code, fy.code) else None
+    extremes = (*_fused_min_max(fx, buf, chunk), *_fused_min_max(fy, buf, chunk))
+    return _fused_pass(fx, fy, _pair_params(extremes, eps_b), chunk), None

@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 
 from nbprec._version import __version__
-from nbprec.compare.culprit import OpIndex, divergence_onset, first_failing, judge_ops
+from nbprec.compare.culprit import OpIndex, judge_ops
 from nbprec.compare.rules import STATUS_FAIL, Rule, Threshold, get_rule, preset_names
+from nbprec.compare.runs import RunSummary, first_failing_across, onset_across, op_at, summarize_runs
 from nbprec.compare.verdict import Verdict, verdict
 from nbprec.errors import ComparisonError
 from nbprec.safe_text import restore_frame, visible_text, write_table_csv
@@ -75,6 +76,8 @@ class Comparison:
         self.unmatched_bench = unmatched_bench if unmatched_bench is not None else pd.DataFrame()
         self.meta = dict(meta or {})
         self._verdict: Verdict | None = None
+        self._runs: RunSummary | None = None
+        self._presence: pd.DataFrame | None = None  # rule-independent (see nbprec.compare.runs.presence)
 
     @cached_property
     def table(self) -> pd.DataFrame:
@@ -89,9 +92,11 @@ class Comparison:
     # -- judging -----------------------------------------------------------------------------------
     def with_rule(self, rule: Rule | str) -> Comparison:
         """The same comparison judged by another rule (no tensor is read again; the data is shared)."""
-        return Comparison(
+        judged = Comparison(
             self._data, unmatched_bench=self.unmatched_bench, rule=rule, meta=self.meta, _op_index=self.op_index
         )
+        judged._presence = self._presence
+        return judged
 
     def with_threshold(self, metric: str, value: float) -> Comparison:
         """The same comparison with one bound of the rule changed (what a threshold slider does)."""
@@ -121,16 +126,33 @@ class Comparison:
         return self.ops[mask]
 
     def first_failing_op(self) -> pd.Series | None:
-        """The first failing op in execution order (the first suspect), or ``None`` when all pass."""
-        return first_failing(self.ops)
+        """The first failing op (the first suspect), or ``None`` when all pass.
+
+        In execution order; over several steps and ranks, the earliest by (step, order, rank) (see
+        :mod:`nbprec.compare.runs`), with its ``step`` and ``rank``.
+        """
+        return first_failing_across(self.ops)
 
     def first_introduced_op(self) -> pd.Series | None:
         """The first op whose inputs pass and whose outputs fail: where the error was introduced."""
-        return first_failing(self.ops, origin="introduced")
+        return first_failing_across(self.ops, origin="introduced")
 
     def onset(self) -> pd.Series | None:
-        """The op where the divergence sets in and persists (see :func:`divergence_onset`)."""
-        return divergence_onset(self.ops)
+        """The op where the divergence sets in and persists (see :func:`~nbprec.compare.culprit.divergence_onset`),
+        per (step, rank) stream, the earliest by (step, order, rank)."""
+        return onset_across(self.ops)
+
+    def runs(self) -> RunSummary:
+        """One row per (step, rank) on either side: presence, counts, first failing / introduced / NaN-inf
+        op; and the (step, rank) where divergence and overflow appear first (see :mod:`nbprec.compare.runs`)."""
+        if self._runs is None:
+            self._runs = summarize_runs(self)
+        return self._runs
+
+    @property
+    def several_runs(self) -> bool:
+        """Whether the comparison spans more than one (step, rank) (then every view names each op's)."""
+        return self.runs().several
 
     def worst_ops(self, n: int = 10, metric: str | None = None) -> pd.DataFrame:
         """The ``n`` failing-most ops by an output metric (default: the rule's primary metric)."""
@@ -172,6 +194,8 @@ class Comparison:
                     "description": comp.rule.describe(),
                     "failing_ops": len(comp.failing_ops()),
                     "first_failing_op": "" if first is None else first["op"],
+                    "step": None if first is None else int(first["step"]),
+                    "rank": None if first is None else int(first["rank"]),
                 }
             )
         return pd.DataFrame(rows)
@@ -194,6 +218,7 @@ class Comparison:
         """Counts, the rule, the first failing and first introduced ops, as plain values."""
         status = self.table["status"].value_counts()
         first, introduced, onset = self.first_failing_op(), self.first_introduced_op(), self.onset()
+        runs = self.runs()
         return {
             "target": self.meta.get("target", ""),
             "bench": self.meta.get("bench", ""),
@@ -206,6 +231,15 @@ class Comparison:
             "first_failing_op": None if first is None else str(first["op"]),
             "first_introduced_op": None if introduced is None else str(introduced["op"]),
             "onset_op": None if onset is None else str(onset["op"]),
+            "first_failing_at": _at(first),
+            "first_introduced_at": _at(introduced),
+            "onset_at": _at(onset),
+            "steps_ranks": len(runs.table),
+            "first_divergence_at": None if runs.first_divergence is None else list(runs.first_divergence),
+            "first_overflow_at": None if runs.first_overflow is None else list(runs.first_overflow),
+            "one_sided": [
+                {"code": m.code, "side": m.side, "values": list(m.values), "steps": list(m.steps)} for m in runs.missing
+            ],
             "random_ops_differing": self.ops.loc[self.ops["origin"] == "random", "op"].tolist(),
             "discontinuous_ops_differing": self.ops.loc[self.ops["origin"] == "discontinuous", "op"].tolist(),
             "explained_failing_ops": int(self.ops["explained"].sum()),
@@ -218,19 +252,22 @@ class Comparison:
         s = self.summary()
         return (
             f"<nbprec.Comparison {s['tensors']} tensors, {s['ops']} ops, {s['failing_ops']} failing "
-            f"({s['rule']}); first failing op: {s['first_failing_op']}>"
+            f"({s['rule']}); first failing op: {op_at(self.first_failing_op(), self.several_runs)}>"
         )
 
     def _repr_html_(self) -> str:
         s = self.summary()
         esc = html.escape
+        several = self.several_runs
+        first, introduced = op_at(self.first_failing_op(), several), op_at(self.first_introduced_op(), several)
         head = self.verdict().to_html() + (
             f"<p><b>nbprec comparison</b>: {esc(s['target'])} (target) vs {esc(s['bench'])} (benchmark)<br>"
             f"rule {esc(s['rule'])}<br>{s['ops']} ops, <b>{s['failing_ops']} failing</b>; first failing op: "
-            f"<code>{esc(str(s['first_failing_op']))}</code>; first introduced: "
-            f"<code>{esc(str(s['first_introduced_op']))}</code></p>"
+            f"<code>{esc(first)}</code>; first introduced: <code>{esc(introduced)}</code></p>"
         )
         cols = ["order", "op", "op_type", "status", "origin", "in_cosine", "out_cosine", "out_rel_euclidean"]
+        if several:
+            cols = ["step", "rank", *cols]
         worst = self.worst_ops(10)[cols]
         return visible_text(head + worst.to_html(index=False, float_format=lambda v: f"{v:.6g}", escape=True))
 
@@ -279,10 +316,11 @@ class Comparison:
         )
         table = restore_frame(table)
         for column in text_cols & set(table.columns):
-            table[column] = table[column].fillna("")
+            values = table[column]  # an all-empty text column comes back from CSV as float64 NaN
+            table[column] = (values.astype(object) if values.dtype.kind == "f" else values).fillna("")
         for column in ("target_dtype", "bench_dtype", "op_type", "api", "direction", "role", "match", "compare_mode"):
             if column in table:
-                table[column] = table[column].fillna("").astype(str)
+                table[column] = table[column].astype(object).fillna("").astype(str)
         for column in _SHAPE_COLUMNS:
             table[column] = [tuple(json.loads(s)) if isinstance(s, str) and s else None for s in table[column]]
         if "checksum_match" in table:
@@ -319,6 +357,11 @@ class Comparison:
         from nbprec.widgets import explore
 
         return explore(self, **kwargs)
+
+
+def _at(row: pd.Series | None) -> list[int] | None:
+    """[step, rank] of an op row, or None."""
+    return None if row is None else [int(row["step"]), int(row["rank"])]
 
 
 def _rule_to_dict(rule: Rule) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import pandas as pd
 from nbprec._progress import ProgressCallback
 from nbprec.compare.comparison import CATEGORY_COLUMNS, Comparison, as_category
 from nbprec.compare.culprit import random_by_call
+from nbprec.compare.executors import Executor, Results, local_executor
 from nbprec.compare.fusion import FusionMatcher, benchmark_key, wants_fusion
 from nbprec.compare.matching import FusionHook, match_tensors, read_mapping
 from nbprec.compare.metrics import (
@@ -23,18 +24,9 @@ from nbprec.compare.metrics import (
     tensor_metrics,
 )
 from nbprec.compare.rules import Rule, bench_magnitude, get_rule, one_run, running_precision
-from nbprec.compare.workers import (
-    Job,
-    Result,
-    Results,
-    ThreadResults,
-    batches,
-    default_workers,
-    reap_workers,
-    run_processes,
-    use_processes,
-    use_threads,
-)
+from nbprec.compare.tasks import ExtremeHints as _ExtremeHints
+from nbprec.compare.tasks import PairTask
+from nbprec.compare.workers import Job, batches, default_workers
 from nbprec.dtypes import FLOAT_DTYPES
 from nbprec.dump import Dump
 from nbprec.errors import ComparisonError, NbprecError
@@ -222,26 +214,6 @@ def _op_input_scale(table: pd.DataFrame) -> np.ndarray:
     return scale.to_numpy(np.float64)
 
 
-class _Rows:
-    """Index rows by position as plain dicts.
-
-    The per-row ``iloc`` (and Series look-ups) of a mixed-dtype frame dominated the set-up of dumps with
-    many small tensors; here the values are boxed once, on first use (in each worker process, after the
-    fork), and a row is a dict (readers' loaders take any mapping).
-    """
-
-    def __init__(self, index: pd.DataFrame) -> None:
-        self._index = index
-        self._values: list[list[Any]] | None = None
-        self._columns = list(index.columns)
-
-    def row(self, i: int) -> dict[str, Any]:
-        """``index.iloc[i]`` as a dict."""
-        if self._values is None:
-            self._values = self._index.to_numpy(dtype=object).tolist()  # lists: zipping a numpy row is 5x slower
-        return dict(zip(self._columns, self._values[i], strict=True))
-
-
 def _mode_flags(index: pd.DataFrame, take: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """(has a payload, has statistics, has a checksum) for each index row, or for the rows at ``take``."""
     flags = (
@@ -303,27 +275,6 @@ def _recorded_problems(reasons: np.ndarray, modes: np.ndarray, dump: Dump, side:
             reasons[i] = f"{side} tensor unreadable: {problem}"
 
 
-class _ExtremeHints:
-    """Whether to hand the dumps' recorded minima and maxima to the kernel (``tensor_metrics(extremes=...)``),
-    which then reads a pair once instead of twice. Formats whose statistics are exact (msprobe, nbprec's own)
-    make them right; once they are wrong for more than a quarter of the pairs (a format that rounds them),
-    they are no longer given. Statistics that are not usable (NaN, inf) do not count either way. Local to
-    one :func:`compare` call."""
-
-    def __init__(self) -> None:
-        self.given = self.wrong = 0
-
-    def extremes(self, t_row: Mapping[str, Any], b_row: Mapping[str, Any]) -> tuple[float, ...] | None:
-        if self.wrong > 4 and 4 * self.wrong > self.given:
-            return None
-        return (t_row["min"], t_row["max"], b_row["min"], b_row["max"])
-
-    def record(self, held: bool | None) -> None:
-        if held is not None:
-            self.given += 1
-            self.wrong += not held
-
-
 def _measure(
     job: tuple[int, str, Mapping[str, Any], Mapping[str, Any]], t_dump: Dump, b_dump: Dump, hints: _ExtremeHints
 ) -> tuple[int, dict[str, Any], str]:
@@ -350,35 +301,30 @@ def _measure(
         return i, {}, f"could not compare: {type(exc).__name__}: {exc}"
 
 
-def _run_jobs(
-    jobs: list[Job],
-    t_dump: Dump,
-    b_dump: Dump,
-    rows: tuple[_Rows, _Rows],
-    numel: np.ndarray,
-    workers: int,
-    progress: ProgressCallback | None,
-    parallel: str,
+def _executor(executor: Executor | None, client: Any, parallel: str, workers: int | None) -> Executor | None:
+    """The executor asked for (``executor=``, or a Dask ``client=``), checked; ``None``: a local one, chosen
+    once the work is known (:func:`nbprec.compare.executors.local_executor`)."""
+    if parallel not in ("auto", "processes", "threads"):
+        raise ComparisonError(f"unknown parallel {parallel!r}; use auto, processes or threads")
+    if client is not None and executor is not None:
+        raise ComparisonError("pass client= (a Dask cluster) or executor=, not both")
+    if client is not None:
+        from nbprec.compare.dask_executor import DaskExecutor
+
+        return DaskExecutor(client)
+    if executor is not None and not isinstance(executor, Executor):
+        raise ComparisonError(f"executor must be an nbprec.compare.executors.Executor, not {type(executor).__name__}")
+    return executor
+
+
+def _start(
+    jobs: list[Job], task: PairTask, numel: np.ndarray, run_on: Executor, progress: ProgressCallback | None
 ) -> Results:
-    """Measure every job (index positions of both sides): in threads, forked processes or this thread (see
-    :func:`compare` and :mod:`nbprec.compare.workers`). Workers start at once; iterating the result yields
-    the measurements. Close it when done (or on error)."""
-    t_rows, b_rows = rows
-    hints = _ExtremeHints()  # forked workers each get their own copy
-
-    def measure(job: Job) -> Result:
-        i, mode, t, b = job
-        return _measure((i, mode, t_rows.row(t), b_rows.row(b)), t_dump, b_dump, hints)
-
-    batched = batches(jobs, numel)
-    if use_processes(parallel, workers, batched, numel):
-        forked = run_processes(batched, lambda batch: [measure(job) for job in batch], workers)
-        next(forked)  # the workers start now
-        return Results((result for batch in forked for result in batch), len(jobs), progress, close=forked.close)
-    if use_threads(parallel, workers, len(jobs)):
-        threads = ThreadResults(jobs, measure, workers)
-        return Results(threads, len(jobs), progress, close=threads.close)
-    return Results(map(measure, jobs), len(jobs), progress)
+    """Batch the jobs for ``run_on`` and start measuring them (workers start at once); iterating the result
+    yields the measurements. Close it when done (or on error), and wait for it once they are used."""
+    groups = task.groups() if run_on.limits is not None and run_on.limits.by_rank else None
+    run = run_on.submit_batches(batches(jobs, numel, run_on.limits, run_on.slots, groups), task)
+    return Results(run, len(jobs), progress)
 
 
 def compare(
@@ -396,6 +342,8 @@ def compare(
     workers: int | None = None,
     parallel: Literal["auto", "processes", "threads"] = "auto",
     progress: ProgressCallback | bool | None = None,
+    client: Any = None,
+    executor: Executor | None = None,
 ) -> Comparison:
     """Compare a target dump with a benchmark dump, tensor by tensor.
 
@@ -437,7 +385,15 @@ def compare(
         process runs a single thread (forking a threaded process can copy a held lock: in a notebook, threads);
         otherwise threads with the compiled kernel (:data:`nbprec.compare.metrics.KERNEL`), else this thread.
     progress
-        ``True`` for a progress bar on stderr, or a callback ``(done, total)``.
+        ``True`` for a progress bar on stderr (with ``client=`` in a notebook: Dask's progress widget), or a
+        callback ``(done, total)`` (pairs measured, pairs to measure).
+    client
+        A ``distributed.Client``: the pairs are measured on its Dask cluster, in batches of one step and rank
+        whose workers read the payloads from the dumps' paths (they must see the same files at the same
+        paths); ``workers`` and ``parallel`` are then not used. The results are those of a local run.
+    executor
+        Another :class:`nbprec.compare.executors.Executor` to measure the pairs on (for example a
+        :class:`~nbprec.compare.executors.FuturesExecutor` over a process pool).
 
     Returns
     -------
@@ -451,8 +407,7 @@ def compare(
     the_rule = get_rule(rule)  # arguments first: a typo is reported before any dump is opened
     if mode not in MODES:
         raise ComparisonError(f"unknown mode {mode!r}; use auto, tensor, statistics or checksum")
-    if parallel not in ("auto", "processes", "threads"):
-        raise ComparisonError(f"unknown parallel {parallel!r}; use auto, processes or threads")
+    run_on = _executor(executor, client, parallel, workers)
     graph_model = _graph_model(graph)
     t_dump = _as_dump(target, step, rank, graph_model)
     b_dump = _as_dump(bench, step, rank)
@@ -470,16 +425,14 @@ def compare(
     modes, reasons = _choose_modes(mode, t_idx, b_idx, b_positions)
     _recorded_problems(reasons, modes, t_dump, "target")
     jobs = [(i, modes[i], i, int(b_positions[i])) for i in np.flatnonzero(modes != "none").tolist()]
-    t_rows, b_rows = _Rows(t_idx), _Rows(b_idx)
 
-    if progress is True:
-        from nbprec._progress import TextProgress
-
-        progress = TextProgress("comparing")
-    n_workers = workers if workers is not None else default_workers()
     numel = np.nan_to_num(t_idx["numel"].to_numpy(np.float64), nan=0.0)
-    # the workers (threads or processes) start measuring here; the table is built meanwhile
-    results = _run_jobs(jobs, t_dump, b_dump, (t_rows, b_rows), numel, n_workers, progress or None, parallel)
+    if run_on is None:
+        run_on = local_executor(parallel, workers if workers is not None else default_workers(), jobs, numel)
+    if progress is True:
+        progress = run_on.progress_bar("comparing")
+    # the workers (threads, processes, a cluster) start measuring here; the table is built meanwhile
+    results = _start(jobs, PairTask(_measure, t_dump, b_dump), numel, run_on, progress or None)
 
     try:  # while the workers measure: everything that does not need a metric
         table = _pair_table(t_idx, b_idx, pairs)
@@ -536,7 +489,7 @@ def compare(
     finally:
         results.close()
 
-    try:  # forked workers exit (reap_workers waits for them) while the table is assembled and judged
+    try:  # forked workers exit (results.wait() waits for them) while the table is assembled and judged
         measured: dict[str, Any] = {"compare_mode": modes}
         recorded_nonfinite = {side: table[f"{side}_nonfinite"].to_numpy(np.float64) for side in ("target", "bench")}
         for column, arr in values.items():
@@ -551,4 +504,4 @@ def compare(
         table = pd.concat([table, pd.DataFrame(measured, index=table.index)], axis=1)  # one concat, not 25 inserts
         return Comparison(table, unmatched_bench=unmatched_bench, rule=the_rule, meta=meta)
     finally:
-        reap_workers()
+        results.wait()

@@ -47,12 +47,15 @@ from nbprec.compare._kernels import (
     EPS,
     FLOAT32_EPS,
     FUSED,
+    Flat,
     Scratch,
     Sums,
     accumulate,
     dot,
+    flat_pair,
     fused_sums,
     kl_offset_floor,
+    parts,
     to_f64,
 )
 from nbprec.errors import ComparisonError
@@ -153,75 +156,86 @@ def _eps_bench(dtype: np.dtype) -> float:
     return FLOAT32_EPS
 
 
-def _min_max(flat: np.ndarray, buf: np.ndarray, chunk: int) -> tuple[float, float]:
-    """Minimum and maximum (in float64 terms, NaN propagating) of a flat array, chunk by chunk."""
+def _min_max(side: Flat, buf: np.ndarray, chunk: int) -> tuple[float, float]:
+    """Minimum and maximum (in float64 terms, NaN propagating) of one side, chunk by chunk."""
     # numpy's float16 min/max has no SIMD loop: converting to float64 first is ~14x faster, same values
-    native = flat.dtype.isbuiltin == 1 and flat.dtype.kind in "fiu" and flat.dtype != np.float16
+    native = side.dtype.isbuiltin == 1 and side.dtype.kind in "fiu" and side.dtype != np.float16
     lows, highs = [], []
-    for start in range(0, flat.size, chunk):
-        part = flat[start : start + chunk]
+    side.begin()
+    for start, stop in parts(side.size, chunk):
+        part = side.part(start, stop)
         if not native:
-            part = to_f64(part, buf[: part.size])
+            part = to_f64(part, buf[: stop - start])
         lows.append(part.min())
         highs.append(part.max())
+        side.done(stop)
     return float(np.min(np.array(lows, dtype=np.float64))), float(np.max(np.array(highs, dtype=np.float64)))
 
 
-def _central_m2(flat: np.ndarray, mean: float, buf: np.ndarray, chunk: int) -> float:
+def _central_m2(side: Flat, mean: float, buf: np.ndarray, chunk: int) -> float:
     """sum((v - mean)**2) in a second pass: the exact variance when sxx/n - mean**2 would cancel."""
     total = 0.0
-    for start in range(0, flat.size, chunk):
-        part = to_f64(flat[start : start + chunk], buf[: min(chunk, flat.size - start)])
+    side.begin()
+    for start, stop in parts(side.size, chunk):
+        part = to_f64(side.part(start, stop), buf[: stop - start])
         np.subtract(part, mean, out=part)
         total += dot(part, part)
+        side.done(stop)
     return total
 
 
-def _std(flat: np.ndarray, s: float, ss: float, n: int, chunk: int, shift: float = 0.0) -> float:
+def _std(side: Flat, s: float, ss: float, n: int, chunk: int, shift: float = 0.0) -> float:
     """Population std from the sum and sum of squares of ``v - shift``, with an exact pass when they cancel."""
     mean = s / n
     var = ss / n - mean * mean
     if not var >= 1e-4 * (ss / n) and math.isfinite(var):  # relative error of var above ~1e-12
-        var = _central_m2(flat, shift + mean, np.empty(min(n, chunk)), chunk) / n
+        var = _central_m2(side, shift + mean, np.empty(min(n, chunk)), chunk) / n
     return math.sqrt(max(var, 0.0)) if not math.isnan(var) else math.nan
 
 
-def _nonfinite_reason(flat_x: np.ndarray, flat_y: np.ndarray, chunk: int) -> tuple[str, int, int]:
+def _nonfinite_reason(fx: Flat, fy: Flat, chunk: int) -> tuple[str, int, int]:
     """('target has 2 NaN, 1 inf; ...' for the sides holding non-finite values, and each side's count)."""
-    parts, counts = [], []
-    for label, flat in (("target", flat_x), ("benchmark", flat_y)):
+    parts_, counts = [], []
+    for label, side in (("target", fx), ("benchmark", fy)):
         n_nan = n_inf = 0
-        if flat.dtype.kind in "fc" or flat.dtype.isbuiltin != 1:
-            for start in range(0, flat.size, chunk):
-                part = flat[start : start + chunk].astype(np.float64)
+        if side.dtype.kind in "fc" or side.dtype.isbuiltin != 1:
+            buf = np.empty(min(side.size, chunk), dtype=np.float64)
+            side.begin()
+            for start, stop in parts(side.size, chunk):
+                part = to_f64(side.part(start, stop), buf[: stop - start])
                 n_nan += int(np.count_nonzero(np.isnan(part)))
                 n_inf += int(np.count_nonzero(np.isinf(part)))
+                side.done(stop)
         if n_nan or n_inf:
-            parts.append(f"{label} has {n_nan} NaN, {n_inf} inf")
+            parts_.append(f"{label} has {n_nan} NaN, {n_inf} inf")
         counts.append(n_nan + n_inf)
-    return ("non-finite values: " + "; ".join(parts) if parts else ""), counts[0], counts[1]
+    return ("non-finite values: " + "; ".join(parts_) if parts_ else ""), counts[0], counts[1]
 
 
-def _numpy_sums(flat_x: np.ndarray, flat_y: np.ndarray, eps_b: float, chunk: int) -> Sums:
+def _numpy_sums(fx: Flat, fy: Flat, eps_b: float, chunk: int) -> Sums:
     """Every running sum of one pair with numpy, chunk by chunk (the fallback of the compiled kernel)."""
-    n = flat_x.size
+    n = fx.size
     scratch = Scratch(min(n, chunk))
     rows = scratch.rows
     acc = Sums()
     if n <= chunk:  # one chunk: convert once, take the minima and maxima from the float64 rows
-        xs, ys = to_f64(flat_x, rows[0]), to_f64(flat_y, rows[1])
+        xs, ys = to_f64(fx.part(0, n), rows[0]), to_f64(fy.part(0, n), rows[1])
         kl = ((float(xs.min()), float(xs.max())), (float(ys.min()), float(ys.max())))
     else:
-        kl = (_min_max(flat_x, rows[0], chunk), _min_max(flat_y, rows[0], chunk))
+        kl = (_min_max(fx, rows[0], chunk), _min_max(fy, rows[0], chunk))
     (off_x, floor_x), (off_y, floor_y) = (kl_offset_floor(lo, hi - lo) for lo, hi in kl)
     scratch.set_floors(floor_x, floor_y)
     kl = (off_x, off_y)
-    for start in range(0, n, chunk):
-        size = min(chunk, n - start)
+    fx.begin()
+    fy.begin()
+    for start, stop in parts(n, chunk):
+        size = stop - start
         if n > chunk:
-            xs = to_f64(flat_x[start : start + size], rows[0, :size])
-            ys = to_f64(flat_y[start : start + size], rows[1, :size])
+            xs = to_f64(fx.part(start, stop), rows[0, :size])
+            ys = to_f64(fy.part(start, stop), rows[1, :size])
         accumulate(xs, ys, scratch, acc, kl, eps_b)
+        fx.done(stop)
+        fy.done(stop)
     return acc
 
 
@@ -343,24 +357,24 @@ def tensor_metrics(
         reasons.append(f"shape mismatch {x.shape} vs {y.shape}: compared flattened")
     if x.dtype.kind == "c" or y.dtype.kind == "c":
         reasons.append("complex tensors: compared magnitudes")
-    flat_x, flat_y = x.reshape(-1), y.reshape(-1)
+    fx, fy = flat_pair(x, y)  # no copy of either side, whatever its layout
     n, chunk = x.size, max(1, int(chunk_size))
     eps_b = _eps_bench(y.dtype)
     with np.errstate(all="ignore"):
         held = None
         if kernel == "numpy" or FUSED is None:
-            acc = _numpy_sums(flat_x, flat_y, eps_b, chunk)
+            acc = _numpy_sums(fx, fy, eps_b, chunk)
             values = _finish(acc)
-            values["target_std"] = _std(flat_x, acc.sx, acc.sxx, n, chunk)
-            values["bench_std"] = _std(flat_y, acc.sy, acc.syy, n, chunk)
+            values["target_std"] = _std(fx, acc.sx, acc.sxx, n, chunk)
+            values["bench_std"] = _std(fy, acc.sy, acc.syy, n, chunk)
         else:
-            acc, held = fused_sums(flat_x, flat_y, eps_b, chunk, extremes)
+            acc, held = fused_sums(fx, fy, eps_b, chunk, extremes)
             values = _finish(acc)
-            values["target_std"] = _std(flat_x, acc.cx, acc.cxx, n, chunk, acc.shift_x)
-            values["bench_std"] = _std(flat_y, acc.cy, acc.cyy, n, chunk, acc.shift_y)
+            values["target_std"] = _std(fx, acc.cx, acc.cxx, n, chunk, acc.shift_x)
+            values["bench_std"] = _std(fy, acc.cy, acc.cyy, n, chunk, acc.shift_y)
     counts = (0, 0)  # NaN/inf counted from the payloads (only when the sums say there are some)
     if not math.isfinite(acc.sxx + acc.syy):
-        nonfinite, n_x, n_y = _nonfinite_reason(flat_x, flat_y, chunk)
+        nonfinite, n_x, n_y = _nonfinite_reason(fx, fy, chunk)
         counts = (n_x, n_y)
         if nonfinite:
             values["thousandth_ratio"] = values["five_thousandth_ratio"] = math.nan

@@ -8,7 +8,10 @@ runs can be compared at all, judged under the dtype-aware default rule whatever 
 - ``different_weights``: parameters differ beyond the dtype's rounding (a checkpoint not loaded?);
 - ``not_deterministic``: random ops (dropout, rand*, randperm, ...) whose inputs match but whose outputs differ;
 - ``different_models``: a quarter or more of the paired tensors differ in shape (two models paired by position);
-- ``unaligned``: steps or ranks present on one side only, or ops whose calls found no counterpart.
+- ``missing_rank`` / ``missing_step``: a rank or step (or a rank at some steps) that one side holds and the
+  other does not: said once, at the top, instead of as rows without a counterpart (see
+  :mod:`nbprec.compare.runs`);
+- ``unaligned``: ops whose calls found no counterpart (in the steps and ranks both sides hold).
 
 Examples
 --------
@@ -28,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, get_rule
+from nbprec.compare.runs import BOTH, is_collective, missing_by_kind, op_at, presence, where
 
 if TYPE_CHECKING:
     from nbprec.compare.comparison import Comparison
@@ -249,36 +253,45 @@ def _different_models(table: pd.DataFrame) -> list[Finding]:
 
 
 def _alignment(comp: Comparison) -> list[Finding]:
-    """Steps or ranks on one side only, and target tensors whose calls found no counterpart."""
+    """Ranks or steps on one side only, and target tensors whose calls found no counterpart."""
     table, out = comp._data, []
-    for column, what in (("step", "steps"), ("rank", "ranks")):
-        target = {int(v) for v in table[column].unique()}
-        bench = {int(v) for v in comp.unmatched_bench[column].unique()} if column in comp.unmatched_bench else set()
-        matched = table["match"].astype(str) != "unmatched"
-        only_target = sorted(target - {int(v) for v in table.loc[matched, column].unique()})
-        only_bench = sorted(bench - target)
-        if (only_target or only_bench) and not (target == {-1} or bench == {-1}):
-            out.append(
-                Finding(
-                    "unaligned",
-                    f"The runs do not align: {what} {only_target or '-'} have no counterpart in the benchmark, "
-                    f"{what} {only_bench or '-'} are in the benchmark only.",
-                    f"dump the same {what} in both runs, or compare one with --{column} N.",
-                )
-            )
-    unmatched = (table["match"].astype(str) == "unmatched").to_numpy()
-    if len(table) and unmatched.mean() >= UNMATCHED_SHARE:
+    for missing in missing_by_kind(comp):
+        if missing.code == "missing_rank":
+            how = 'msprobe: "rank": [] in config.json; nbprec: a capture in every process'
+        else:
+            how = 'msprobe: "step": [] in config.json; nbprec: capture(..., steps=None)'
+        what = "rank" if missing.code == "missing_rank" else "step"
+        fix = f"dump every {what} in both runs ({how}), or compare the {what}s both hold with --{what} N."
+        out.append(Finding(missing.code, missing.message(), fix))
+    p = presence(comp)
+    one_sided = p.loc[p["presence"] != BOTH, ["step", "rank"]]
+    rows = np.ones(len(table), dtype=bool)
+    if len(one_sided):  # tensors of a (step, rank) the benchmark lacks are said above, not counted again
+        keys = pd.MultiIndex.from_frame(one_sided)
+        rows = ~pd.MultiIndex.from_frame(table[["step", "rank"]]).isin(keys)
+    unmatched = (table["match"].astype(str) == "unmatched").to_numpy() & rows
+    if rows.sum() and unmatched.sum() >= UNMATCHED_SHARE * rows.sum():
         ops = list(dict.fromkeys(table.loc[unmatched, "op"].astype(str)))
         out.append(
             Finding(
                 "unaligned",
-                f"{int(unmatched.sum())} of {len(table)} target tensors ({len(ops)} ops, e.g. {ops[0]}) found no "
+                f"{int(unmatched.sum())} of {int(rows.sum())} target tensors ({len(ops)} ops, e.g. {ops[0]}) found no "
                 "benchmark counterpart: the two runs did not make the same calls.",
                 "check that both runs execute the same code path and dump the same scope, or give a --mapping file.",
                 tuple(ops[:20]),
             )
         )
     return out
+
+
+def _one_sided_note(comp: Comparison) -> str:
+    """A sentence for the headline when some (step, rank)s were on one side only ('' otherwise)."""
+    p = presence(comp)
+    lacking = p[p["presence"] != BOTH]
+    if lacking.empty or not len(missing_by_kind(comp)):
+        return ""
+    return (f" Only the {int((p['presence'] == BOTH).sum())} of {len(p)} (step, rank)s both runs hold were "
+            "compared (see above).")  # fmt: skip
 
 
 def _number(value: float, digits: int = 6) -> str:
@@ -313,12 +326,14 @@ def verdict(comp: Comparison) -> Verdict:
     blocking = [f for f in findings if f.blocking]
     ops = comp.ops
     first = comp.first_failing_op()
+    several = comp.several_runs
+    note = _one_sided_note(comp)
     if blocking:
         why = " and ".join(_SHORT[f.code] for f in blocking)
-        tail = f"; the first failing op, {first['op']}, may only reflect that" if first is not None else ""
+        tail = f"; the first failing op, {op_at(first, several)}, may only reflect that" if first is not None else ""
         return Verdict("not comparable", f"The runs are not comparable: {why}{tail}.", blocking[0].fix, findings)
     if not ((comp.status == STATUS_PASS) | (comp.status == STATUS_FAIL)).any():
-        return Verdict("no data", "Nothing could be compared: no tensor pair has metrics.",
+        return Verdict("no data", "Nothing could be compared: no tensor pair has metrics." + note,
                        "check the matching (nbprec compare ... -o OUT, then unmatched_bench.csv) and the dump modes.",
                        findings)  # fmt: skip
     if first is None:
@@ -327,21 +342,31 @@ def verdict(comp: Comparison) -> Verdict:
         if explained:
             headline = (f"No unexplained failure: the {explained} op(s) that differ follow from randomness or from "
                         "discontinuous ops flipping elements on rounding noise.")  # fmt: skip
-            return Verdict("explained", headline, "", findings)
+            return Verdict("explained", headline + note, "", findings)
         worst = comp.worst_ops(1)
-        where = ""
+        at = ""
         if not worst.empty and np.isfinite(worst.iloc[0].get("out_cosine", np.nan)):
-            where = f" (worst output cosine {_number(worst.iloc[0]['out_cosine'])} at {worst.iloc[0]['op']})"
+            at = f" (worst output cosine {_number(worst.iloc[0]['out_cosine'])} at {op_at(worst.iloc[0], several)})"
         dtypes = ", ".join(precisions) or "these dtypes"
         return Verdict("noise", f"No op fails under {comp.rule.name}: the differences are precision noise for "
-                       f"{dtypes}{where}.", "", findings)  # fmt: skip
-    rows = comp.table[(comp.table["op"] == first["op"]) & (comp.table["step"] == first["step"])]
-    after = int(((ops["status"] == STATUS_FAIL) & (ops["order"] > first["order"]) & ~ops["explained"]).sum())
-    several = comp._data[["step", "rank"]].drop_duplicates().shape[0] > 1
-    kind = (str(first.get("op_type", "")) or "?") + (f", step {first['step']} rank {first['rank']}" if several else "")
+                       f"{dtypes}{at}.{note}", "", findings)  # fmt: skip
+    table = comp.table
+    rows = table[(table["op"] == first["op"]) & (table["step"] == first["step"]) & (table["rank"] == first["rank"])]
+    later = (ops["step"] > first["step"]) | ((ops["step"] == first["step"]) & (ops["order"] > first["order"]))
+    after = int(((ops["status"] == STATUS_FAIL) & later & ~ops["explained"]).sum())
+    kind = (str(first.get("op_type", "")) or "?") + (f", {where(first)}" if several else "")
+    if first["origin"] == "introduced" and is_collective(first.get("op_type", "")):
+        headline = (f"{first['op']} ({kind}) is the first op that fails: {_why(first, rows)}. It is a collective: "
+                    "its output mixes every rank's data, so the error comes from another rank's contribution, "
+                    f"not from this rank; {after} failing op(s) after it inherit it.{note}")  # fmt: skip
+        if note:
+            step = "dump every rank of both runs and compare again: the rank that diverges before it is where it arose"
+        else:
+            step = "look at what the other ranks send into it: their ops before it, and ops the dumps do not record"
+        return Verdict("failure", headline, step, findings)
     if first["origin"] == "introduced":
         headline = (f"{first['op']} ({kind}) is the first op that fails: {_why(first, rows)}. It introduced "
-                    f"the error; {after} failing op(s) after it inherit it.")  # fmt: skip
+                    f"the error; {after} failing op(s) after it inherit it.{note}")  # fmt: skip
         target = comp.meta.get("target", "TARGET")
         if comp.meta.get("target_format") == "nbprec" and "tensor" in set(comp._data["compare_mode"].astype(str)):
             step = f"nbprec isolate {target} {first['op']} (re-run on its own inputs in float64: kernel or rounding?)"
@@ -352,12 +377,12 @@ def verdict(comp: Comparison) -> Verdict:
     if first["origin"] == "unknown":
         headline = (f"{first['op']} ({kind}) is the first op that fails; some of its inputs could not be compared "
                     "(no counterpart, or unreadable), so whether it introduced the error or inherited it from them "
-                    "is unknown.")  # fmt: skip
+                    f"is unknown.{note}")  # fmt: skip
         return Verdict("failure", headline, f"nbprec ni {first['op']} --target T --bench B (see which inputs)",
                        findings)  # fmt: skip
     headline = (f"{first['op']} ({kind}) is the first op that fails, but its inputs already differ "
                 f"(input cosine {_number(first.get('in_cosine', np.nan))}): the error comes from before it, from "
-                "inputs nbprec could not compare.")  # fmt: skip
+                f"inputs nbprec could not compare.{note}")  # fmt: skip
     return Verdict("failure", headline, "look at its producers: nbprec ni OP --target T --bench B", findings)
 
 

@@ -1,17 +1,18 @@
-"""How a comparison measures its pairs: worker threads, forked worker processes, or this thread.
+"""How pairs are batched and what they cost, and the forked worker processes of the local engine.
 
-The engine (:mod:`nbprec.compare.engine`) makes the jobs and the function that measures one; this module
-only runs them. Which way is chosen (``compare(parallel=...)``):
+The engine (:mod:`nbprec.compare.engine`) makes the jobs; :mod:`nbprec.compare.executors` runs their batches
+on one executor (this thread, threads, forked processes, a Dask cluster). This module holds what every
+executor shares, once:
 
-- threads (:class:`ThreadResults`): the compiled kernel releases the GIL while it measures, so threads
-  overlap; each thread takes the next job when it finishes one;
-- forked processes (:func:`run_processes`), beside which this process measures too: they also run the
+- the cost model (:data:`PAIR_SECONDS`, :data:`ELEMENT_SECONDS`) and :func:`batches`, which cuts the jobs into
+  batches within an executor's :class:`BatchLimits`, largest first and shrinking towards the end;
+- the choice of the local executor for ``compare(parallel=...)`` (:func:`fork_pays`, :func:`use_threads`);
+- the forked processes (:func:`run_processes`), beside which this process measures too: they also run the
   per-pair Python in parallel, which wins on many small tensors; they inherit the opened dumps and the
   batches, and only batch numbers and results cross the process boundary, through one pair of pipes per
-  worker (no helper threads, no locks);
-- this thread, when the work is too small to pay for either.
+  worker (no helper threads, no locks).
 
-Memory stays bounded by a few tensors per worker whichever is used.
+Memory stays bounded by a few tensors per worker whichever executor is used.
 """
 
 from __future__ import annotations
@@ -21,18 +22,17 @@ import contextlib
 import itertools
 import os
 import pickle
-import queue
 import select
 import signal
 import struct
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from nbprec._progress import ProgressCallback
 from nbprec.compare.metrics import KERNEL
 
 Job = tuple[int, str, Any, Any]  # (table row, mode, target row, bench row); rows as mappings or index positions
@@ -53,26 +53,71 @@ _QUEUED = 2
 _EXITING: list[int] = []  # pids of workers told to stop and not yet waited for (see reap_workers)
 
 
-def batches(jobs: list[Job], numel: np.ndarray) -> list[list[Job]]:
-    """Batches of pairs, largest pairs first, each ending after :data:`BATCH_JOBS` pairs or when its cost
-    (elements, plus :data:`JOB_COST` per pair) reaches an eighth of what is left, kept between
-    :data:`TAIL_ELEMENTS` and :data:`BATCH_ELEMENTS`: large batches while much is left, small ones at the end,
-    so the workers finish together (guided self-scheduling)."""
+@dataclass(frozen=True)
+class BatchLimits:
+    """The bounds of the batches one executor runs (see :func:`batches`).
+
+    Attributes
+    ----------
+    jobs
+        Pairs in a batch at the most.
+    elements
+        Cost of a batch (elements, plus :data:`JOB_COST` per pair) at the most ...
+    tail
+        ... and at the least, near the end, where batches shrink.
+    by_rank
+        Whether a batch holds the pairs of one (step, rank) only (a remote worker then reads one rank's files,
+        and its task is named after them).
+    """
+
+    jobs: int
+    elements: int
+    tail: int
+    by_rank: bool = False
+
+
+def batches(
+    jobs: list[Job],
+    numel: np.ndarray,
+    limits: BatchLimits | None = None,
+    slots: int = 2,
+    groups: np.ndarray | None = None,
+) -> list[list[Job]]:
+    """Batches of pairs, largest pairs first, each ending after ``limits.jobs`` pairs or when its cost
+    (elements, plus :data:`JOB_COST` per pair) reaches ``1 / (4 * slots)`` of what is left (``slots``: the
+    batches measured at once; an eighth for one or two), kept between ``limits.tail`` and ``limits.elements``:
+    large batches while much is left, small ones at the end, so the workers finish together (guided
+    self-scheduling). ``limits`` defaults to the forked processes' (:data:`BATCH_JOBS`, :data:`BATCH_ELEMENTS`,
+    :data:`TAIL_ELEMENTS`). ``groups``, a code per table row, keeps pairs of different codes (steps and ranks)
+    in different batches."""
+    if limits is None:
+        limits = BatchLimits(BATCH_JOBS, BATCH_ELEMENTS, TAIL_ELEMENTS)
+    share = max(8, 4 * slots)
     costs = _costs(jobs, numel)
     order = sorted(range(len(jobs)), key=lambda k: -costs[k])  # stable: equal pairs keep their order
-    ordered, costs = [jobs[k] for k in order], [costs[k] for k in order]
     remaining = sum(costs)
-    runs: list[list[Job]] = [[]]
-    size = 0
-    for job, cost in zip(ordered, costs, strict=True):
-        cap = min(BATCH_ELEMENTS, max(TAIL_ELEMENTS, remaining // 8))
-        if runs[-1] and (size >= cap or len(runs[-1]) >= BATCH_JOBS):
-            runs.append([])
-            size = 0
-        runs[-1].append(job)
-        size += cost
+    runs: list[list[Job]] = []
+    filling: dict[Any, tuple[list[Job], list[int]]] = {}  # group -> (its batch being filled, [its cost])
+    for k in order:
+        job, cost = jobs[k], costs[k]
+        group = groups[job[0]] if groups is not None else None
+        cap = min(limits.elements, max(limits.tail, remaining // share))
+        batch = filling.get(group)
+        if batch is not None and (batch[1][0] >= cap or len(batch[0]) >= limits.jobs):
+            runs.append(batch[0])
+            batch = None
+        if batch is None:
+            batch = filling[group] = ([], [0])
+        batch[0].append(job)
+        batch[1][0] += cost
         remaining -= cost
-    return runs if runs[0] else []
+    runs.extend(batch for batch, _ in filling.values())
+    return runs
+
+
+def work_seconds(jobs: list[Job], numel: np.ndarray) -> float:
+    """What measuring ``jobs`` costs, in seconds of one core, by the cost model."""
+    return sum(_costs(jobs, numel)) * ELEMENT_SECONDS
 
 
 def _costs(jobs: list[Job], numel: np.ndarray) -> list[int]:
@@ -145,6 +190,29 @@ class _Worker:
             os.waitpid(self.pid, 0)
 
 
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back while a worker is forked and recorded: the KeyboardInterrupt then comes with
+    every forked worker known, and they are all stopped."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _ignore_interrupts() -> None:
+    """In a forked worker: ignore Ctrl-C (a terminal sends it to the whole process group), since the parent
+    stops its workers itself, and no traceback of theirs shows."""
+    with contextlib.suppress(ValueError, OSError):  # ValueError: not the main thread (cannot happen after fork)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _fork_worker(measure_batch: Callable[[list[Job]], list[Result]], batches: list, others: list[_Worker]) -> _Worker:
     jobs_r, jobs_w = os.pipe()
     results_r, results_w = os.pipe()
@@ -152,6 +220,7 @@ def _fork_worker(measure_batch: Callable[[list[Job]], list[Result]], batches: li
     if pid == 0:  # the worker: never returns
         code = 1
         try:
+            _ignore_interrupts()
             os.close(jobs_w)
             os.close(results_r)
             for other in others:  # the other workers' pipes: their ends must close when the parent closes them
@@ -187,7 +256,8 @@ def run_processes(
     try:
         for _ in range(workers - 1):
             try:
-                started.append(_fork_worker(measure_batch, batches, started))
+                with _interrupts_deferred():
+                    started.append(_fork_worker(measure_batch, batches, started))
             except OSError:  # no more processes or memory for one: fewer workers, or none (this process)
                 break
         queued = iter(range(len(batches)))
@@ -241,8 +311,15 @@ def reap_workers() -> None:
 
 
 def use_processes(parallel: str, workers: int, batches: list[list[Job]], numel: np.ndarray) -> bool:
-    """Whether forked processes are used: asked for, or ``auto`` with work large enough to pay for them."""
-    if parallel == "threads" or workers <= 1 or len(batches) < 2:
+    """Whether forked processes measure ``batches``: asked for, or ``auto`` with work large enough to pay for
+    them (see :func:`fork_pays`)."""
+    return fork_pays(parallel, workers, len(batches), work_seconds([j for b in batches for j in b], numel))
+
+
+def fork_pays(parallel: str, workers: int, pieces: int, seconds: float) -> bool:
+    """Whether forked processes are used for ``pieces`` batches (or jobs) costing ``seconds`` of work:
+    asked for, or ``auto`` with work large enough to pay for them."""
+    if parallel == "threads" or workers <= 1 or pieces < 2:
         return False
     if not hasattr(os, "fork") or sys.platform == "darwin":  # macOS: fork is unsafe with its system libraries
         return False
@@ -254,69 +331,12 @@ def use_processes(parallel: str, workers: int, batches: list[list[Job]], numel: 
     # threads cannot; and with threads a worker back from the kernel can wait for the GIL while the main
     # thread builds the table. On a 526-pair msprobe dump (27 M elements, about 0.13 s of work) processes
     # took 0.16 s, threads 0.19 s.
-    cost = sum(sum(_costs(batch, numel)) for batch in batches)
-    return threading.active_count() == 1 and cost * ELEMENT_SECONDS > PROCESS_WORK_SECONDS
+    return threading.active_count() == 1 and seconds > PROCESS_WORK_SECONDS
 
 
 def use_threads(parallel: str, workers: int, jobs: int) -> bool:
     """Threads: asked for, or ``auto`` with the compiled kernel, which releases the GIL while it measures."""
     return workers > 1 and jobs > 1 and (parallel == "threads" or (parallel == "auto" and KERNEL != "numpy"))
-
-
-_DONE = object()
-
-
-class ThreadResults:
-    """``workers`` threads measuring ``jobs``, started at construction; iterating yields results as they
-    complete. Each thread takes the next job when it finishes one, so at most ``workers`` pairs are open at
-    once (memory stays bounded by a few tensors) and the caller can do other work meanwhile. :meth:`close`
-    stops them after their current pair."""
-
-    def __init__(self, jobs: list[Job], measure: Any, workers: int) -> None:
-        self._results: queue.SimpleQueue = queue.SimpleQueue()
-        self._todo = iter(jobs)
-        self._take = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._work, args=(measure,), name=f"nbprec-compare-{k}", daemon=True)
-            for k in range(workers)
-        ]
-        self._running = len(self._threads)
-        for thread in self._threads:
-            thread.start()
-
-    def _work(self, measure: Any) -> None:
-        try:
-            while not self._stop.is_set():
-                with self._take:
-                    job = next(self._todo, None)
-                if job is None:
-                    break
-                self._results.put(measure(job))
-        except BaseException as exc:  # a bug, not bad input (_measure turns that into reasons): re-raised
-            self._results.put(exc)
-        finally:
-            self._results.put(_DONE)
-
-    def __iter__(self) -> ThreadResults:
-        return self
-
-    def __next__(self) -> Result:
-        while self._running:
-            item = self._results.get()
-            if item is _DONE:
-                self._running -= 1
-            elif isinstance(item, BaseException):
-                self.close()
-                raise item
-            else:
-                return item
-        raise StopIteration
-
-    def close(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
 
 
 def default_workers() -> int:
@@ -326,27 +346,3 @@ def default_workers() -> int:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     return max(1, min(2, cores))
-
-
-class Results:
-    """Results of the workers, reporting progress as they are taken; :meth:`close` stops the workers
-    (whether or not iteration has begun)."""
-
-    def __init__(
-        self,
-        source: Iterable[Result],
-        total: int,
-        progress: ProgressCallback | None,
-        close: Callable[[], None] | None = None,
-    ) -> None:
-        self._source, self._total, self._progress, self._close = source, total, progress, close
-
-    def __iter__(self) -> Iterator[Result]:
-        for done, result in enumerate(self._source, start=1):
-            yield result
-            if self._progress:
-                self._progress(done, self._total)
-
-    def close(self) -> None:
-        if self._close is not None:
-            self._close()

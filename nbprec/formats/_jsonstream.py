@@ -25,6 +25,7 @@ import codecs
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -34,9 +35,14 @@ from nbprec.formats._files import open_regular
 
 _CHUNK = 1 << 22  # bytes read at a time (4 MiB)
 _TRAILING = 1 << 20  # bytes after the object checked to be whitespace
+_AHEAD = 1 << 18  # members() reads on when less text than this is left in the buffer
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _SURROGATE = re.compile("[\udc80-\udcff]")
 _TYPE_OF_FIRST = {"[": "list", '"': "str", "t": "bool", "f": "bool", "n": "NoneType"}
+# a member's key and colon when the key holds no escape or control character (its text is its value): the
+# first member of an object, and the next ones (after a comma)
+_FIRST_MEMBER = re.compile(r'[ \t\n\r]*"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*')
+_NEXT_MEMBER = re.compile(r'[ \t\n\r]*,[ \t\n\r]*"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*')
 
 
 class JsonObjectStream:
@@ -91,14 +97,14 @@ class JsonObjectStream:
         text = self._text.decode(raw, final=self._eof)
         if not text and self._eof:  # nothing more: the buffer (and positions into it) stay as they are
             return False
-        if self.bad_utf8 is None and (bad := _SURROGATE.search(text)) is not None:
+        # (an ASCII text, which a str knows itself to be, holds no surrogate escape: no search)
+        if self.bad_utf8 is None and not text.isascii() and (bad := _SURROGATE.search(text)) is not None:
             self.bad_utf8 = self._offset + len(text[: bad.start()].encode("utf-8", "surrogateescape"))
         self._offset += len(raw)
-        dropped = self._buf[: self._pos]
-        newlines = dropped.count("\n")
+        newlines = self._buf.count("\n", 0, self._pos)  # in the text dropped now (for the errors' line numbers)
         if newlines:
             self._lines += newlines
-            self._line_start = self._base + dropped.rindex("\n") + 1
+            self._line_start = self._base + self._buf.rindex("\n", 0, self._pos) + 1
         self._base += self._pos
         self._buf = self._buf[self._pos :] + text
         self._pos = 0
@@ -180,6 +186,35 @@ class JsonObjectStream:
                 continue
             self._pos = end
             return value
+
+    def members(self) -> Iterator[tuple[str, Any]]:
+        """``(key, value)`` of each remaining member of the open object, which is closed after its last one.
+
+        The same as ``next_key()`` then ``value()`` in a loop, faster: a member whose key is plain text and
+        whose value lies whole in the buffer is read with one pattern match and one decoder call; any other
+        (an escaped key, a value running past the buffer, an error) goes the general way, which reads more of
+        the file and words the errors.
+        """
+        decode = self._decoder.raw_decode
+        while True:
+            if len(self._buf) - self._pos < _AHEAD:  # read on before a member may run past the buffer's end
+                self._fill()
+            pattern = _FIRST_MEMBER if self._first[-1] else _NEXT_MEMBER
+            match = pattern.match(self._buf, self._pos)
+            if match is not None and match.end() < len(self._buf):
+                try:
+                    value, end = decode(self._buf, match.end())
+                except (json.JSONDecodeError, RecursionError):
+                    end = len(self._buf)
+                if end < len(self._buf):  # whole (a number ending at the buffer's end may go on)
+                    self._first[-1] = False
+                    self._pos = end
+                    yield match[1], value
+                    continue
+            key = self.next_key()
+            if key is None:
+                return
+            yield key, self.value()
 
     def first_type(self) -> str:
         """The Python type name of the value that starts here (from its first character), not consumed."""

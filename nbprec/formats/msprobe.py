@@ -231,7 +231,7 @@ class MsprobeDumpReader(DumpReader):
         if not sources:
             raise DumpFormatError(path, "no msprobe dump.json here, in rank*/ or in step*/rank*/")
         roots = [real_folder(dump_folder(path))]
-        frames: list[pd.DataFrame] = []
+        frames: list[dict[str, Any]] = []
         hierarchy: dict[str, str | None] = {}
         calls: dict[str, dict[str, bool | int | float]] = {}
         meta: dict[str, Any] = {}
@@ -245,14 +245,18 @@ class MsprobeDumpReader(DumpReader):
             non_tensor += reader.non_tensor
             for k, v in source_meta.items():
                 meta.setdefault(k, v)
-        records = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-        if not len(records):
+        records = frames[0] if len(frames) == 1 else {c: np.concatenate([f[c] for f in frames]) for c in frames[0]}
+        del frames
+        if not len(records["name"]):
             raise EmptyDumpError(
                 path, f"dump.json lists no tensors ({non_tensor} non-tensor values, {len(problems)} problems)"
             )
-        unknown_shape = (records["numel"] < 0).to_numpy()
-        index = make_index(records, run=run or run_name(path))
-        del records, frames  # their columns are copies now: free them before Dump sorts the index
+        unknown_shape = records["numel"] < 0
+        names = records.pop("name")
+        records["name"] = pd.Series(names, dtype=None)  # text: pandas' string dtype, as other readers' names
+        del names
+        index = make_index(records, run=run or run_name(path), typed=True)
+        del records  # the index holds the columns now
         if unknown_shape.any():
             index.loc[unknown_shape, "numel"] = -1
         meta.update(

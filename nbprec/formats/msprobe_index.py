@@ -14,38 +14,38 @@ their rows have no data. See :mod:`nbprec.formats.msprobe` for the index convent
 from __future__ import annotations
 
 import contextlib
-import functools
-import math
 import os
 import stat
 from array import array
-from collections.abc import Mapping
-from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
+from nbprec._gc import paused_gc
 from nbprec.dump import Problem
 from nbprec.errors import DumpFormatError
 from nbprec.formats._files import PayloadFolder, inside, printable, real_folder
 from nbprec.formats._jsonstream import JsonObjectStream
 from nbprec.formats._layout import DumpSource, read_json_file
+from nbprec.formats.msprobe_columns import BATCH, ROLES, TensorColumns
 
 # section of an op entry -> role; rows follow this order (inputs, parameters, outputs, as msprobe's compare CSV)
 _SECTIONS = dict(input_args="input", input_kwargs="input", input="input", parameters="parameter", output="output")
 _SECTION_RANK = {section: i for i, section in enumerate(_SECTIONS)}
-_MODULE_PREFIXES = ("Module", "Cell")
+_MODULE_PREFIXES = ("Module.", "Cell.")
 _DIRECTIONS = ("forward", "backward")
-_MAX_FILE_NAME = 255
-_MAX_NUMEL = (1 << 63) - 1
+_SLOTS = tuple(str(i) for i in range(256))  # the slots of list arguments, one object each
+_NO_TYPE = object()
+_CALL_KEYS = tuple(tuple(f"{role}.{slot}" for slot in _SLOTS) for role in ROLES)  # keys of dump.calls
+_SCALARS = (bool, int, float)
+_OP_COLUMNS = ("api", "op_type", "direction", "module")
 TENSOR_DIR = "dump_tensor_data"
 
 
-@dataclass(frozen=True)
-class _OpKey:
+class _OpKey(NamedTuple):
     """What an msprobe op key says: API/module, call index and direction."""
 
     api: str
@@ -59,6 +59,9 @@ class _OpKey:
 def parse_op_key(key: str) -> _OpKey | None:
     """Split an msprobe op key into its parts; ``None`` if it does not follow msprobe's naming.
 
+    API calls are ``{api}.{call}.{direction}``; module calls ``Module.{path}.{Class}.{direction}.{call}``
+    (``parameters_grad`` in place of the direction for parameter gradients; ``Cell`` for MindSpore).
+
     Examples
     --------
     >>> parse_op_key("Functional.linear.0.forward").api
@@ -66,20 +69,22 @@ def parse_op_key(key: str) -> _OpKey | None:
     >>> parse_op_key("Module.enc.layers.0.linear1.Linear.forward.0").module
     'enc.layers.0.linear1'
     """
-    parts = key.split(".")
-    if parts[0] in _MODULE_PREFIXES and len(parts) >= 4 and _is_index(parts[-1]):
-        kind = parts[-2]
-        if kind in _DIRECTIONS or kind == "parameters_grad":
-            return _OpKey(
-                api=f"{parts[0]}.{parts[-3]}",
-                op_type=parts[-3],
-                call=int(parts[-1]),
-                direction="backward" if kind == "parameters_grad" else kind,
-                module=".".join(parts[1:-3]),
-                grads=kind == "parameters_grad",
-            )
-    if len(parts) >= 3 and parts[-1] in _DIRECTIONS and _is_index(parts[-2]):
-        return _OpKey(".".join(parts[:-2]), ".".join(parts[1:-2]), int(parts[-2]), parts[-1], None, False)
+    head, dot, last = key.rpartition(".")
+    if not dot:
+        return None
+    if last in _DIRECTIONS:  # an API call: api.call.direction
+        api, dot, call = head.rpartition(".")
+        if dot and _is_index(call):
+            return _OpKey(api, api.partition(".")[2], int(call), last, None, False)
+        return None
+    if _is_index(last) and key.startswith(_MODULE_PREFIXES):  # Module.path.Class.direction.call
+        rest, dot, kind = head.rpartition(".")
+        if dot and (kind in _DIRECTIONS or kind == "parameters_grad"):
+            prefix, dot, op_type = rest.rpartition(".")
+            if dot:
+                kind_of, _, module = prefix.partition(".")
+                grads = kind == "parameters_grad"
+                return _OpKey(f"{kind_of}.{op_type}", op_type, int(last), "backward" if grads else kind, module, grads)
     return None
 
 
@@ -115,35 +120,6 @@ def _leaves(value: Any, slot: str, out: list[tuple[str, Any]]) -> list[tuple[str
     return out
 
 
-_canonical = functools.lru_cache(maxsize=256)(canonical_dtype)  # one dump names a handful of dtypes
-
-
-def _to_float(value: Any) -> float:
-    if type(value) is float:  # the usual case, first (a dump has 4 statistics per tensor)
-        return value
-    if value is None or isinstance(value, (list, dict)):
-        return float("nan")
-    try:
-        return float(value)
-    except (TypeError, ValueError, OverflowError):
-        return float("nan")
-
-
-def _shape(value: Any) -> tuple[int, ...] | None:
-    if not isinstance(value, list):
-        return None
-    for d in value:
-        if type(d) is not int or d < 0 or d > _MAX_NUMEL:  # type(), not isinstance(): bool is not a size
-            return None
-    return tuple(value)
-
-
-def _shown(value: Any) -> str:
-    """``repr(value)`` for a problem's sentence, cut to 120 characters (a hostile value may be huge)."""
-    text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
 def _module_path(node: Any) -> str:
     if not isinstance(node, str):
         return ""
@@ -151,18 +127,16 @@ def _module_path(node: Any) -> str:
     return key.module if key is not None and key.module is not None else ""
 
 
-def _file_name_problem(data_name: str) -> str:
-    """Why ``data_name`` cannot name a payload file in the tensor folder ('' when it can)."""
-    if "/" in data_name or data_name in (".", "..") or "\0" in data_name:
-        return f"data_name is not a valid file name (over {_MAX_FILE_NAME} bytes or a path)"
-    if len(data_name) * 4 > _MAX_FILE_NAME or not data_name.isascii():
-        try:
-            encoded = os.fsencode(data_name)
-        except UnicodeError:
-            return "data_name holds characters no file name can hold (lone surrogates): not read"
-        if len(encoded) > _MAX_FILE_NAME:
-            return f"data_name is not a valid file name (over {_MAX_FILE_NAME} bytes or a path)"
-    return ""
+def _read_object(path: Path) -> Any:
+    """:func:`read_json_file`, a top-level object read member by member the fast way (a construct.json holds
+    an entry per op)."""
+    with JsonObjectStream(path) as stream:
+        if stream.first_type() == "dict":
+            stream.begin_object()
+            content = dict(stream.members())
+            stream.end()
+            return content
+    return read_json_file(path)
 
 
 def checked_data_dir(recorded: str) -> str:
@@ -195,19 +169,17 @@ class DumpSourceReader:
         self.hierarchy: dict[str, str | None] = {}
         self.tensor_dir = self.folder / TENSOR_DIR
         # per op: its position in data, name, API, type, call index, direction, module
-        self._op_order, self._op_call = array("q"), array("q")
-        self._op_text: tuple[list[str], ...] = ([], [], [], [], [])
+        self._op_order, self._op_call, self._op_kind = array("q"), array("q"), array("q")
+        self._ops: list[str] = []
         self._n_ops = 0
-        # per tensor: its op (an index into the per-op columns), then its own columns
-        self._op_of = array("q")
-        self._names: list[str] = []
-        self._text: tuple[list[Any], ...] = ([], [], [], [], [])  # role, slot, dtype, shape, checksum
-        self._numel = array("q")
-        self._stats = (array("d"), array("d"), array("d"), array("d"))  # min, max, mean, norm
-        self._payload = bytearray()  # 1: the row names a payload file
-        self._payload_names: dict[int, str] = {}  # row -> payload file name, where it is not name + ".pt"
-        # one object per distinct value: a dump repeats a few hundred shapes, APIs, slots and directions
-        self._shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._tensors = TensorColumns(self._tensor_problem)
+        # an op's API, type, direction and module: one code per distinct combination (a few thousand in a dump
+        # of millions of ops), found per API, direction and calling module call
+        self._kinds: dict[tuple[str, str, str, str], int] = {}
+        self._api_kinds: dict[tuple[str, str, Any], int] = {}
+        self._modules: dict[Any, str] = {}  # construct.json parent -> module path
+        self._section_orders: dict[tuple, tuple] = {}  # an op's section names -> (section, role) in row order
+        self._tensor_types: dict[str, bool] = {}  # an entry's "type" -> whether it is a tensor
         self._strings: dict[str, str] = {}
 
     def _intern(self, text: str) -> str:
@@ -216,12 +188,15 @@ class DumpSourceReader:
     def _problem(self, problem: str, record: str = "", file: Path | str | None = None) -> None:
         self.problems.append(Problem(str(file or self.source.dump_json), problem, record))
 
+    def _tensor_problem(self, problem: str, record: str) -> None:
+        self.problems.append(Problem(str(self.source.dump_json), problem, record))
+
     def _construct(self) -> None:
         path = self.folder / "construct.json"
         if not path.exists():
             return
         try:
-            tree = read_json_file(path)
+            tree = _read_object(path)
         except DumpFormatError as exc:
             self._problem(f"construct.json ignored: {exc.problem}", file=path)
             return
@@ -231,13 +206,13 @@ class DumpSourceReader:
         self.hierarchy = {str(k): v if isinstance(v, str) else None for k, v in tree.items()}
 
     # -- reading ---------------------------------------------------------------------------------------
-    def read(self) -> tuple[pd.DataFrame, dict[str, Any]]:
-        """The index columns of this dump.json's tensors (a DataFrame for ``make_index``) and its meta."""
+    def read(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The index columns of this dump.json's tensors (for ``make_index(typed=True)``) and its meta."""
         path = self.source.dump_json
         self._construct()
         meta: dict[str, Any] = {}
         has_data_object = False
-        with JsonObjectStream(path) as stream:
+        with JsonObjectStream(path) as stream, paused_gc():
             if stream.first_type() != "dict":
                 found = stream.first_type()
                 raise DumpFormatError(
@@ -248,8 +223,7 @@ class DumpSourceReader:
                 if key == "data" and stream.peek() == "{":
                     has_data_object = True
                     stream.begin_object()
-                    while (op := stream.next_key()) is not None:
-                        self._add_op(op, stream.value())
+                    self._add_ops(stream)
                     continue
                 value = stream.value()
                 if key == "data":
@@ -257,6 +231,7 @@ class DumpSourceReader:
                 elif not isinstance(value, (dict, list)):
                     meta[key] = value
             stream.end()
+            self._tensors.flush(self._ops)
             if stream.bad_utf8 is not None:
                 self._problem(
                     f"not valid UTF-8 (first bad byte at offset {stream.bad_utf8}): the bad bytes are kept in the "
@@ -268,103 +243,163 @@ class DumpSourceReader:
             )
         return self._frame(meta.get("dump_data_dir")), meta
 
-    def _add_op(self, key: str, body: Any) -> None:
-        order = self._n_ops  # the op's position in data, counting entries that are skipped
-        self._n_ops += 1
+    def _add_ops(self, stream: JsonObjectStream) -> None:
+        """Every op entry of ``data`` (the open object), its tensors' columns taken a batch at a time.
+
+        The loop runs once per op of a dump that may hold millions: what an op key says is looked up per
+        API and direction (per module call for modules) rather than parsed again, and the usual argument
+        list (tensors, None, scalars) is walked here; anything else goes to the general helpers.
+        """
+        tensors = self._tensors
+        entries = tensors.entries
+        add_entry, add_op_of, add_role, add_slot = (
+            entries.append,
+            tensors.op_of.append,
+            tensors.roles.append,
+            (tensors.slots.append),
+        )
+        ops = self._ops
+        add_key, add_order, add_call, add_kind = (
+            ops.append, self._op_order.append, self._op_call.append, self._op_kind.append
+        )  # fmt: skip
+        hierarchy_get, api_kinds, sections_get = self.hierarchy.get, self._api_kinds, self._section_orders.get
+        tensor_types, slots, n_slots = self._tensor_types, _SLOTS, len(_SLOTS)
+        calls_setdefault, call_keys = self.calls.setdefault, _CALL_KEYS
+        order = -1
+        for key, body in stream.members():
+            order += 1  # the op's position in data, counting entries that are skipped
+            head, _, last = key.rpartition(".")
+            api, dot, call = head.rpartition(".")
+            grads = False
+            if (
+                (last == "forward" or last == "backward")
+                and dot
+                and call.isdigit()
+                and len(call) <= 18
+                and call.isascii()
+            ):
+                parent = hierarchy_get(key)  # an API call ({api}.{call}.{direction}), in this module call
+                kind = api_kinds.get((api, last, parent))
+                if kind is None:
+                    kind = self._api_kind(api, last, parent)
+                call = int(call)
+            else:
+                kind, call, grads = self._other_kind(key)
+            if type(body) is not dict:
+                self._problem(f"op entry is a {type(body).__name__}, expected an object; skipped", key)
+                continue
+            op_index = len(ops)
+            add_key(key)
+            add_order(order)
+            add_call(call)
+            add_kind(kind)
+            if grads:
+                self._add_gradients(key, op_index, body)
+                continue
+            sections = sections_get(tuple(body))
+            if sections is None:
+                sections = self._sections(key, body)
+            for section, role in sections:
+                value = body[section]
+                if type(value) is not list:
+                    self._add_leaves(key, op_index, role, _leaves(value, "", []))
+                    continue
+                for i, item in enumerate(value):  # the usual argument list: tensors, None and scalars
+                    if type(item) is not dict:
+                        if type(item) is list:
+                            self._add_leaves(key, op_index, role, _leaves(item, str(i), []))
+                        else:
+                            self.non_tensor += 1
+                        continue
+                    kind_of = item.get("type", _NO_TYPE)
+                    if type(kind_of) is str:
+                        tensor = tensor_types.get(kind_of)
+                        if tensor is None:
+                            tensor = tensor_types[kind_of] = kind_of.endswith(("Tensor", "Parameter", "ndarray"))
+                    elif kind_of is _NO_TYPE and not ("dtype" in item and "shape" in item):
+                        self._add_leaves(key, op_index, role, _leaves(item, str(i), []))  # a dict of arguments
+                        continue
+                    else:
+                        tensor = "dtype" in item and "shape" in item
+                    if tensor:
+                        add_entry(item)
+                        add_op_of(op_index)
+                        add_role(role)
+                        add_slot(slots[i] if i < n_slots else str(i))
+                    elif i < n_slots:  # a scalar argument: how the op was called (dropout p, training ...)
+                        self.non_tensor += 1
+                        value = item.get("value")
+                        if type(value) in _SCALARS:
+                            calls_setdefault(key, {})[call_keys[role][i]] = value
+                    else:
+                        self._non_tensor(key, role, str(i), item)
+            if len(entries) >= BATCH:
+                tensors.flush(ops)
+        self._n_ops = order + 1
+
+    def _api_kind(self, api: str, direction: str, parent: Any) -> int:
+        """The op-kind code of an API call of ``api`` in ``direction`` called from the module call ``parent``."""
+        module = self._modules.get(parent)
+        if module is None:
+            module = self._modules[parent] = _module_path(parent)
+        kind = self._kind(api, api.partition(".")[2], direction, module)
+        self._api_kinds[(api, direction, parent)] = kind
+        return kind
+
+    def _other_kind(self, key: str) -> tuple[int, int, bool]:
+        """(op-kind code, call index, parameter gradients?) of a key that is not an API call: a module call, or
+        a name that follows no msprobe naming (a problem; its API and type are the key itself)."""
         info = parse_op_key(key)
         if info is None:
             self._problem("op name does not follow msprobe's naming; API, call and direction unknown", key)
-        if not isinstance(body, dict):
-            self._problem(f"op entry is a {type(body).__name__}, expected an object; skipped", key)
-            return
-        module = info.module if info and info.module is not None else _module_path(self.hierarchy.get(key))
-        op_index = len(self._op_order)
-        self._op_order.append(order)
-        self._op_call.append(info.call if info else -1)
-        intern = self._intern
-        for values, value in zip(
-            self._op_text,
-            (
-                key,
-                intern(info.api) if info else key,
-                intern(info.op_type) if info else key,
-                intern(info.direction) if info else "",
-                intern(module),
-            ),
-            strict=True,
-        ):
-            values.append(value)
-        for role, name_base, slot, entry in self._entries(key, body, info):
-            if not _is_tensor_entry(entry):
-                self.non_tensor += 1
-                value = entry.get("value") if isinstance(entry, dict) else None
-                if isinstance(value, (bool, int, float)):  # how the op was called (dropout p, training ...)
-                    self.calls.setdefault(key, {})[intern(f"{role}.{slot}")] = value
-                continue
-            self._add_row(op_index, entry, f"{name_base}.{slot}", role, intern(slot))
+            return self._kind(key, key, "", _module_path(self.hierarchy.get(key))), -1, False
+        module = info.module if info.module is not None else _module_path(self.hierarchy.get(key))
+        return self._kind(info.api, info.op_type, info.direction, module), info.call, info.grads
 
-    def _entries(self, key: str, body: Mapping[str, Any], info: _OpKey | None) -> list[tuple[str, str, str, Any]]:
-        """(role, name base, slot, value) for every leaf of an op entry."""
-        out: list[tuple[str, str, str, Any]] = []
-        if info is not None and info.grads:
-            for param, value in body.items():
-                if isinstance(value, list) and len(value) == 1:
-                    value = value[0]
-                out.extend(("gradient", key, slot, leaf) for slot, leaf in _leaves(value, str(param), []))
-            return out
-        for section, value in sorted(body.items(), key=lambda item: _SECTION_RANK.get(item[0], len(_SECTIONS))):
+    def _kind(self, api: str, op_type: str, direction: str, module: str) -> int:
+        """The code of an (API, op type, direction, module) combination, added when new."""
+        combination = (api, op_type, direction, module)
+        kind = self._kinds.get(combination)
+        if kind is None:
+            kind = self._kinds[combination] = len(self._kinds)
+        return kind
+
+    def _add_gradients(self, key: str, op_index: int, body: dict) -> None:
+        """A ``parameters_grad`` entry: parameter name -> gradient (or a one-element list of it)."""
+        for param, value in body.items():
+            if type(value) is list and len(value) == 1:
+                value = value[0]
+            self._add_leaves(key, op_index, 3, _leaves(value, str(param), []))
+
+    def _add_leaves(self, key: str, op_index: int, role: int, leaves: list) -> None:
+        """The leaves of a nested argument: tensors to the columns, the others counted (and kept in calls)."""
+        intern = self._intern
+        for slot, leaf in leaves:
+            if _is_tensor_entry(leaf):
+                self._tensors.add(leaf, op_index, role, intern(slot or "0"))
+            else:
+                self._non_tensor(key, role, slot or "0", leaf)
+
+    def _non_tensor(self, key: str, role: int, slot: str, entry: Any) -> None:
+        self.non_tensor += 1
+        value = entry.get("value") if isinstance(entry, dict) else None
+        if isinstance(value, (bool, int, float)):  # how the op was called (dropout p, training ...)
+            self.calls.setdefault(key, {})[self._intern(f"{ROLES[role]}.{slot}")] = value
+
+    def _sections(self, key: str, body: dict) -> tuple:
+        """``(section, role code)`` of an op entry's sections in row order (inputs, parameters, outputs);
+        unknown sections are problems. Cached per tuple of section names when all are known."""
+        out, unknown = [], False
+        for section in sorted(body, key=lambda name: _SECTION_RANK.get(name, len(_SECTIONS))):
             role = _SECTIONS.get(section)
             if role is None:
                 self._problem(f"unknown section {section!r} in op entry; skipped", key)
+                unknown = True
                 continue
-            base = f"{key}.{'parameters' if role == 'parameter' else role}"
-            out.extend((role, base, slot or "0", leaf) for slot, leaf in _leaves(value, "", []))
-        return out
-
-    def _add_row(self, op_index: int, entry: Mapping[str, Any], derived: str, role: str, slot: str) -> None:
-        get = entry.get
-        data_name = get("data_name")
-        data_name = data_name if isinstance(data_name, str) and data_name else ""
-        name = data_name.removesuffix(".pt") if data_name else derived
-        raw_dtype = get("dtype")
-        dtype = _canonical(raw_dtype) if isinstance(raw_dtype, str) and raw_dtype else ""
-        if dtype not in NUMPY_DTYPES:
-            self._problem(f"unknown dtype {_shown(raw_dtype)}; kept as written", name)
-        shape = _shape(get("shape"))
-        if shape is None:
-            self._problem(f"shape {_shown(get('shape'))} is not a list of sizes; shape unknown", name)
-            numel = -1
-        elif (numel := math.prod(shape)) > _MAX_NUMEL:
-            self._problem(f"shape {list(shape)} has more elements than an index can count; shape unknown", name)
-            shape, numel = None, -1
-        else:
-            shape = self._shapes.setdefault(shape, shape)
-        if data_name:
-            why = _file_name_problem(data_name)
-            if why:
-                self._problem(why, name)
-                data_name = ""
-        row = len(self._op_of)
-        self._op_of.append(op_index)
-        self._names.append(name)
-        roles, slots, dtypes, shapes, checksums = self._text
-        roles.append(role)
-        slots.append(slot)
-        dtypes.append(dtype)
-        shapes.append(shape or ())
-        checksums.append(str(get("md5") or ""))
-        self._numel.append(numel)
-        mins, maxs, means, norms = self._stats
-        mins.append(_to_float(get("Min")))
-        maxs.append(_to_float(get("Max")))
-        means.append(_to_float(get("Mean")))
-        norms.append(_to_float(get("Norm")))
-        if data_name:
-            self._payload.append(1)
-            if data_name != name + ".pt":
-                self._payload_names[row] = data_name
-        else:
-            self._payload.append(0)
+            out.append((section, ROLES.index(role)))
+        if not unknown:
+            self._section_orders[tuple(body)] = tuple(out)
+        return tuple(out)
 
     # -- the payloads and the columns ------------------------------------------------------------------
     def _payload_folder(self, recorded: Any) -> PayloadFolder | str:
@@ -381,7 +416,8 @@ class DumpSourceReader:
                 return PayloadFolder(self.tensor_dir, self.roots)
             except OSError as exc:
                 return f"cannot list the tensor folder {printable(self.tensor_dir)} ({exc.strerror or exc})"
-        if not (isinstance(recorded, str) and recorded) or not any(self._payload) or not os.path.isdir(recorded):
+        named_any = any(self._tensors.payload)
+        if not (isinstance(recorded, str) and recorded) or not named_any or not os.path.isdir(recorded):
             return missing  # no recorded folder here either (the dump was moved)
         real = checked_data_dir(recorded)
         if not real:
@@ -401,13 +437,15 @@ class DumpSourceReader:
     def _rename_duplicates(self) -> None:
         """Names are unique within one dump.json: a repeated one gets a ``#2``, ``#3`` ... suffix. An op key
         written twice in ``data`` (which ``json.loads`` would silently reduce to its last entry) is said too."""
-        ops = self._op_text[0]
-        for position in np.flatnonzero(pd.Series(ops, dtype=object).duplicated().to_numpy()).tolist():
-            self._problem("op appears twice in dump.json's data; both entries kept", ops[position])
-        names = self._names
-        repeated = pd.Series(names, dtype=object).duplicated().to_numpy()
-        if not repeated.any():
+        ops = self._ops
+        if len(set(ops)) < len(ops):
+            for position in np.flatnonzero(pd.Series(ops, dtype=object).duplicated().to_numpy()).tolist():
+                self._problem("op appears twice in dump.json's data; both entries kept", ops[position])
+        tensors = self._tensors
+        names = tensors.names
+        if len(set(names)) == len(names):
             return
+        repeated = pd.Series(names, dtype=object).duplicated().to_numpy()
         taken = set(names)
         for row in np.flatnonzero(repeated).tolist():
             name = names[row]
@@ -417,50 +455,60 @@ class DumpSourceReader:
                 n += 1
             names[row] = f"{name}#{n}"
             taken.add(names[row])
-            if self._payload[row] and row not in self._payload_names:
-                self._payload_names[row] = name + ".pt"
+            if tensors.payload[row] and row not in tensors.payload_names:
+                tensors.payload_names[row] = name + ".pt"
 
-    def _frame(self, recorded: Any) -> pd.DataFrame:
-        """The columns, as a DataFrame for ``make_index``; the reader's own buffers are released."""
-        n = len(self._op_of)
+    def _frame(self, recorded: Any) -> dict[str, Any]:
+        """The index columns (numpy arrays with their index types, for ``make_index(typed=True)``); the
+        reader's own buffers are released."""
+        tensors = self._tensors
+        n = len(tensors)
         self._rename_duplicates()
         folder = self._payload_folder(recorded)
         prefix = os.path.join(self.tensor_dir, "")
-        names = self._names
-        files: list[str] = [""] * n
+        names = np.array(tensors.names, dtype=object) if n else np.empty(0, dtype=object)
+        rows = np.flatnonzero(np.frombuffer(tensors.payload, dtype=np.uint8)) if n else np.empty(0, np.int64)
+        exceptions = tensors.payload_names
+        if exceptions:
+            data_names = [exceptions.get(row) or names[row] + ".pt" for row in rows.tolist()]
+        else:
+            data_names = list(map(str.__add__, names[rows].tolist(), repeat(".pt")))
+        files = np.full(n, "", dtype=object)
+        files[rows] = list(map(str.__add__, repeat(prefix), data_names))  # str: a Path per tensor is slow
         has_data = np.zeros(n, dtype=bool)
-        unavailable = 0
-        for row in np.flatnonzero(np.array(self._payload, dtype=np.uint8)).tolist():
-            data_name = self._payload_names.get(row) or names[row] + ".pt"
-            files[row] = prefix + data_name  # str: a Path per tensor is slow
-            if isinstance(folder, str):
-                unavailable += 1
-                continue
-            why = folder.problem(data_name)
-            if why:
-                where = self.tensor_dir if why.startswith("payload file missing") else files[row]
-                self._problem(why, names[row], where)
-            else:
-                has_data[row] = True
-        if unavailable:
-            self._problem(f"{folder}: {unavailable} payloads listed in dump.json are unavailable", file=self.tensor_dir)
-        op_of = np.array(self._op_of, dtype=np.int64)
-        frame = pd.DataFrame({"name": pd.Series(names, dtype=None if names else object)})
+        if isinstance(folder, str):
+            if len(rows):
+                why = f"{folder}: {len(rows)} payloads listed in dump.json are unavailable"
+                self._problem(why, file=self.tensor_dir)
+        else:
+            found = np.fromiter(map(folder.regular.__contains__, data_names), dtype=bool, count=len(data_names))
+            has_data[rows[found]] = True
+            others = np.array(data_names, dtype=object)[~found].tolist()
+            for row, name in zip(rows[~found].tolist(), others, strict=True):
+                why = folder.problem(name)
+                if why:
+                    where = self.tensor_dir if why.startswith("payload file missing") else files[row]
+                    self._problem(why, names[row], where)
+                else:
+                    has_data[row] = True
+        del data_names
+        op_of = np.frombuffer(tensors.op_of, dtype=np.int64) if n else np.empty(0, np.int64)
+        frame: dict[str, Any] = {"name": names}
         frame["step"] = np.full(n, self.source.step, dtype=np.int64)
         frame["rank"] = np.full(n, self.source.rank, dtype=np.int64)
-        frame["order"] = np.array(self._op_order, dtype=np.int64)[op_of]
-        frame["call"] = np.array(self._op_call, dtype=np.int64)[op_of]
-        for column, values in zip(("op", "api", "op_type", "direction", "module"), self._op_text, strict=True):
-            frame[column] = np.fromiter(values, dtype=object, count=len(values))[op_of]
-        for column, values in zip(("role", "slot", "dtype", "shape", "checksum"), self._text, strict=True):
-            frame[column] = np.fromiter(values, dtype=object, count=n)
-            values.clear()
-        frame["numel"] = np.array(self._numel, dtype=np.int64)
-        for column, numbers in zip(("min", "max", "mean", "norm"), self._stats, strict=True):
-            frame[column] = np.array(numbers, dtype=np.float64)
-        mn, mx = frame["min"].to_numpy(), frame["max"].to_numpy()
+        frame["order"] = np.frombuffer(self._op_order, dtype=np.int64)[op_of] if n else op_of
+        frame["call"] = np.frombuffer(self._op_call, dtype=np.int64)[op_of] if n else op_of
+        frame["op"] = np.fromiter(self._ops, dtype=object, count=len(self._ops))[op_of]
+        kind_of = np.frombuffer(self._op_kind, dtype=np.int64)[op_of] if n else op_of
+        kinds = list(self._kinds)
+        for i, column in enumerate(_OP_COLUMNS):
+            table = np.empty(len(kinds), dtype=object)
+            table[:] = [kind[i] for kind in kinds]
+            frame[column] = table[kind_of]
+        frame.update(tensors.columns())
+        mn, mx = frame["min"], frame["max"]
         frame["abs_max"] = np.where(np.isnan(mn) | np.isnan(mx), np.nan, np.maximum(np.abs(mn), np.abs(mx)))
-        frame["file"] = np.fromiter(files, dtype=object, count=n)
+        frame["file"] = files
         frame["has_data"] = has_data
         del files, names
         self._release()
@@ -468,10 +516,9 @@ class DumpSourceReader:
 
     def _release(self) -> None:
         """Drop the per-row buffers (the frame holds copies): a reader's index memory is freed at once."""
-        self._names, self._payload_names, self._op_text = [], {}, ([], [], [], [], [])
-        self._op_order, self._op_call, self._op_of, self._numel = array("q"), array("q"), array("q"), array("q")
-        self._stats = (array("d"), array("d"), array("d"), array("d"))
-        self._payload = bytearray()
+        self._ops = []
+        self._op_order, self._op_call, self._op_kind = array("q"), array("q"), array("q")
+        self._tensors = TensorColumns(self._tensor_problem)
 
 
 __all__ = ["DumpSourceReader", "checked_data_dir", "parse_op_key"]

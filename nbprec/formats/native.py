@@ -28,7 +28,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -38,6 +38,7 @@ import numpy as np
 from nbprec.dtypes import canonical_dtype, numpy_dtype
 from nbprec.dump import INDEX_COLUMNS
 from nbprec.errors import CaptureError
+from nbprec.formats.native_blocks import write_blocks
 from nbprec.formats.native_read import (
     CALLS_FILE,
     COLUMNS_FILE,
@@ -259,13 +260,8 @@ class NativeDumpWriter:
             Precomputed statistics (keys of :data:`nbprec.stats.STAT_COLUMNS`); computed with
             :func:`~nbprec.stats.tensor_stats` from ``array`` when omitted.
         """
-        name = record.get("name")
-        if not isinstance(name, str) or not name:
-            raise CaptureError(f"{self._path}: a tensor record needs a non-empty string 'name', got {name!r}")
-        out: dict[str, Any] = {k: record[k] for k in _RECORD_FIELDS if k in record}
-        key = (int(out.get("step", -1)), int(out.get("rank", -1)), name)
-        if key in self._keys:
-            raise CaptureError(f"{self._path}: tensor {name!r} written twice for step {key[0]}, rank {key[1]}")
+        out, key = self._new_record(record)
+        name = out["name"]
         if array is not None:
             array = self._as_original(np.asarray(array), record, name)
             out["dtype"] = canonical_dtype(array.dtype)
@@ -280,16 +276,69 @@ class NativeDumpWriter:
         if stats is None and array is not None:
             with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN statistics are recorded, not warned
                 stats = tensor_stats(array)
+        if self._mode == "tensor" and array is not None:
+            rel = f"{TENSOR_DIR}/{safe_file_stem(name, self._count)}.npy"
+            self._save(self._path / rel, array, out["dtype"])
+            out["file"] = rel
+        self._add_record(out, key, stats)
+
+    def write_tensor_blocks(
+        self,
+        record: Mapping[str, Any],
+        blocks: Iterable[np.ndarray],
+        *,
+        dtype: Any,
+        shape: tuple[int, ...] | list[int],
+        stats: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Append one tensor record whose payload arrives block by block: a tensor larger than memory.
+
+        The payload is the concatenation of ``blocks`` (flat, in C order, of ``dtype`` or cast to it
+        safely), written as it comes; statistics are computed block by block unless ``stats`` are given
+        (:class:`~nbprec.formats.native_blocks.BlockStats`: the same as :func:`~nbprec.stats.tensor_stats`,
+        to rounding). In mode ``"statistics"`` only the statistics are kept.
+
+        Examples
+        --------
+        >>> with NativeDumpWriter("runs/big", run="big") as w:                     # doctest: +SKIP
+        ...     parts = (np.full(1 << 26, i, np.float32) for i in range(64))
+        ...     w.write_tensor_blocks({"name": "x"}, parts, dtype="float32", shape=(64, 1 << 26))
+        """
+        out, key = self._new_record(record)
+        name = out["name"]
+        out["dtype"] = canonical_dtype(dtype)
+        out["shape"] = [int(d) for d in shape]
+        out["numel"] = math.prod(out["shape"])
+        rel = f"{TENSOR_DIR}/{safe_file_stem(name, self._count)}.npy"
+        target = self._path / rel if self._mode == "tensor" else None
+        with self._io(target or self._path):
+            found = write_blocks(target, blocks, numpy_dtype(out["dtype"]), out["shape"], want_stats=stats is None)
+        if target is not None:
+            out["file"] = rel
+        self._add_record(out, key, found if stats is None else stats)
+
+    def _new_record(self, record: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[int, int, str]]:
+        """The record's index fields, checked, and its (step, rank, name) key."""
+        name = record.get("name")
+        if not isinstance(name, str) or not name:
+            raise CaptureError(f"{self._path}: a tensor record needs a non-empty string 'name', got {name!r}")
+        out: dict[str, Any] = {k: record[k] for k in _RECORD_FIELDS if k in record}
+        key = (int(out.get("step", -1)), int(out.get("rank", -1)), name)
+        if key in self._keys:
+            raise CaptureError(f"{self._path}: tensor {name!r} written twice for step {key[0]}, rank {key[1]}")
+        out["name"] = name
+        return out, key
+
+    def _add_record(self, out: dict[str, Any], key: tuple[int, int, str], stats: Mapping[str, Any] | None) -> None:
+        """Write the record (with its statistics) to the index and to the column cache."""
         for column in STAT_COLUMNS:
             value = (stats or {}).get(column)
             if column in _COUNT_COLUMNS and value is not None:
                 out[column] = int(value)
             else:
                 out[column] = encode_float(value)
-        if self._mode == "tensor" and array is not None:
-            rel = f"{TENSOR_DIR}/{safe_file_stem(name, self._count)}.npy"
-            self._save(self._path / rel, array, out["dtype"])
-            out["file"] = rel
+        if "file" in out:  # after the statistics, as write_tensor has always written it
+            out["file"] = out.pop("file")
         self._append(INDEX_FILE, out)
         self._keys.add(key)
         for column, value in out.items():

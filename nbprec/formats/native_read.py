@@ -25,17 +25,16 @@ from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._files import NPY_HEADER_ERRORS, PayloadFolder, open_regular, read_regular, real_folder
 from nbprec.formats._payload import payload_array
 from nbprec.formats.base import DumpReader
+from nbprec.formats.native_columns import COLUMNS_FILE, INDEX_FILE, read_columns
 
 FORMAT_NAME = "nbprec-dump"
 FORMAT_VERSION = 1
 HEADER_FILE = "nbprec-dump.json"
-INDEX_FILE = "index.jsonl"
 EDGES_FILE = "edges.jsonl"
 MODULES_FILE = "modules.jsonl"
 STACKS_FILE = "stacks.jsonl"
 CALLS_FILE = "calls.jsonl"
 COMPLETE_FILE = "complete"
-COLUMNS_FILE = "index.columns.json"
 TENSOR_DIR = "tensors"
 MODES = ("tensor", "statistics")
 
@@ -159,39 +158,6 @@ def read_jsonl(file: Path, problems: list[Problem], *, required: bool = True) ->
     finally:
         os.close(fd)
     return records
-
-
-def read_columns(path: Path, problems: list[Problem]) -> pd.DataFrame | None:
-    """The column cache ``index.columns.json`` close() wrote, or None when absent, stale or unreadable.
-
-    The cache is used only if it describes exactly the bytes of ``index.jsonl`` (same size); otherwise the
-    reader falls back to ``index.jsonl``, which stays the source of truth.
-    """
-    file = path / COLUMNS_FILE
-    try:
-        index_bytes = (path / INDEX_FILE).stat().st_size
-        # the cache holds the index's values without its keys: much larger than index.jsonl means damage
-        raw = read_regular(file, limit=2 * index_bytes + (1 << 20), what="column cache")
-        cache = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError, DumpFormatError) as exc:
-        why = exc.problem if isinstance(exc, DumpFormatError) else exc
-        problems.append(Problem(str(file), f"unreadable column cache ignored, {INDEX_FILE} read instead: {why}"))
-        return None
-    columns = cache.get("columns") if isinstance(cache, dict) else None
-    rows = cache.get("rows") if isinstance(cache, dict) else None
-    if (
-        not isinstance(columns, dict)
-        or "name" not in columns
-        or not all(isinstance(v, list) and len(v) == rows for v in columns.values())
-    ):
-        problems.append(Problem(str(file), f"malformed column cache ignored, {INDEX_FILE} read instead"))
-        return None
-    if cache.get("index_bytes") != index_bytes:
-        problems.append(Problem(str(file), f"stale column cache ignored ({INDEX_FILE} changed after the run)"))
-        return None
-    return pd.DataFrame(columns)
 
 
 def read_header(path: Path) -> dict[str, Any]:
@@ -353,8 +319,9 @@ def read_native_dump(path: Path) -> Dump:
     problems: list[Problem] = []
     index_file = path / INDEX_FILE
     columns = read_columns(path, problems)
-    records: pd.DataFrame | list[dict[str, Any]] = columns if columns is not None else read_jsonl(index_file, problems)
-    if not len(records):
+    records: dict[str, Any] | list[dict[str, Any]]
+    records = columns if columns is not None else read_jsonl(index_file, problems)
+    if not (len(records["name"]) if columns is not None else len(records)):
         bad_lines = [p for p in problems if p.file == str(index_file)]
         if bad_lines:
             first = bad_lines[0]
@@ -366,7 +333,12 @@ def read_native_dump(path: Path) -> Dump:
         raise EmptyDumpError(index_file, "no tensor records: the run wrote no tensors (or its index is missing)")
     complete = _read_complete(path, problems)
     try:
-        index = make_index(records, run=str(header.get("run") or path.name))
+        if columns is not None:  # typed already, column by column (native_columns)
+            columns["name"] = pd.Series(columns["name"], dtype=None)  # text: pandas' string dtype when all are
+            index = make_index(columns, run=str(header.get("run") or path.name), typed=True)
+        else:
+            index = make_index(records, run=str(header.get("run") or path.name))
+        del records, columns
     except (TypeError, ValueError) as exc:
         raise DumpFormatError(index_file, f"a record holds a value of the wrong type: {exc}") from exc
     names = index["name"]
@@ -433,6 +405,7 @@ def read_native_dump(path: Path) -> Dump:
 
 
 __all__ = [
+    "COLUMNS_FILE",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "RAW_BITS_STORAGE",

@@ -22,9 +22,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from nbprec._gc import paused_gc
 from nbprec.graph.ge_convert import convert_model
 from nbprec.graph.ge_data import GeGraph, GeInput, GeModel, GeOp, GeTensorDesc, ge_dtype
-from nbprec.graph.ge_parse import GeGraphError, line_col, no_gc, read_message
+from nbprec.graph.ge_parse import GeGraphError, line_col, read_message
 from nbprec.graph.model import OpGraph
 
 __all__ = [
@@ -102,7 +103,7 @@ def read_ge_model(path: str | Path) -> GeModel:
         path = find_graph_file(path)
     elif not path.exists():
         raise GeGraphError(f"{path}: no such file or folder")
-    with no_gc():
+    with paused_gc():
         raw, fmt = read_message(path)
         return convert_model(raw, path=str(path), fmt=fmt)
 

@@ -19,14 +19,12 @@ Examples
 from __future__ import annotations
 
 import codecs
-import contextlib
-import gc
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from nbprec._gc import paused_gc
 from nbprec.graph.model import GraphError
 
 #: Deepest nesting of messages accepted (GE graphs nest a few tens of levels at most).
@@ -175,21 +173,6 @@ def _append(message: dict[str, list[Any]], name: str, value: Any) -> None:
         values.append(value)
 
 
-@contextlib.contextmanager
-def no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while reading a graph (re-enabled on the way out if it was on).
-
-    Reading makes millions of containers and frees none: collecting meanwhile takes more than half the time.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 # -- text format -------------------------------------------------------------------------------------------
 def parse_text(text: str, path: str | Path = "<text>") -> dict[str, list[Any]]:
     """Parse protobuf text format without a schema (see the module docstring for the result).
@@ -207,7 +190,7 @@ def parse_text(text: str, path: str | Path = "<text>") -> dict[str, list[Any]]:
         Unbalanced braces or brackets, bad tokens, unterminated strings, invalid escapes, truncated text,
         nesting deeper than :data:`MAX_DEPTH`; the message names the file, line and column.
     """
-    with no_gc():
+    with paused_gc():
         return _parse_text(text, str(path))
 
 

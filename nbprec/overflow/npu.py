@@ -106,7 +106,7 @@ def npu_overflow_table(dump: Dump) -> pd.DataFrame:
             rows.append(row)
     table = pd.DataFrame(rows, columns=list(NPU_OVERFLOW_COLUMNS))
     for column in ("op", "op_type", "unit", "status", "conditions", "note"):
-        table[column] = table[column].fillna("").astype(object)
+        table[column] = table[column].astype(object).fillna("")
     for column in ("order", "task_id", "stream_id", "context_id", "thread_id"):
         table[column] = table[column].fillna(-1).astype(np.int64)
     table.loc[table["context_id"] == INVALID_ID, "context_id"] = -1

@@ -55,6 +55,7 @@ sections.header(comp, TITLE)"""
 # (markdown heading, code) per section; the code displays one thing.
 _SECTIONS = (
     ("## Summary", "sections.summary(comp)"),
+    ("", "dash.runs  # the rank x step heatmap; None (nothing shown) for one step and rank"),
     ("## First failing op\nThe first op whose outputs fail the rule, and the first whose inputs pass while its "
      "outputs fail (where the error was introduced).", "sections.first_failing(comp)"),
     ("## Worst ops\nThe ops with the worst output metric; below, the whole operator table (failing rows "

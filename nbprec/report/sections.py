@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from nbprec.compare.runs import op_at
 from nbprec.safe_text import visible_text
 
 _STYLE = "style='border-collapse:collapse;font-size:13px'"
@@ -62,8 +63,10 @@ def header(comparison: Any, title: str = "") -> Html:
 
 
 def summary(comparison: Any) -> Html:
-    """Counts, matching coverage and the three named ops (first failing, first introduced, onset)."""
+    """Counts, matching coverage and the three named ops (first failing, first introduced, onset); over several
+    steps and ranks, each op with its (step, rank), followed by the :func:`runs` section."""
     s = comparison.summary()
+    several = comparison.several_runs
     status = ", ".join(f"{k}: {v}" for k, v in s["tensor_status"].items())
     coverage = ", ".join(f"{k}: {v}" for k, v in s["coverage"].items() if v)
     rows: list[tuple[str, object]] = [
@@ -71,10 +74,12 @@ def summary(comparison: Any) -> Html:
         ("matching", coverage or "-"),
         ("ops", s["ops"]),
         ("failing ops", s["failing_ops"]),
-        ("first failing op", s["first_failing_op"] or "-"),
-        ("first introduced op", s["first_introduced_op"] or "-"),
-        ("divergence onset", s["onset_op"] or "-"),
+        ("first failing op", op_at(comparison.first_failing_op(), several)),
+        ("first introduced op", op_at(comparison.first_introduced_op(), several)),
+        ("divergence onset", op_at(comparison.onset(), several)),
     ]
+    if several:
+        rows.insert(3, ("steps, ranks", f"{s['steps_ranks']} (step, rank)s, below"))
     if s["explained_failing_ops"]:
         explained = f"{s['explained_failing_ops']} op" + ("" if s["explained_failing_ops"] == 1 else "s")
         rows.append(("explained differences", f"{explained} (randomness, discontinuous ops)"))
@@ -89,11 +94,32 @@ def summary(comparison: Any) -> Html:
         + f"<p class='nbprec-status' style='font-weight:bold;color:{colour}'>{esc(verdict)}</p>"
         + _kv(rows)
     )
-    return Html(markup, f"{words.text}\n{verdict}; first failing op: {s['first_failing_op']}")
+    first = op_at(comparison.first_failing_op(), several)
+    if several:
+        steps = runs(comparison)
+        return Html(markup + steps.markup, f"{words.text}\n{verdict}; first failing op: {first}\n{steps.text}")
+    return Html(markup, f"{words.text}\n{verdict}; first failing op: {first}")
+
+
+def runs(comparison: Any) -> Html:
+    """Steps and ranks: what one side lacks, where divergence and NaN/inf appear first, and one row per
+    (step, rank) (core ``Comparison.runs()``); a note when the comparison holds a single (step, rank)."""
+    summary = comparison.runs()
+    if not summary.several:
+        return note("One step and rank: no per-(step, rank) summary.")
+    lines = "".join(f"<li>{esc(line)}</li>" for line in summary.lines())
+    shown = summary.display_table()
+    table = shown.to_html(index=False, escape=True, float_format=_FLOAT, border=0, na_rep="")
+    markup = (
+        "<h3 class='nbprec-runs-title'>Steps and ranks</h3>"
+        f"<ul class='nbprec-runs-lines'>{lines}</ul><div class='nbprec-runs'>{table}</div>"
+    )
+    return Html(markup, summary.to_text())
 
 
 def culprit(comparison: Any) -> str | None:
-    """The op a reader should look at first: the first that introduced an error, else the first failing op."""
+    """The op a reader should look at first: the first that introduced an error, else the first failing op
+    (its name; see :func:`first_failing` for its step and rank)."""
     row = comparison.first_introduced_op()
     row = row if row is not None else comparison.first_failing_op()
     return None if row is None else str(row["op"])
@@ -102,26 +128,30 @@ def culprit(comparison: Any) -> str | None:
 def first_failing(comparison: Any) -> Html:
     """The first failing op and the first introduced op, each with its roll-up row."""
     ops = comparison.ops
+    several = comparison.several_runs
+    at = ("step", "rank") if several else ()
     parts = []
     for label, row in (("First failing op", comparison.first_failing_op()),
                        ("First op that introduced the error", comparison.first_introduced_op())):  # fmt: skip
         if row is None:
             parts.append(f"<p><b>{label}</b>: none under this rule.</p>")
             continue
-        cols = [c for c in ("order", "op", "op_type", "status", "origin", "in_cosine", "out_cosine",
+        cols = [c for c in (*at, "order", "op", "op_type", "status", "origin", "in_cosine", "out_cosine",
                             "out_rel_euclidean", "out_max_abs_err") if c in ops]  # fmt: skip
         reason = f" &mdash; {esc(row['reason'])}" if row.get("reason") else ""
+        where = f" at step {int(row['step'])}, rank {int(row['rank'])}" if several else ""
         parts.append(
-            f"<p><b>{label}</b>: <code class='nbprec-op'>{esc(row['op'])}</code>{reason}</p>"
+            f"<p><b>{label}</b>: <code class='nbprec-op'>{esc(row['op'])}</code>{esc(where)}{reason}</p>"
             + _table(pd.DataFrame([row[cols]]))
         )
-    return Html("".join(parts), f"first failing op: {culprit(comparison)}")
+    return Html("".join(parts), f"first failing op: {op_at(comparison.first_failing_op(), several)}")
 
 
 def worst_ops(comparison: Any, n: int = 15) -> Html:
     """The ``n`` ops with the worst output metric."""
     worst = comparison.worst_ops(n)
-    cols = [c for c in ("order", "op", "op_type", "status", "origin", "in_cosine", "out_cosine",
+    at = ("step", "rank") if comparison.several_runs else ()
+    cols = [c for c in (*at, "order", "op", "op_type", "status", "origin", "in_cosine", "out_cosine",
                         "out_rel_euclidean", "out_max_abs_err") if c in worst]  # fmt: skip
     return Html(_table(worst[cols], n), f"{len(worst)} worst op" + ("" if len(worst) == 1 else "s"))
 

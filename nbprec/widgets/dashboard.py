@@ -11,6 +11,7 @@ from nbprec.widgets.base import View
 from nbprec.widgets.inspector import InspectorView
 from nbprec.widgets.model import OpsModel, Selection, TensorSource
 from nbprec.widgets.overflow import OverflowView
+from nbprec.widgets.runs import RunsView
 from nbprec.widgets.static import esc
 from nbprec.widgets.subgraph import SubgraphView
 from nbprec.widgets.table import OpsTableView
@@ -22,13 +23,17 @@ class Dashboard(View):
 
     Selecting an op in any view (a grid row, a trend dot, a graph node, an overflow row) sets
     :attr:`selection`, and every view follows. The first op that introduced an error (else the first failing
-    op) is selected when the dashboard opens.
+    op) is selected when the dashboard opens. A comparison over several steps and ranks adds :attr:`runs`, a
+    rank x step heatmap on top: clicking a cell sets ``selection.run`` and the table, the trend and the
+    inspector show that (step, rank); the dashboard opens on the (step, rank) of the op it selects.
 
     Attributes
     ----------
     comparison : Comparison
     selection : Selection
     model : OpsModel
+    runs : RunsView or None
+        The steps and ranks overview (``None`` for a single (step, rank)).
     table, trend, inspector, subgraph, overflow : View
     """
 
@@ -51,6 +56,8 @@ class Dashboard(View):
         self.selection = Selection()
         self.model = OpsModel(comparison, metric=metric, page_size=page_size)
         self.source = TensorSource(comparison, target, bench)
+        self.selection.observe_run(self.model.set_run)  # before any view: they read the model's run
+        self.runs = RunsView(self.model, self.selection) if comparison.several_runs else None
         self.table = OpsTableView(self.model, self.selection, on_change=self._rule_changed)
         self.trend = TrendView(self.model, self.selection)
         self.inspector = InspectorView(comparison.table, self.selection, self.source)
@@ -59,22 +66,35 @@ class Dashboard(View):
         first = self.model.first_introduced()
         first = first if first is not None else self.model.first_failing()
         start = first if first is not None else (self.model.ops.iloc[0] if len(self.model.ops) else None)
-        if start is not None:
+        if start is not None and self.runs is not None:
+            self.selection.select_run((int(start["step"]), int(start["rank"])), str(start["op"]))
+        elif start is not None:
             self.selection.select(str(start["op"]))
 
     @property
     def views(self) -> list[View]:
         """The views, top to bottom."""
         views: list[View] = [self.table, self.trend, self.inspector, self.subgraph]
+        if self.runs is not None:
+            views.insert(0, self.runs)
         return [*views, self.overflow] if self.overflow is not None else views
 
     def select(self, op: str | None) -> None:
         """Select ``op`` in every view."""
         self.selection.select(op)
 
+    def select_run(self, step: int | None, rank: int | None = None) -> None:
+        """Look at one (step, rank) in every view (``None``: all of them)."""
+        if step is None or rank is None:
+            self.selection.select_run(None)
+        elif self.runs is not None:
+            self.runs.click_cell(step, rank)
+
     def _rule_changed(self) -> None:
         self.trend.refresh()
         self.subgraph.update()
+        if self.runs is not None:
+            self.runs.refresh()
 
     def header_html(self) -> str:
         """Title line (the two runs), then the verdict in words (the same sentences as the CLI and the report)."""

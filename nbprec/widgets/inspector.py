@@ -50,7 +50,12 @@ class InspectorView(View):
 
     # -- state -------------------------------------------------------------------------------------------
     def _on_selection(self, op: str | None) -> None:
-        self.rows = op_tensor_rows(self.table, op) if op else self.table.iloc[:0]
+        rows = op_tensor_rows(self.table, op) if op else self.table.iloc[:0]
+        if len(rows) and {"step", "rank"} <= set(rows.columns):  # one (step, rank): the chosen one, else the first
+            run = self.selection.run
+            step, rank = run if run is not None else rows.sort_values(["step", "rank"]).iloc[0][["step", "rank"]]
+            rows = rows[(rows["step"] == step).to_numpy() & (rows["rank"] == rank).to_numpy()]
+        self.rows = rows
         self.choose_tensor(_default_tensor(self.rows))
 
     def choose_tensor(self, name: str | None) -> None:

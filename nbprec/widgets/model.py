@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from nbprec.compare.comparison import Comparison
-from nbprec.compare.culprit import divergence_onset, first_failing
 from nbprec.compare.rules import STATUS_FAIL, STATUS_NA, STATUS_PASS, Rule, get_rule, preset_names
+from nbprec.compare.runs import RunSummary, first_failing_across, onset_across
 from nbprec.dump import Dump
 
 #: Metrics the threshold slider and the trend offer (tensor metric -> per-op column ``out_<metric>``).
@@ -28,12 +28,18 @@ _CODE_STATUS = np.array([STATUS_NA, STATUS_PASS, STATUS_FAIL], dtype=object)
 _RULE_INPUT_COLUMNS = ("target_dtype", "bench_dtype", "target_nonfinite", "bench_nonfinite")
 _RULE_CHECKSUM_COLUMNS = ("checksum_match", "compare_mode")
 TABLE_COLUMNS = ("order", "op", "op_type", "module", "status", "origin", "mark")
+#: A (step, rank) of a comparison that spans several.
+Run = tuple[int, int]
 
 
 class Selection:
-    """The op selected in a dashboard, shared by every view.
+    """The op selected in a dashboard, and the (step, rank) it is looked at in, shared by every view.
 
     Views call :meth:`select`; every callback registered with :meth:`observe` then receives the new op name.
+    A comparison over several steps and ranks holds the same op name in each: :meth:`select_run` sets
+    :attr:`run`, the (step, rank) the views are filtered to (``None``: all of them, op names resolved in the
+    first (step, rank) that holds them), and calls the callbacks registered with :meth:`observe_run` before it
+    selects an op in that run.
 
     Examples
     --------
@@ -43,23 +49,50 @@ class Selection:
     >>> sel.select("Functional.linear.0.forward")
     >>> sel.op, seen
     ('Functional.linear.0.forward', ['Functional.linear.0.forward'])
+    >>> sel.select_run((1, 1), "Torch.relu.0.forward")
+    >>> sel.run, sel.op
+    ((1, 1), 'Torch.relu.0.forward')
     """
 
     def __init__(self, op: str | None = None) -> None:
         self.op = op
+        self.run: Run | None = None
         self._callbacks: list[Callable[[str | None], None]] = []
+        self._run_callbacks: list[Callable[[Run | None], None]] = []
 
     def observe(self, callback: Callable[[str | None], None]) -> None:
         """Call ``callback(op)`` after every change of the selection."""
         self._callbacks.append(callback)
+
+    def observe_run(self, callback: Callable[[Run | None], None]) -> None:
+        """Call ``callback(run)`` after every change of :attr:`run`."""
+        self._run_callbacks.append(callback)
 
     def select(self, op: str | None) -> None:
         """Select ``op`` (a name from ``comparison.ops['op']``) and notify the views; no-op when unchanged."""
         if op == self.op:
             return
         self.op = op
+        self._notify()
+
+    def select_run(self, run: Run | None, op: str | None = None) -> None:
+        """Look at one (step, rank) (``None``: all), then select ``op`` in it (when given).
+
+        The op views are notified once the run is set, so they resolve the name in the new run.
+        """
+        run = None if run is None else (int(run[0]), int(run[1]))
+        if run != self.run:
+            self.run = run
+            for callback in list(self._run_callbacks):
+                callback(run)
+            if op is None or op == self.op:
+                self._notify()  # the same name now means the op of the new run
+        if op is not None:
+            self.select(op)
+
+    def _notify(self) -> None:
         for callback in list(self._callbacks):
-            callback(op)
+            callback(self.op)
 
 
 @dataclass(frozen=True)
@@ -99,6 +132,8 @@ class OpsModel:
         self.origins: frozenset[str] = frozenset()
         self.sort_by = "order"
         self.ascending = True
+        self.run: Run | None = None
+        self._judged = comparison
         self._prepare()
         self.ops = comparison.ops.copy()
         self.threshold = self._rule_value(self.rule, self.metric)
@@ -111,7 +146,8 @@ class OpsModel:
     def judge(self, rule: Rule) -> pd.DataFrame:
         """``comparison.ops`` under ``rule``, re-judged by the core (which shares its per-op index)."""
         self._facts: dict[str, pd.Series | None] = {}
-        return self.comparison.with_rule(rule).ops
+        self._judged = self.comparison.with_rule(rule)
+        return self._judged.ops
 
     def set_threshold(self, value: float, metric: str | None = None) -> None:
         """Set the bound on ``metric`` (default: the current metric) and re-judge every op."""
@@ -153,15 +189,18 @@ class OpsModel:
 
     def _fact(self, name: str) -> pd.Series | None:
         facts = self.__dict__.setdefault("_facts", {})
-        if name not in facts:
+        key = f"{name}@{self.run}"
+        if key not in facts:
+            ops = self.ops if self.run is None else self.ops.iloc[self.run_positions()]
             if name == "onset":
-                facts[name] = divergence_onset(self.ops)
+                facts[key] = onset_across(ops)
             else:
-                facts[name] = first_failing(self.ops, origin="introduced" if name == "introduced" else None)
-        return facts[name]
+                facts[key] = first_failing_across(ops, origin="introduced" if name == "introduced" else None)
+        return facts[key]
 
     def first_failing(self) -> pd.Series | None:
-        """The first failing op in execution order (core :func:`first_failing`), computed once per rule."""
+        """The first failing op (core :func:`~nbprec.compare.runs.first_failing_across`), in :attr:`run` when
+        one is chosen; computed once per rule and run."""
         return self._fact("first")
 
     def first_introduced(self) -> pd.Series | None:
@@ -169,8 +208,39 @@ class OpsModel:
         return self._fact("introduced")
 
     def onset(self) -> pd.Series | None:
-        """Where the divergence sets in and persists (core :func:`divergence_onset`)."""
+        """Where the divergence sets in and persists (core :func:`~nbprec.compare.runs.onset_across`)."""
         return self._fact("onset")
+
+    # -- steps and ranks -------------------------------------------------------------------------------
+    @property
+    def several(self) -> bool:
+        """Whether the comparison spans several (step, rank)s (the table then shows step and rank)."""
+        return self.comparison.several_runs
+
+    def runs(self) -> RunSummary:
+        """The per-(step, rank) summary under the current rule (core ``Comparison.runs()``)."""
+        return self._judged.runs()
+
+    def set_run(self, run: Run | None) -> None:
+        """Restrict the table, the trend and the named ops to one (step, rank) (``None``: all)."""
+        self.run = None if run is None else (int(run[0]), int(run[1]))
+        self.page = 0
+
+    def run_positions(self) -> np.ndarray:
+        """Row positions in :attr:`ops` of the current run (every row when none is chosen)."""
+        if self.run is None:
+            return np.arange(len(self.ops))
+        step, rank = self.run
+        return np.flatnonzero((self.ops["step"].to_numpy() == step) & (self.ops["rank"].to_numpy() == rank))
+
+    def position_of(self, op: str | None) -> int | None:
+        """Row position in :attr:`ops` of ``op`` in the current run (the first (step, rank) holding it when
+        none is chosen), or ``None``."""
+        if op is None:
+            return None
+        positions = self.run_positions()
+        hit = np.flatnonzero(self.ops["op"].to_numpy()[positions] == op)
+        return None if hit.size == 0 else int(positions[hit[0]])
 
     @property
     def metric_column(self) -> str:
@@ -230,6 +300,8 @@ class OpsModel:
         if self.pattern:
             needle = self.pattern.lower()
             mask &= np.fromiter((needle in n for n in self._names_lower), dtype=bool, count=len(ops))
+        if self.run is not None:
+            mask &= (ops["step"].to_numpy() == self.run[0]) & (ops["rank"].to_numpy() == self.run[1])
         return mask
 
     def _positions(self) -> np.ndarray:
@@ -246,7 +318,8 @@ class OpsModel:
     def columns(self) -> list[str]:
         """Columns the grid shows: identity, status, and the chosen metric on inputs and outputs."""
         metric_cols = [c for c in (f"in_{self.metric}", f"out_{self.metric}") if c in self.ops]
-        return [*TABLE_COLUMNS, *metric_cols, "amplification"]
+        where = ["step", "rank"] if self.several else []
+        return [*where, *TABLE_COLUMNS, *metric_cols, "amplification"]
 
     def view(self) -> TablePage:
         """The current page of the filtered, sorted table (only these rows go to the browser)."""
@@ -258,9 +331,9 @@ class OpsModel:
         first, onset = self.first_failing(), self.onset()
         marks = np.full(len(rows), "", dtype=object)
         if onset is not None:
-            marks[(rows["op"] == onset["op"]).to_numpy()] = "onset"
+            marks[_same_op(rows, onset)] = "onset"
         if first is not None:
-            marks[(rows["op"] == first["op"]).to_numpy()] = "first failing"
+            marks[_same_op(rows, first)] = "first failing"
         rows = rows.assign(mark=marks)[self.columns()]
         return TablePage(rows, self.page, pages, len(positions), self.flagged)
 
@@ -269,6 +342,34 @@ class OpsModel:
         positions = self._positions()
         hit = np.flatnonzero(self.ops["op"].to_numpy()[positions] == op)
         return None if hit.size == 0 else int(hit[0] // self.page_size)
+
+
+def _tensor(dump: Dump, name: str, row: pd.Series) -> np.ndarray:
+    """The payload of ``name``; in the row's step and rank when the dump holds the name in several
+    (a dump with more than one step or rank was matched under its own labels)."""
+    from nbprec.errors import TensorNotFoundError
+
+    try:
+        return dump.tensor(name)
+    except TensorNotFoundError:
+        index = dump.index
+        hit = np.flatnonzero(
+            (index["name"] == name).to_numpy()
+            & (index["step"] == row.get("step")).to_numpy()
+            & (index["rank"] == row.get("rank")).to_numpy()
+        )
+        if hit.size == 0:
+            raise
+        return dump.tensor(int(hit[0]))
+
+
+def _same_op(rows: pd.DataFrame, op: pd.Series) -> np.ndarray:
+    """Which of ``rows`` are the op ``op`` (same name, step and rank)."""
+    return (
+        (rows["op"] == op["op"]).to_numpy()
+        & (rows["step"] == op["step"]).to_numpy()
+        & (rows["rank"] == op["rank"]).to_numpy()
+    )
 
 
 def _default_metric(rule: Rule) -> str:
@@ -325,5 +426,5 @@ class TensorSource:
             if dump is None or not name:
                 why = self.problem or f"no {side} dump or no matched {side} tensor"
                 raise TensorDataUnavailableError(f"{row.get('target_name', '')}: {why}")
-            arrays.append(dump.tensor(str(name)))
+            arrays.append(_tensor(dump, str(name), row))
         return arrays[0], arrays[1]

@@ -104,12 +104,13 @@ class SubgraphView(View):
             return GraphElements([], [], self.model.metric_column)
         elements = self._from_op_graph(op)
         if elements is None:
-            paths = module_paths(self.model.ops)
+            ops = self.model.ops.iloc[self.model.run_positions()] if self.model.run is not None else self.model.ops
+            paths = module_paths(ops)
             collapsed = (
                 frozenset(p for p in paths if self.block_depth and p.count(".") + 1 == self.block_depth) - self.expanded
             )
             elements = order_neighbourhood(
-                self.model.ops,
+                ops,
                 op,
                 self.depth,
                 self.model.metric_column,

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from nbprec.compare.rules import HIGHER_IS_BETTER, STATUS_FAIL, STATUS_NA, STATUS_PASS
+from nbprec.compare.runs import op_at
 from nbprec.widgets.base import View
 from nbprec.widgets.model import OpsModel, Selection
 from nbprec.widgets.static import esc, html_table
@@ -80,7 +81,14 @@ class OpsTableView(View):
     def click_row(self, row: int) -> None:
         """Select the op shown in row ``row`` of the current page (what a click in the grid does)."""
         if 0 <= row < len(self.page_rows):
-            self.selection.select(str(self.page_rows.iloc[row]["op"]))
+            self._select_op(self.page_rows.iloc[row])
+
+    def _select_op(self, row: pd.Series) -> None:
+        """Select the op of a table row; over several steps and ranks, in its own (step, rank)."""
+        if self.model.several and "step" in row:
+            self.selection.select_run((int(row["step"]), int(row["rank"])), str(row["op"]))
+        else:
+            self.selection.select(str(row["op"]))
 
     def _changed(self) -> None:
         self.refresh()
@@ -88,12 +96,11 @@ class OpsTableView(View):
             self._on_change()
 
     def _on_selection(self, op: str | None) -> None:
-        if op is None or (self.page_rows["op"] == op).any():
-            self.refresh()
-            return
-        page = self.model.page_of(op)
-        if page is not None:
-            self.model.page = page
+        self.page_rows = self.model.view().rows  # the run may have changed with the op
+        if op is not None and not (self.page_rows["op"] == op).any():
+            page = self.model.page_of(op)
+            if page is not None:
+                self.model.page = page
         self.refresh()
 
     # -- widget ------------------------------------------------------------------------------------------
@@ -102,8 +109,10 @@ class OpsTableView(View):
         m = self.model
         page = m.view()
         first = m.first_failing()
-        first_txt = "none" if first is None else str(first["op"])
+        first_txt = "none" if first is None else op_at(first, m.several)
+        run = f"step {m.run[0]}, rank {m.run[1]}: " if m.run is not None else ""
         return (
+            f"{esc(run)}"
             f"<b>{page.flagged}</b> of {len(m.ops)} ops flagged by <code>{esc(m.rule.describe())}</code>; "
             f"first failing op: <b style='background:{FIRST_COLOUR}'>{esc(first_txt)}</b>; "
             f"showing {len(page.rows)} of {page.matching} matching ops, page {page.page + 1}/{page.pages}"
@@ -175,11 +184,12 @@ class OpsTableView(View):
         first = self.model.first_introduced()
         first = first if first is not None else self.model.first_failing()
         if first is not None:
-            self.selection.select(str(first["op"]))
+            self._select_op(first)
 
     def _grid_frame(self) -> pd.DataFrame:
         """The page as the grid shows it: metrics to 6 significant digits (readable cells; the model keeps all)."""
-        frame = self.page_rows.set_index("order")
+        several = self.model.several  # order repeats across steps and ranks: no index then
+        frame = self.page_rows.reset_index(drop=True) if several else self.page_rows.set_index("order")
         floats = frame.select_dtypes("float").columns
         return frame.assign(**{c: frame[c].map(_six_digits) for c in floats})
 
@@ -189,7 +199,7 @@ class OpsTableView(View):
         visible = self._grid.get_visible_data()
         row = int(change["new"][0]["r1"])
         if 0 <= row < len(visible):
-            self.selection.select(str(visible.iloc[row]["op"]))
+            self._select_op(visible.reset_index().iloc[row])
 
     def refresh(self) -> None:
         """Recompute the page (always) and push it into the widgets (once built)."""

@@ -16,7 +16,8 @@ from nbprec.widgets.static import Series, esc, svg_plot
 
 @dataclass(frozen=True)
 class TrendData:
-    """Arrays of the trend plot (positions are row positions of ``model.ops``)."""
+    """Arrays of the trend plot: ``x``/``y`` for the ops of the chosen (step, rank) (all ops when none is),
+    ``rows`` their positions in ``model.ops``; ``dots``, ``fails``, ``onset`` and ``selected`` index ``x``."""
 
     x: np.ndarray
     y: np.ndarray
@@ -26,11 +27,14 @@ class TrendData:
     onset: float
     selected: float
     metric: str
+    rows: np.ndarray
 
 
 def trend_data(model: OpsModel, selected: str | None) -> TrendData:
-    """The trend's data from the table model: every op on the line, at most 1e4 dots (failing ones kept)."""
-    ops = model.ops
+    """The trend's data from the table model: every op of the run on the line, at most 1e4 dots (failing ones
+    kept)."""
+    rows = model.run_positions()
+    ops = model.ops.iloc[rows]
     column = model.metric_column
     y = ops[column].to_numpy(dtype=np.float64) if column in ops else np.full(len(ops), np.nan)
     x = np.arange(len(ops), dtype=np.float64)
@@ -38,17 +42,22 @@ def trend_data(model: OpsModel, selected: str | None) -> TrendData:
     fails = fails[sample_indices(len(fails), MAX_SCATTER_POINTS // 2)]
     dots = sample_indices(len(ops), MAX_SCATTER_POINTS - len(fails))
     onset = model.onset()
-    onset_x = float(onset.name) if onset is not None else np.nan
-    hit = np.flatnonzero(ops["op"].to_numpy() == selected) if selected else np.array([], dtype=np.int64)
+    position = model.position_of(selected)
+
+    def x_of(label: int | None) -> float:
+        hit = np.flatnonzero(rows == label) if label is not None else np.array([], dtype=np.int64)
+        return float(hit[0]) if hit.size else np.nan
+
     return TrendData(
         x=x,
         y=y,
         dots=dots,
         fails=fails,
         threshold=model.threshold,
-        onset=onset_x,
-        selected=float(hit[0]) if hit.size else np.nan,
+        onset=x_of(None if onset is None else model.ops.index.get_loc(onset.name)),
+        selected=x_of(position),
         metric=column,
+        rows=rows,
     )
 
 
@@ -65,9 +74,14 @@ class TrendView(View):
         selection.observe(lambda _op: self.refresh())
 
     def click_point(self, position: int) -> None:
-        """Select the op at row ``position`` of ``model.ops`` (what clicking a dot does)."""
+        """Select the op at row ``position`` of ``model.ops`` (what clicking a dot does); over several steps and
+        ranks, in its own (step, rank)."""
         if 0 <= position < len(self.model.ops):
-            self.selection.select(str(self.model.ops.iloc[position]["op"]))
+            row = self.model.ops.iloc[position]
+            if self.model.several:
+                self.selection.select_run((int(row["step"]), int(row["rank"])), str(row["op"]))
+            else:
+                self.selection.select(str(row["op"]))
 
     def _build(self) -> Any:
         import bqplot as bq
@@ -102,7 +116,7 @@ class TrendView(View):
     def _clicked(self, positions: np.ndarray, event: dict[str, Any]) -> None:
         index = int(event.get("data", {}).get("index", -1))
         if 0 <= index < len(positions):
-            self.click_point(int(positions[index]))
+            self.click_point(int(self.data.rows[int(positions[index])]))
 
     def refresh(self) -> None:
         """Recompute the arrays (always) and push them into the marks (once built)."""
@@ -131,8 +145,11 @@ class TrendView(View):
 
     def _caption(self) -> str:
         d = self.data
-        onset = "none" if not np.isfinite(d.onset) else esc(self.model.ops.iloc[int(d.onset)]["op"])
+        onset = "none" if not np.isfinite(d.onset) else esc(self.model.ops.iloc[int(d.rows[int(d.onset)])]["op"])
+        run = self.model.run
+        shown = f"step {run[0]}, rank {run[1]}: " if run is not None else ""
         return (
+            f"{esc(shown)}"
             f"<span style='color:#d62728'>red dots: failing ops</span>; dashed line: threshold {d.threshold:.6g}; "
             f"<span style='color:#ff7f0e'>orange line: onset ({onset})</span>; "
             f"<span style='color:#2ca02c'>green diamond: selected op</span>. Click a dot to select its op."

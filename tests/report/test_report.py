@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +99,15 @@ def test_core_import_loads_no_widget_or_jupyter_library():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_multi_rank_report_shows_the_rank_by_step_heatmap(tmp_path):
+    """A report on a 2-rank, 2-step msprobe pair holds the heatmap widget (stored state) and names the rank."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "multirank" / "msprobe"
+    result = write_report(fixtures / "fault", fixtures / "fp32", tmp_path / "ranks.html")
+    nb = json.loads(result.notebook.read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if "".join(c["source"]).startswith("dash.runs"))
+    kinds = {k for out in cell["outputs"] for k in out.get("data", {})}
+    assert "application/vnd.jupyter.widget-view+json" in kinds, cell["outputs"]
+    html = tmp_path.joinpath("ranks.html").read_text(encoding="utf-8")
+    assert "Steps and ranks" in html and "rank 1" in html

@@ -1,0 +1,122 @@
+"""The column cache of nbprec's dump format (``index.columns.json``), read a column at a time into typed arrays.
+
+The cache (``docs/dump-format.md``) holds the index's values column by column. :func:`read_columns` streams
+it (:class:`~nbprec.formats._jsonstream.JsonObjectStream`): one column's JSON array is decoded at a time and
+turned into its index type at once (integers and statistics into numpy arrays; text into an object array whose
+repeated values, an op type or a dtype a million times, are one object each), so memory holds one column of
+Python values beside the finished ones, never the whole cache as Python objects. The result goes to
+``make_index(typed=True)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from nbprec.dump import _DEFAULTS, _INT_COLUMNS, INDEX_COLUMNS, Problem
+from nbprec.errors import DumpFormatError
+from nbprec.formats._files import MAX_SIDE_FILE
+from nbprec.formats._jsonstream import JsonObjectStream
+from nbprec.stats import STAT_COLUMNS
+
+COLUMNS_FILE = "index.columns.json"
+INDEX_FILE = "index.jsonl"
+#: Text columns holding few distinct values: each distinct value is kept once.
+_REPEATED = ("op", "op_type", "api", "module", "direction", "role", "slot", "dtype", "checksum", "run")
+
+
+def read_columns(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
+    """The typed columns of the column cache ``index.columns.json`` of the run folder ``path`` (for
+    ``make_index(typed=True)``), or None when it is absent, stale or unreadable (then ``index.jsonl`` is read).
+
+    The cache is used only if it describes exactly the bytes of ``index.jsonl`` (same size), which it says
+    before its columns: a stale one is not decoded at all.
+    """
+    file = path / COLUMNS_FILE
+    try:
+        index_bytes = (path / INDEX_FILE).stat().st_size
+        if not file.is_file():
+            return None
+        # the cache holds the index's values without its keys: much larger than index.jsonl means damage
+        if file.stat().st_size > min(2 * index_bytes + (1 << 20), 4 * MAX_SIDE_FILE):
+            raise DumpFormatError(file, "larger than its index.jsonl could make it (damaged?)")
+        return _read(file, index_bytes, problems)
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, RecursionError, DumpFormatError) as exc:
+        why = exc.problem if isinstance(exc, DumpFormatError) else exc
+        problems.append(Problem(str(file), f"unreadable column cache ignored, {INDEX_FILE} read instead: {why}"))
+        return None
+
+
+def _read(file: Path, index_bytes: int, problems: list[Problem]) -> dict[str, Any] | None:
+    head: dict[str, Any] = {}
+    columns: dict[str, Any] = {}
+    with JsonObjectStream(file) as stream:
+        if stream.first_type() != "dict":
+            raise DumpFormatError(file, "not a JSON object")
+        stream.begin_object()
+        while (key := stream.next_key()) is not None:
+            if key == "columns" and stream.peek() == "{":
+                if head.get("index_bytes") != index_bytes:
+                    why = f"stale column cache ignored ({INDEX_FILE} changed after the run)"
+                    problems.append(Problem(str(file), why))
+                    return None
+                stream.begin_object()
+                for column, values in stream.members():
+                    if not isinstance(values, list) or len(values) != head.get("rows"):
+                        return _malformed(file, problems)
+                    if column in INDEX_COLUMNS:
+                        columns[column] = typed_column(column, values)
+                    del values
+                continue
+            head[key] = stream.value()
+        stream.end()
+    if "name" not in columns:
+        return _malformed(file, problems)
+    return columns
+
+
+def _malformed(file: Path, problems: list[Problem]) -> None:
+    problems.append(Problem(str(file), f"malformed column cache ignored, {INDEX_FILE} read instead"))
+
+
+def typed_column(column: str, values: list) -> np.ndarray:
+    """One index column from its cached JSON values, with the index's type and defaults (as ``make_index``
+    fills them): integers as int64, statistics as float64 (``"NaN"``/``"Infinity"`` and null included), shapes
+    as tuples, text as objects with each repeated value held once."""
+    default = _DEFAULTS.get(column)
+    if column in STAT_COLUMNS:
+        try:
+            return np.array(values, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):
+            return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
+    if column in _INT_COLUMNS:
+        try:
+            return np.array(values, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            return np.array([default if v is None or v != v else v for v in values], dtype=np.int64)
+    if column == "shape":
+        shapes: dict[tuple, tuple] = {}
+        intern = shapes.setdefault
+        return np.fromiter((intern(tuple(v), tuple(v)) if type(v) is list else () for v in values), object, len(values))
+    if column == "has_data":
+        return np.array([bool(v) if v is not None else False for v in values], dtype=bool)
+    out = np.fromiter(values, dtype=object, count=len(values))  # element by element: a list stays one value
+    if column in _REPEATED:  # one object per distinct value (hashing in C)
+        codes, uniques = pd.factorize(out, use_na_sentinel=True)
+        table = np.empty(len(uniques) + 1, dtype=object)
+        table[:-1] = uniques
+        table[-1] = default
+        return table[codes]
+    if column != "name" and default is not None:
+        missing = pd.isna(out)
+        if missing.any():
+            out[missing] = default
+    return out
+
+
+__all__ = ["read_columns", "typed_column"]

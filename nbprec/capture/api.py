@@ -92,7 +92,7 @@ class Capture:
         """Open the dump and install the mode and hooks (``__enter__`` does this)."""
         if self._writer is not None:
             raise CaptureError(f"{self.path}: this capture is already running (or finished); make a new one")
-        from nbprec.formats.native import NativeDumpWriter
+        from nbprec.capture.writer import CaptureWriter
 
         torch = self._torch
         meta = {
@@ -104,7 +104,7 @@ class Capture:
         }
         if self._overflow:
             meta["overflow_nums"] = self._overflow.limit
-        self._writer = NativeDumpWriter(self.path, run=self._run, mode=self._mode, meta=meta, overwrite=self._overwrite)
+        self._writer = CaptureWriter(self.path, run=self._run, mode=self._mode, meta=meta, overwrite=self._overwrite)
         skip = [os.path.dirname(torch.__file__), os.path.dirname(__file__)]
         options = RecorderOptions(
             mode=self._mode,

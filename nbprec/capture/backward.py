@@ -16,6 +16,7 @@ run at the end of each backward pass.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -25,23 +26,63 @@ GradReport = Callable[[dict[str, Any], dict[str, Any]], None]
 
 
 def _seq(node: Any) -> int:
-    return int(node._sequence_nr())
+    return node._sequence_nr()
 
 
-def input_edges(torch: Any, inputs: list[tuple[str, Any]]) -> list[tuple[str, Any, int]]:
-    """``(slot, node, output_nr)`` of every input that requires grad; call before the op runs."""
+def input_edges(
+    torch: Any, inputs: list[tuple[str, Any]], leaves: LeafNodes | None = None
+) -> list[tuple[str, Any, int]]:
+    """``(slot, node, output_nr)`` of every input that requires grad; call before the op runs.
+
+    A non-leaf input's edge is its ``grad_fn`` and ``output_nr``; a leaf's is its ``AccumulateGrad`` node,
+    which torch only hands out through a throw-away view: ``leaves`` caches it per tensor.
+    """
     if not torch.is_grad_enabled():
         return []
-    get_edge = torch.autograd.graph.get_gradient_edge
     edges = []
     for slot, t in inputs:
         if t.requires_grad:
+            node = t.grad_fn
+            if node is not None:
+                edges.append((slot, node, t.output_nr))
+                continue
             try:
-                edge = get_edge(t)
+                node = leaves.node(t) if leaves is not None else _accumulate_grad(torch, t)
             except RuntimeError:
                 continue
-            edges.append((slot, edge.node, int(edge.output_nr)))
+            edges.append((slot, node, 0))
     return edges
+
+
+def _accumulate_grad(torch: Any, t: Any) -> Any:
+    """The ``AccumulateGrad`` node of leaf tensor ``t`` (as ``torch.autograd.graph.get_gradient_edge`` finds it)."""
+    with torch.enable_grad():
+        return t.view_as(t).grad_fn.next_functions[0][0]
+
+
+class LeafNodes:
+    """Leaf tensor -> its ``AccumulateGrad`` node, for one step (parameters are inputs of many calls).
+
+    Holding the node keeps it alive, which is what torch itself does while a graph uses it; entries are
+    checked against the tensor's identity, so a recycled ``id`` gets a fresh node.
+    """
+
+    def __init__(self, torch: Any) -> None:
+        self._torch = torch
+        self._nodes: dict[int, tuple[Any, Any]] = {}
+
+    def node(self, t: Any) -> Any:
+        """The ``AccumulateGrad`` node of leaf ``t``."""
+        hit = self._nodes.get(id(t))
+        if hit is not None and hit[0]() is t:
+            return hit[1]
+        node = _accumulate_grad(self._torch, t)
+        self._nodes[id(t)] = (weakref.ref(t), node)
+        return node
+
+    def clear(self) -> None:
+        """Forget every node (a new step)."""
+        self._nodes.clear()
 
 
 class BackwardWatch:
@@ -65,24 +106,32 @@ class BackwardWatch:
         ``aliases`` maps output slots that *are* an input (``x.float()`` on a float32 ``x`` returns ``x``) to
         that input's slot: the gradient passes through unchanged and is reported for both.
         """
-        grad_slots = {slot for slot, _, _ in edges}
         in_map: dict[tuple[int, int], list[str]] = {}
-        keep = []
         threshold = -1
         for slot, node, nr in edges:
-            in_map.setdefault((id(node), nr), []).append(slot)
-            keep.append(node)
-            seq = _seq(node)
-            if seq != _LEAF_SEQ:
-                threshold = max(threshold, seq)
+            key = (id(node), nr)
+            slots = in_map.get(key)
+            if slots is None:
+                in_map[key] = [slot]
+            else:
+                slots.append(slot)
+            seq = node._sequence_nr()
+            if seq != _LEAF_SEQ and seq > threshold:
+                threshold = seq
+        grad_slots = {slot for slot, _, _ in edges} if aliases else None
         starts = []
+        handles = self._handles
         for slot, t in outputs:
             if not t.requires_grad:
                 continue
             node = t.grad_fn
-            new = node is not None and bool(edges) and _seq(node) > threshold
-            alias = None if new or not aliases else aliases.get(slot)
-            self._handles.append(t.register_hook(self._tensor_hook(slot, alias if alias in grad_slots else None)))
+            new = node is not None and bool(edges) and node._sequence_nr() > threshold
+            alias = None
+            if not new and grad_slots:
+                alias = aliases.get(slot)  # type: ignore[union-attr]
+                if alias not in grad_slots:
+                    alias = None
+            handles.append(t.register_hook(self._tensor_hook(slot, alias)))
             if new:
                 starts.append(node)
         if not self._handles:
@@ -168,9 +217,14 @@ class BackwardWatches:
 
     def __init__(self, torch: Any) -> None:
         self._torch = torch
+        self.leaves = LeafNodes(torch)
         self._live: dict[int, BackwardWatch] = {}
         self._touched: dict[int, BackwardWatch] = {}
         self._flush_queued = False
+
+    def input_edges(self, inputs: list[tuple[str, Any]]) -> list[tuple[str, Any, int]]:
+        """:func:`input_edges` with this capture's cache of leaf nodes."""
+        return input_edges(self._torch, inputs, self.leaves)
 
     def watch(
         self,

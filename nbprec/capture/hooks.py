@@ -1,8 +1,9 @@
 """Module hooks: forward pre/post hooks on every submodule, removed by handle.
 
 Modules are never replaced or wrapped, so code that checks ``type(submodule)`` or ``isinstance`` keeps
-working. The hooks run with torch-function handling switched off, so the capture's own tensor
-arithmetic (statistics, gradient edges) is never recorded as the model's.
+working. The hooks run with torch-function handling switched off, so the capture's own tensor arithmetic
+(statistics, gradient edges) is never recorded as the model's. Each module's path, class name and ``api``
+column are worked out once, when the hooks are installed.
 """
 
 from __future__ import annotations
@@ -10,21 +11,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nbprec.capture.recorder import Recorder
+from nbprec.capture.recorder import ModuleInfo, Recorder
 
 
-def _pre_hook(torch: Any, recorder: Recorder, path: str, class_name: str) -> Callable[..., None]:
+def _pre_hook(torch: Any, recorder: Recorder, info: ModuleInfo) -> Callable[..., None]:
+    enter = recorder.module_enter
+    disabled = torch._C.DisableTorchFunction
+
     def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        with torch._C.DisableTorchFunction():
-            recorder.module_enter(path, class_name, args, kwargs)
+        with disabled():
+            enter(info, args, kwargs)
 
     return hook
 
 
 def _post_hook(torch: Any, recorder: Recorder, path: str) -> Callable[..., None]:
+    leave = recorder.module_exit
+    disabled = torch._C.DisableTorchFunction
+
     def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        with torch._C.DisableTorchFunction():
-            recorder.module_exit(path, output)
+        with disabled():
+            leave(path, output)
 
     return hook
 
@@ -38,10 +45,8 @@ def install_module_hooks(torch: Any, model: Any, recorder: Recorder) -> list[Any
     handles: list[Any] = []
     try:
         for path, module in model.named_modules():
-            class_name = type(module).__name__
-            handles.append(
-                module.register_forward_pre_hook(_pre_hook(torch, recorder, path, class_name), with_kwargs=True)
-            )
+            info = ModuleInfo(path, type(module).__name__)
+            handles.append(module.register_forward_pre_hook(_pre_hook(torch, recorder, info), with_kwargs=True))
             handles.append(
                 module.register_forward_hook(_post_hook(torch, recorder, path), with_kwargs=True, always_call=True)
             )

@@ -18,8 +18,7 @@ model give the same names and can be matched by name:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 _FUNCTIONAL_MODULES = ("torch.nn.functional", "torch._C._nn")
 _TENSOR_CLASSES = ("TensorBase", "Tensor", "_TensorBase")
@@ -55,9 +54,10 @@ def module_api(path: str, class_name: str) -> str:
     return f"Module.{path}.{class_name}" if path else f"Module.{class_name}"
 
 
-@dataclass(frozen=True)
-class OpName:
+class OpName(NamedTuple):
     """The identity of one captured op call (forward); :meth:`backward` gives its backward twin.
+
+    A named tuple: one is made per recorded call, and a tuple is the cheapest object to make.
 
     Attributes
     ----------
@@ -88,13 +88,13 @@ class OpName:
     def backward(self) -> OpName:
         """The name of this call's backward."""
         return OpName(
-            op=op_name(self.api, self.call, "backward", self.kind),
-            op_type=self.op_type,
-            api=self.api,
-            call=self.call,
-            kind=self.kind,
-            module=self.module,
-            direction="backward",
+            op_name(self.api, self.call, "backward", self.kind),
+            self.op_type,
+            self.api,
+            self.call,
+            self.kind,
+            self.module,
+            "backward",
         )
 
     def tensor(self, role: str, slot: str) -> str:
@@ -105,23 +105,6 @@ class OpName:
 def op_name(api: str, call: int, direction: str, kind: str) -> str:
     """``{api}.{call}.{direction}`` for API calls, ``{api}.{direction}.{call}`` for module calls."""
     return f"{api}.{direction}.{call}" if kind == "module" else f"{api}.{call}.{direction}"
-
-
-class CallCounter:
-    """Counts calls per API (or module) within one step, giving each call its index."""
-
-    def __init__(self) -> None:
-        self._counts: dict[str, int] = {}
-
-    def next(self, api: str) -> int:
-        """The call index of the next call of ``api`` (0 for the first)."""
-        n = self._counts.get(api, 0)
-        self._counts[api] = n + 1
-        return n
-
-    def reset(self) -> None:
-        """Start counting again (a new step)."""
-        self._counts.clear()
 
 
 def parent_backward(parent: str | None) -> str | None:

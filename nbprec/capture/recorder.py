@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from nbprec.capture.backward import BackwardWatches, input_edges
-from nbprec.capture.naming import CallCounter, OpName, api_identity, module_api, op_name, parent_backward
+from nbprec.capture.backward import BackwardWatches
+from nbprec.capture.naming import OpName, api_identity, module_api, parent_backward
 from nbprec.capture.overflow import OverflowCheck
 from nbprec.capture.select import Selection
-from nbprec.capture.signature import encode_call
+from nbprec.capture.signature import encode_call_json
 from nbprec.capture.stacks import StackCollector
-from nbprec.capture.tensors import call_tensors, dtype_name, iter_tensors, tensor_to_numpy, torch_stats
+from nbprec.capture.statistics import TensorStatistics
+from nbprec.capture.tensors import TensorArrays, call_tensors, iter_tensors
+from nbprec.capture.writer import CaptureWriter, EncodedOp, EncodedStats
 
 _INPLACE_DUNDERS = frozenset(
     f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "lshift")
@@ -55,15 +57,17 @@ def is_inplace(name: str, kwargs: dict[str, Any] | None) -> bool:
     return bool(kwargs) and (kwargs.get("inplace") is True or kwargs.get("out") is not None)
 
 
-@dataclass
 class _Produced:
-    """What the capture knows about a tensor it has seen: who produced it, and its statistics."""
+    """What the capture knows about a tensor it has seen: who produced it, and its (encoded) statistics."""
 
-    ref: weakref.ref[Any]
-    version: int
-    stats: dict[str, Any] | None = None
-    api_name: str | None = None
-    module_name: str | None = None
+    __slots__ = ("api_name", "module_name", "ref", "stats", "version")
+
+    def __init__(self, ref: weakref.ref[Any], version: int) -> None:
+        self.ref = ref
+        self.version = version
+        self.stats: EncodedStats | None = None
+        self.api_name: str | None = None
+        self.module_name: str | None = None
 
 
 class TensorMemo:
@@ -89,7 +93,7 @@ class TensorMemo:
                 if current is not None and current.ref is _ref:
                     del entries[key]
 
-            entry = _Produced(ref=weakref.ref(t, drop), version=t._version)
+            entry = _Produced(weakref.ref(t, drop), t._version)
             entries[key] = entry
         return entry
 
@@ -98,15 +102,29 @@ class TensorMemo:
         self._entries.clear()
 
 
-@dataclass
+class ModuleInfo:
+    """What the hooks of one module know about it: its path, class name and ``api`` column, made once."""
+
+    __slots__ = ("api", "class_name", "path")
+
+    def __init__(self, path: str, class_name: str) -> None:
+        self.path = path
+        self.class_name = class_name
+        self.api = module_api(path, class_name)
+
+
 class _ModuleFrame:
-    name: OpName
-    parent: str | None
-    selected: bool
-    recorded: bool
-    order: int = -1
-    edges: list[tuple[str, Any, int]] = field(default_factory=list)
-    inputs: list[tuple[str, Any]] = field(default_factory=list)
+    __slots__ = ("edges", "enc", "inputs", "name", "order", "parent", "recorded", "selected")
+
+    def __init__(self, name: OpName, parent: str | None, selected: bool, recorded: bool) -> None:
+        self.name = name
+        self.parent = parent
+        self.selected = selected
+        self.recorded = recorded
+        self.order = -1
+        self.edges: list[tuple[str, Any, int]] = []
+        self.inputs: list[tuple[str, Any]] = []
+        self.enc: EncodedOp | None = None
 
 
 @dataclass
@@ -123,9 +141,14 @@ class RecorderOptions:
 
 
 class Recorder:
-    """Records op calls into a :class:`~nbprec.formats.native.NativeDumpWriter`."""
+    """Records op calls into a :class:`~nbprec.capture.writer.CaptureWriter`.
 
-    def __init__(self, torch: Any, writer: Any, options: RecorderOptions, step: int) -> None:
+    The per-call work is kept small, because it runs for every op of the model: API identities, module
+    names and selections are worked out once per function or module; an op's index fields are encoded
+    once for all its tensors, and a tensor's statistics once however many ops read it.
+    """
+
+    def __init__(self, torch: Any, writer: CaptureWriter, options: RecorderOptions, step: int) -> None:
         self.torch = torch
         self.writer = writer
         self.opt = options
@@ -133,65 +156,89 @@ class Recorder:
         self.apis_on = options.level in ("apis", "both")
         self.memo = TensorMemo()
         self.watches = BackwardWatches(torch)
-        self.api_calls = CallCounter()
-        self.module_calls = CallCounter()
+        self.stats = TensorStatistics(torch)
+        self.arrays = TensorArrays(torch)
         self.module_stack: list[_ModuleFrame] = []
-        self._identities: dict[Any, tuple[str, str] | None] = {}
+        self._api_counts: dict[str, int] = {}
+        self._module_counts: dict[str, int] = {}
+        self._identities: dict[Any, tuple[str, str, bool] | None] = {}
+        self._selected_modules: dict[str, bool] = {}
+        self._dtypes: dict[Any, str] = {}
         self._written_nodes: set[str] = set()
         self._written_edges: set[tuple[str, str, str]] = set()
         self._written_stacks: set[str] = set()
+        self._tensor = torch.Tensor
+        self._tensor_mode = options.mode == "tensor" or options.overflow is not None
+        sel = options.selection
+        self._filtering = bool(sel.modules or sel.include or sel.exclude)
         self.step = step
         self.order = 0
-        self.active = options.selection.step_selected(step)
+        self.active = sel.step_selected(step)
 
     # -- steps -------------------------------------------------------------------------------------
     def set_step(self, step: int) -> None:
         """Finish the current step (pending gradients are reported) and start ``step``."""
         self.watches.flush()
+        self.watches.leaves.clear()
         self.step = step
         self.order = 0
-        self.api_calls.reset()
-        self.module_calls.reset()
+        self._api_counts.clear()
+        self._module_counts.clear()
         self.memo.clear()
         self.active = self.opt.selection.step_selected(step)
 
     # -- API calls (called by the torch-function mode, with the mode switched off) -------------------
+    def _identity(self, func: Callable[..., Any]) -> tuple[str, str, bool] | None:
+        """``(api, op_type, in-place by name)`` of a function, or None for calls that are not recorded."""
+        try:
+            return self._identities[func]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable callable
+            ident = api_identity(func)
+            return None if ident is None else (f"{ident[0]}.{ident[1]}", ident[1], is_inplace(ident[1], None))
+        ident = api_identity(func)
+        info = None if ident is None else (f"{ident[0]}.{ident[1]}", ident[1], is_inplace(ident[1], None))
+        self._identities[func] = info
+        return info
+
     def api_call(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
         """Run one intercepted API call and record it."""
         kwargs = kwargs or {}
         if not self.active:
             return func(*args, **kwargs)
-        try:
-            ident = self._identities[func]
-        except KeyError:
-            ident = self._identities[func] = api_identity(func)
-        except TypeError:  # unhashable callable
-            ident = api_identity(func)
-        sel = self.opt.selection
-        if ident is None:
+        info = self._identity(func)
+        if info is None:
             return func(*args, **kwargs)
+        api, op_type, inplace = info
         torch = self.torch
         inputs = call_tensors(torch, args, kwargs)
         before = None
-        if inputs and is_inplace(ident[1], kwargs):
+        if inputs and (inplace or (kwargs and (kwargs.get("inplace") is True or kwargs.get("out") is not None))):
             before = self._snapshot(inputs)
         out = func(*args, **kwargs)
-        outputs = list(iter_tensors(torch, out))
+        outputs = [("0", out)] if isinstance(out, self._tensor) else list(iter_tensors(torch, out))
         if not outputs:
             return out
-        api = f"{ident[0]}.{ident[1]}"
-        call = self.api_calls.next(api)
-        module = self.module_stack[-1].name.module if self.module_stack else ""
-        name = OpName(op_name(api, call, "forward", "api"), ident[1], api, call, "api", module)
-        outside = bool(sel.modules) and not (self.module_stack and self.module_stack[-1].selected)
-        if outside or not sel.op_selected(name.op):  # counted all the same: names do not depend on filters
-            return out
-        parent = self.module_stack[-1].name.op if self.module_stack else None
-        edges = before[1] if before is not None else (input_edges(torch, inputs) if self.opt.backward else [])
+        counts = self._api_counts
+        call = counts.get(api, 0)
+        counts[api] = call + 1
+        stack = self.module_stack
+        top = stack[-1] if stack else None
+        op = f"{api}.{call}.forward"
+        name = OpName(op, op_type, api, call, "api", top.name.module if top is not None else "")
+        if self._filtering:  # counted all the same: names do not depend on filters
+            sel = self.opt.selection
+            outside = bool(sel.modules) and not (top is not None and top.selected)
+            if outside or not sel.op_selected(op):
+                return out
+        parent = top.name.op if top is not None else None
+        backward = self.opt.backward
+        edges = before[1] if before is not None else (self.watches.input_edges(inputs) if backward else [])
         self.forward_op(name, parent, inputs, outputs, snapshot=None if before is None else before[0])
         if not self.opt.overflow:
-            self.writer.write_call(name.op, encode_call(api, args, kwargs, torch))
-        if self.opt.backward:
+            self.writer.call(op, encode_call_json(api, args, kwargs, torch))
+        if backward:
             aliases = {o: i for o, ot in outputs for i, it in inputs if ot is it}
             self._watch(name, parent, edges, outputs, aliases)
         return out
@@ -201,36 +248,47 @@ class Recorder:
         snap = {}
         for slot, t in inputs:
             stats = None if self.opt.overflow else self._stats(t)
-            array = self._array(t, copy=True) if self.opt.mode == "tensor" or self.opt.overflow else None
+            array = self.arrays.payload(t, copy=True) if self._tensor_mode else None
             snap[slot] = (stats, array)
-        edges = input_edges(self.torch, inputs) if self.opt.backward else []
+        edges = self.watches.input_edges(inputs) if self.opt.backward else []
         return snap, edges
 
     # -- module calls (called by the module hooks) -----------------------------------------------------
-    def module_enter(self, path: str, class_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def module_enter(self, info: ModuleInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """A module's forward starts."""
         if not self.active:
             return
-        sel = self.opt.selection
-        api = module_api(path, class_name)
-        call = self.module_calls.next(api)
-        name = OpName(op_name(api, call, "forward", "module"), class_name, api, call, "module", path)
-        parent = self.module_stack[-1].name.op if self.module_stack else None
-        selected = sel.module_selected(path)
-        recorded = self.modules_on and selected and sel.op_selected(name.op)
+        api = info.api
+        counts = self._module_counts
+        call = counts.get(api, 0)
+        counts[api] = call + 1
+        path = info.path
+        op = f"{api}.forward.{call}"
+        name = OpName(op, info.class_name, api, call, "module", path)
+        stack = self.module_stack
+        parent = stack[-1].name.op if stack else None
+        if self._filtering:
+            sel = self.opt.selection
+            selected = self._selected_modules.get(path)
+            if selected is None:
+                selected = self._selected_modules[path] = sel.module_selected(path)
+            recorded = self.modules_on and selected and sel.op_selected(op)
+        else:
+            selected, recorded = True, self.modules_on
         frame = _ModuleFrame(name, parent, selected, recorded)
-        self.module_stack.append(frame)
+        stack.append(frame)
         if selected and not self.opt.overflow:
-            self._structure(name.op, parent)
+            self._structure(op, parent)
         if recorded:
             inputs = call_tensors(self.torch, args, kwargs)
             frame.order = self._next_order()
-            frame.edges = input_edges(self.torch, inputs) if self.opt.backward else []
+            frame.edges = self.watches.input_edges(inputs) if self.opt.backward else []
             if self.opt.overflow:
                 frame.inputs = inputs  # written only if the module overflows
             else:
-                self._write_stack(name.op)
-                self._write_tensors(name, "input", inputs, frame.order, edges_to=name.op)
+                self._write_stack(op)
+                frame.enc = self._encode(name)
+                self._write_tensors(name, "input", inputs, frame.order, edges_to=op, enc=frame.enc)
 
     def module_exit(self, path: str, output: Any) -> None:
         """A module's forward ended (also called, with ``output`` None, when it raised)."""
@@ -241,11 +299,11 @@ class Recorder:
             frame = self.module_stack.pop()
         if not frame.recorded or output is None:
             return
-        outputs = list(iter_tensors(self.torch, output))
+        outputs = [("0", output)] if isinstance(output, self._tensor) else list(iter_tensors(self.torch, output))
         if self.opt.overflow:
             self._check_overflow(frame.name, frame.parent, frame.inputs, outputs, frame.order)
         else:
-            self._write_tensors(frame.name, "output", outputs, frame.order, produced=True)
+            self._write_tensors(frame.name, "output", outputs, frame.order, produced=True, enc=frame.enc)
         if self.opt.backward:
             self._watch(frame.name, frame.parent, frame.edges, outputs)
 
@@ -254,6 +312,9 @@ class Recorder:
         order = self.order
         self.order += 1
         return order
+
+    def _encode(self, name: OpName) -> EncodedOp:
+        return self.writer.encode_op(name.op, name.op_type, name.api, name.call, name.module, name.direction)
 
     def forward_op(
         self,
@@ -268,12 +329,14 @@ class Recorder:
         if self.opt.overflow:
             self._check_overflow(name, parent, inputs, outputs, order, snapshot)
             return
-        self._structure(name.op, parent)
-        self._write_stack(name.op)
-        self._write_tensors(name, "input", inputs, order, edges_to=name.op, snapshot=snapshot)
+        op = name.op
+        enc = self._encode(name)
+        self._structure(op, parent)
+        self._write_stack(op)
+        self._write_tensors(name, "input", inputs, order, edges_to=op, snapshot=snapshot, enc=enc)
         if name.op_type in SAME_VALUES and snapshot is None and len(outputs) == 1 and inputs:
             self._inherit_stats(inputs[0][1], outputs[0][1])
-        self._write_tensors(name, "output", outputs, order, produced=True)
+        self._write_tensors(name, "output", outputs, order, produced=True, enc=enc)
 
     def _inherit_stats(self, src: Any, dst: Any) -> None:
         """Give ``dst`` the statistics of ``src`` when it holds the same values rearranged (a view or copy)."""
@@ -305,8 +368,9 @@ class Recorder:
         self._structure(name.op, parent)
         if name.direction == "forward":
             self._write_stack(name.op)
-        self._write_tensors(name, "input", inputs, order, snapshot=snapshot)
-        self._write_tensors(name, "output", outputs, order)
+        enc = self._encode(name)
+        self._write_tensors(name, "input", inputs, order, snapshot=snapshot, enc=enc)
+        self._write_tensors(name, "output", outputs, order, enc=enc)
         assert self.opt.overflow is not None
         self.opt.overflow.register(name.op, problems)
 
@@ -320,42 +384,40 @@ class Recorder:
         edges_to: str | None = None,
         produced: bool = False,
         snapshot: dict[str, tuple[Any, Any]] | None = None,
+        enc: EncodedOp | None = None,
     ) -> None:
-        tensor_mode = self.opt.mode == "tensor" or self.opt.overflow is not None
+        if not tensors:
+            return
+        if enc is None:
+            enc = self._encode(name)
+        tensor_mode = self._tensor_mode
         prefer_module = name.kind == "module"
+        memo = self.memo
+        add = self.writer.add
+        step, rank, op = self.step, self.opt.rank, name.op
+        dtypes = self._dtypes
         for slot, t in tensors:
-            tname = name.tensor(role, slot)
-            record = {
-                "name": tname,
-                "step": self.step,
-                "rank": self.opt.rank,
-                "order": order,
-                "op": name.op,
-                "op_type": name.op_type,
-                "api": name.api,
-                "call": name.call,
-                "module": name.module,
-                "direction": name.direction,
-                "role": role,
-                "slot": slot,
-                "dtype": dtype_name(t),
-                "shape": tuple(t.shape),
-            }
-            entry = self.memo.get(t)
+            tname = f"{op}.{role}.{slot}"
+            entry = memo.get(t)
             if edges_to is not None and entry is not None:
                 src = (entry.module_name or entry.api_name) if prefer_module else (entry.api_name or entry.module_name)
                 if src is not None:
                     self._write_edge(src, edges_to, slot)
+            owned = False
             if snapshot is not None and slot in snapshot:
                 stats, array = snapshot[slot]
+                owned = True
             else:
                 stats = entry.stats if entry is not None and entry.version == t._version else None
-                array = self._array(t) if tensor_mode else None
+                array = self.arrays.payload(t) if tensor_mode else None
             if stats is None:
                 stats = self._stats(t)
-            self.writer.write_tensor(record, array, stats)
+            dtype = dtypes.get(t.dtype)
+            if dtype is None:
+                dtype = dtypes[t.dtype] = self.arrays.dtype_name(t.dtype)
+            add(tname, step, rank, order, enc, role, slot, dtype, tuple(t.shape), t.numel(), stats, array, owned)
             if produced or entry is None or entry.stats is None:
-                entry = self.memo.put(t)
+                entry = memo.put(t)
                 entry.version = t._version
                 entry.stats = stats
             if produced:
@@ -364,31 +426,28 @@ class Recorder:
                 else:
                     entry.api_name = tname
 
-    def _stats(self, t: Any) -> dict[str, Any] | None:
+    def _stats(self, t: Any) -> EncodedStats:
         try:
-            return torch_stats(self.torch, t)
+            stats = self.stats(t)
         except (RuntimeError, TypeError, NotImplementedError):  # meta/sparse/quantized tensors
-            return None
-
-    def _array(self, t: Any, copy: bool = False) -> Any:
-        array = tensor_to_numpy(self.torch, t)
-        return array.copy() if copy else array
+            stats = None
+        return self.writer.encode_stats(stats)
 
     def _structure(self, node: str, parent: str | None) -> None:
         if node not in self._written_nodes:
             self._written_nodes.add(node)
-            self.writer.write_module(node, parent)
+            self.writer.module(node, parent)
 
     def _write_stack(self, op: str) -> None:
         if self.opt.stacks is not None and op not in self._written_stacks:
             self._written_stacks.add(op)
-            self.writer.write_stack(op, self.opt.stacks.collect())
+            self.writer.stack(op, self.opt.stacks.collect_json())
 
     def _write_edge(self, src: str, dst_op: str, slot: str) -> None:
         key = (src, dst_op, slot)
         if key not in self._written_edges:
             self._written_edges.add(key)
-            self.writer.write_edge(src, dst_op, slot)
+            self.writer.edge(src, dst_op, slot)
 
     # -- backward ----------------------------------------------------------------------------------------
     def _watch(
@@ -419,5 +478,6 @@ class Recorder:
                 self._check_overflow(name, parent, inputs, outputs, order)
                 return
             self._structure(name.op, parent)
-            self._write_tensors(name, "input", inputs, order)
-            self._write_tensors(name, "output", outputs, order)
+            enc = self._encode(name)
+            self._write_tensors(name, "input", inputs, order, enc=enc)
+            self._write_tensors(name, "output", outputs, order, enc=enc)

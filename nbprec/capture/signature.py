@@ -16,6 +16,7 @@ Examples
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +28,7 @@ API_NAMESPACES = {"Functional": "torch.nn.functional", "Torch": "torch", "Tensor
 
 _MAX_DEPTH = 8
 _MAX_REPR = 200
+_DUMPS = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":")).encode
 
 
 class NotReplayableError(NbprecError):
@@ -66,12 +68,33 @@ def encode_value(value: Any, torch: Any, prefix: str, depth: int = 0) -> Any:
     return {"$repr": repr(value)[:_MAX_REPR]}
 
 
-def encode_call(api: str, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, torch: Any) -> dict[str, Any]:
-    """The recorded form of one call: ``{"api", "args", "kwargs", "replayable"}``."""
+def _encode_arguments(
+    args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, torch: Any
+) -> tuple[list[Any], dict[str, Any]]:
     encoded_args = [encode_value(a, torch, str(i)) for i, a in enumerate(args)]
     encoded_kwargs = {str(k): encode_value(v, torch, str(k)) for k, v in (kwargs or {}).items()}
+    return encoded_args, encoded_kwargs
+
+
+def encode_call(api: str, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, torch: Any) -> dict[str, Any]:
+    """The recorded form of one call: ``{"api", "args", "kwargs", "replayable"}``."""
+    encoded_args, encoded_kwargs = _encode_arguments(args, kwargs, torch)
     replayable = "$repr" not in repr((encoded_args, encoded_kwargs))
     return {"api": api, "args": encoded_args, "kwargs": encoded_kwargs, "replayable": replayable}
+
+
+def encode_call_json(api: str, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, torch: Any) -> str:
+    """:func:`encode_call` as strict JSON text, the text the capture writes for every API op.
+
+    Raises
+    ------
+    ValueError
+        If an argument cannot be written as strict JSON (never for the values :func:`encode_value` makes).
+    """
+    encoded_args, encoded_kwargs = _encode_arguments(args, kwargs, torch)
+    args_text, kwargs_text = _DUMPS(encoded_args), _DUMPS(encoded_kwargs)
+    replayable = "false" if "$repr" in args_text or "$repr" in kwargs_text else "true"
+    return f'{{"api":{_DUMPS(api)},"args":{args_text},"kwargs":{kwargs_text},"replayable":{replayable}}}'
 
 
 def decode_value(value: Any, torch: Any, tensors: Mapping[str, Any]) -> Any:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import linecache
 import os
 import sys
-from types import FrameType
+from types import CodeType, FrameType
 
 
 class StackCollector:
-    """Walks the interpreter stack, keeping user frames; formatted frames are cached per code line.
+    """Walks the interpreter stack, keeping user frames; formatted frames are cached per code line, and a
+    whole stack's JSON text per sequence of user code lines (a model's ops recur with the same stacks).
 
     Parameters
     ----------
@@ -24,6 +26,8 @@ class StackCollector:
         self._limit = limit
         self._files: dict[str, bool] = {}
         self._lines: dict[tuple[str, int, str], str] = {}
+        self._json: dict[tuple[int, ...], str] = {}
+        self._codes: dict[int, CodeType] = {}
 
     def _is_user(self, filename: str) -> bool:
         keep = self._files.get(filename)
@@ -42,14 +46,50 @@ class StackCollector:
             self._lines[key] = text
         return text
 
+    def _key(self, frame: FrameType | None) -> tuple[int, ...]:
+        """The user frames from ``frame`` outwards as ``(id(code), line, ...)``: innermost first.
+
+        Code objects are keyed by ``id`` (hashing one hashes its whole body) and kept alive, so that an
+        ``id`` is never reused.
+        """
+        key: list[int] = []
+        files = self._files
+        codes = self._codes
+        while frame is not None and len(key) < 2 * self._limit:
+            code = frame.f_code
+            keep = files.get(code.co_filename)
+            if keep is None:
+                keep = self._is_user(code.co_filename)
+            if keep:
+                key.append(id(code))
+                key.append(frame.f_lineno)
+                if id(code) not in codes:
+                    codes[id(code)] = code
+            frame = frame.f_back
+        return tuple(key)
+
+    def _frames(self, key: tuple[int, ...]) -> list[str]:
+        """The formatted frames of a :meth:`_key`, outermost first."""
+        codes = self._codes
+        return [
+            self._format(codes[ident].co_filename, line, codes[ident].co_name)
+            for ident, line in zip(key[-2::-2], key[::-2], strict=True)
+        ]
+
     def collect(self, start: FrameType | None = None) -> list[str]:
         """User frames of the current stack, outermost first."""
-        frame = start if start is not None else sys._getframe(1)
-        frames: list[str] = []
-        while frame is not None and len(frames) < self._limit:
-            code = frame.f_code
-            if self._is_user(code.co_filename):
-                frames.append(self._format(code.co_filename, frame.f_lineno, code.co_name))
-            frame = frame.f_back
-        frames.reverse()
-        return frames
+        return self._frames(self._key(start if start is not None else sys._getframe(1)))
+
+    def collect_json(self, start: FrameType | None = None) -> str:
+        """:meth:`collect`'s frames as a JSON list (the text the dump writer stores), cached per stack."""
+        key = self._key(start if start is not None else sys._getframe(1))
+        text = self._json.get(key)
+        if text is None:
+            frames = self._frames(key)
+            text = json.dumps(frames, ensure_ascii=False, separators=(",", ":"))
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:  # file names that are not UTF-8: \u escapes
+                text = json.dumps(frames, separators=(",", ":"))
+            self._json[key] = text
+        return text

@@ -1,4 +1,4 @@
-"""Tensor helpers of the capture: finding tensors in arguments, statistics in torch, the overflow test."""
+"""Tensor helpers of the capture: finding tensors in arguments, tensors as arrays, the overflow test."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from nbprec.dtypes import FINITE_MAX, LOW_PRECISION_FLOATS
-from nbprec.stats import STAT_COLUMNS, tensor_stats
-
-_EMPTY_STATS: dict[str, float | int | None] = {**dict.fromkeys(STAT_COLUMNS[:6]), **dict.fromkeys(STAT_COLUMNS[6:], 0)}
+from nbprec.dtypes import FINITE_MAX, LOW_PRECISION_FLOATS, canonical_dtype
+from nbprec.formats.native_read import RAW_BITS_STORAGE
 
 
 def iter_tensors(torch: Any, obj: Any, prefix: str = "", depth: int = 0) -> Iterator[tuple[str, Any]]:
@@ -32,11 +30,28 @@ def iter_tensors(torch: Any, obj: Any, prefix: str = "", depth: int = 0) -> Iter
 
 
 def call_tensors(torch: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None) -> list[tuple[str, Any]]:
-    """The tensors among a call's arguments: positional by position, keywords by name."""
-    found = list(iter_tensors(torch, args)) if args else []
+    """The tensors among a call's arguments: positional by position, keywords by name.
+
+    The same as ``iter_tensors`` over ``args`` and then over ``kwargs``, with the common case (tensors passed
+    directly) handled without a generator per argument.
+    """
+    tensor = torch.Tensor
+    found: list[tuple[str, Any]] = []
+    for i, arg in enumerate(args):
+        if isinstance(arg, tensor):
+            found.append((_SLOTS[i] if i < len(_SLOTS) else str(i), arg))
+        elif isinstance(arg, (tuple, list, Mapping)):
+            found.extend(iter_tensors(torch, arg, str(i), 1))
     if kwargs:
-        found.extend(iter_tensors(torch, dict(kwargs)))
+        for key, value in kwargs.items():
+            if isinstance(value, tensor):
+                found.append((str(key), value))
+            elif isinstance(value, (tuple, list, Mapping)):
+                found.extend(iter_tensors(torch, value, str(key), 1))
     return found
+
+
+_SLOTS = tuple(str(i) for i in range(16))
 
 
 def dtype_name(tensor: Any) -> str:
@@ -47,79 +62,55 @@ def dtype_name(tensor: Any) -> str:
 def tensor_to_numpy(torch: Any, tensor: Any) -> Any:
     """The tensor as a numpy array with the same bits (bfloat16/float8 as ``ml_dtypes`` arrays).
 
-    Uses the shared :func:`nbprec.formats._torch.torch_to_numpy`; falls back to an equivalent raw-bits view
-    when that module is unavailable.
+    Uses the shared :func:`nbprec.formats._torch.torch_to_numpy`.
     """
-    try:
-        from nbprec.formats._torch import torch_to_numpy
-    except ImportError:
-        import ml_dtypes
+    from nbprec.formats._torch import torch_to_numpy
 
-        t = tensor.detach().cpu().contiguous()
-        if t.dtype == torch.bfloat16:
-            return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-        return t.numpy()
     return torch_to_numpy(tensor)
 
 
-_CHUNK = 1 << 16  # elements per float64 chunk: the copy stays in the CPU cache
+class TensorArrays:
+    """Tensors as the arrays a dump stores: numpy views of their memory, bfloat16/float8 as raw bits.
 
-
-def _sums(flat: np.ndarray, shift: float = 0.0) -> tuple[float, float]:
-    """Sum and sum of squares of ``flat - shift`` in float64, a cache-sized chunk at a time."""
-    total = squares = 0.0
-    for start in range(0, flat.size, _CHUNK):
-        d = flat[start : start + _CHUNK].astype(np.float64)
-        if shift:
-            d -= shift
-        total += float(d.sum())
-        squares += float(np.einsum("i,i->", d, d))  # not np.dot: BLAS threads would fight torch's for the cores
-    return total, squares
-
-
-def torch_stats(torch: Any, tensor: Any) -> dict[str, float | int | None]:
-    """Statistics of a tensor in float64, with :func:`nbprec.stats.tensor_stats`'s meaning, but faster.
-
-    ``min``/``max``/``mean``/``std`` (population) /``norm``/``abs_max`` are over the finite values; NaN/inf/zero
-    are counted. CPU tensors are viewed as numpy arrays (float16/bfloat16 widened to float32 by torch first);
-    sums and sums of squares are taken in float64 over cache-sized chunks (the standard deviation is
-    recomputed around the mean when the one-pass formula would lose digits); min/max and the zero count run
-    on the original values. Tensors holding NaN/inf fall back to :func:`~nbprec.stats.tensor_stats`.
+    Parameters
+    ----------
+    torch
+        The torch module.
     """
-    t = tensor.detach()
-    n = t.numel()
-    if n == 0:
-        return dict(_EMPTY_STATS)
-    if t.device.type != "cpu":
-        t = t.cpu()
-    if t.is_complex():
-        t = t.abs()
-    if t.dtype in (torch.float16, torch.bfloat16) or not (t.is_floating_point() or t.dtype == torch.bool):
-        t = t.to(torch.float32) if t.is_floating_point() else t.to(torch.float64)
-    a = t.numpy()
-    if a.dtype == np.bool_:
-        a = a.astype(np.float64)
-    flat = a.reshape(-1)
-    with np.errstate(over="ignore", invalid="ignore"):
-        total, squares = _sums(flat)
-        if not math.isfinite(total + squares):  # NaN or inf among the values (or float64 overflow)
-            return tensor_stats(a)
-    mn, mx = float(a.min()), float(a.max())
-    mean = total / n
-    var = squares / n - mean * mean
-    if var < 1e-3 * mean * mean:  # the one-pass formula cancels: recompute around the mean
-        var = _sums(flat, mean)[1] / n
-    return {
-        "min": mn,
-        "max": mx,
-        "mean": mean,
-        "std": math.sqrt(max(var, 0.0)),
-        "norm": math.sqrt(squares),
-        "abs_max": max(abs(mn), abs(mx)),
-        "nan_count": 0,
-        "inf_count": 0,
-        "zero_count": int(np.count_nonzero(flat == 0)),
-    }
+
+    def __init__(self, torch: Any) -> None:
+        self._torch = torch
+        raw = {"bfloat16": torch.int16, "float8_e4m3fn": torch.uint8, "float8_e5m2": torch.uint8}
+        self._raw_bits = {getattr(torch, n): (v, RAW_BITS_STORAGE[n]) for n, v in raw.items() if hasattr(torch, n)}
+        self._strided = torch.strided
+
+    def dtype_name(self, dtype: Any) -> str:
+        """The canonical name of a torch dtype, as the dump records it."""
+        return canonical_dtype(str(dtype).removeprefix("torch."))
+
+    def payload(self, t: Any, copy: bool = False) -> np.ndarray:
+        """``t``'s values as a C-contiguous numpy array in the dump's storage dtype (a view when possible).
+
+        ``copy`` makes sure the array owns its memory (the inputs of an in-place op, saved before it runs).
+        """
+        x = t.detach() if t.requires_grad else t
+        if x.device.type != "cpu":
+            x = x.cpu()
+        if x.layout is not self._strided:
+            x = x.to_dense()
+        if x.is_conj() or x.is_neg():
+            x = x.resolve_conj().resolve_neg()
+        if not x.is_contiguous():
+            x = x.contiguous()
+        raw = self._raw_bits.get(x.dtype)
+        if raw is not None:
+            array = x.view(raw[0]).numpy().view(raw[1])
+        else:
+            try:
+                array = x.numpy()
+            except (TypeError, RuntimeError):  # dtypes numpy lacks: the shared converter's error or ml_dtypes
+                array = tensor_to_numpy(self._torch, x)
+        return array.copy() if copy else array
 
 
 def overflow_kind(torch: Any, tensor: Any) -> str | None:

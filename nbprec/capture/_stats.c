@@ -1,0 +1,362 @@
+/*
+ * nbprec.capture._stats: the statistics of one tensor in one pass over its memory, in C.
+ *
+ * The capture calls stats(address, n, type) on a CPU tensor's contiguous data, in its own dtype (float64,
+ * float32, float16, bfloat16, the signed integers, uint8 and bool): no copy, no widening to float64 first.
+ * Each block of BLOCK elements is read from memory once (float16, bfloat16 and the integers converted into an
+ * L1-resident stack array) and fed to two vectorised loops (`omp simd` reductions): the minimum, the maximum
+ * and the zero count in the lane type, then, in double, the sum, the sum of squares and the sum and sum of
+ * squares around a shift (the first finite value: the standard deviation without the one-pass formula's
+ * cancellation). Block totals are added with Neumaier's compensation, so the rounding error grows with
+ * BLOCK/lanes, not with n.
+ *
+ * A block whose sums are not finite holds a NaN or an inf (float64 inputs: or squares beyond 1e308): it is
+ * redone one element at a time, counting NaN and inf and leaving them out of the value statistics, which
+ * are over the finite values (the meaning of nbprec.stats.tensor_stats). The block is still in the cache.
+ *
+ * Returns (min, max, mean, std, norm, abs_max, nan_count, inf_count, zero_count): the order of
+ * nbprec.stats.STAT_COLUMNS; the six value statistics are None when no value is finite. Tensors of at least
+ * 2^15 elements are summed with the GIL released.
+ *
+ * On x86-64 with GCC or Clang the kernel is compiled twice, for AVX2+FMA and for the baseline, and the
+ * faster one is picked at import time when the CPU has AVX2 and FMA.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+enum {
+    TYPE_F64 = 0,
+    TYPE_F32 = 1,
+    TYPE_F16 = 2,
+    TYPE_BF16 = 3,
+    TYPE_I64 = 4,
+    TYPE_I32 = 5,
+    TYPE_I16 = 6,
+    TYPE_I8 = 7,
+    TYPE_U8 = 8,
+    TYPE_BOOL = 9,
+    N_TYPES = 10
+};
+
+#define BLOCK 256
+#define NOGIL_FROM 32768
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define NBPREC_DISPATCH 1
+#define TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#else
+#define NBPREC_DISPATCH 0
+#define TARGET_AVX2
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE static inline
+#endif
+
+static float bits_to_float(uint32_t b) { float f; memcpy(&f, &b, sizeof f); return f; }
+
+ALWAYS_INLINE float f16_to_float(uint16_t h)
+{
+    /* exponent and mantissa shifted to a float's place; 2^112 moves the exponent bias from 15 to 127 (exact
+       for normals and subnormals); exponent 31 (inf, NaN) gets the float's all-ones exponent instead */
+    uint32_t em = (uint32_t)(h & 0x7fffu) << 13, sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t special = (uint32_t)0 - (uint32_t)((h & 0x7c00u) == 0x7c00u);
+    float scaled = bits_to_float(em) * 0x1p112f;
+    uint32_t finite;
+    memcpy(&finite, &scaled, sizeof finite);
+    return bits_to_float(sign | (finite & ~special) | ((em | 0x7f800000u) & special));
+}
+
+#define AS_LANE(v) (v)
+#define BF16_TO_FLOAT(v) bits_to_float((uint32_t)(v) << 16) /* bfloat16 is the upper half of a float32 */
+#define LOAD_AS(CTYPE, CONVERT)                                                                                 \
+    {                                                                                                           \
+        const CTYPE *src = (const CTYPE *)base + start;                                                         \
+        for (i = 0; i < m; i++) out[i] = (double)CONVERT(src[i]);                                               \
+        break;                                                                                                  \
+    }
+
+/* Elements start .. start + m of the buffer, as doubles (exact for every supported type). */
+ALWAYS_INLINE void load_block(const char *base, int type, Py_ssize_t start, Py_ssize_t m, double *restrict out)
+{
+    Py_ssize_t i;
+    switch (type) {
+    case TYPE_F64: LOAD_AS(double, AS_LANE)
+    case TYPE_F32: LOAD_AS(float, AS_LANE)
+    case TYPE_BF16: LOAD_AS(uint16_t, BF16_TO_FLOAT)
+    case TYPE_F16: LOAD_AS(uint16_t, f16_to_float) /* through float, which holds every float16 value exactly */
+    case TYPE_I64: LOAD_AS(int64_t, AS_LANE)
+    case TYPE_I32: LOAD_AS(int32_t, AS_LANE)
+    case TYPE_I16: LOAD_AS(int16_t, AS_LANE)
+    case TYPE_I8: LOAD_AS(int8_t, AS_LANE)
+    default: LOAD_AS(uint8_t, AS_LANE) /* uint8 and bool (one byte, 0 or 1) */
+    }
+}
+
+/* Running totals of one tensor. */
+typedef struct {
+    double sum, sum_c, sq, sq_c, dsum, dsum_c, dsq, dsq_c; /* sums with their Neumaier compensations */
+    double lo, hi, shift;
+    Py_ssize_t nan, inf, zero;
+} Totals;
+
+ALWAYS_INLINE void neumaier(double *total, double *comp, double x)
+{
+    double t = *total + x;
+    *comp += fabs(*total) >= fabs(x) ? (*total - t) + x : (x - t) + *total;
+    *total = t;
+}
+
+/* One element at a time: NaN and inf counted and left out. */
+ALWAYS_INLINE void slow_block(const double *restrict v, Py_ssize_t m, Totals *t)
+{
+    double s = 0.0, q = 0.0, ds = 0.0, dq = 0.0, lo = t->lo, hi = t->hi;
+    Py_ssize_t i, zero = 0;
+    for (i = 0; i < m; i++) {
+        double x = v[i];
+        if (isnan(x)) {
+            t->nan++;
+        } else if (isinf(x)) {
+            t->inf++;
+        } else {
+            double d = x - t->shift;
+            s += x;
+            q += x * x;
+            ds += d;
+            dq += d * d;
+            lo = x < lo ? x : lo;
+            hi = x > hi ? x : hi;
+            zero += x == 0.0;
+        }
+    }
+    neumaier(&t->sum, &t->sum_c, s);
+    neumaier(&t->sq, &t->sq_c, q);
+    neumaier(&t->dsum, &t->dsum_c, ds);
+    neumaier(&t->dsq, &t->dsq_c, dq);
+    t->lo = lo;
+    t->hi = hi;
+    t->zero += zero;
+}
+
+/* The sums of one block, vectorised, in two loops over the block (read from memory once, then from L1): the
+   minimum, maximum and zero count in the lane type (float for the 4- and 2-byte floats: twice the lanes of a
+   double), then the four sums in double. */
+typedef struct {
+    double s, q, ds, dq, zero, lo, hi;
+} BlockSums;
+
+
+#define FAST_BLOCK(NAME, CTYPE, LANE, CONVERT, CONVERTED)                                                      \
+    ALWAYS_INLINE void NAME(const char *base, Py_ssize_t start, Py_ssize_t m, double shift, BlockSums *out)     \
+    {                                                                                                           \
+        const CTYPE *restrict src = (const CTYPE *)base + start;                                                \
+        LANE buf[BLOCK];                                                                                        \
+        const LANE *restrict v = (const LANE *)src;                                                             \
+        LANE lo = (LANE)INFINITY, hi = (LANE)-INFINITY;                                                         \
+        double s = 0.0, q = 0.0, ds = 0.0, dq = 0.0;                                                            \
+        Py_ssize_t i, zero = 0;                                                                                 \
+        if (CONVERTED) {                                                                                        \
+            for (i = 0; i < m; i++) buf[i] = (LANE)CONVERT(src[i]);                                             \
+            v = buf;                                                                                            \
+        }                                                                                                       \
+        _Pragma("omp simd reduction(min : lo) reduction(max : hi) reduction(+ : zero)")                        \
+        for (i = 0; i < m; i++) {                                                                               \
+            LANE x = v[i];                                                                                      \
+            lo = x < lo ? x : lo;                                                                               \
+            hi = x > hi ? x : hi;                                                                               \
+            zero += x == (LANE)0;                                                                               \
+        }                                                                                                       \
+        _Pragma("omp simd reduction(+ : s, q, ds, dq)")                                                         \
+        for (i = 0; i < m; i++) {                                                                               \
+            double x = (double)v[i], d = x - shift;                                                             \
+            s += x;                                                                                             \
+            q += x * x;                                                                                         \
+            ds += d;                                                                                            \
+            dq += d * d;                                                                                        \
+        }                                                                                                       \
+        out->s = s, out->q = q, out->ds = ds, out->dq = dq;                                                     \
+        out->zero = (double)zero, out->lo = (double)lo, out->hi = (double)hi;                                   \
+    }
+
+FAST_BLOCK(block_f64, double, double, AS_LANE, 0)
+FAST_BLOCK(block_f32, float, float, AS_LANE, 0)
+FAST_BLOCK(block_f16, uint16_t, float, f16_to_float, 1)
+FAST_BLOCK(block_bf16, uint16_t, float, BF16_TO_FLOAT, 1)
+FAST_BLOCK(block_i64, int64_t, double, AS_LANE, 1)
+FAST_BLOCK(block_i32, int32_t, double, AS_LANE, 1)
+FAST_BLOCK(block_i16, int16_t, float, AS_LANE, 1)
+FAST_BLOCK(block_i8, int8_t, float, AS_LANE, 1)
+FAST_BLOCK(block_u8, uint8_t, float, AS_LANE, 1)
+
+ALWAYS_INLINE void stats_body(const char *base, int type, Py_ssize_t n, Totals *t)
+{
+    double buf[BLOCK];
+    BlockSums b;
+    Py_ssize_t start;
+    for (start = 0; start < n; start += BLOCK) {
+        Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK;
+        switch (type) { /* the same branch every block: predicted */
+        case TYPE_F64: block_f64(base, start, m, t->shift, &b); break;
+        case TYPE_F32: block_f32(base, start, m, t->shift, &b); break;
+        case TYPE_F16: block_f16(base, start, m, t->shift, &b); break;
+        case TYPE_BF16: block_bf16(base, start, m, t->shift, &b); break;
+        case TYPE_I64: block_i64(base, start, m, t->shift, &b); break;
+        case TYPE_I32: block_i32(base, start, m, t->shift, &b); break;
+        case TYPE_I16: block_i16(base, start, m, t->shift, &b); break;
+        case TYPE_I8: block_i8(base, start, m, t->shift, &b); break;
+        default: block_u8(base, start, m, t->shift, &b); break;
+        }
+        if (isfinite(b.q) && isfinite(b.dq)) { /* no NaN, no inf in the block */
+            neumaier(&t->sum, &t->sum_c, b.s);
+            neumaier(&t->sq, &t->sq_c, b.q);
+            neumaier(&t->dsum, &t->dsum_c, b.ds);
+            neumaier(&t->dsq, &t->dsq_c, b.dq);
+            t->lo = b.lo < t->lo ? b.lo : t->lo;
+            t->hi = b.hi > t->hi ? b.hi : t->hi;
+            t->zero += (Py_ssize_t)b.zero;
+        } else {
+            load_block(base, type, start, m, buf);
+            slow_block(buf, m, t);
+        }
+    }
+}
+
+static void stats_base(const char *base, int type, Py_ssize_t n, Totals *t) { stats_body(base, type, n, t); }
+#if NBPREC_DISPATCH
+TARGET_AVX2 static void stats_avx2(const char *base, int type, Py_ssize_t n, Totals *t)
+{
+    stats_body(base, type, n, t);
+}
+TARGET_AVX512 static void stats_avx512(const char *base, int type, Py_ssize_t n, Totals *t)
+{
+    stats_body(base, type, n, t);
+}
+#endif
+
+typedef void (*stats_fn)(const char *, int, Py_ssize_t, Totals *);
+static stats_fn stats_impl = stats_base; /* chosen once at import; read-only afterwards */
+static const char *isa_name = "baseline";
+
+/* The first finite value (0 if none): the shift of the centred sums. */
+static double first_finite(const char *base, int type, Py_ssize_t n)
+{
+    double buf[BLOCK];
+    Py_ssize_t start, i;
+    if (type >= TYPE_I64) {
+        load_block(base, type, 0, 1, buf);
+        return buf[0];
+    }
+    for (start = 0; start < n; start += BLOCK) {
+        Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK;
+        load_block(base, type, start, m, buf);
+        for (i = 0; i < m; i++)
+            if (isfinite(buf[i])) return buf[i];
+    }
+    return 0.0;
+}
+
+/* A compensated total; an overflowed one (inf) stays inf instead of becoming inf - inf. */
+static double total(double sum, double comp) { return isfinite(sum) ? sum + comp : sum; }
+
+static PyObject *build_result(const Totals *t, Py_ssize_t n)
+{
+    Py_ssize_t finite = n - t->nan - t->inf;
+    if (finite <= 0) {
+        return Py_BuildValue("(OOOOOOnnn)", Py_None, Py_None, Py_None, Py_None, Py_None, Py_None, t->nan, t->inf,
+                             t->zero);
+    }
+    double sum = total(t->sum, t->sum_c), sq = total(t->sq, t->sq_c);
+    double dsum = total(t->dsum, t->dsum_c), dsq = total(t->dsq, t->dsq_c);
+    double nf = (double)finite, dmean = dsum / nf;
+    double var = isinf(dsq) ? dsq : dsq / nf - dmean * dmean; /* squares beyond 1e308: inf, as numpy has it */
+    double abs_max = fabs(t->lo) > fabs(t->hi) ? fabs(t->lo) : fabs(t->hi);
+    return Py_BuildValue("(ddddddnnn)", t->lo, t->hi, sum / nf, sqrt(var > 0.0 ? var : 0.0), sqrt(sq), abs_max,
+                         t->nan, t->inf, t->zero);
+}
+
+PyDoc_STRVAR(stats_doc,
+             "stats(address, n, type) -> (min, max, mean, std, norm, abs_max, nan_count, inf_count, zero_count)\n\n"
+             "Statistics of n contiguous elements at memory address ``address`` of element type ``type`` (0 "
+             "float64, 1 float32, 2 float16, 3 bfloat16, 4 int64, 5 int32, 6 int16, 7 int8, 8 uint8, 9 bool), "
+             "over the finite values, in one pass. The caller keeps the memory alive and unchanged.");
+
+static PyObject *py_stats(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "stats() takes exactly 3 arguments (address, n, type)");
+        return NULL;
+    }
+    void *address = PyLong_AsVoidPtr(args[0]);
+    if (address == NULL && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    long type = PyLong_AsLong(args[2]);
+    if (type == -1 && PyErr_Occurred()) return NULL;
+    if (type < 0 || type >= N_TYPES) {
+        PyErr_Format(PyExc_ValueError, "unknown element type %ld", type);
+        return NULL;
+    }
+    if (n < 0 || (n > 0 && address == NULL)) {
+        PyErr_SetString(PyExc_ValueError, "need a non-negative element count and a non-null address");
+        return NULL;
+    }
+    Totals t;
+    memset(&t, 0, sizeof t);
+    t.lo = INFINITY;
+    t.hi = -INFINITY;
+    if (n > 0) {
+        const char *base = (const char *)address;
+        if (n >= NOGIL_FROM) {
+            Py_BEGIN_ALLOW_THREADS;
+            t.shift = first_finite(base, (int)type, n);
+            stats_impl(base, (int)type, n, &t);
+            Py_END_ALLOW_THREADS;
+        } else {
+            t.shift = first_finite(base, (int)type, n);
+            stats_impl(base, (int)type, n, &t);
+        }
+    }
+    return build_result(&t, n);
+}
+
+static PyObject *py_isa(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(isa_name);
+}
+
+static PyMethodDef methods[] = {
+    {"stats", (PyCFunction)(void (*)(void))py_stats, METH_FASTCALL, stats_doc},
+    {"isa", py_isa, METH_NOARGS, "The instruction set the kernel was compiled for and chose at import."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_stats", "One-pass tensor statistics, in C (see nbprec/capture/_stats.c).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__stats(void)
+{
+#if NBPREC_DISPATCH
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+        stats_impl = stats_avx512;
+        isa_name = "avx512";
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        stats_impl = stats_avx2;
+        isa_name = "avx2+fma";
+    }
+#endif
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,200 @@
+"""Tensor payload files of a capture (mode ``"tensor"``): one ``.npy`` per tensor, written by a background thread.
+
+The capture hands each payload over as a snapshot: its own copy of the tensor's values, taken when the op is
+recorded. A zero-copy view could not be handed to another thread safely: the model may change the tensor
+in place before the thread gets to it, and not only through ``add_``-style calls the capture sees
+(``F.batch_norm`` updates its running statistics inside the call, optimizers and ``.data`` write
+parameters, numpy views write anywhere). The copy is a ``memcpy`` into memory that is reused from payload
+to payload; what the thread then does (create the file, write the ``.npy`` header and the data into the
+page cache, close it) are system calls that release the GIL, so they run while the model goes on.
+
+At most ``max_pending`` bytes wait at a time (the capture waits for the thread beyond that), files are
+complete when :meth:`PayloadWriter.close` returns, and an error in the thread (a full disk) is raised in
+the capture's thread at the next save or at close, as a :class:`~nbprec.errors.CaptureError` naming the
+file. The ``.npy`` header (format 1.0, exactly what :func:`numpy.save` writes) is cached per dtype and
+shape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import os
+import queue
+import threading
+
+import numpy as np
+
+from nbprec.errors import CaptureError
+
+#: Bytes of payloads waiting for the writer thread at most (the capture blocks beyond this).
+MAX_PENDING = 256 << 20
+#: Bytes of copy buffers kept for reuse once the thread has written them (fresh memory costs a page fault
+#: per 4 KiB on first touch, which made the copies three times slower than ``memcpy``).
+MAX_SPARE = 128 << 20
+#: Payloads smaller than this are copied into fresh memory (the allocator's own pools serve them well).
+_RECYCLE_FROM = 1 << 16
+
+
+def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """The ``.npy`` header :func:`numpy.save` writes for a C-ordered array of ``dtype`` and ``shape``."""
+    buffer = io.BytesIO()
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(shape)}
+    try:
+        np.lib.format.write_array_header_1_0(buffer, header)
+    except ValueError:  # a header beyond 64 KiB needs format 2.0
+        buffer = io.BytesIO()
+        np.lib.format.write_array_header_2_0(buffer, header)
+    return buffer.getvalue()
+
+
+def capture_error(path: str, exc: OSError) -> CaptureError:
+    """The :class:`CaptureError` for an OSError while writing ``path`` (a full disk said as such)."""
+    if exc.errno == errno.ENOSPC:
+        return CaptureError(f"{path}: no space left on device while writing the dump")
+    return CaptureError(f"{path}: cannot write the dump: {exc.strerror or exc}")
+
+
+def write_file(path: str, header: bytes, data: memoryview | bytes) -> None:
+    """Write one ``.npy`` file (header, then data); a partial file is removed and the error raised."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            _write_all(fd, header)
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise capture_error(path, exc) from exc
+
+
+def _write_all(fd: int, data: memoryview | bytes) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class PayloadWriter:
+    """Writes payload files into one folder, in a background thread.
+
+    Parameters
+    ----------
+    folder
+        The dump's tensor folder (it exists).
+    max_pending
+        Bytes of payloads that may wait for the thread.
+    threaded
+        False writes each file in :meth:`save` itself (tests, and platforms without threads).
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], max_pending: int = MAX_PENDING, threaded: bool = True) -> None:
+        self._folder = os.fspath(folder)
+        self._headers: dict[tuple[str, tuple[int, ...]], bytes] = {}
+        self._max_pending = max_pending
+        self._pending = 0
+        self._lock = threading.Condition()
+        self._error: BaseException | None = None
+        self._queue: queue.SimpleQueue[tuple[str, bytes, np.ndarray, np.ndarray | None] | None] | None = None
+        self._thread: threading.Thread | None = None
+        self._threaded = threaded
+        self._spare: dict[int, list[np.ndarray]] = {}  # size class -> buffers of 2**class bytes, written out
+        self._spare_bytes = 0
+        self.bytes_written = 0
+
+    def save(self, file_name: str, array: np.ndarray, owned: bool = False) -> None:
+        """Write ``array`` (C-contiguous, numeric) as ``folder/file_name``.
+
+        The values are copied first (unless ``owned``: the array is already the capture's own copy), so the
+        caller's tensor may change as soon as this returns.
+        """
+        self._raise_pending()
+        key = (array.dtype.str, array.shape)
+        header = self._headers.get(key)
+        if header is None:
+            header = self._headers[key] = npy_header(array.dtype, array.shape)
+        path = f"{self._folder}/{file_name}"
+        nbytes = array.nbytes
+        if not self._threaded:
+            write_file(path, header, array.reshape(-1).view(np.uint8) if nbytes else b"")
+            self.bytes_written += len(header) + nbytes
+            return
+        data = array.reshape(-1).view(np.uint8) if nbytes else np.empty(0, np.uint8)
+        buffer = None
+        if not owned and nbytes:
+            data, buffer = self._copy(data)
+        with self._lock:
+            while self._pending and self._pending + nbytes > self._max_pending and self._error is None:
+                self._lock.wait()
+            self._pending += nbytes
+        self._start()
+        assert self._queue is not None
+        self._queue.put((path, header, data, buffer))
+        self.bytes_written += len(header) + nbytes
+
+    def _copy(self, data: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """A copy of ``data``, and the buffer holding it when that goes back to the spares once written.
+
+        Buffers are taken by size class (powers of two: the tensors of a model's layers recur in a few
+        sizes), so a buffer the thread has written out serves a later payload of about the same size.
+        """
+        nbytes = data.nbytes
+        if nbytes < _RECYCLE_FROM:
+            return data.copy(), None
+        size_class = (nbytes - 1).bit_length()
+        with self._lock:
+            spares = self._spare.get(size_class)
+            buffer = spares.pop() if spares else None
+            if buffer is not None:
+                self._spare_bytes -= buffer.nbytes
+        if buffer is None:
+            buffer = np.empty(1 << size_class, np.uint8)
+        copy = buffer[:nbytes]
+        np.copyto(copy, data)
+        return copy, buffer
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._queue = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._run, name="nbprec-capture-payloads", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        assert self._queue is not None
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            path, header, data, buffer = item
+            try:
+                if self._error is None:
+                    write_file(path, header, data)
+            except BaseException as exc:  # handed to the capture's thread
+                self._error = exc
+            with self._lock:
+                self._pending -= data.nbytes
+                if buffer is not None and self._spare_bytes + buffer.nbytes <= MAX_SPARE:
+                    self._spare.setdefault(buffer.nbytes.bit_length() - 1, []).append(buffer)
+                    self._spare_bytes += buffer.nbytes
+                self._lock.notify_all()
+
+    def _raise_pending(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def close(self) -> None:
+        """Wait until every file is written; raise the thread's first error, if any."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            assert self._queue is not None
+            self._queue.put(None)
+            thread.join()
+        self._spare.clear()
+        self._spare_bytes = 0
+        self._raise_pending()
+
+
+__all__ = ["MAX_PENDING", "MAX_SPARE", "PayloadWriter", "capture_error", "npy_header", "write_file"]

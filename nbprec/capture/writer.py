@@ -1,0 +1,308 @@
+"""The capture's dump writer: nbprec's dump format (``docs/dump-format.md``), written with little work per record.
+
+:class:`CaptureWriter` is a :class:`~nbprec.formats.native.NativeDumpWriter` (same header, files, ``complete``
+record and column cache) with a faster path for the records a capture makes by the thousand:
+
+- index lines are assembled from pre-encoded JSON pieces: an op's fields are encoded once for all its
+  tensors (:meth:`CaptureWriter.encode_op`), a tensor's statistics once however many records reuse them
+  (:meth:`CaptureWriter.encode_stats`), and the column cache at close reuses the same pieces instead of
+  encoding every value a second time;
+- lines of every file are collected and handed to the operating system every ``FLUSH_INTERVAL`` seconds in
+  one write per file (a killed process loses at most that interval's records, as with the base writer);
+- payloads (mode ``"tensor"``) are copied when the op is recorded and written by a background thread, with a
+  ``.npy`` header cached per dtype and shape (:class:`~nbprec.capture.payloads.PayloadWriter`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from nbprec.capture.payloads import PayloadWriter
+from nbprec.errors import CaptureError
+from nbprec.formats.native import FLUSH_INTERVAL, NativeDumpWriter, safe_file_stem
+from nbprec.formats.native_read import (
+    CALLS_FILE,
+    COLUMNS_FILE,
+    EDGES_FILE,
+    INDEX_FILE,
+    MODULES_FILE,
+    STACKS_FILE,
+    TENSOR_DIR,
+)
+from nbprec.stats import STAT_COLUMNS
+
+_encode_utf8 = json.encoder.encode_basestring  # type: ignore[attr-defined]  # C versions, as json.dumps uses
+_encode_ascii = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_OP_COLUMNS = ("op", "op_type", "api", "call", "module", "direction")
+_TAIL_COLUMNS = ("role", "slot", "dtype", "shape", "numel")
+_COUNT_COLUMNS = frozenset({"nan_count", "inf_count", "zero_count"})
+
+
+def json_string(text: str) -> str:
+    """``text`` as a JSON string literal (``json.dumps(text, ensure_ascii=False)``; lone surrogates escaped)."""
+    encoded = _encode_utf8(text)
+    if not encoded.isascii():
+        try:
+            encoded.encode("utf-8")
+        except UnicodeEncodeError:  # file-name bytes that are not UTF-8: \\u escapes, as the base writer does
+            return _encode_ascii(text)
+    return encoded
+
+
+def json_float(value: Any) -> str:
+    """A statistic as strict JSON text, with the meaning of :func:`nbprec.formats.native.encode_float`."""
+    if value is None:
+        return "null"
+    x = float(value)
+    if x - x == 0.0:  # finite
+        return repr(x)
+    if x != x:
+        return '"NaN"'
+    return '"Infinity"' if x > 0 else '"-Infinity"'
+
+
+_OP_FORMAT = ",".join(f'"{c}":%s' for c in _OP_COLUMNS)
+_STATS_FORMAT = ",".join(f'"{c}":%s' for c in STAT_COLUMNS)
+
+
+class EncodedOp:
+    """The index fields of one op call, encoded once for all its tensors."""
+
+    __slots__ = ("fields", "fragment")
+
+    def __init__(self, fields: tuple[str, ...]) -> None:
+        self.fields = fields  # JSON texts in _OP_COLUMNS order
+        self.fragment = _OP_FORMAT % fields
+
+
+class EncodedStats:
+    """One tensor's statistics, encoded once for every record that reuses them."""
+
+    __slots__ = ("fields", "fragment")
+
+    def __init__(self, fields: tuple[str, ...]) -> None:
+        self.fields = fields  # JSON texts in STAT_COLUMNS order
+        self.fragment = _STATS_FORMAT % fields
+
+
+_UNKNOWN_STATS = EncodedStats(("null",) * len(STAT_COLUMNS))
+
+
+class CaptureWriter(NativeDumpWriter):
+    """A :class:`~nbprec.formats.native.NativeDumpWriter` with the capture's fast record path.
+
+    Parameters are those of :class:`~nbprec.formats.native.NativeDumpWriter`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        super().__init__(path, **options)
+        self._lines: dict[str, list[str]] = {name: [] for name in self._files}
+        self._rows: list[tuple[Any, ...]] = []  # per record: its encoded columns, for the column cache
+        self._seen: set[tuple[int, str]] = set()
+        self._strings: dict[str, str] = {}
+        self._shapes: dict[tuple[int, ...], str] = {}
+        self._payloads = PayloadWriter(self._path / TENSOR_DIR) if self._mode == "tensor" else None
+        self._has_files = False
+
+    # -- encoding ------------------------------------------------------------------------------------------
+    def string(self, text: str) -> str:
+        """JSON text of a string that recurs (dtype, role, slot, module path), cached."""
+        encoded = self._strings.get(text)
+        if encoded is None:
+            encoded = self._strings[text] = json_string(text)
+        return encoded
+
+    def encode_op(self, op: str, op_type: str, api: str, call: int, module: str, direction: str) -> EncodedOp:
+        """The index fields every tensor of one op call shares."""
+        s = self.string
+        return EncodedOp((json_string(op), s(op_type), s(api), str(int(call)), s(module), s(direction)))
+
+    @staticmethod
+    def encode_stats(stats: tuple[Any, ...] | None) -> EncodedStats:
+        """A statistics tuple (:data:`~nbprec.stats.STAT_COLUMNS` order; None: unknown) as index fields."""
+        if stats is None:
+            return _UNKNOWN_STATS
+        lo, hi, mean, std, norm, abs_max, nan, inf, zero = stats
+        try:
+            if (lo + hi + mean + std + norm) * 0.0 == 0.0:  # all finite (the common case): repr is JSON
+                return EncodedStats(
+                    (
+                        repr(lo),
+                        repr(hi),
+                        repr(mean),
+                        repr(std),
+                        repr(norm),
+                        repr(abs_max),
+                        repr(nan),
+                        repr(inf),
+                        repr(zero),
+                    )
+                )
+        except TypeError:  # None: no finite value
+            pass
+        return EncodedStats(
+            tuple(
+                str(int(v)) if c in _COUNT_COLUMNS and v is not None else json_float(v)
+                for c, v in zip(STAT_COLUMNS, stats, strict=True)
+            )
+        )
+
+    # -- records -------------------------------------------------------------------------------------------
+    def add(
+        self,
+        name: str,
+        step: int,
+        rank: int,
+        order: int,
+        op: EncodedOp,
+        role: str,
+        slot: str,
+        dtype: str,
+        shape: tuple[int, ...],
+        numel: int,
+        stats: EncodedStats,
+        payload: Any = None,
+        owned: bool = False,
+    ) -> None:
+        """Append one tensor record; ``payload`` (a contiguous numpy array, mode ``"tensor"``) is saved too.
+
+        ``dtype`` is the canonical dtype name; a bfloat16/float8 payload is passed as its raw bits. The
+        payload is copied before this returns unless ``owned`` (it is already a copy nothing else changes).
+        """
+        key = (step, name)
+        if key in self._seen:
+            raise CaptureError(f"{self._path}: tensor {name!r} written twice for step {step}, rank {rank}")
+        if self._closed:
+            raise CaptureError(f"{self._path}: the dump writer is closed")
+        name_text = json_string(name)
+        shape_text = self._shapes.get(shape)
+        if shape_text is None:
+            shape_text = self._shapes[shape] = "[" + ",".join(str(int(d)) for d in shape) + "]"
+        s = self.string
+        role_text, slot_text, dtype_text = s(role), s(slot), s(dtype)
+        file_text = None
+        if payload is not None and self._payloads is not None:
+            rel = f"{TENSOR_DIR}/{safe_file_stem(name, len(self._rows))}.npy"
+            self._payloads.save(rel.rpartition("/")[2], payload, owned)
+            file_text = json_string(rel)
+            self._has_files = True
+        self._lines[INDEX_FILE].append(
+            f'{{"name":{name_text},"step":{step},"rank":{rank},"order":{order},{op.fragment},"role":{role_text},'
+            f'"slot":{slot_text},"dtype":{dtype_text},"shape":{shape_text},"numel":{numel},{stats.fragment}'
+            + ("}\n" if file_text is None else f',"file":{file_text}}}\n')
+        )
+        self._seen.add(key)
+        self._rows.append(
+            (name_text, step, rank, order, op, role_text, slot_text, dtype_text, shape_text, numel, stats, file_text)
+        )
+        self._count += 1
+        self._maybe_flush()
+
+    def edge(self, src: str, dst_op: str, dst_slot: str) -> None:
+        """Record that op ``dst_op`` consumed tensor ``src`` as its input ``dst_slot``."""
+        self._lines[EDGES_FILE].append(
+            f'{{"src":{json_string(src)},"dst_op":{json_string(dst_op)},"dst_slot":{self.string(dst_slot)}}}\n'
+        )
+
+    def module(self, node: str, parent: str | None) -> None:
+        """Record that ``node`` sits inside module call ``parent`` (None: top)."""
+        parent_text = "null" if parent is None else json_string(parent)
+        self._lines[MODULES_FILE].append(f'{{"node":{json_string(node)},"parent":{parent_text}}}\n')
+
+    def stack(self, op: str, frames_json: str) -> None:
+        """Record the user call stack of ``op``: ``frames_json`` is the JSON list of its frames."""
+        self._lines[STACKS_FILE].append(f'{{"op":{json_string(op)},"frames":{frames_json}}}\n')
+
+    def call(self, op: str, call_json: str) -> None:
+        """Record how ``op`` was called: ``call_json`` is the JSON text of
+        :func:`~nbprec.capture.signature.encode_call_json` (see :meth:`NativeDumpWriter.write_call`)."""
+        if not call_json.isascii():
+            try:
+                call_json.encode("utf-8")
+            except UnicodeEncodeError:  # lone surrogates: \u escapes
+                call_json = json.dumps(json.loads(call_json), allow_nan=False, separators=(",", ":"))
+        self._lines[CALLS_FILE].append(f'{{"op":{json_string(op)},"call":{call_json}}}\n')
+
+    # -- the base writer's record methods ---------------------------------------------------------------
+    def _append(self, file_name: str, obj: Any) -> None:
+        """The base writer's line writer (``write_edge``, ``write_module``, ...): lines stay in order."""
+        self.flush()
+        super()._append(file_name, obj)
+
+    def write_tensor(self, record: Any, array: Any = None, stats: Any = None) -> None:
+        """Not for a capture's dump: its records go through :meth:`add` (one column cache for all of them)."""
+        raise NotImplementedError("CaptureWriter records tensors with add(); use NativeDumpWriter for write_tensor")
+
+    write_tensor_blocks = write_tensor
+
+    # -- flushing and closing --------------------------------------------------------------------------
+    def _maybe_flush(self) -> None:
+        now = time.monotonic()
+        if now - self._last_flush >= FLUSH_INTERVAL:
+            self._last_flush = now
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand every collected line to the operating system now (also done every FLUSH_INTERVAL seconds)."""
+        with self._io(self._path):
+            for name, lines in self._lines.items():
+                if lines:
+                    handle = self._files[name]
+                    handle.write("".join(lines))
+                    lines.clear()
+                    handle.flush()
+
+    def close(self, *, error: BaseException | None = None) -> None:
+        """Finish the payloads, write the collected lines, then close as the base writer does."""
+        if self._closed:
+            return
+        first: BaseException | None = None
+        if self._payloads is not None:
+            try:
+                self._payloads.close()
+            except BaseException as exc:
+                first = exc
+        try:
+            self.flush()
+        except BaseException as exc:
+            first = first or exc
+        super().close(error=error or first)
+        if first is not None and error is None:
+            raise first
+
+    def _write_columns(self) -> None:
+        """The column cache of the base writer, joined from the records' encoded pieces."""
+        rows = self._rows
+        parts: list[str] = []
+
+        def column(name: str, values: Any) -> None:
+            parts.append(f'"{name}":[{",".join(values)}]')
+
+        if rows:
+            column("name", (r[0] for r in rows))
+            for k, c in enumerate(("step", "rank", "order"), start=1):
+                column(c, (str(r[k]) for r in rows))
+            for k, c in enumerate(_OP_COLUMNS):
+                column(c, (r[4].fields[k] for r in rows))
+            for k, c in enumerate(_TAIL_COLUMNS[:4], start=5):
+                column(c, (r[k] for r in rows))
+            column("numel", (str(r[9]) for r in rows))
+            for k, c in enumerate(STAT_COLUMNS):
+                column(c, (r[10].fields[k] for r in rows))
+            if self._has_files:
+                column("file", ("null" if r[11] is None else r[11] for r in rows))
+        index_bytes = (self._path / INDEX_FILE).stat().st_size
+        text = f'{{"rows":{len(rows)},"index_bytes":{index_bytes},"columns":{{{",".join(parts)}}}}}'
+        tmp = self._path / (COLUMNS_FILE + ".tmp")
+        try:
+            tmp.write_bytes(text.encode("utf-8"))
+            tmp.replace(self._path / COLUMNS_FILE)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self._rows = []
+
+
+__all__ = ["CaptureWriter", "EncodedOp", "EncodedStats", "json_float", "json_string"]

@@ -1,0 +1,173 @@
+"""The capture's one-pass statistics (compiled kernel and torch reductions) against nbprec.stats.tensor_stats."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from nbprec.stats import STAT_COLUMNS, tensor_stats
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+FLOATS = ("float64", "float32", "float16", "bfloat16")
+
+
+def _reference(t: torch.Tensor) -> tuple:
+    t = t.contiguous()
+    a = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
+    with np.errstate(all="ignore"):
+        return tuple(tensor_stats(a)[c] for c in STAT_COLUMNS)
+
+
+def _cases(dtype: str) -> list[torch.Tensor]:
+    dt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for n in (1, 7, 300, 4099):
+        x = (torch.randn(n, generator=gen, dtype=torch.float64) * 3 + 1).to(dt)
+        out.append(x)
+        y = x.clone()
+        y[::7] = math.nan
+        y[3::11] = math.inf
+        y[5::13] = -math.inf
+        y[1::17] = 0
+        out.append(y)
+    finite_max = {"float16": 65504.0, "bfloat16": 3.0e38, "float32": 3.0e38, "float64": 1.0e300}[dtype]
+    out += [
+        torch.full((1000,), math.nan, dtype=dt),  # no finite value
+        torch.full((1000,), finite_max, dtype=dt),  # squares beyond the dtype (and float32) range
+        (3.0 + torch.randn(2000, generator=gen, dtype=torch.float64) * 1e-4).to(dt),  # near-constant: cancellation
+        torch.randn(6, 5, generator=gen, dtype=torch.float64).to(dt).t(),  # a transpose, read as it lies
+        torch.randn(6, 1, generator=gen, dtype=torch.float64).to(dt).expand(6, 4),  # overlapping memory
+        torch.randn(3, 4, 5, generator=gen, dtype=torch.float64).to(dt).permute(2, 0, 1)[1:],  # not dense
+        torch.empty(0, dtype=dt),
+        torch.zeros(5, dtype=dt),
+        -torch.ones(3, dtype=dt),
+    ]
+    if dtype == "float16":
+        out.append(torch.tensor([1e-6, -3e-7, 6e-8, 0.0, 2.0], dtype=dt))  # subnormals
+    return out
+
+
+def _check(got: tuple, want: tuple, rel: float, what: str, constant: bool = False) -> None:
+    for column, g, w in zip(STAT_COLUMNS, got, want, strict=True):
+        if constant and column in ("std", "norm"):  # numpy's own rounding of huge equal values: inf or garbage
+            assert column == "norm" or g == w or g <= rel * abs(got[2]), (what, column, g, w)
+        elif w is None or g is None:
+            assert g is None and w is None, (what, column, g, w)
+        elif isinstance(w, float) and math.isnan(w):
+            assert math.isnan(g), (what, column, g, w)
+        elif isinstance(w, float) and math.isinf(w):
+            assert g == w or column == "norm", (what, column, g, w)  # torch's norm scales instead of overflowing
+        else:
+            assert g == pytest.approx(w, rel=rel, abs=1e-12), (what, column, g, w)
+
+
+@pytest.fixture(params=["kernel", "numpy", "reductions"])
+def statistics(request: pytest.FixtureRequest):
+    """The three ways: the C kernel (CPU), numpy (CPU without the kernel), torch reductions (other devices)."""
+    from nbprec.capture.statistics import TensorStatistics
+
+    if request.param == "kernel":
+        stats = TensorStatistics(torch)
+        if not stats.compiled:
+            pytest.skip("nbprec.capture._stats was not compiled")
+        return stats
+    stats = TensorStatistics(torch, kernel=None)
+    if request.param == "numpy":
+        return stats
+    return lambda t: stats.many([t])[0]  # what a CUDA/NPU tensor gets, here on CPU tensors
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_float_statistics_agree_with_tensor_stats(statistics, dtype: str) -> None:
+    for i, t in enumerate(_cases(dtype)):
+        _check(statistics(t), _reference(t), 1e-9, f"{dtype} case {i} {tuple(t.shape)}", constant=i == 9)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int16", "int8", "uint8", "bool"])
+def test_integer_and_bool_statistics(statistics, dtype: str) -> None:
+    gen = torch.Generator().manual_seed(1)
+    t = torch.randint(-100 if dtype.startswith("int") else 0, 100, (1001,), generator=gen)
+    t = (t > 50) if dtype == "bool" else t.to(getattr(torch, dtype))
+    _check(statistics(t), _reference(t), 1e-12, dtype)
+
+
+def test_statistics_of_tensors_needing_grad_and_complex_ones(statistics) -> None:
+    w = torch.randn(5, 4, requires_grad=True)
+    _check(statistics(w), _reference(w.detach()), 1e-9, "requires_grad")
+    z = torch.randn(10, dtype=torch.complex64)
+    _check(statistics(z), _reference(z.abs()), 1e-6, "complex")
+
+
+def test_float8_statistics(statistics) -> None:
+    for name in ("float8_e4m3fn", "float8_e5m2"):
+        if not hasattr(torch, name):
+            continue
+        x = torch.tensor([0.5, -3.0, 0.0, 2.25, 448.0 if name == "float8_e4m3fn" else 57344.0]).to(getattr(torch, name))
+        _check(statistics(x), _reference(x.float()), 1e-12, name)
+
+
+def test_float32_accumulation_where_a_device_has_no_float64() -> None:
+    """The torch path on a device without float64 (MPS, some NPUs): float32 sums, the norm kept finite."""
+    from nbprec.capture.statistics import TensorStatistics
+
+    stats = TensorStatistics(torch, kernel=None)
+    stats._accumulators["cpu"] = torch.float32  # what the probe finds on such a device
+    for dtype in ("float16", "bfloat16"):
+        for i, t in enumerate(_cases(dtype)):
+            _check(stats.many([t])[0], _reference(t), 1e-5, f"{dtype} case {i}", constant=i == 9)
+    huge = torch.full((64,), 3.0e38, dtype=torch.bfloat16)  # squares overflow float32: rescaled
+    got = dict(zip(STAT_COLUMNS, stats.many([huge])[0], strict=True))
+    assert math.isfinite(got["norm"]) and got["norm"] == pytest.approx(8 * float(huge[0]), rel=1e-6)
+    assert got["nan_count"] == got["inf_count"] == 0
+
+
+def test_many_moves_results_to_the_host_once_per_device() -> None:
+    from nbprec.capture.statistics import TensorStatistics
+
+    stats = TensorStatistics(torch, kernel=None)
+    tensors = [torch.randn(10), torch.tensor([math.inf, 1.0]), torch.empty(0), torch.ones(3, dtype=torch.float16)]
+    got = stats.many(tensors)
+    for t, g in zip(tensors, got, strict=True):
+        _check(g, _reference(t), 1e-9, str(t.dtype))
+    meta = stats.many([torch.empty(3, device="meta")])
+    assert meta == [None]
+
+
+def test_kernel_type_errors() -> None:
+    from nbprec.capture.statistics import load_kernel
+
+    kernel = load_kernel()
+    if kernel is None:
+        pytest.skip("nbprec.capture._stats was not compiled")
+    with pytest.raises(ValueError, match="unknown element type"):
+        kernel(1, 1, 99)
+    with pytest.raises(ValueError):
+        kernel(0, 5, 1)
+    assert kernel(0, 0, 1) == (None, None, None, None, None, None, 0, 0, 0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_a_capture_without_the_kernel_records_the_same_statistics(tmp_path, monkeypatch, dtype: str) -> None:
+    """The torch-reduction fallback (no C compiler at install) and the kernel agree on a real training step."""
+    import nbprec
+    from nbprec.capture import statistics as capture_statistics
+
+    from .conftest import capture_tiny
+
+    if capture_statistics.load_kernel() is None:
+        pytest.skip("nbprec.capture._stats was not compiled")
+    with_kernel = nbprec.open(capture_tiny(tmp_path / "kernel", dtype)).index
+    monkeypatch.setattr(capture_statistics, "load_kernel", lambda: None)
+    fallback = nbprec.open(capture_tiny(tmp_path / "torch", dtype)).index
+    assert list(with_kernel["name"]) == list(fallback["name"]) and len(with_kernel) > 100
+    for column in STAT_COLUMNS:
+        np.testing.assert_allclose(
+            fallback[column].to_numpy(float), with_kernel[column].to_numpy(float), rtol=1e-9, atol=1e-12, err_msg=column
+        )
+    assert with_kernel["nan_count"].notna().all()

@@ -11,11 +11,11 @@ comma := ,
 DEMO_OUT ?= demo-output
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint format bench clean report-assets
+.PHONY: install demo test lint format bench clean report-assets labextension check-labextension
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py nbprec/compare/_fused.c nbprec/formats/_zipdir.c
+$(STAMP): pyproject.toml setup.py nbprec/compare/_fused.c nbprec/formats/_zipdir.c nbprec/labextension/package.json
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
@@ -43,6 +43,23 @@ demo: install
 report-assets: install
 	$(BIN)/nbprec report --fetch-assets
 
+# The JupyterLab extension (docs/jupyter.md): TypeScript in jupyterlab-nbprec/, built with @jupyterlab/builder into
+# nbprec/labextension/, which is committed and installed with nbprec (setup.py), so users need no build step.
+# npm installs the locked packages from the npm registry only (jupyterlab-nbprec/.npmrc, package-lock.json).
+# labextension rebuilds the shipped files; check-labextension (CI: .ci/run) builds a copy in build/ and checks
+# that it matches them (jupyterlab-nbprec/check_build.py says what is compared).
+LABEXT := jupyterlab-nbprec
+NPM_CI := $(LABEXT)/node_modules/.package-lock.json
+
+$(NPM_CI): $(LABEXT)/package.json $(LABEXT)/package-lock.json
+	cd $(LABEXT) && npm ci --no-audit --no-fund
+
+labextension: install $(NPM_CI)
+	cd $(LABEXT) && PATH="$(abspath $(BIN)):$$PATH" npm run build
+
+check-labextension: install $(NPM_CI)
+	$(BIN)/python $(LABEXT)/check_build.py
+
 test: install $(ORACLE)
 	@$(FETCH_ASSETS)
 	$(BIN)/ruff check .
@@ -62,4 +79,4 @@ bench: install $(ORACLE)
 	$(BIN)/python bench/npu.py
 
 clean:
-	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache .ruff_cache build dist
+	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache .ruff_cache build dist $(LABEXT)/node_modules $(LABEXT)/lib

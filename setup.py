@@ -8,10 +8,17 @@
 
 All three are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
+
+It also installs the prebuilt JupyterLab extension (``nbprec/labextension/``, built from ``jupyterlab-nbprec/`` by
+``make labextension``) and the switch that enables nbprec's Jupyter server extension, where Jupyter looks for
+them (``<prefix>/share/jupyter/labextensions/``, ``<prefix>/etc/jupyter/``): no build step for users.
 """
+
+from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.editable_wheel import editable_wheel
 
 # -fopenmp-simd honours the kernel's `#pragma omp simd` reductions without linking an OpenMP runtime;
 # -fno-math-errno lets fabs/sqrt stay inline. No -ffast-math: NaN and inf must propagate as numpy's do.
@@ -32,11 +39,39 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
+class EditableWheel(editable_wheel):
+    """``pip install -e .`` installing the data files (the JupyterLab extension) too, copied as for a wheel.
+
+    setuptools means to copy them into the editable wheel, as it does scripts, but asks the distribution for
+    ``has_data()``, which it lacks (it has ``has_data_files()``), and so leaves them out.
+    """
+
+    def _run_install(self, category: str) -> None:
+        if category == "data" and self.distribution.has_data_files():
+            self.run_command("install_data")
+        else:
+            super()._run_install(category)
+
+
+def jupyter_data_files() -> list[tuple[str, list[str]]]:
+    """``data_files`` entries for the JupyterLab extension and the server extension's configuration."""
+    labext = "share/jupyter/labextensions/jupyterlab-nbprec"
+    built = Path("nbprec/labextension")
+    folders: dict[str, list[str]] = {labext: ["jupyterlab-nbprec/install.json"]}
+    for file in sorted(built.rglob("*")):
+        if file.is_file():
+            folder = file.parent.relative_to(built).as_posix()
+            folders.setdefault(labext if folder == "." else f"{labext}/{folder}", []).append(file.as_posix())
+    config = ("etc/jupyter/jupyter_server_config.d", ["jupyterlab-nbprec/jupyter-config/nbprec.json"])
+    return [*folders.items(), config]
+
+
 setup(
+    data_files=jupyter_data_files(),
     ext_modules=[
         Extension("nbprec.compare._fused", ["nbprec/compare/_fused.c"], optional=True),
         Extension("nbprec.formats._zipdir", ["nbprec/formats/_zipdir.c"], optional=True),
         Extension("nbprec.capture._stats", ["nbprec/capture/_stats.c"], optional=True),
     ],
-    cmdclass={"build_ext": BuildExt},
+    cmdclass={"build_ext": BuildExt, "editable_wheel": EditableWheel},
 )

@@ -57,6 +57,24 @@ def __getattr__(name: str) -> Any:
     return getattr(module, attr) if attr else module
 
 
+# Jupyter's entry points (docs/jupyter.md); each imports its module only when called.
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext nbprec``: register the ``%nbprec`` magics (:mod:`nbprec.jupyter.magics`)."""
+    from nbprec.jupyter.magics import load_ipython_extension as load
+
+    load(ipython)
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where the prebuilt JupyterLab extension lies in this package (its source: ``jupyterlab-nbprec/``)."""
+    return [{"src": "labextension", "dest": "jupyterlab-nbprec"}]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """The Jupyter server extension the JupyterLab extension talks to (:mod:`nbprec.jupyter.server`)."""
+    return [{"module": "nbprec.jupyter.server"}]
+
+
 __all__ = [
     "INDEX_COLUMNS",
     "CaptureError",

@@ -134,3 +134,12 @@ def serve_voila(notebook: Path, home: Path):
     proc.terminate()
     proc.wait(timeout=20)
     log.close()
+
+
+def module_browser() -> Iterator[Any]:
+    """A Chromium browser for a test module's fixture (playwright's sync API allows one driver at a time)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=list(ARGS))
+        yield browser
+        browser.close()

@@ -10,6 +10,19 @@ from typing import Any
 from nbprec.cli._text import _count, _counts_text, _rule_arg
 
 
+def compare_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of :func:`nbprec.compare` that ``nbprec compare``'s options give (and
+    ``%nbprec compare``'s, which parses the same options)."""
+    return {
+        "rule": _rule_arg(args),
+        "mode": args.mode,
+        "mapping": args.mapping,
+        "graph": args.graph,
+        "step": args.step,
+        "rank": args.rank,
+    }
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -19,18 +32,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     progress = None if args.no_progress else True
     with _dask_client(args.scheduler) as client:
-        comp = compare(
-            args.target,
-            args.bench,
-            rule=_rule_arg(args),
-            mode=args.mode,
-            mapping=args.mapping,
-            graph=args.graph,
-            step=args.step,
-            rank=args.rank,
-            progress=progress,
-            client=client,
-        )
+        comp = compare(args.target, args.bench, **compare_options(args), progress=progress, client=client)
     s = comp.summary()
     several = comp.several_runs  # then every op named below carries its step and rank
     at = ["step", "rank"] if several else []

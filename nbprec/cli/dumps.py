@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from nbprec.cli._text import _count, _counts_text, _human_bytes, _meta_text
 from nbprec.errors import NbprecError
@@ -53,18 +54,16 @@ def _where_text(where: dict[str, int | None]) -> str:
     return ", ".join(f"{k} {v}" for k, v in where.items() if v is not None)
 
 
-def _cmd_ni(args: argparse.Namespace) -> int:
-    """``nbprec ni``: node info of one op, its neighbourhood, and optionally an SVG of it."""
+def ni_parts(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, dict[str, int | None]]:
+    """What ``nbprec ni`` (and ``%nbprec ni``) shows, from its arguments, for a ``--target``.
+
+    Returns ``(target, bench, comparison, graph, rows, where)``: the dumps (narrowed to ``--step``/``--rank``),
+    their comparison (None without ``--bench``), the operator graph holding the op (with metrics when
+    compared), the op's index rows, and the step and rank asked for.
+    """
     from nbprec.formats import open_dump
-    from nbprec.graph import OpGraph, node_info
+    from nbprec.graph import OpGraph
 
-    if args.target is None and args.graph is None:
-        raise NbprecError("nbprec ni needs --target DUMP, --graph GE_GRAPH, or both")
-    if args.target is None:
-        from nbprec.graph.ge_info import ge_node_info
-
-        print(ge_node_info(args.name, args.graph, depth=args.depth))
-        return 0
     target = open_dump(args.target, **({"graph": args.graph} if args.graph and _is_cann(args.target) else {}))
     bench = open_dump(args.bench) if args.bench else None
     where = {"step": getattr(args, "step", None), "rank": getattr(args, "rank", None)}
@@ -89,6 +88,23 @@ def _cmd_ni(args: argparse.Namespace) -> int:
             graph = OpGraph.from_dump(target, step=step, rank=rank, level="module")
     if comparison is not None:
         graph.attach_metrics(comparison)
+    return target, bench, comparison, graph, rows, where
+
+
+def _cmd_ni(args: argparse.Namespace) -> int:
+    """``nbprec ni``: node info of one op, its neighbourhood, and optionally an SVG of it."""
+    from nbprec.graph import node_info
+
+    if args.target is None and args.graph is None:
+        raise NbprecError("nbprec ni needs --target DUMP, --graph GE_GRAPH, or both")
+    if args.target is None:
+        from nbprec.graph.ge_info import ge_node_info
+
+        print(ge_node_info(args.name, args.graph, depth=args.depth))
+        return 0
+    target, bench, comparison, graph, rows, where = ni_parts(args)
+    step = int(rows["step"].iloc[0]) if len(rows) else None
+    rank = int(rows["rank"].iloc[0]) if len(rows) else None
     if len(rows) and (target.index["step"].nunique() > 1 or target.index["rank"].nunique() > 1 or where != _NONE):
         print(f"{args.name} at step {step}, rank {rank}")
     print(node_info(args.name, target, bench, comparison, graph=graph).to_text())

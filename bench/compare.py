@@ -1,40 +1,41 @@
-"""Speed and memory of :func:`nbprec.compare`, against baselines measured in the same run.
+"""Speed and memory of nbprec's comparison, against msprobe and a plain read of the same files, same run.
+
+How each side is timed (``bench/timing.py``; every ratio compares two figures timed the same way):
+
+- **whole process** (a command line against a command line): the wall clock around the process, start-up,
+  imports and CSV writing included: ``nbprec compare T B -o OUT`` against ``msprobe compare -tp -gp -o``, and
+  against a plain read of both dumps in a fresh process (a Python child reading every file with 8 MiB
+  ``readinto`` calls: what ``cat`` does);
+- **in-process** (an API call against an API call): a child imports its library, then times its own call:
+  ``nbprec.compare`` (in nbprec's virtualenv) against msprobe's compare function (``compare_auto_mode``, what
+  ``msprobe compare`` calls, in msprobe's virtualenv), and against the read loop of the plain-read child;
+- every side runs ``--runs`` times (at least 5), interleaved (each round runs every side once, in a rotating
+  order); every run is printed and medians are compared. The page cache holds the dumps (a warm-up read first).
 
 (a) **Synthetic pair** (nbprec native format, written with ``NativeDumpWriter`` into a temp dir): at least
     ``--size-gb`` GB over both dumps and ``--tensors`` tensors, sizes from 64 elements to 16 M elements, a
     float32 benchmark against a target rounded to float16 or bfloat16 (stored as such) with some planted
-    errors (noise, a scaled tensor, float16 overflow to inf). Timed in the same run:
-
-    1. one plain read pass over both dumps: ``np.load(mmap_mode="r")`` of every payload and
-       ``np.add.reduce(..., dtype=float64)`` over it (touches every byte once);
-    2. ``nbprec.compare`` on the pair (default workers), in a child process whose ``ru_maxrss`` gives the
-       peak resident memory (tracemalloc does not see numpy memory maps).
-
-    Prints throughput (MB of payload over both sides per second), the ratio compare time / read time
-    (target <= 2.5) and the compare's peak memory next to the largest tensor and the dump size.
+    errors (noise, a scaled tensor, float16 overflow to inf). Times ``nbprec.compare`` (in-process, with the
+    child's peak resident memory: tracemalloc does not see numpy memory maps), ``nbprec compare -o`` (whole
+    process) and the plain read. Targets: compare / plain read <= 2.5, in-process and whole process.
 
 (b) **msprobe dumps** written by msprobe itself (PyPI ``mindstudio-probe``, in its own virtualenv
     ``bench/.venv-msprobe``, created here when missing): a seeded MLP/attention model run under
     ``PrecisionDebugger`` (task ``tensor``, level ``L1``) in float32 and in bfloat16 with the same weights
     (``bench/msprobe_dump.py``), hidden size ``--msprobe-hidden`` (several sizes may be given). Times, on the
-    same pair:
+    same pair, msprobe's and nbprec's command lines (whole process, both writing their CSVs), msprobe's compare
+    function and ``nbprec.compare`` (in-process; nbprec's figure also with writing its msprobe-layout CSV, the
+    file msprobe's function writes) and the plain read. Targets: msprobe / nbprec >= 30 whole process and
+    >= 20 in-process; nbprec / plain read <= 2.5 whole process. Torch is not imported by nbprec (it reads the
+    ``.pt`` files without it). An agreement check compares both tools' cosines on matched names.
 
-    - ``msprobe compare -tp ... -gp ...`` (its CLI, the whole process: how msprobe is used), ``--msprobe-runs``
-      times;
-    - ``nbprec.compare`` in a fresh interpreter (the call alone, as in a notebook), ``--runs`` times; torch is
-      not imported (nbprec reads the ``.pt`` files without it);
-    - ``nbprec compare`` (its CLI, the whole process: start-up, imports, writing the CSV tables), ``--runs``
-      times.
-
-    Prints both throughputs and the ratio msprobe time / nbprec time on medians (target >= 40), the same
-    ratio CLI against CLI, and an agreement check (compared tensor counts, cosine differences on matched
-    names). The machine is shared and noisy: every run's time is printed. nbprec's modules are byte-compiled
-    first, as a regular install compiles them and as msprobe's are (see :func:`compile_bytecode`).
+nbprec's modules are byte-compiled first, as a regular install compiles them and as msprobe's are (see
+:func:`compile_bytecode`). The machine (cores, CPU model, RAM, load average) is printed with the summary.
 
 Usage::
 
     .venv/bin/python bench/compare.py [--size-gb 2] [--tensors 10000] [--skip-msprobe] [--skip-synthetic]
-        [--msprobe-hidden 512,1024] [--runs 5] [--msprobe-runs 2]
+        [--msprobe-hidden 1024] [--runs 5]
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ import math
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,6 +59,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
+import timing  # noqa: E402  (bench/timing.py)
 
 HERE = Path(__file__).resolve().parent
 MSPROBE_VENV = HERE / ".venv-msprobe"
@@ -149,24 +150,13 @@ def payload_files(dump_dir: Path) -> list[Path]:
     return sorted((dump_dir / "tensors").glob("*.npy"))
 
 
-def plain_read_pass(dirs: list[Path]) -> tuple[float, float]:
-    """(wall, CPU) seconds of one mmap read pass over every payload (each value summed once in float64)."""
-    start, cpu = time.perf_counter(), time.process_time()
-    total = 0.0
-    for folder in dirs:
-        for file in payload_files(folder):
-            array = np.load(file, mmap_mode="r", allow_pickle=False)
-            with np.errstate(all="ignore"):
-                total += float(np.add.reduce(array.reshape(-1), dtype=np.float64))
-            del array
-    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-    if total == 1.2345:  # keep the sums alive
-        print(total)
-    return elapsed, cpu
+def dump_files(*dirs: Path) -> list[Path]:
+    """Every file under the dump folders (what a plain read of the dumps reads)."""
+    return [f for d in dirs for f in sorted(d.rglob("*")) if f.is_file()]
 
 
 def run_child(target: Path, bench: Path, out: Path, workers: int | None) -> dict:
-    """Run ``nbprec.compare`` in a fresh interpreter; return its timing and memory report."""
+    """Run ``nbprec.compare`` in a fresh interpreter that times its own call; return its report."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(target), str(bench), str(out)]
     if workers is not None:
         cmd += ["--workers", str(workers)]
@@ -174,6 +164,13 @@ def run_child(target: Path, bench: Path, out: Path, workers: int | None) -> dict
     if proc.returncode != 0:
         raise RuntimeError(f"compare child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return json.loads(out.with_suffix(".json").read_text())
+
+
+def nbprec_cli(target: Path, bench: Path, out: Path) -> float:
+    """Whole-process seconds of ``nbprec compare TARGET BENCH -o OUT`` (all its tables written)."""
+    nbprec_bin = str(Path(sys.executable).parent / "nbprec")
+    cmd = [nbprec_bin, "compare", str(target), str(bench), "-o", str(out), "--no-progress"]
+    return timing.whole_process(cmd, ok=(0, 1), env=USER_ENV)  # 1: failing ops found
 
 
 def _proc_status_kib(key: str) -> int:
@@ -223,6 +220,9 @@ def child_main(target: str, bench: str, out: str, workers: int | None) -> None:
     comp = nbprec.compare(target, bench, workers=workers)
     seconds = time.perf_counter() - start
     cpu_seconds = cpu_now() - cpu
+    start_csv = time.perf_counter()  # the file msprobe's compare function writes: the same layout
+    comp.to_csv(Path(out).with_name(Path(out).stem + "_msprobe_layout.csv"), layout="msprobe")
+    csv_seconds = time.perf_counter() - start_csv
     cpu_after = resource.getrusage(resource.RUSAGE_SELF)
     # VmHWM after the reset is the peak of the compare itself; ru_maxrss (KiB on Linux) if no reset. Worker
     # processes (forked) count separately: their largest peak is added (an upper bound of the total).
@@ -233,6 +233,7 @@ def child_main(target: str, bench: str, out: str, workers: int | None) -> None:
     table[columns].to_csv(out, index=False)
     report = {
         "seconds": seconds,
+        "csv_seconds": csv_seconds,
         "kernel": KERNEL,
         "cpu_seconds": cpu_seconds,
         "rss_before_kib": rss_before,
@@ -246,8 +247,54 @@ def child_main(target: str, bench: str, out: str, workers: int | None) -> None:
     Path(out).with_suffix(".json").write_text(json.dumps(report))
 
 
+def nbprec_sides(target: Path, bench: Path, files: list[Path], out: Path, workers: int | None) -> tuple[dict, dict]:
+    """The runners of nbprec's sides and the plain read on one pair, and the lists they fill.
+
+    Runners (each returns seconds): ``nbprec.compare`` (in-process: the call, timed by its child),
+    ``nbprec compare CLI`` (whole process) and ``plain read`` (the read loop, timed by its child; the whole
+    read process goes to ``runs["plain read process"]``)."""
+    runs: dict[str, list] = {"children": [], "plain read process": []}
+
+    def api() -> float:
+        runs["children"].append(run_child(target, bench, out / "table.csv", workers))
+        return runs["children"][-1]["seconds"]
+
+    def read() -> float:
+        result = timing.plain_read(files)
+        runs["plain read process"].append(result["process_seconds"])
+        return result["seconds"]
+
+    runners = {
+        "nbprec.compare": api,
+        "nbprec compare CLI": lambda: nbprec_cli(target, bench, out / "cli"),
+        "plain read": read,
+    }
+    return runners, runs
+
+
+def read_figures(res: dict, times: dict, runs: dict) -> None:
+    """Medians of the nbprec and plain-read sides into ``res``."""
+    med = {name: timing.median(values) for name, values in times.items()}
+    children = runs["children"]
+    res.update(
+        api_s=med["nbprec.compare"],
+        api_all=times["nbprec.compare"],
+        api_csv_s=timing.median([c["seconds"] + c["csv_seconds"] for c in children]),
+        api_cpu=timing.median([c["cpu_seconds"] for c in children]),
+        cli_s=med["nbprec compare CLI"],
+        cli_all=times["nbprec compare CLI"],
+        read_s=med["plain read"],
+        read_all=times["plain read"],
+        read_process_s=timing.median(runs["plain read process"]),
+        read_process_all=runs["plain read process"],
+        rows=children[-1]["rows"],
+        compared=children[-1]["compared"],
+        first_failing=children[-1]["first_failing_op"],
+    )
+
+
 def part_synthetic(args: argparse.Namespace, tmp: Path) -> dict:
-    """Part (a): write the synthetic pair, time the plain read pass and the compare."""
+    """Part (a): write the synthetic pair; time nbprec (in-process and whole process) and the plain read."""
     print(f"== (a) synthetic pair: {args.size_gb} GB, >= {args.tensors} tensors ==", flush=True)
     start = time.perf_counter()
     with np.errstate(over="ignore"):
@@ -260,45 +307,21 @@ def part_synthetic(args: argparse.Namespace, tmp: Path) -> dict:
         flush=True,
     )
     dirs = [tmp / "target", tmp / "bench"]
-    reads = [plain_read_pass(dirs)]
-    print(
-        f"plain read pass (mmap, np.add.reduce float64): {reads[0][0]:7.2f} s  {mb / reads[0][0]:7.0f} MB/s", flush=True
+    files = dump_files(*dirs)
+    files_mb = sum(f.stat().st_size for f in files) / MB
+    timing.plain_read(files)  # warm-up: the page cache holds both dumps from here on
+    runners, runs = nbprec_sides(dirs[0], dirs[1], files, tmp, args.workers)
+    times = timing.interleave(runners, args.runs)
+    res: dict = {"tensors": facts["tensors"], "mb": mb, "files_mb": files_mb}
+    read_figures(res, times, runs)
+    child = runs["children"][-1]
+    res.update(
+        largest_pair_mb=facts["largest_elements"] * (4 + 2) / MB,
+        peak_rss_mb=max(c["rss_peak_kib"] for c in runs["children"]) * 1024 / MB,
+        worker_rss_mb=max(c.get("rss_children_kib", 0) for c in runs["children"]) * 1024 / MB,
+        base_rss_mb=child["rss_before_kib"] * 1024 / MB,
     )
-    child = run_child(dirs[0], dirs[1], tmp / "synthetic_table.csv", args.workers)
-    t_cmp = child["seconds"]
-    print(f"nbprec.compare:                                {t_cmp:7.2f} s  {mb / t_cmp:7.0f} MB/s", flush=True)
-    reads.append(plain_read_pass(dirs))
-    print(
-        f"plain read pass again:                         {reads[1][0]:7.2f} s  {mb / reads[1][0]:7.0f} MB/s", flush=True
-    )
-    t_read, cpu_read = min(reads)
-    largest_mb = facts["largest_elements"] * (4 + 2) / MB
-    peak_mb = child["rss_peak_kib"] * 1024 / MB
-    worker_mb = child.get("rss_children_kib", 0) * 1024 / MB
-    base_mb = child["rss_before_kib"] * 1024 / MB
-    print(
-        f"compare: peak RSS {peak_mb:.0f} MB, largest worker process {worker_mb:.0f} MB (shares the parent's pages; "
-        f"RSS before the call {base_mb:.0f} MB); largest tensor pair "
-        f"{largest_mb:.0f} MB; dump {mb:.0f} MB; {child['compared']} of {child['rows']} rows compared as tensors",
-        flush=True,
-    )
-    return {
-        "a_tensors": facts["tensors"],
-        "a_mb": mb,
-        "a_largest_pair_mb": largest_mb,
-        "a_read_s": t_read,
-        "a_read_cpu": cpu_read,
-        "a_compare_s": t_cmp,
-        "a_compare_cpu": child["cpu_seconds"],
-        "a_ratio": t_cmp / t_read,
-        "a_ratio_cpu": child["cpu_seconds"] / cpu_read,
-        "a_peak_rss_mb": peak_mb,
-        "a_worker_rss_mb": worker_mb,
-        "a_base_rss_mb": base_mb,
-        "a_compared": child["compared"],
-        "a_rows": child["rows"],
-        "a_first_failing": child["first_failing_op"],
-    }
+    return {"a": res}
 
 
 # -- (b) msprobe ---------------------------------------------------------------------------------------
@@ -337,117 +360,88 @@ def read_msprobe_csv(out_dir: Path):
     return pd.read_csv(files[-1])
 
 
-def _tail(proc: subprocess.CompletedProcess) -> str:
-    return f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else math.nan
-
-
-def _times(values: list[float]) -> str:
-    return " ".join(f"{v:.2f}" for v in values)
+# msprobe's compare function in a child of msprobe's virtualenv, timed by the child: the arguments parsed by
+# msprobe's own parser (its CLI defaults), the modules the call uses imported before the clock starts.
+# argv: target dump.json, bench dump.json, output folder.
+_MSPROBE_FUNCTION = """
+import argparse, json, sys, time
+from msprobe.core.compare.auto_compare import compare_auto_mode
+from msprobe.core.compare.utils import _compare_parser
+import msprobe.pytorch.compare.pt_compare
+parser = argparse.ArgumentParser()
+_compare_parser(parser)
+args = parser.parse_args(["-tp", sys.argv[1], "-gp", sys.argv[2], "-o", sys.argv[3]])
+start = time.perf_counter()
+compare_auto_mode(args)
+print("RESULT " + json.dumps({"seconds": time.perf_counter() - start}))
+"""
 
 
 def msprobe_one_size(args: argparse.Namespace, python: Path, tmp: Path, hidden: int) -> dict:
-    """Part (b) at one hidden size: msprobe writes both dumps; msprobe and nbprec compare them."""
+    """Part (b) at one hidden size: msprobe writes both dumps; msprobe, nbprec and a plain read, interleaved."""
     import pandas as pd
 
-    root = tmp / f"msprobe_h{hidden}"
+    root = Path(args.msprobe_dumps) if args.msprobe_dumps else tmp / f"msprobe_h{hidden}"
     start = time.perf_counter()
-    cmd = [str(python), str(HERE / "msprobe_dump.py"), "--out", str(root), "--layers", str(args.msprobe_layers)]
-    cmd += ["--hidden", str(hidden)]
-    subprocess.run(cmd, check=True, capture_output=not args.verbose)
+    if not args.msprobe_dumps:
+        cmd = [str(python), str(HERE / "msprobe_dump.py"), "--out", str(root), "--layers", str(args.msprobe_layers)]
+        cmd += ["--hidden", str(hidden)]
+        subprocess.run(cmd, check=True, capture_output=not args.verbose)
     target = root / "bf16" / "step0"
     bench = root / "fp32" / "step0"
     t_json, b_json = target / "rank0" / "dump.json", bench / "rank0" / "dump.json"
     mb = (dump_bytes(target) + dump_bytes(bench)) / MB
+    files = dump_files(target, bench)
+    files_mb = sum(f.stat().st_size for f in files) / MB
     n_api = len(json.loads(t_json.read_text())["data"])
     print(
         f"-- hidden {hidden}: msprobe dumped {n_api} API calls per run (L1, forward), {mb:.0f} MB of .pt payloads "
-        f"over both runs in {time.perf_counter() - start:.1f} s",
+        f"over both runs ({files_mb:.0f} MB of files) in {time.perf_counter() - start:.1f} s",
         flush=True,
     )
+    work = tmp / f"out_h{hidden}"
+    work.mkdir()
+    msprobe_bin = str(python.parent / "msprobe")
+    counter = iter(range(1 << 30))
 
-    msprobe_bin = python.parent / "msprobe"
-    start = time.perf_counter()
-    subprocess.run([str(msprobe_bin), "-h"], capture_output=True, check=False)
-    t_startup = time.perf_counter() - start
-    t_msprobe = []
-    for run in range(args.msprobe_runs):
-        out = tmp / f"msprobe_compare_h{hidden}_{run}"
+    def msprobe_cli() -> float:
+        out = work / f"msprobe_cli_{next(counter)}"
         out.mkdir()
-        start = time.perf_counter()
-        proc = subprocess.run(
-            [str(msprobe_bin), "compare", "-tp", str(t_json), "-gp", str(b_json), "-o", str(out)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        t_msprobe.append(time.perf_counter() - start)
-        if proc.returncode != 0:
-            raise RuntimeError(f"msprobe compare failed ({proc.returncode}):\n{_tail(proc)}")
-    ms_median = _median(t_msprobe)
-    print(f"msprobe compare (CLI, whole process): {_times(t_msprobe)} s  median {mb / ms_median:7.1f} MB/s", flush=True)
-    print(f"msprobe start-up alone (msprobe -h):  {t_startup:.2f} s", flush=True)
+        return timing.whole_process([msprobe_bin, "compare", "-tp", str(t_json), "-gp", str(b_json), "-o", str(out)])
 
-    children = [run_child(target, bench, tmp / f"msprobe_table_h{hidden}.csv", args.workers) for _ in range(args.runs)]
-    t_nb = [c["seconds"] for c in children]
-    nb_median = _median(t_nb)
-    print(f"nbprec.compare (the call):            {_times(t_nb)} s  median {mb / nb_median:7.1f} MB/s", flush=True)
-    t_cli = []
-    for _ in range(args.runs):
-        out = tmp / f"nbprec_cli_h{hidden}"
-        start = time.perf_counter()
-        proc = subprocess.run(
-            [str(Path(sys.executable).parent / "nbprec"), "compare", str(target), str(bench), "-o", str(out),
-             "--no-progress"],
-            capture_output=True, text=True, check=False, env=USER_ENV,
-        )  # fmt: skip
-        t_cli.append(time.perf_counter() - start)
-        if proc.returncode not in (0, 1):  # 1: failing ops found
-            raise RuntimeError(f"nbprec compare failed ({proc.returncode}):\n{_tail(proc)}")
-    cli_median = _median(t_cli)
-    print(f"nbprec compare (CLI, whole process):  {_times(t_cli)} s  median {mb / cli_median:7.1f} MB/s", flush=True)
+    def msprobe_function() -> float:
+        out = work / f"msprobe_function_{next(counter)}"
+        out.mkdir()
+        return timing.child(_MSPROBE_FUNCTION, str(t_json), str(b_json), str(out), python=str(python))["seconds"]
 
-    ms = read_msprobe_csv(tmp / f"msprobe_compare_h{hidden}_0")
-    nb = pd.read_csv(tmp / f"msprobe_table_h{hidden}.csv")
+    timing.plain_read(files)  # warm-up: the page cache holds both dumps from here on
+    runners, runs = nbprec_sides(target, bench, files, work, args.workers)
+    runners = {"msprobe compare CLI": msprobe_cli, "msprobe compare function": msprobe_function, **runners}
+    times = timing.interleave(runners, args.runs, label=f"h{hidden} ")
+    res: dict = {"hidden": hidden, "apis": n_api, "mb": mb, "files_mb": files_mb}
+    read_figures(res, times, runs)
+    res.update(
+        msprobe_cli_s=timing.median(times["msprobe compare CLI"]),
+        msprobe_cli_all=times["msprobe compare CLI"],
+        msprobe_fn_s=timing.median(times["msprobe compare function"]),
+        msprobe_fn_all=times["msprobe compare function"],
+    )
+
+    ms = read_msprobe_csv(next(work.glob("msprobe_cli_*")))
+    nb = pd.read_csv(work / "table.csv")
     ms_cos = pd.to_numeric(ms["Cosine"], errors="coerce")
-    ms_compared = int(ms_cos.notna().sum())
     ms_cols = ms.assign(ms_cosine=ms_cos)[["NPU Name", "ms_cosine"]]
     merged = nb.merge(ms_cols, left_on="target_name", right_on="NPU Name")
     both = merged[merged["ms_cosine"].notna() & merged["cosine"].notna()]
     diff = (both["cosine"] - both["ms_cosine"]).abs()
-    child = children[-1]
-    print(
-        f"agreement: msprobe {len(ms)} rows ({ms_compared} with a cosine), nbprec {child['rows']} rows "
-        f"({child['compared']} compared as tensors); {len(both)} names with both cosines, "
-        f"|cosine difference| median {diff.median():.2e}, max {diff.max():.2e}",
-        flush=True,
+    res.update(
+        ms_rows=len(ms),
+        ms_compared=int(ms_cos.notna().sum()),
+        matched=len(both),
+        cos_median=float(diff.median()) if len(diff) else math.nan,
+        cos_max=float(diff.max()) if len(diff) else math.nan,
     )
-    return {
-        "hidden": hidden,
-        "apis": n_api,
-        "mb": mb,
-        "msprobe_s": ms_median,
-        "msprobe_all": t_msprobe,
-        "msprobe_startup_s": t_startup,
-        "nbprec_s": nb_median,
-        "nbprec_all": t_nb,
-        "nbprec_best": min(t_nb),
-        "nbprec_cpu": _median([c["cpu_seconds"] for c in children]),
-        "cli_s": cli_median,
-        "ratio": ms_median / nb_median,
-        "ratio_cli": ms_median / cli_median,
-        "ratio_no_startup": (ms_median - t_startup) / nb_median,
-        "ms_rows": len(ms),
-        "ms_compared": ms_compared,
-        "nb_rows": child["rows"],
-        "nb_compared": child["compared"],
-        "matched": len(both),
-        "cos_median": float(diff.median()) if len(diff) else math.nan,
-        "cos_max": float(diff.max()) if len(diff) else math.nan,
-    }
+    return res
 
 
 def part_msprobe(args: argparse.Namespace, tmp: Path) -> dict:
@@ -455,46 +449,73 @@ def part_msprobe(args: argparse.Namespace, tmp: Path) -> dict:
     print("== (b) msprobe dumps written by msprobe (mindstudio-probe) ==", flush=True)
     python = ensure_msprobe_venv()
     sizes = [int(h) for h in str(args.msprobe_hidden).split(",") if h.strip()]
+    sizes = sizes[:1] if args.msprobe_dumps else sizes
     return {"b": [msprobe_one_size(args, python, tmp, hidden) for hidden in sizes]}
 
 
-def summary(res: dict) -> None:
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def _nbprec_lines(r: dict) -> list[str]:
+    """The nbprec and plain-read lines of one pair (medians; every run in parentheses)."""
+    mb = r["mb"]
+    return [
+        "    in-process (a child times its own call, after its imports):",
+        f"      nbprec.compare          {r['api_s']:8.3f} s  {mb / r['api_s']:8.0f} MB/s  "
+        f"(runs {timing.runs_text(r['api_all'])};"
+        f" CPU {r['api_cpu']:.2f} s; with writing the msprobe-layout CSV {r['api_csv_s']:.3f} s)",
+        f"      plain read loop         {r['read_s']:8.3f} s  {mb / r['read_s']:8.0f} MB/s  "
+        f"(runs {timing.runs_text(r['read_all'])})",
+        f"      nbprec.compare / read   {r['api_s'] / r['read_s']:8.2f}   target <= 2.5: "
+        f"{_verdict(r['api_s'] / r['read_s'] <= 2.5)}",
+        "    whole process (the parent's clock around the process):",
+        f"      nbprec compare -o OUT   {r['cli_s']:8.3f} s  {mb / r['cli_s']:8.0f} MB/s  "
+        f"(runs {timing.runs_text(r['cli_all'])})",
+        f"      plain read process      {r['read_process_s']:8.3f} s  {mb / r['read_process_s']:8.0f} MB/s"
+        f"  (runs {timing.runs_text(r['read_process_all'])})",
+        f"      nbprec CLI / read       {r['cli_s'] / r['read_process_s']:8.2f}   target <= 2.5: "
+        f"{_verdict(r['cli_s'] / r['read_process_s'] <= 2.5)}",
+    ]
+
+
+def summary(res: dict, runs: int) -> None:
     """The final block: every figure of the run."""
-    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
-    lines = ["", "=================== bench/compare.py summary ===================="]
     from nbprec.compare.metrics import KERNEL
 
-    lines.append(f"{os.cpu_count()} cores, load average {load}; numpy {np.__version__}; nbprec metric kernel {KERNEL}")
-    if "a_ratio" in res:
-        ok = "met" if res["a_ratio"] <= 2.5 else "MISSED"
+    lines = ["", "=================== bench/compare.py summary ===================="]
+    lines.append(f"machine: {timing.machine()}")
+    lines.append(
+        f"numpy {np.__version__}; nbprec metric kernel {KERNEL}; medians of {runs} interleaved runs, warm page cache"
+    )
+    if "a" in res:
+        a = res["a"]
         lines += [
-            f"(a) synthetic nbprec-format pair: {res['a_tensors']} tensor pairs, {res['a_mb']:.0f} MB over both dumps",
-            f"    plain read pass       {res['a_read_s']:7.2f} s  {res['a_mb'] / res['a_read_s']:7.0f} MB/s"
-            f"  (CPU {res['a_read_cpu']:.2f} s)",
-            f"    nbprec.compare        {res['a_compare_s']:7.2f} s  {res['a_mb'] / res['a_compare_s']:7.0f} MB/s"
-            f"  (CPU {res['a_compare_cpu']:.2f} s, all threads and worker processes)",
-            f"    compare / read        {res['a_ratio']:7.2f}   target <= 2.5: {ok}"
-            f"  (CPU-time ratio {res['a_ratio_cpu']:.2f})",
-            f"    peak RSS of compare   {res['a_peak_rss_mb']:7.0f} MB, largest worker {res['a_worker_rss_mb']:.0f} MB"
-            f"  (before the call {res['a_base_rss_mb']:.0f} MB; "
-            f"largest tensor pair {res['a_largest_pair_mb']:.0f} MB; dump {res['a_mb']:.0f} MB)",
-            f"    {res['a_compared']}/{res['a_rows']} rows compared; first failing op: {res['a_first_failing']}",
+            f"(a) synthetic nbprec-format pair: {a['tensors']} tensor pairs, {a['mb']:.0f} MB of payload over both"
+            f" dumps ({a['files_mb']:.0f} MB of files read by the plain read)",
+            *_nbprec_lines(a),
+            f"    peak RSS of nbprec.compare {a['peak_rss_mb']:.0f} MB, largest worker {a['worker_rss_mb']:.0f} MB"
+            f" (before the call {a['base_rss_mb']:.0f} MB; largest tensor pair {a['largest_pair_mb']:.0f} MB)",
+            f"    {a['compared']}/{a['rows']} rows compared; first failing op: {a['first_failing']}",
         ]
     for b in res.get("b", []):
-        ok = "met" if b["ratio"] >= 40 else "MISSED"
+        ratio_cli = b["msprobe_cli_s"] / b["cli_s"]
+        ratio_fn = b["msprobe_fn_s"] / b["api_s"]
+        ratio_fn_csv = b["msprobe_fn_s"] / b["api_csv_s"]
         lines += [
             f"(b) msprobe-written dumps (L1 tensor, bf16 vs fp32), hidden {b['hidden']}: {b['apis']} API calls per "
-            f"run, {b['mb']:.0f} MB over both",
-            f"    msprobe compare       {b['msprobe_s']:7.2f} s  {b['mb'] / b['msprobe_s']:7.1f} MB/s"
-            f"  (median of {len(b['msprobe_all'])}; CLI process, its start-up alone {b['msprobe_startup_s']:.1f} s)",
-            f"    nbprec.compare        {b['nbprec_s']:7.3f} s  {b['mb'] / b['nbprec_s']:7.1f} MB/s"
-            f"  (median of {len(b['nbprec_all'])}, best {b['nbprec_best']:.3f} s; CPU {b['nbprec_cpu']:.2f} s)",
-            f"    nbprec compare (CLI)  {b['cli_s']:7.2f} s  {b['mb'] / b['cli_s']:7.1f} MB/s"
-            "  (whole process, tables written)",
-            f"    msprobe / nbprec      {b['ratio']:7.1f}   target >= 40: {ok}",
-            f"      CLI against CLI: {b['ratio_cli']:.1f}; msprobe without its start-up: {b['ratio_no_startup']:.1f}",
+            f"run, {b['mb']:.0f} MB of .pt over both ({b['files_mb']:.0f} MB of files)",
+            *_nbprec_lines(b),
+            f"      msprobe compare -o OUT  {b['msprobe_cli_s']:8.2f} s  {b['mb'] / b['msprobe_cli_s']:8.1f} MB/s"
+            f"  (runs {timing.runs_text(b['msprobe_cli_all'])})",
+            f"      msprobe / nbprec CLI    {ratio_cli:8.1f}   target >= 30: {_verdict(ratio_cli >= 30)}",
+            "    in-process, msprobe's compare function (compare_auto_mode, its CSV written):",
+            f"      msprobe function        {b['msprobe_fn_s']:8.2f} s  {b['mb'] / b['msprobe_fn_s']:8.1f} MB/s"
+            f"  (runs {timing.runs_text(b['msprobe_fn_all'])})",
+            f"      msprobe / nbprec.compare {ratio_fn:7.1f}   target >= 20: {_verdict(ratio_fn >= 20)}"
+            f"  (nbprec.compare with writing its msprobe-layout CSV: {ratio_fn_csv:.1f})",
             f"    agreement: msprobe {b['ms_compared']}/{b['ms_rows']} rows with a cosine, nbprec "
-            f"{b['nb_compared']}/{b['nb_rows']} compared; {b['matched']} names in both, "
+            f"{b['compared']}/{b['rows']} compared; {b['matched']} names in both, "
             f"|cosine diff| median {b['cos_median']:.1e}, max {b['cos_max']:.1e}",
         ]
     lines.append("=================================================================")
@@ -518,15 +539,18 @@ def main() -> None:
     parser.add_argument("--tensors", type=int, default=10000, help="synthetic tensor pairs (at least)")
     parser.add_argument("--workers", type=int, default=None, help="nbprec.compare workers (default: its own)")
     parser.add_argument("--msprobe-layers", type=int, default=8, help="blocks of the msprobe model")
-    parser.add_argument("--msprobe-hidden", default="512,1024", help="hidden sizes of the msprobe model, e.g. 1024")
-    parser.add_argument("--runs", type=int, default=5, help="nbprec runs per msprobe pair (medians are compared)")
-    parser.add_argument("--msprobe-runs", type=int, default=2, help="msprobe compare runs per pair")
+    parser.add_argument("--msprobe-hidden", default="1024", help="hidden sizes of the msprobe model, e.g. 512,1024")
+    parser.add_argument("--runs", type=int, default=5, help="interleaved runs of every side (at least 5)")
+    parser.add_argument(
+        "--msprobe-dumps", metavar="DIR", help="an msprobe pair made by bench/msprobe_dump.py --out DIR (not re-made)"
+    )
     parser.add_argument("--skip-msprobe", action="store_true", help="skip part (b)")
     parser.add_argument("--skip-synthetic", action="store_true", help="skip part (a)")
     parser.add_argument("--keep", metavar="DIR", help="write the data under DIR and keep it")
     parser.add_argument("--verbose", action="store_true", help="show msprobe's own output")
     parser.add_argument("--child", nargs=3, metavar=("TARGET", "BENCH", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.runs = max(5, args.runs)
     if args.child:
         child_main(*args.child, args.workers)
         return
@@ -552,7 +576,7 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
-        summary(results)
+        summary(results, args.runs)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ the NPU holds the TensorFlow value with a relative error growing with depth, rou
 GELU is planted faulty. Shapes, dtypes, formats, padding, file counts and the graph are those of the
 network. ``--size-mb`` (both dumps) sets the batch; the weights alone are about 180 MB.
 
-Timed in this process, interleaved (the order rotates every round), medians of ``--runs`` (at least 5), after
-an untimed warm-up of each (so the page cache is warm for all three):
+All three are in-process figures, timed the same way: each call in this process (its imports done before
+the clock starts), interleaved (the order rotates every round), medians of ``--runs`` (at least 5), after an
+untimed warm-up of each (so the page cache is warm for all three); see ``bench/timing.py``:
 
 (a) ``nbprec.compare(npu, tf, graph=graph)``, the whole call: open both dumps, read the graph, match through
     the fusion records, read, convert the storage formats, measure.
@@ -33,7 +34,8 @@ an untimed warm-up of each (so the page cache is warm for all three):
     CSV writing and logging are left out. Like msaccucmp it spreads the ops over ``(cores + 1) // 2`` forked
     processes (one process on two cores). Rank-4 FRACTAL_NZ results, which its converter returns with the
     batch dims merged, are reshaped to the benchmark shape so that every pair is measured.
-(c) A plain read pass: every byte of every file of both dumps read into a buffer (``readinto``).
+(c) A plain read pass: every byte of every file of both dumps read with 8 MiB ``readinto`` calls (what
+    ``cat`` does; :func:`timing.read_files`).
 
 Prints the throughput (MB/s of dump bytes: the files of both dumps), the ratios msaccucmp / nbprec (target
 >= 20) and nbprec / plain read (target <= 3), the machine and the sizes. nbprec is byte-compiled first.
@@ -62,6 +64,7 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+import timing  # bench/timing.py
 from npu_case import MB, NpuOp, Tensor, build, choose_batch, dump_files, write_case
 
 GENERATOR = 4  # bump when the data written changes: cached data of another version is rewritten
@@ -228,15 +231,6 @@ def run_msaccucmp(m: dict[str, ModuleType], work: list) -> list[str]:
 # -- timing -----------------------------------------------------------------------------------------------
 
 
-def plain_read(files: list[Path], buf: bytearray) -> None:
-    """Read every byte of every file into ``buf`` (1 MiB at a time)."""
-    view = memoryview(buf)
-    for file in files:
-        with open(file, "rb", buffering=0) as fh:
-            while fh.readinto(view):
-                pass
-
-
 def cpu_seconds() -> float:
     import resource
 
@@ -279,17 +273,17 @@ def main() -> None:
     npu_dir, tf_dir, graph = root / "npu", root / "tf", root / "ge_proto_00000001_Build.txt"
     files = dump_files(root)
     mb = sum(f.stat().st_size for f in files) / MB
-    buf = bytearray(1 << 20)
+    buf = bytearray(8 << 20)  # the plain read: 8 MiB readinto calls, as cat
     m, why = (None, "--skip-msaccucmp") if args.skip_msaccucmp else load_msaccucmp()
 
-    plain_read(files, buf)  # warm-up: the page cache holds both dumps from here on
+    timing.read_files(files, buf)  # warm-up: the page cache holds both dumps from here on
     comp = nbprec.compare(npu_dir, tf_dir, graph=graph)
     npu_dump, tf_dump = nbprec.open(npu_dir, format="cann", graph=graph), nbprec.open(tf_dir)
     work = msaccucmp_work(comp, npu_dump, tf_dump)
     pairs = sum(len(t) for _, t in work)
     formats = npu_dump.index["storage_format"].value_counts().to_dict()
     runners: dict[str, Callable[[], object]] = {
-        "plain read": lambda: plain_read(files, buf),
+        "plain read": lambda: timing.read_files(files, buf),
         "nbprec.compare": lambda: nbprec.compare(npu_dir, tf_dir, graph=graph),
     }
     if m is not None:
@@ -310,8 +304,7 @@ def main() -> None:
     lines = [
         "",
         "==================== bench/npu.py summary ====================",
-        f"machine: {os.cpu_count()} cores ({cores} usable), load {', '.join(f'{v:.1f}' for v in os.getloadavg())}; "
-        f"numpy {np.__version__}; nbprec kernel {KERNEL}",
+        f"machine: {timing.machine()} ({cores} cores usable); numpy {np.__version__}; nbprec kernel {KERNEL}",
         f"case: R50+ViT-S hybrid ({'quick toy' if args.quick else 'full'}: image {cfg['image']}, batch "
         f"{facts['batch']}, {cfg['layers']} encoder layers), {facts['npu_ops']} NPU dump files "
         f"({facts['fused_ops']} fused ops), {facts['tf_tensors']} TensorFlow .npy files; NPU dump "
@@ -319,7 +312,7 @@ def main() -> None:
         f"{mb:.0f} MB; {'cached at' if facts['cached'] else 'written to'} {root}"
         + ("" if facts["cached"] else f" in {facts['write_s']:.0f} s"),
         f"NPU tensors by storage format: {formats}; {pairs} matched pairs compared ({len(comp.table)} NPU tensors)",
-        f"timings: medians of {args.runs} interleaved runs in this process, warm page cache",
+        f"timings: in-process, medians of {args.runs} interleaved runs in this process, warm page cache",
     ]
     for name in names:
         lines.append(

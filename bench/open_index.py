@@ -9,14 +9,15 @@ Builds, in a temporary folder that is removed afterwards:
 - a CANN NPU dump tree of ``--tensors / 3`` dump files (two inputs and one output each, NC1HWC0 and ND, with
   original-op records), for the cann reader, which reads every file's header (a small protobuf message).
 
-For each it times, in the same process, the baseline (listing the files with ``os.scandir``) and
-``nbprec.open``; for the nbprec dump also the fallback path that parses ``index.jsonl`` when the column cache
-is absent (as after a crash). Prints the best of ``--repeat`` runs and the ratio to the baseline.
+For each it times, in the same process (in-process against in-process, ``bench/timing.py``), the baseline
+(listing the files with ``os.scandir``) and ``nbprec.open``, interleaved (the order rotates every round); for
+the nbprec dump also the fallback path that parses ``index.jsonl`` when the column cache is absent (as after a
+crash). Prints every run, the medians of ``--repeat`` runs (at least 5) and their ratio.
 Target: ``nbprec.open`` of the nbprec dump under 2 s.
 
 Usage::
 
-    .venv/bin/python bench/open_index.py [--tensors 100000] [--small-elems 32] [--large-elems 4096] [--repeat 3]
+    .venv/bin/python bench/open_index.py [--tensors 100000] [--small-elems 32] [--large-elems 4096] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import timing  # bench/timing.py
 
 import nbprec
 from nbprec.formats.native import COLUMNS_FILE, NativeDumpWriter
@@ -112,19 +115,31 @@ def list_files(folder: Path) -> int:
     return count
 
 
-def best_of(repeat: int, func: Callable[[], object]) -> tuple[float, float, object]:
-    """Best wall time and best CPU time of ``repeat`` calls, and the last result.
+def timed(func: Callable[[], object]) -> tuple[float, float, object]:
+    """Wall and CPU seconds (this process: the machine may be shared, CPU time stays close to the true cost)
+    of one call, and its result."""
+    start, start_cpu = time.perf_counter(), time.process_time()
+    result = func()
+    return time.perf_counter() - start, time.process_time() - start_cpu, result
 
-    The CPU time (this process only) is printed too because the machine may be shared: when other
-    processes compete for the cores, wall time grows but CPU time stays close to the true cost.
-    """
-    best, best_cpu, result = float("inf"), float("inf"), None
-    for _ in range(repeat):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        result = func()
-        best = min(best, time.perf_counter() - start)
-        best_cpu = min(best_cpu, time.process_time() - start_cpu)
-    return best, best_cpu, result
+
+def medians(repeat: int, listing: Callable[[], object], opening: Callable[[], object]) -> tuple:
+    """``repeat`` interleaved runs of the listing baseline and of the opening: (median listing seconds, files
+    listed, median opening seconds, median opening CPU seconds, the last opened dump)."""
+    lists, opens, cpus, files, dump = [], [], [], 0, None
+    for run in range(max(5, repeat)):
+        pair = (("list", listing), ("open", opening))
+        for kind, func in pair if run % 2 == 0 else pair[::-1]:
+            wall, cpu, result = timed(func)
+            if kind == "list":
+                lists.append(wall)
+                files = result
+            else:
+                opens.append(wall)
+                cpus.append(cpu)
+                dump = result
+        print(f"    run {run + 1}: list {lists[-1]:.3f} s, open {opens[-1]:.3f} s", flush=True)
+    return statistics.median(lists), files, statistics.median(opens), statistics.median(cpus), dump
 
 
 def report(label: str, listing: float, files: int, opening: float, cpu: float, tensors: int) -> None:
@@ -140,12 +155,15 @@ def main() -> None:
     parser.add_argument("--tensors", type=int, default=100_000)
     parser.add_argument("--small-elems", type=int, default=32)
     parser.add_argument("--large-elems", type=int, default=4096)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5, help="interleaved runs (at least 5)")
     parser.add_argument("--tmp", default=None, help="parent folder for the generated data (default: system temp)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="nbprec-bench-open-", dir=args.tmp))
-    print(f"nbprec.open benchmark: {args.tensors} tensors, best of {args.repeat}, data in {root} (removed after)")
-    print(f"  load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
+    runs = max(5, args.repeat)
+    print(
+        f"nbprec.open benchmark: {args.tensors} tensors, in-process medians of {runs} interleaved runs, data in {root}"
+    )
+    print(f"  machine: {timing.machine()}")
     try:
         for label, elems in (("small", args.small_elems), ("large", args.large_elems)):
             folder = root / f"native-{label}"
@@ -154,13 +172,16 @@ def main() -> None:
             size = sum(p.stat().st_size for p in (folder / "tensors").iterdir()) / 2**20
             took = time.perf_counter() - start
             print(f"  built nbprec dump ({elems} float32 per tensor, {size:.0f} MiB of payload) in {took:.1f} s")
-            listing, _, files = best_of(args.repeat, lambda f=folder: list_files(f))
-            opening, cpu, dump = best_of(args.repeat, lambda f=folder: nbprec.open(f))
+            listing, files, opening, cpu, dump = medians(
+                args.repeat, lambda f=folder: list_files(f), lambda f=folder: nbprec.open(f)
+            )
             assert len(dump) == args.tensors and dump.problems.empty, dump.problems  # type: ignore[arg-type]
             report(f"nbprec, {label} payloads ({elems} el.)", listing, files, opening, cpu, len(dump))  # type: ignore[arg-type]
             cache = folder / COLUMNS_FILE
             cache.rename(folder / "cache.off")
-            fallback, cpu, dump = best_of(args.repeat, lambda f=folder: nbprec.open(f))
+            listing, files, fallback, cpu, dump = medians(
+                args.repeat, lambda f=folder: list_files(f), lambda f=folder: nbprec.open(f)
+            )
             (folder / "cache.off").rename(cache)
             report(f"nbprec, {label}, index.jsonl only", listing, files, fallback, cpu, len(dump))  # type: ignore[arg-type]
             shutil.rmtree(folder)
@@ -168,17 +189,19 @@ def main() -> None:
         start = time.perf_counter()
         build_tf(folder, args.tensors, args.small_elems)
         print(f"  built TensorFlow npy folder in {time.perf_counter() - start:.1f} s")
-        listing, _, files = best_of(args.repeat, lambda: list_files(folder))
-        opening, cpu, dump = best_of(args.repeat, lambda: nbprec.open(folder, format="tf_npy"))
+        listing, files, opening, cpu, dump = medians(
+            args.repeat, lambda: list_files(folder), lambda: nbprec.open(folder, format="tf_npy")
+        )
         report("tf_npy (format given)", listing, files, opening, cpu, len(dump))  # type: ignore[arg-type]
-        guessed, cpu, dump = best_of(1, lambda: nbprec.open(folder))
+        guessed, cpu, dump = timed(lambda: nbprec.open(folder))  # once: every probe runs
         report("tf_npy (format guessed, all probes)", listing, files, guessed, cpu, len(dump))  # type: ignore[arg-type]
         folder = root / "cann"
         start = time.perf_counter()
         n_files = build_cann(folder, args.tensors)
         print(f"  built CANN dump tree of {n_files} files in {time.perf_counter() - start:.1f} s")
-        listing, _, files = best_of(args.repeat, lambda: list_files(folder))
-        opening, cpu, dump = best_of(args.repeat, lambda: nbprec.open(folder, format="cann"))
+        listing, files, opening, cpu, dump = medians(
+            args.repeat, lambda: list_files(folder), lambda: nbprec.open(folder, format="cann")
+        )
         assert dump.problems.empty, dump.problems  # type: ignore[union-attr]
         report("cann (format given)", listing, files, opening, cpu, len(dump))  # type: ignore[arg-type]
     finally:

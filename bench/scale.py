@@ -1,8 +1,9 @@
 """Large-model scale (issue 19): a million-tensor index, a tensor pair larger than memory, a 10 GB dump pair.
 
-Every figure is whole process against whole process: each measurement runs in a fresh Python child that
-imports nbprec, does one thing, and reports its wall time and peak resident memory (``ru_maxrss``); its
-baseline is a child that reads the same files plainly (8 MiB ``readinto`` calls, what ``cat`` does).
+Every figure is whole process against whole process (``bench/timing.py``): each measurement runs in a fresh
+Python child that imports nbprec, does one thing and reports its peak resident memory (``ru_maxrss``), timed
+by the parent's clock around the process; its baseline is a child that reads the same files plainly (8 MiB
+``readinto`` calls, what ``cat`` does), timed the same way.
 Measured and baseline runs are interleaved and the medians of ``--repeat`` are printed with their ratio.
 The data is generated in ``--tmp`` (default: the system's temporary folder) and removed afterwards.
 
@@ -34,31 +35,17 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from timing import PLAIN_READ as _PLAIN_READ  # bench/timing.py: the plain-read child
+from timing import child
 
 GB = 1 << 30
 BLOCK = 1 << 23  # elements written at a time: 32 MiB of float32
-
-# A child reading files plainly: the baseline. argv: JSON list of paths.
-_PLAIN_READ = """
-import json, resource, sys, time
-start = time.perf_counter()
-buf = bytearray(8 << 20)
-total = 0
-for name in json.loads(sys.argv[1]):
-    with open(name, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            total += n
-print("RESULT " + json.dumps({"seconds": time.perf_counter() - start, "bytes": total,
-      "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-"""
 
 # A child opening a dump's index. argv: the dump path.
 _OPEN_INDEX = """
@@ -82,15 +69,6 @@ print("RESULT " + json.dumps({"seconds": time.perf_counter() - start, "tensors":
       "cosine_min": float(table["cosine"].min()), "reasons": sorted(set(table["reason"].astype(str)) - {""}),
       "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
-
-
-def child(code: str, *args: str) -> dict:
-    """Run ``code`` in a fresh interpreter and return the JSON it printed after ``RESULT``."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode or not lines:
-        raise SystemExit(f"a benchmark child failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def interleaved(measured: tuple[str, ...], baseline: tuple[str, ...], repeat: int) -> tuple[list[dict], list[dict]]:
@@ -141,8 +119,8 @@ def bench_index(tmp: Path, tensors: int, repeat: int) -> None:
     json_file = str(dump / "step0" / "rank0" / "dump.json")
     size = Path(json_file).stat().st_size
     ours, base = interleaved((_OPEN_INDEX, str(dump)), (_PLAIN_READ, json.dumps([json_file])), repeat)
-    seconds, peak = median(ours, "seconds"), max(r["peak_mb"] for r in ours)
-    read = median(base, "seconds")
+    seconds, peak = median(ours, "process_seconds"), max(r["peak_mb"] for r in ours)
+    read = median(base, "process_seconds")
     print(f"index: msprobe dump.json of {ours[0]['tensors']:,} tensors ({size / 1e6:.0f} MB)")
     print(f"  nbprec.open (whole process):  {seconds:6.2f} s   peak RSS {peak:6.0f} MB   (target < 5 s, < 1024 MB)")
     print(f"  plain read of dump.json:      {read:6.2f} s   ratio {seconds / read:.1f}x")
@@ -182,7 +160,8 @@ def bench_pair(tmp: Path, label: str, tensors: int, total_bytes: int, options: d
     size = sum(Path(f).stat().st_size for f in files)
     compare = (_COMPARE, str(target), str(bench), json.dumps(options))
     ours, base = interleaved(compare, (_PLAIN_READ, json.dumps(files)), repeat)
-    seconds, peak, read = median(ours, "seconds"), max(r["peak_mb"] for r in ours), median(base, "seconds")
+    seconds, peak = median(ours, "process_seconds"), max(r["peak_mb"] for r in ours)
+    read = median(base, "process_seconds")
     print(f"{label}: {tensors} tensor pair(s) of {elements * 4 / GB:.2f} GB a side, {size / GB:.1f} GB read in all")
     print(f"  nbprec.compare {options}: {seconds:6.2f} s  {size / seconds / 1e6:7.0f} MB/s  peak RSS {peak:6.0f} MB")
     print(f"  plain read of the payloads:  {read:6.2f} s  {size / read / 1e6:7.0f} MB/s   ratio {seconds / read:.2f}x")

@@ -2,20 +2,16 @@
 
 Open a dump of any supported format with :func:`open`; everything else hangs off the objects it returns.
 Optional layers (PyTorch capture, comparison, widgets) are imported when first used, so ``import nbprec``
-stays light.
+stays light (the ``nbprec`` command imports what its subcommand needs, nothing more).
 """
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
 from nbprec._version import __version__
-
-# The functions `capture` and `compare` share their names with the subpackages that hold them. Importing them
-# here, after their packages, binds the names to the functions for good (a lazy lookup would be shadowed by
-# the submodule as soon as anything imported it). Neither package imports torch or a widget library.
-from nbprec.capture import capture, seed_all
-from nbprec.compare import Comparison, compare
 from nbprec.dump import INDEX_COLUMNS, Dump, Problem
 from nbprec.errors import (
     CaptureError,
@@ -32,8 +28,12 @@ from nbprec.errors import (
 from nbprec.formats import guess_format
 from nbprec.formats import open_dump as open
 
-# Attributes resolved lazily from optional layers.
+# Attributes resolved lazily from optional layers ("module:attribute", or a module).
 _LAZY: dict[str, str] = {
+    "capture": "nbprec.capture:capture",
+    "seed_all": "nbprec.capture:seed_all",
+    "compare": "nbprec.compare:compare",
+    "Comparison": "nbprec.compare:Comparison",
     "explore": "nbprec.widgets:explore",
     "isolate": "nbprec.compare.isolate:isolate",
     "node_info": "nbprec.graph:node_info",
@@ -45,6 +45,11 @@ _LAZY: dict[str, str] = {
     "tf": "nbprec.tf",
 }
 
+# The functions `capture` and `compare` share their names with the subpackages that hold them: importing a
+# subpackage sets it as an attribute of this module, which would shadow the function. These names always
+# mean the functions (as `from nbprec.capture import capture` at import time used to make them).
+_FUNCTIONS_NAMED_AS_PACKAGES = frozenset({"capture", "compare"})
+
 
 def __getattr__(name: str) -> Any:
     target = _LAZY.get(name)
@@ -54,7 +59,21 @@ def __getattr__(name: str) -> Any:
 
     module_name, _, attr = target.partition(":")
     module = importlib.import_module(module_name)
-    return getattr(module, attr) if attr else module
+    value = getattr(module, attr) if attr else module
+    setattr(sys.modules[__name__], name, value)  # found once
+    return value
+
+
+class _Package(types.ModuleType):
+    """This package's module type: keeps ``nbprec.capture`` and ``nbprec.compare`` bound to the functions."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FUNCTIONS_NAMED_AS_PACKAGES and isinstance(value, types.ModuleType):
+            return  # the import system binding the subpackage: the function stays (resolved by __getattr__)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 # Jupyter's entry points (docs/jupyter.md); each imports its module only when called.

@@ -18,9 +18,14 @@ from nbprec.cli.overflow import _cmd_overflow
 from nbprec.cli.reports import _cmd_demo, _cmd_report, _cmd_serve
 from nbprec.errors import NbprecError
 
+# The subcommands whose parsers this module builds; the others (config, model-explorer, diagnose) come from
+# their own packages, imported only when the command line may name them.
+_OWN_COMMANDS = frozenset({"info", "demo", "compare", "isolate", "overflow", "report", "serve", "ni"})
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``nbprec`` command."""
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the ``nbprec`` command; given the ``command`` the arguments name (one of this
+    module's own), the parser of the other packages' subcommands is left out (their imports are not paid)."""
     from nbprec import __version__
     from nbprec.compare.metrics import KERNEL
     from nbprec.formats import READERS
@@ -119,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     ni.add_argument("--depth", type=int, default=2, help="subgraph depth up and down (default 2)")
     ni.add_argument("--svg", metavar="FILE", help="draw the subgraph to this SVG file (needs Graphviz dot)")
     ni.set_defaults(func=_cmd_ni)
+    if command in _OWN_COMMANDS:
+        return parser
     from nbprec.cli.model_explorer import add_model_explorer_parser
     from nbprec.config import add_config_parser
     from nbprec.diagnose import add_diagnose_parser
@@ -134,8 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # names holding bytes that were not UTF-8 print escaped, as on stderr
         if getattr(stream, "errors", "") == "strict" and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_list = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in args_list if not a.startswith("-")), None)
+    parser = build_parser(command) if command in _OWN_COMMANDS else build_parser()
+    args = parser.parse_args(args_list)
     try:
         return int(args.func(args) or 0)
     except NbprecError as exc:

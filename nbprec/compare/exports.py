@@ -31,6 +31,7 @@ from nbprec.compare.msprobe_layout import (  # noqa: F401 (re-exported: where us
 )
 from nbprec.errors import ComparisonError
 from nbprec.safe_text import (  # noqa: F401 (re-exported)
+    FORMULA_STARTS,
     csv_cell,
     quoting,
     restore_frame,
@@ -136,6 +137,25 @@ def _msaccucmp_rows(table: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
+# First characters of a text cell that :func:`csv_cell` may change (a formula start, or a leading quote).
+_SUSPECT_STARTS = frozenset([*FORMULA_STARTS, "'"])
+
+
+def _export_cells(rows: list[list[Any]]) -> tuple[list[list[Any]], int]:
+    """``rows`` with every cell as :func:`csv_cell` writes it, and their :func:`quoting`: the same as
+    ``[[csv_cell(c) for c in row] for row in rows]`` and ``quoting`` of that, without a call per cell (an ASCII
+    text cell that does not start as a formula, or a number, is written unchanged; only other rows are mapped)."""
+    suspect = _SUSPECT_STARTS
+    out = [
+        row
+        if all(not isinstance(c, str) or (c.isascii() and c[:1] not in suspect) for c in row)
+        else [csv_cell(c) for c in row]
+        for row in rows
+    ]
+    text = "\n".join([c for row in out for c in row if isinstance(c, str)])
+    return out, csv.QUOTE_ALL if "\r" in text else csv.QUOTE_MINIMAL
+
+
 def write_csv(comparison: Comparison, path: Path, layout: str = "nbprec") -> Path:
     """Write ``comparison`` to ``path`` in one of :data:`LAYOUTS`.
 
@@ -153,9 +173,9 @@ def write_csv(comparison: Comparison, path: Path, layout: str = "nbprec") -> Pat
         header, rows, ending = MSACCUCMP_HEADER, _msaccucmp_rows(comparison.table), "\r\n"
     else:
         (header, rows), ending = msprobe_rows(comparison), "\n"  # as pandas writes msprobe's
-    rows = [[csv_cell(cell) for cell in row] for row in rows]
+    rows, how = _export_cells(rows)
     with path.open("w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
-        writer = csv.writer(fh, lineterminator=ending, quoting=quoting(rows))
+        writer = csv.writer(fh, lineterminator=ending, quoting=how)
         writer.writerow(header)
         writer.writerows(rows)
     return path

@@ -1,0 +1,136 @@
+"""Timing helpers shared by the scripts in ``bench/``: the plain-read baseline, children that time themselves,
+interleaved runs and the machine description.
+
+How the scripts time the two sides of a ratio (issue 21):
+
+- **whole process**: the parent's wall clock around a child process, start-up and imports included (a command
+  line against a command line, or a command line against a plain read in a fresh process);
+- **in-process**: a child times its own call after its imports (an API call against an API call, or against
+  the same child's plain read loop);
+- the **plain read** baseline reads every file of both dumps from the page cache with 8 MiB ``readinto`` calls
+  (what ``cat FILES > /dev/null`` does), in a child of the running interpreter (:data:`PLAIN_READ`).
+
+Runs are interleaved (each round runs every side once, in a rotating order) and medians are compared.
+
+The scripts run as ``python bench/NAME.py``, so this module is imported as ``timing`` (``bench/`` is on
+``sys.path``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+# A child reading files plainly: the baseline. argv[1]: a JSON list of paths, or ``@FILE`` naming a file that
+# lists one path a line (for thousands of files: one argv string is limited to 128 KiB). Prints ``RESULT`` and
+# the JSON of its own read-loop time, the bytes read and its peak RSS.
+PLAIN_READ = """
+import json, resource, sys, time
+arg = sys.argv[1]
+names = open(arg[1:]).read().splitlines() if arg.startswith("@") else json.loads(arg)
+start = time.perf_counter()
+buf = bytearray(8 << 20)
+total = 0
+for name in names:
+    with open(name, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            total += n
+print("RESULT " + json.dumps({"seconds": time.perf_counter() - start, "bytes": total,
+      "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def read_files(files: Sequence[str | Path], buf: bytearray | None = None) -> int:
+    """The plain read in this process (for in-process ratios): every byte of ``files`` read with 8 MiB
+    ``readinto`` calls, as :data:`PLAIN_READ` does; returns the bytes read."""
+    view = memoryview(buf if buf is not None else bytearray(8 << 20))
+    total = 0
+    for name in files:
+        with open(name, "rb", buffering=0) as fh:
+            while n := fh.readinto(view):
+                total += n
+    return total
+
+
+def child(code: str, *args: str, python: str | None = None, env: dict | None = None) -> dict:
+    """Run ``code`` in a fresh interpreter (``python``, default this one); return the JSON it printed after
+    ``RESULT``, plus ``process_seconds``: the parent's wall time around the whole process."""
+    cmd = [python or sys.executable, "-c", textwrap.dedent(code), *args]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    process_seconds = time.perf_counter() - start
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode or not lines:
+        raise SystemExit(f"a benchmark child failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return {**json.loads(lines[-1][len("RESULT ") :]), "process_seconds": process_seconds}
+
+
+def plain_read(files: Sequence[str | Path]) -> dict:
+    """Read ``files`` in a :data:`PLAIN_READ` child: ``seconds`` (its read loop) and ``process_seconds``
+    (the whole child process, as ``cat``)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as listing:
+        listing.write("\n".join(str(f) for f in files))
+    try:
+        return child(PLAIN_READ, "@" + listing.name)
+    finally:
+        os.unlink(listing.name)
+
+
+def whole_process(cmd: Sequence[str], ok: Sequence[int] = (0,), env: dict | None = None) -> float:
+    """Wall seconds of the process ``cmd`` (output captured); fails unless it exits with a status in ``ok``."""
+    start = time.perf_counter()
+    done = subprocess.run(list(cmd), capture_output=True, text=True, check=False, env=env)
+    seconds = time.perf_counter() - start
+    if done.returncode not in ok:
+        raise SystemExit(f"{cmd[0]} failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return seconds
+
+
+def interleave(runners: dict[str, Callable[[], float]], runs: int, label: str = "") -> dict[str, list[float]]:
+    """``runs`` rounds; each round calls every runner once (the order rotates from round to round) and prints
+    every time. Each runner returns its seconds."""
+    names = list(runners)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for run in range(runs):
+        shift = run % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(runners[name]())
+        print(f"  {label}round {run + 1}: " + ", ".join(f"{n} {times[n][-1]:.3f} s" for n in names), flush=True)
+    return times
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def runs_text(values: Sequence[float]) -> str:
+    """Every run's seconds, for the summary lines."""
+    return " ".join(f"{v:.3f}" for v in values)
+
+
+def machine() -> str:
+    """nproc, CPU model, RAM and the load average now: the machine a figure was measured on."""
+    model = platform.processor() or "?"
+    ram = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram = f"{int(line.split()[1]) / 2**20:.0f} GiB"
+                break
+    except OSError:
+        pass
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    return f"{os.cpu_count()} cores, {model}, {ram} RAM, load average {load}"

@@ -1,0 +1,92 @@
+"""The ``nbprec`` command imports what its subcommand needs: no capture, widgets, graph or torch for a compare;
+the public names of ``nbprec`` keep meaning the functions whatever was imported before."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from nbprec.formats.native import NativeDumpWriter
+
+# Packages the compare command must not load (checked by the top-level name or the nbprec subpackage).
+NOT_FOR_COMPARE = (
+    "torch",
+    "ipywidgets",
+    "bqplot",
+    "ipycytoscape",
+    "matplotlib",
+    "nbprec.capture",
+    "nbprec.widgets",
+    "nbprec.graph",
+    "nbprec.report",
+    "nbprec.jupyter",
+    "nbprec.diagnose",
+    "nbprec.config",
+)
+
+
+def _loaded(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter; return the JSON it prints last."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+_HEAVY = f"heavy = sorted(m for m in sys.modules if m in {NOT_FOR_COMPARE!r} or m.split('.')[0] in {NOT_FOR_COMPARE!r})"
+
+
+def test_importing_the_cli_loads_no_capture_widgets_graph_or_torch():
+    loaded = _loaded(f"import json, sys, nbprec.cli\n{_HEAVY}\nprint(json.dumps(heavy))")
+    assert loaded == []
+
+
+def _pair(root: Path) -> tuple[Path, Path]:
+    rng = np.random.default_rng(0)
+    paths = []
+    for run in ("target", "bench"):
+        with NativeDumpWriter(root / run, run=run) as writer:
+            for i in range(3):
+                record = {"name": f"Functional.linear.{i}.forward.output.0", "op": f"Functional.linear.{i}.forward"}
+                record.update(order=i, api="linear", call=i, direction="forward", role="output", slot="0")
+                value = rng.standard_normal(64).astype(np.float32)
+                writer.write_tensor(record, value if run == "bench" else value.astype(np.float16))
+        paths.append(root / run)
+    return paths[0], paths[1]
+
+
+def test_the_compare_command_works_without_the_optional_layers(tmp_path):
+    target, bench = _pair(tmp_path)
+    out = tmp_path / "out"
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from nbprec.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as text:\n"
+        f"    status = main(['compare', {str(target)!r}, {str(bench)!r}, '-o', {str(out)!r}, '--no-progress'])\n"
+        f"{_HEAVY}\n"
+        "print(json.dumps({'status': status, 'heavy': heavy, 'text': text.getvalue()}))\n"
+    )
+    result = _loaded(code)
+    assert result["heavy"] == []
+    assert result["status"] == 0
+    assert "first failing op" in result["text"]
+    assert {p.name for p in out.iterdir()} >= {"comparison.json", "ops.csv", "compare_msprobe.csv"}
+
+
+def test_help_still_lists_every_subcommand():
+    out = subprocess.run([sys.executable, "-m", "nbprec", "--help"], capture_output=True, text=True, check=True)
+    for command in ("compare", "info", "config", "diagnose"):
+        assert command in out.stdout
+
+
+def test_public_names_stay_the_functions_after_their_packages_are_imported():
+    code = (
+        "import json, nbprec, nbprec.capture.api, nbprec.compare.engine, types\n"
+        "from nbprec import Comparison, capture, compare, seed_all\n"
+        "names = [nbprec.capture, nbprec.compare, capture, compare, seed_all]\n"
+        "print(json.dumps([callable(f) and not isinstance(f, types.ModuleType) for f in names]"
+        " + [Comparison.__name__, nbprec.capture.__module__, nbprec.compare.__module__]))\n"
+    )
+    assert _loaded(code) == [True] * 5 + ["Comparison", "nbprec.capture.api", "nbprec.compare.engine"]

@@ -143,3 +143,70 @@ def module_browser() -> Iterator[Any]:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=list(ARGS))
         yield browser
         browser.close()
+
+
+def write_notebook(path: Path, cells: list[str]) -> Path:
+    """A notebook of code ``cells`` with the python3 kernel, written at ``path`` (for :func:`serve_voila`)."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def model_graph_cells(n_ops: int, bench: Path, failing_order: int) -> list[str]:
+    """Notebook cells drawing the whole-model graph of an ``n_ops``-op synthetic comparison (``bench/widgets.py``)
+    with four module levels (stage, block, layer, sub) and op ``failing_order`` failing, plus a button that selects
+    that op (a selection made elsewhere)."""
+    op = f"Functional.op.{failing_order}.forward"
+    return [
+        f"import sys; sys.path.insert(0, {str(bench)!r})\n"
+        "from widgets import synthetic_comparison\n"
+        "from nbprec.compare import Comparison\n"
+        "from nbprec.widgets.model import OpsModel, Selection\n"
+        "from nbprec.widgets.subgraph import SubgraphView\n"
+        f"comp = synthetic_comparison({n_ops})\n"
+        "k = comp.table['order'].to_numpy()  # four module levels: stage, block, layer, sub\n"
+        "comp.table['module'] = ['model.stage%d.block%d.layer%d.sub%d' % t for t in\n"
+        "    zip(k // 25000, k // 2500 % 10, k // 250 % 10, k // 25 % 10)]\n"
+        f"comp.table.loc[comp.table['order'] == {failing_order}, 'cosine'] = 0.2  # one clearly failing op\n"
+        "comp = Comparison(comp.table, rule=comp.rule, meta=comp.meta)\n"
+        "model = OpsModel(comp)\n"
+        "selection = Selection()\n"
+        "view = SubgraphView(model, selection)",
+        "view",
+        "import ipywidgets as w\n"
+        f"pick = w.Button(description='select op {failing_order}')\n"
+        f"pick.on_click(lambda _: selection.select({op!r}))\n"
+        "pick",
+    ]
+
+
+#: JavaScript: the page point to click on graph node ``id`` (an open block: inside its top left corner, where no
+#: edge passes; any other node: its middle), after panning it into view when it is off the canvas.
+GRAPH_NODE_POINT_JS = """(id) => {
+    const div = [...document.querySelectorAll('div')].find(d => d._cyreg && d._cyreg.cy);
+    div.scrollIntoView();
+    const cy = div._cyreg.cy;
+    const node = cy.getElementById(id);
+    const at = () => {
+        const box = node.renderedBoundingBox({includeLabels: false});
+        const middle = {x: (box.x1 + box.x2) / 2, y: (box.y1 + box.y2) / 2};
+        return node.isParent() ? {x: box.x1 + 5, y: box.y1 + 5} : middle;
+    };
+    let p = at();
+    if (p.x < 0 || p.y < 0 || p.x > cy.width() || p.y > cy.height()) {
+        cy.panBy({x: cy.width() / 2 - p.x, y: cy.height() / 2 - p.y});
+        p = at();
+    }
+    const r = div.getBoundingClientRect();
+    return {x: r.left + p.x, y: r.top + p.y};
+}"""
+
+
+def click_graph_node(page: Any, node_id: str) -> None:
+    """Click the cytoscape graph's node ``node_id`` with the mouse, as a user would."""
+    point = page.evaluate(GRAPH_NODE_POINT_JS, node_id)
+    page.mouse.click(point["x"], point["y"])

@@ -98,6 +98,20 @@ def lower_precision(*dtypes: str) -> str:
     return _PRECISION_RANK[min(ranks)] if ranks else ""
 
 
+def row_precision(table: pd.DataFrame) -> pd.Series:
+    """Per row, :func:`lower_precision` of its ``target_dtype`` and ``bench_dtype``: computed once per distinct
+    pair of dtypes (a comparison has a handful), not once per row."""
+    target, target_names = pd.factorize(table["target_dtype"], use_na_sentinel=True)
+    bench, bench_names = pd.factorize(table["bench_dtype"], use_na_sentinel=True)
+    width = len(bench_names) + 1
+    pairs = (target + 1) * width + (bench + 1)  # -1 (missing) becomes 0 on either side
+    names_t = ["", *map(str, target_names)]
+    names_b = ["", *map(str, bench_names)]
+    distinct, codes = np.unique(pairs, return_inverse=True)
+    lows = np.array([lower_precision(names_t[p // width], names_b[p % width]) for p in distinct], dtype=object)
+    return pd.Series(lows[codes.reshape(-1)] if len(codes) else np.array([], dtype=object), index=table.index)
+
+
 def precision_rank(dtype: str) -> int:
     """Position of a float dtype from lowest (0) to highest precision; ``len(ranks)`` for non-floats."""
     return _PRECISION_RANK.index(dtype) if dtype in _PRECISION_RANK else len(_PRECISION_RANK)
@@ -212,17 +226,7 @@ class Rule:
             values = np.full(n, t.value, dtype=np.float64)
             if self.dtype_aware and t.metric in ("cosine", "rel_euclidean"):
                 col = 0 if t.metric == "cosine" else 1
-                low = (
-                    table["precision"]
-                    if "precision" in table
-                    else pd.Series(
-                        [
-                            lower_precision(a, b)
-                            for a, b in zip(table["target_dtype"], table["bench_dtype"], strict=True)
-                        ],
-                        index=table.index,
-                    )
-                )
+                low = table["precision"] if "precision" in table else row_precision(table)
                 bounds = {d: tol[col] for d, tol in DTYPE_TOLERANCE.items()}
                 if isinstance(low.dtype, pd.CategoricalDtype):  # a bound per category, then per row by code
                     per_code = np.array([bounds.get(c, t.value) for c in low.cat.categories] + [t.value])
@@ -309,13 +313,7 @@ class Rule:
 
 def _dtype_red(table: pd.DataFrame) -> np.ndarray:
     """Per row, the RED tolerance of its lower-precision dtype (:data:`DTYPE_TOLERANCE`); 0 for non-floats."""
-    if "precision" in table:
-        low = table["precision"].astype(str)
-    else:
-        low = pd.Series(
-            [lower_precision(a, b) for a, b in zip(table["target_dtype"], table["bench_dtype"], strict=True)],
-            index=table.index,
-        )
+    low = table["precision"].astype(str) if "precision" in table else row_precision(table)
     return low.map({d: tol[1] for d, tol in DTYPE_TOLERANCE.items()}).fillna(0.0).to_numpy(np.float64)
 
 

@@ -43,35 +43,43 @@ _SETUP = """\
 import nbprec
 from nbprec.graph import OpGraph, node_info
 from nbprec.overflow import scan
-from nbprec.report import sections
+from nbprec.report import explorer, sections
+from nbprec.report.subgraph import SubgraphOutput
 
 target, bench = nbprec.open(TARGET), nbprec.open(BENCH)
 comp = nbprec.compare(target, bench, rule=RULE, progress=None)
 overflow_report = scan(target, bench=bench, rule=RULE)
 culprit = sections.culprit(comp)
 dash = nbprec.explore(comp, target=target, bench=bench, overflow_report=overflow_report, depth=DEPTH)
+inspections = explorer.precompute_inspections(dash, explorer.inspected_ops(comp, culprit))
 sections.header(comp, TITLE)"""
 
-# (markdown heading, code) per section; the code displays one thing.
+# (markdown heading, code) per section; the code displays one thing. Nothing here needs a kernel once the
+# notebook has run: the explorer works in the page, the subgraph is a bare cytoscape widget (pan and zoom).
 _SECTIONS = (
     ("## Summary", "sections.summary(comp)"),
-    ("", "dash.runs  # the rank x step heatmap; None (nothing shown) for one step and rank"),
+    ("", "sections.view_html(dash.runs)  # the rank x step heatmap; None (nothing shown) for one step and rank"),
     ("## First failing op\nThe first op whose outputs fail the rule, and the first whose inputs pass while its "
      "outputs fail (where the error was introduced).", "sections.first_failing(comp)"),
-    ("## Worst ops\nThe ops with the worst output metric; below, the whole operator table (failing rows "
-     "highlighted, the culprit selected).", "sections.worst_ops(comp)"),
-    ("", "dash.table"),
+    ("## Worst ops\nThe ops with the worst output metric.", "sections.worst_ops(comp)"),
+    ("## Operator explorer\nMove the threshold, filter, sort and page the operator table; click a row or a point "
+     "of the error trend to inspect the op. Everything works in this page, with no kernel: the statuses at each "
+     "threshold were computed when the report was written; tensor details are included for the culprit, the "
+     "named ops and the worst ops.",
+     "explorer.explorer(comp, culprit=culprit, inspections=inspections)"),
     ("## Overflow\nNaN, inf and saturated values in the target run, and whether they changed the results.",
      "sections.overflow(overflow_report)"),
-    ("## Error trend\nThe per-op metric along execution order: where the error appears and whether it grows.",
-     "dash.trend"),
-    ("## Subgraph of the culprit\nThe culprit's neighbourhood in the operator graph, coloured by metric.",
-     "dash.subgraph"),
+    ("## Subgraph of the culprit\nThe culprit's neighbourhood in the operator graph, coloured by metric: drag to "
+     "pan, scroll to zoom, click a node to select its op in the explorer above.",
+     "op_graph = OpGraph.from_dump(target).attach_metrics(comp)\n"
+     "if culprit is None:\n    display(sections.note('No failing op: no subgraph to draw.'))\nelse:\n"
+     "    graph = SubgraphOutput(op_graph, culprit, depth=DEPTH, metric=explorer.slider_metric(comp))\n"
+     "    display(sections.Html(graph.legend_html()))\n    display(graph)"),
     ("## Tensor drill-down of the culprit\nThe culprit's node info, then its worst output tensor: statistics, "
      "histograms, target against benchmark, worst elements.",
      "if culprit is None:\n    display(sections.note('No failing op: nothing to drill into.'))\nelse:\n"
-     "    graph = OpGraph.from_dump(target)\n    graph.attach_metrics(comp)\n"
-     "    display(sections.node_text(node_info(culprit, target, bench, comp, graph=graph)))\ndash.inspector"),
+     "    display(sections.node_text(node_info(culprit, target, bench, comp, graph=op_graph)))\n"
+     "    display(sections.Html(inspections[culprit]))"),
 )  # fmt: skip
 
 

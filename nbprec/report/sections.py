@@ -180,6 +180,11 @@ def node_text(info: Any) -> Html:
     return Html(f"<pre class='nbprec-node-info' style='font-size:12px'>{esc(text)}</pre>", text)
 
 
+def view_html(view: Any) -> Html | None:
+    """A dashboard view's static HTML (its live widget's controls need a kernel), or None for no view."""
+    return None if view is None else Html(view.to_html(), repr(view))
+
+
 def note(message: str) -> Html:
     """A one-line note (escaped)."""
     return Html(f"<p class='nbprec-note'><i>{esc(message)}</i></p>", message)

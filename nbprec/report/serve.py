@@ -2,7 +2,9 @@
 
 ``nbprec serve TARGET BENCH`` calls :func:`serve`, prints the URL and waits. The notebook holds two code
 cells: the parameters (paths as Python literals) and ``nbprec.explore(...)``; Voila runs it in a kernel and
-shows only the outputs, so the page is the live dashboard with no code.
+shows only the outputs, so the page is the live dashboard with no code. Voila runs with nbprec's page template
+(``templates/nbprec_serve``, copied into Voila's template path): Voila's lab page without its Font Awesome
+links to a CDN, so the page requests nothing from outside the machine.
 """
 
 from __future__ import annotations
@@ -20,6 +22,19 @@ from typing import Any
 
 from nbprec._optional import require
 from nbprec.report.notebook import KERNEL, ReportError, parameters_source, strip_ansi
+
+#: nbprec's Voila template: Voila's lab page without Font Awesome from a CDN (Voila serves its own copy).
+TEMPLATE = "nbprec_serve"
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates" / TEMPLATE
+
+
+def _install_template(home: Path) -> Path:
+    """Copy nbprec's Voila template into ``home/jupyter-data/voila/templates/`` and return ``home/jupyter-data``
+    (a folder for ``JUPYTER_PATH``)."""
+    data = home / "jupyter-data"
+    shutil.copytree(TEMPLATE_DIR, data / "voila" / "templates" / TEMPLATE, dirs_exist_ok=True)
+    return data
+
 
 _EXPLORE = """\
 import nbprec
@@ -129,12 +144,14 @@ def serve(
     port = port or free_port()
     voila = shutil.which("voila", path=str(Path(sys.executable).parent)) or shutil.which("voila")
     base = [voila] if voila else [sys.executable, "-m", "voila"]
-    cmd = [*base, str(nb), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
+    cmd = [*base, str(nb), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1", f"--template={TEMPLATE}",
            "--ServerApp.port_retries=0", "--VoilaConfiguration.show_tracebacks=True"]  # fmt: skip
     env = {
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(home / "jupyter-config"),
         "JUPYTER_RUNTIME_DIR": str(home / "jupyter-runtime"),
+        # nbprec's Voila template, copied where Voila looks for templates: <JUPYTER_PATH>/voila/templates/<name>
+        "JUPYTER_PATH": os.pathsep.join(p for p in (str(_install_template(home)), os.environ.get("JUPYTER_PATH")) if p),
     }
     log = home / "voila.log"
     with log.open("w") as handle:

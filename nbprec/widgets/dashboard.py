@@ -17,6 +17,32 @@ from nbprec.widgets.subgraph import SubgraphView
 from nbprec.widgets.table import OpsTableView
 from nbprec.widgets.trend import TrendView
 
+#: The one-screen layout: verdict on top, operators and graph side by side, the trend and the tabs (inspector,
+#: overflow, ranks x steps) below; 1440 x 900 without page scrolling. In a narrow notebook cell (a container
+#: query on the dashboard's own width) the cells stack in one column.
+DASHBOARD_CSS = """<style>
+.nbprec-dash { container: nbprec-dash / inline-size; width: 100%; }
+.nbprec-dash, .nbprec-dash .widget-html, .nbprec-dash .widget-label, .nbprec-dash input, .nbprec-dash select,
+.nbprec-dash button, .nbprec-dash .lm-TabBar-tabLabel {
+  font-family: var(--jp-ui-font-family, system-ui, -apple-system, "Segoe UI", Roboto, sans-serif); font-size: 13px; }
+.nbprec-dash .nbprec-app { display: grid; gap: 6px; width: 100%; box-sizing: border-box;
+  grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); grid-template-rows: auto 460px 330px;
+  grid-template-areas: "head head" "table graph" "trend side"; }
+.nbprec-dash .nbprec-head { max-height: 64px; overflow: auto; margin: 0; }
+.nbprec-dash .nbprec-head p, .nbprec-dash .nbprec-head ul { margin: 0; font-size: 12.5px; line-height: 1.35; }
+.nbprec-dash .nbprec-cell { overflow: auto; border: 1px solid #ddd; border-radius: 4px; min-width: 0; margin: 0;
+  padding: 2px; box-sizing: border-box; }
+.nbprec-dash .nbprec-cell-title { font-weight: 600; font-size: 13px; margin: 0 4px; }
+.nbprec-dash .nbprec-cell .widget-tab { height: 100%; }
+.nbprec-dash .nbprec-cell-graph .widget-box > * { flex-shrink: 0; }
+.nbprec-dash .nbprec-mono select { font-family: var(--jp-code-font-family, monospace); font-size: 12px; }
+.nbprec-dash .nbprec-table, .nbprec-dash table { font-size: 12px; }
+@container nbprec-dash (max-width: 1000px) {
+  .nbprec-dash .nbprec-app { grid-template-columns: minmax(0, 1fr); grid-template-rows: auto 460px 330px 460px 360px;
+    grid-template-areas: "head" "table" "trend" "graph" "side"; }
+}
+</style>"""
+
 
 class Dashboard(View):
     """Operator table, error trend, tensor inspector, subgraph and overflow views over one comparison.
@@ -100,14 +126,56 @@ class Dashboard(View):
         """Title line (the two runs), then the verdict in words (the same sentences as the CLI and the report)."""
         meta = self.comparison.meta
         return (
-            f"<h2 style='margin:4px 0'>nbprec: {esc(meta.get('target', 'target'))} vs "
+            f"<h2 style='margin:2px 0;font-size:15px'>nbprec: {esc(meta.get('target', 'target'))} vs "
             f"{esc(meta.get('bench', 'benchmark'))}</h2>" + self.comparison.verdict().to_html()
         )
+
+    @property
+    def side_views(self) -> list[tuple[str, View]]:
+        """The tabs beside the trend: the inspector, then the overflow view and the rank x step heatmap."""
+        tabs: list[tuple[str, View]] = [("Tensor inspector", self.inspector)]
+        if self.overflow is not None:
+            tabs.append(("Overflow", self.overflow))
+        if self.runs is not None:
+            tabs.append(("Ranks x steps", self.runs))
+        return tabs
 
     def _build(self) -> Any:
         import ipywidgets as w
 
-        return w.VBox([w.HTML(self.header_html()), *[v.widget for v in self.views]], layout=w.Layout(width="100%"))
+        def cell(area: str, title: str, body: Any) -> Any:
+            heading = w.HTML(f"<div class='nbprec-cell-title'>{esc(title)}</div>") if title else None
+            box = w.VBox([heading, body] if heading else [body], layout=w.Layout(grid_area=area))
+            box.add_class("nbprec-cell")
+            box.add_class(f"nbprec-cell-{area}")
+            return box
+
+        tabs = w.Tab(children=[view.widget for _, view in self.side_views])
+        for i, (title, _) in enumerate(self.side_views):
+            tabs.set_title(i, title)
+        tabs.observe(self._tab_opened, names="selected_index")
+        self._tabs = tabs
+        head = w.HTML(self.header_html(), layout=w.Layout(grid_area="head"))
+        head.add_class("nbprec-head")
+        grid = w.GridBox(
+            [
+                head,
+                cell("table", "Operators", self.table.widget),
+                cell("graph", "", self.subgraph.widget),  # the graph view has its own title
+                cell("trend", "", self.trend.widget),
+                cell("side", "", tabs),
+            ]
+        )
+        grid.add_class("nbprec-app")
+        root = w.VBox([w.HTML(DASHBOARD_CSS), grid], layout=w.Layout(width="100%"))
+        root.add_class("nbprec-dash")
+        return root
+
+    def _tab_opened(self, change: dict[str, Any]) -> None:
+        """Expensive views compute on first use: the overflow scan runs when its tab is first opened."""
+        index = change["new"]
+        if index is not None and self.side_views[index][1] is self.overflow and self.overflow is not None:
+            self.overflow.load()
 
     def to_html(self) -> str:
         parts = [self.header_html()] + [f"<section>{v.to_html()}</section>" for v in self.views]

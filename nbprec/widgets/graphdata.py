@@ -37,6 +37,7 @@ class GraphElements:
     source: str = "execution order"
     truncated: bool = False
     labels: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.nodes) + len(self.edges)
@@ -227,4 +228,122 @@ def cytoscape_style() -> list[dict[str, Any]]:
                 "curve-style": "bezier",
             },
         },
+    ]
+
+
+def navigator_elements(view: Any, metric: str) -> GraphElements:
+    """Cytoscape.js elements of a :class:`nbprec.graph.navigator.NavigatorView`: ops first, then blocks and
+    groups, then the expanded containers (their children name them as ``parent``; the widget adds them first).
+    """
+    from nbprec.graph.exports import color_scale
+
+    nodes = []
+    for n in sorted(view.nodes, key=lambda n: (n["expanded"], n["kind"] != "op")):
+        op = n["kind"] == "op"
+        counts = f"{n['members']} ops" + (f" · {n['failing']} fail" if n["failing"] else "")
+        # an open block's label is one line above its box (click it to close the block)
+        label = n["label"] if op else f"{n['label']} · {counts}" if n["expanded"] else f"{n['label']}\n{counts}"
+        data = {
+            "id": n["id"],
+            "label": label,
+            "kind": n["kind"],
+            "op": n["id"] if op else "",
+            "block": "" if op else n["id"],
+            "expanded": n["expanded"],
+            "members": n["members"],
+            "failing": n["failing"],
+            "status": "fail" if n["status"] in ("introduced", "fail", "explained") else n["status"],
+            "verdict": n["status"],
+            "value": n["value"],
+            "first_failing": n["first_failing"],
+            "colour": n["color"],
+        }
+        if n["parent"]:
+            data["parent"] = n["parent"]
+        classes = ["op" if op else "block", n["kind"]]
+        classes += [c for c, on in (("expanded", n["expanded"]), ("selected", n["selected"]),
+                                    ("neighbour", n["neighbour"]), ("fail", n["failing"] > 0),
+                                    ("introduced", n["status"] == "introduced")) if on]  # fmt: skip
+        # no class twice: Cytoscape.js compares class lists by length and would miss a change
+        nodes.append({"data": data, "classes": " ".join(dict.fromkeys(classes))})
+    edges = [
+        {
+            "data": {
+                "id": e["id"],
+                "source": e["source"],
+                "target": e["target"],
+                "count": e["count"],
+                "label": str(e["count"]) if e["count"] > 1 else "",
+            },
+            "classes": "near" if e["near"] else "",
+        }
+        for e in view.edges
+    ]
+    scale = color_scale(metric)
+    bins = [(np.nan, np.nan, b["color"]) for b in scale["bins"]]
+    labels = [b["label"] for b in scale["bins"]]
+    return GraphElements(nodes, edges, metric, bins, "model", view.truncated, labels, list(view.notes))
+
+
+def navigator_style() -> list[dict[str, Any]]:
+    """The Cytoscape.js style of the whole-model view: labelled boxes, expanded blocks as containers."""
+    return [
+        {
+            "selector": "node",
+            "style": {
+                "label": "data(label)",
+                "background-color": "data(colour)",
+                "shape": "round-rectangle",
+                "width": 170,
+                "height": 30,
+                "font-size": 13,
+                "font-family": "sans-serif",
+                "text-valign": "center",
+                "text-halign": "center",
+                "text-wrap": "ellipsis",
+                "text-max-width": 164,
+                "border-width": 1,
+                "border-color": "#555555",
+            },
+        },
+        {
+            "selector": "node.block",
+            "style": {"height": 42, "text-wrap": "wrap", "font-weight": "bold", "border-width": 2},
+        },
+        {"selector": "node.group", "style": {"border-style": "dashed", "font-weight": "normal"}},
+        {
+            "selector": "node.expanded",
+            "style": {
+                "background-color": "#f4f6fa",
+                "background-opacity": 1,
+                "border-color": "#8a94a6",
+                "border-width": 1,
+                "text-valign": "top",
+                "text-halign": "center",
+                "text-wrap": "none",
+                "font-size": 12,
+                "font-weight": "bold",
+                "padding": 12,
+                "compound-sizing-wrt-labels": "include",
+                "text-events": "yes",
+            },
+        },
+        {"selector": "node.fail", "style": {"border-color": "#b71c1c", "border-width": 3}},
+        {"selector": "node.expanded.fail", "style": {"border-width": 2}},
+        {"selector": "node.neighbour", "style": {"border-color": "#1565c0", "border-width": 3}},
+        {"selector": "node.selected", "style": {"border-color": "#0d47a1", "border-width": 6, "font-weight": "bold"}},
+        {
+            "selector": "edge",
+            "style": {
+                "width": 1.5,
+                "line-color": "#9e9e9e",
+                "target-arrow-color": "#9e9e9e",
+                "target-arrow-shape": "triangle",
+                "curve-style": "bezier",
+                "label": "data(label)",
+                "font-size": 10,
+                "color": "#616161",
+            },
+        },
+        {"selector": "edge.near", "style": {"width": 3.5, "line-color": "#1565c0", "target-arrow-color": "#1565c0"}},
     ]

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from nbprec.errors import NbprecError
-from nbprec.inspect import PairInspection, inspect_pair, op_tensor_rows
+from nbprec.inspect import PairInspection, inspect_pair, op_tensor_rows, sample_indices
 from nbprec.widgets.base import View
 from nbprec.widgets.model import Selection, TensorSource
 from nbprec.widgets.static import Series, esc, html_table, svg_histogram, svg_plot
@@ -16,6 +16,8 @@ from nbprec.widgets.static import Series, esc, html_table, svg_histogram, svg_pl
 _SUMMARY_COLUMNS = ("role", "slot", "target_dtype", "bench_dtype", "target_shape", "cosine", "rel_euclidean",
                     "max_abs_err", "status", "reason")  # fmt: skip
 _TABLE_STATS = ("max", "min", "mean", "norm")
+#: Points of the target-vs-benchmark scatter sent to the browser on each selection (SVG: a few thousand at most).
+MAX_SCATTER_DRAWN = 1_500
 
 
 class InspectorView(View):
@@ -114,18 +116,19 @@ class InspectorView(View):
                 marks=marks,
                 axes=axes,
                 title=title,
-                fig_margin={"top": 40, "bottom": 45, "left": 65, "right": 15},
-                layout=w.Layout(width="400px", height="290px"),
+                fig_margin={"top": 30, "bottom": 40, "left": 60, "right": 10},
+                layout=w.Layout(width="330px", height="230px", flex="0 0 auto"),
+                title_style={"font-size": "12px"},
             )
 
-        s = (bq.LinearScale(), bq.LinearScale())
+        s = (bq.LinearScale(), bq.LinearScale(min=0))  # counts: the axis starts at 0, never below
         # Two overlaid 1-D marks: bqplot 0.13 draws 2-D "grouped" bars from binary arrays with zero height.
         self._hist_target = bq.Bars(scales={"x": s[0], "y": s[1]}, colors=["#d62728"], opacities=[0.55],
                                     labels=["target"], display_legend=True)  # fmt: skip
         self._hist_bench = bq.Bars(scales={"x": s[0], "y": s[1]}, colors=["#1f77b4"], opacities=[0.55],
                                    labels=["benchmark"], display_legend=True)  # fmt: skip
         hist_fig = figure(
-            "histogram: target (red) vs benchmark (blue)", "value", "count", [self._hist_bench, self._hist_target], s
+            "histogram: target (red), benchmark (blue)", "value", "count", [self._hist_bench, self._hist_target], s
         )
         s2 = (bq.LinearScale(), bq.LinearScale())
         self._diag = bq.Lines(scales={"x": s2[0], "y": s2[1]}, colors=["#999"], line_style="dashed")
@@ -140,20 +143,19 @@ class InspectorView(View):
                                 labels=["max", "mean"], display_legend=True)  # fmt: skip
         pos_fig = figure("abs error vs position", "flat element index", "abs error", [self._by_pos], s4)
         self._header = w.HTML()
-        self._tensor = w.Dropdown(description="tensor", layout=w.Layout(width="640px"))
+        self._tensor = w.Dropdown(description="tensor", layout=w.Layout(width="95%"))
         self._tensor.observe(self._tensor_picked, names="value")
         self._stats = w.HTML()
         self._top = w.HTML()
         self._bits = w.HTML()
         self._updating = False
+        wrap = w.Layout(flex_flow="row wrap", align_items="flex-start")
         return w.VBox(
             [
-                w.HTML("<h3 style='margin:4px 0'>Tensor inspector</h3>"),
                 self._header,
                 self._tensor,
-                w.HBox([self._stats, hist_fig]),
-                w.HBox([scatter_fig, mag_fig, pos_fig]),
-                w.HBox([self._top, self._bits]),
+                w.HBox([self._stats, hist_fig, scatter_fig, mag_fig, pos_fig], layout=wrap),
+                w.HBox([self._top, self._bits], layout=wrap),
             ]
         )
 
@@ -190,7 +192,7 @@ class InspectorView(View):
             for bars, side in ((self._hist_target, "target"), (self._hist_bench, "bench")):
                 with bars.hold_sync():  # x and y change together: never a half-updated mark in the browser
                     bars.x, bars.y = centres, h[side].to_numpy(np.float64)
-            sc = ins.scatter
+            sc = ins.scatter.iloc[sample_indices(len(ins.scatter), MAX_SCATTER_DRAWN)]
             lo, hi = float(np.nanmin(sc["bench"])), float(np.nanmax(sc["bench"]))
             self._diag.x = self._diag.y = np.array([lo, hi])
             self._scatter.x, self._scatter.y = sc["bench"].to_numpy(), sc["target"].to_numpy()

@@ -13,6 +13,8 @@ from nbprec.widgets.model import Selection, TensorSource
 from nbprec.widgets.static import esc, html_table
 
 _COLUMNS = ("order", "op", "level", "reason")
+#: What a view shows while a slow computation runs (the kernel is busy; this was sent before it started).
+PROGRESS_HTML = "<div class='nbprec-progress'><progress style='width:160px'></progress> <i>{what}...</i></div>"
 
 
 def run_scan(dump: Any) -> tuple[Any, str]:
@@ -52,7 +54,22 @@ class OverflowView(View):
         self._report = report
         self._scanned = report is not None
         self.note = ""
-        selection.observe(lambda _op: self.refresh())
+        selection.observe(self._on_selection)
+
+    @property
+    def scanned(self) -> bool:
+        """Whether the report exists (the widget scans only on :meth:`load`: a scan reads every tensor)."""
+        return self._scanned
+
+    def load(self) -> None:
+        """Scan now (once), showing a progress indicator in the widget while the scan runs."""
+        if self._scanned:
+            return
+        if self.built:
+            self._summary.value = PROGRESS_HTML.format(what="scanning the target dump for overflow")
+            self._load.disabled = True
+        self.report  # noqa: B018 - the scan
+        self.refresh()
 
     @property
     def report(self) -> Any:
@@ -99,10 +116,25 @@ class OverflowView(View):
         import ipywidgets as w
 
         self._summary = w.HTML()
-        self._list = w.Select(rows=8, layout=w.Layout(width="95%"), description="flagged")
+        self._load = w.Button(description="scan for overflow", icon="", button_style="info")
+        self._load.on_click(lambda _: self.load())
+        self._list = w.Select(rows=8, layout=w.Layout(width="98%"), description="flagged")
+        self._list.add_class("nbprec-mono")
         self._list.observe(self._picked, names="value")
         self._updating = False
-        return w.VBox([w.HTML("<h3 style='margin:4px 0'>Overflow</h3>"), self._summary, self._list])
+        return w.VBox([self._summary, self._load, self._list])
+
+    def _on_selection(self, op: str | None) -> None:
+        """Only the selected op's line and the list's highlight change (the list is not resent)."""
+        if not self.built or not self._scanned:
+            return
+        self._updating = True
+        try:
+            self._summary.value = self.summary_html()
+            values = {v for _, v in self._list.options}
+            self._list.value = op if op in values else None
+        finally:
+            self._updating = False
 
     def _picked(self, change: dict[str, Any]) -> None:
         if not self._updating and change["new"]:
@@ -112,11 +144,20 @@ class OverflowView(View):
         """Push the report into the widgets (once built)."""
         if not self.built:
             return
+        if not self._scanned:
+            self._summary.value = (
+                "<p>The overflow scan reads every tensor of the target dump: it runs when this tab is first "
+                "opened, or with the button.</p>"
+            )
+            self._list.layout.display = "none"
+            return
+        self._load.layout.display = "none"
+        self._list.layout.display = None
         self._updating = True
         try:
             ranked = self.ranked()
             self._summary.value = self.summary_html()
-            self._list.options = [(f"{r['level']:>8}  {r['op']}", str(r["op"])) for _, r in ranked.head(200).iterrows()]
+            self._list.options = [(f"{r['level']:<8} {r['op']}", str(r["op"])) for _, r in ranked.head(200).iterrows()]
             ops = set(self._list.options and [v for _, v in self._list.options])
             self._list.value = self.selection.op if self.selection.op in ops else None
         finally:

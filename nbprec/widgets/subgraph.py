@@ -1,4 +1,6 @@
-"""Subgraph view (ipycytoscape): the selected op's neighbourhood, coloured by metric, preset positions."""
+"""Graph view (ipycytoscape): the whole model as collapsible module blocks (the default), or the selected op's
+neighbourhood at a chosen depth. The blocks, roll-ups and element budget come from
+:class:`nbprec.graph.navigator.ModelNavigator`; this view only draws them (dagre layout, in the browser)."""
 
 from __future__ import annotations
 
@@ -16,12 +18,23 @@ from nbprec.widgets.graphdata import (
     GraphElements,
     cytoscape_style,
     module_paths,
+    navigator_elements,
+    navigator_style,
     order_neighbourhood,
 )
 from nbprec.widgets.model import OpsModel, Selection, TensorSource
 from nbprec.widgets.static import esc
 
 _GRAPH_METRICS = ("cosine", "rel_euclidean", "max_abs_err")
+MODES = ("model", "neighbourhood")
+#: Cytoscape.js layouts of the two modes (dagre ships inside ipycytoscape's bundle: no CDN).
+_LAYOUTS = {
+    "model": {"name": "dagre", "rankDir": "TB", "nodeSep": 18, "rankSep": 28, "fit": True, "padding": 16,
+              "animate": False},
+    "neighbourhood": {"name": "preset", "fit": True, "padding": 30, "animate": False},
+}  # fmt: skip
+#: Smallest zoom fitting may pick: 13 px labels stay at least 9 px high; pan to see the rest.
+MIN_ZOOM = 0.7
 
 
 def _block_holding(graph: Any, op: str) -> str | None:
@@ -30,8 +43,35 @@ def _block_holding(graph: Any, op: str) -> str | None:
     return next((block for block, names in members.items() if op in names), None)
 
 
+def _with_layered_positions(e: GraphElements) -> GraphElements:
+    """The model view's blocks and ops (not the open containers) placed top to bottom along the data flow, for
+    the static SVG (the browser lays them out with dagre)."""
+    from nbprec.graph import OpGraph
+    from nbprec.graph.layout import layered_positions
+
+    shown = [n for n in e.nodes if not n["data"].get("expanded")]
+    ids = {n["data"]["id"] for n in shown}
+    graph = OpGraph.from_records(
+        [{"name": n["data"]["id"], "order": i} for i, n in enumerate(shown)],
+        [{"src": x["data"]["source"], "dst": x["data"]["target"]} for x in e.edges if x["data"]["source"] in ids],
+    )
+    pos = layered_positions(graph, dx=190.0, dy=70.0)
+    nodes = [{**n, "position": {"x": pos[n["data"]["id"]][0], "y": pos[n["data"]["id"]][1]}} for n in shown]
+    return GraphElements(nodes, e.edges, e.metric, e.bins, e.source, e.truncated, e.labels)
+
+
+def _update_element(widget: Any, element: dict[str, Any], prefix: str = "") -> None:
+    """Send only what changed of a drawn node or edge."""
+    classes = (prefix + element.get("classes", "")).strip()
+    if widget.classes != classes:
+        widget.classes = classes
+    if widget.data != element["data"]:
+        widget.data = dict(element["data"])
+
+
 class SubgraphView(View):
-    """Neighbourhood of the selected op at a chosen depth; click an op node to select it, a block to expand it.
+    """The whole model as module blocks opened by click (``mode="model"``), or the selected op's neighbourhood
+    (``mode="neighbourhood"``); click an op node to select it, a block to open it, an open block to close it.
 
     Parameters
     ----------
@@ -42,15 +82,27 @@ class SubgraphView(View):
     source
         The dumps (the operator graph is built from the target dump when :mod:`nbprec.graph` can).
     depth
-        Ops on each side of the selected one.
+        Ops on each side of the selected one (neighbourhood mode).
+    mode
+        ``"model"`` or ``"neighbourhood"``.
     """
 
     title = "subgraph view"
 
     def __init__(
-        self, model: OpsModel, selection: Selection, source: TensorSource | None = None, depth: int = 6
+        self,
+        model: OpsModel,
+        selection: Selection,
+        source: TensorSource | None = None,
+        depth: int = 6,
+        mode: str = "model",
     ) -> None:
         super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        self.mode = mode
+        self._navigator: Any = None
+        self._verdicts: tuple[Any, ...] = ()
         self.model = model
         self.selection = selection
         self.source = source
@@ -78,7 +130,10 @@ class SubgraphView(View):
 
     def expand(self, block: str) -> None:
         """Open module block ``block`` (a block node's id)."""
-        self.expanded = self.expanded | {block}
+        if self.mode == "model" and self.navigator is not None:
+            self.navigator.expand(block)
+        else:
+            self.expanded = self.expanded | {block}
         self.update()
 
     def expand_all(self) -> None:
@@ -86,8 +141,41 @@ class SubgraphView(View):
         self.block_depth, self.expanded = 0, frozenset()
         self.update()
 
+    def set_mode(self, mode: str) -> None:
+        """``"model"`` (module blocks) or ``"neighbourhood"``."""
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        self.mode = mode
+        self.update()
+
+    def collapse(self, block: str) -> None:
+        """Close module block ``block`` (model mode)."""
+        if self.navigator is not None:
+            self.navigator.collapse(block)
+        self.update()
+
+    def up(self) -> None:
+        """Close the innermost open block around the selected op (model mode)."""
+        if self.navigator is not None:
+            self.navigator.up()
+        self.update()
+
+    def collapse_all(self) -> None:
+        """Back to the top blocks (model mode)."""
+        if self.navigator is not None:
+            self.navigator.collapse_all()
+        self.update()
+
     def click_node(self, data: dict[str, Any]) -> None:
-        """What clicking a node does: a block expands, an op is selected."""
+        """What clicking a node does: a block opens (closes when open), an op is selected."""
+        if self.mode == "model" and data.get("kind") in ("block", "group"):
+            block = str(data.get("block") or data.get("id"))
+            if data.get("expanded"):
+                self.collapse(block)
+            elif self.navigator is not None:
+                self.navigator.expand(block)
+                self.update()
+            return
         if data.get("kind") == "block" or data.get("block"):
             self.expand(str(data.get("block") or data.get("id")))
         elif data.get("op") or data.get("id"):
@@ -98,11 +186,44 @@ class SubgraphView(View):
         self.elements = self._elements()
         self.refresh()
 
+    @property
+    def navigator(self) -> Any:
+        """The :class:`~nbprec.graph.navigator.ModelNavigator` of the model view (built on first use): the
+        operator graph's hierarchy and data flow when it can be built, else the ops' module paths."""
+        if self._navigator is None:
+            from nbprec.graph.navigator import ModelNavigator
+
+            graph = self._op_graph()
+            if graph is not None:
+                self._navigator = ModelNavigator.from_graph(graph)
+            else:
+                self._navigator = ModelNavigator.from_ops(self.model.ops)
+            self._verdicts = ()
+        key = (self.model.rule, self.model.metric, self.model.threshold, self.model.flagged)
+        if key != self._verdicts:  # statuses follow the table's rule and threshold
+            self._navigator.set_metrics(self.model.ops)
+            self._verdicts = key
+        return self._navigator
+
+    def _model_elements(self, op: str | None) -> GraphElements | None:
+        nav = self.navigator
+        if op is not None and op not in nav:
+            return None  # a record the graph has no op for (a module-level call, a parameter gradient)
+        if op is not None and op != nav.selected:
+            nav.reveal(op)
+        metric = self.model.metric if self.model.metric in _GRAPH_METRICS else "cosine"
+        return navigator_elements(nav.view(metric), metric)
+
     def _elements(self) -> GraphElements:
         op = self.selection.op
+        if self.mode == "model":
+            elements = self._model_elements(op)
+            if elements is not None:
+                return elements
+            self.graph_note = f"{op} is not an op of the model graph: its neighbours in execution order"
         if op is None:
             return GraphElements([], [], self.model.metric_column)
-        elements = self._from_op_graph(op)
+        elements = self._from_op_graph(op) if self.mode != "model" else None
         if elements is None:
             ops = self.model.ops.iloc[self.model.run_positions()] if self.model.run is not None else self.model.ops
             paths = module_paths(ops)
@@ -178,9 +299,20 @@ class SubgraphView(View):
         import ipywidgets as w
         from ipycytoscape import CytoscapeWidget
 
-        self._cy = CytoscapeWidget(layout=w.Layout(width="100%", height="420px"))
-        self._cy.set_style(cytoscape_style())
+        self._cy = CytoscapeWidget(layout=w.Layout(width="100%", height="460px"))
+        self._cy.min_zoom, self._cy.max_zoom = MIN_ZOOM, 3.0
+        self._cy.wheel_sensitivity = 0.3
         self._cy.on("node", "click", lambda node: self.click_node(node.get("data", {})))
+        self._drawn_nodes: list[tuple[tuple[str, str], Any]] = []
+        self._drawn_edges: list[tuple[tuple[str, str], Any]] = []
+        self._retired: list[Any] = []
+        self._mode = w.ToggleButtons(options=list(MODES), value=self.mode, style={"button_width": "110px"})
+        self._mode.observe(lambda ch: self.set_mode(ch["new"]), names="value")
+        up = w.Button(description="up", tooltip="close the innermost open block around the selected op")
+        up.on_click(lambda _: self.up())
+        top = w.Button(description="collapse all", tooltip="back to the top-level blocks")
+        top.on_click(lambda _: self.collapse_all())
+        self._model_bar = w.HBox([up, top])
         self._depth = w.IntSlider(value=self.depth, min=1, max=40, description="depth", continuous_update=False)
         self._depth.observe(lambda ch: self.set_depth(ch["new"]), names="value")
         self._blocks = w.IntSlider(value=0, min=0, max=4, description="blocks", continuous_update=False,
@@ -188,30 +320,114 @@ class SubgraphView(View):
         self._blocks.observe(lambda ch: self.set_block_depth(ch["new"]), names="value")
         expand_all = w.Button(description="expand all")
         expand_all.on_click(lambda _: self.expand_all())
+        self._neighbourhood_bar = w.HBox([self._depth, self._blocks, expand_all])
         self._legend = w.HTML()
         return w.VBox(
             [
-                w.HTML("<h3 style='margin:4px 0'>Subgraph</h3>"),
-                w.HBox([self._depth, self._blocks, expand_all]),
+                w.HBox([w.HTML("<h3 style='margin:4px 8px 4px 0'>Graph</h3>"), self._mode]),
+                self._model_bar,
+                self._neighbourhood_bar,
                 self._legend,
                 self._cy,
             ]
         )
 
     def refresh(self) -> None:
-        """Send the elements to the cytoscape widget (once built): never more than ~300 of them."""
+        """Send the elements to the cytoscape widget (once built), reusing the node and edge widgets that stay.
+
+        ipycytoscape syncs ``graph.nodes`` and ``graph.edges`` through a ``ViewList``: it keeps the longest
+        common prefix of the old and new lists, then adds the new tail (at once) and removes the old tail
+        (a tick later). An element re-added under an id still drawn is refused by Cytoscape.js, then removed
+        with the old one, and removing an open block removes what it contains. So every redraw keeps a prefix
+        of what is drawn (containers before what they contain), first sends that prefix alone (the browser
+        removes the rest), then appends the new elements: two messages, no id drawn twice."""
         if not self.built:
             return
-        self._cy.graph.clear()
         e = self.elements
-        if e.nodes:
-            self._cy.graph.add_graph_from_json({"nodes": e.nodes, "edges": e.edges}, directed=True)
-        self._cy.set_layout(name="preset", fit=True, padding=30, animate=False)
+        model = e.source == "model"
+        self._model_bar.layout.display = None if model else "none"
+        self._neighbourhood_bar.layout.display = "none" if model else None
+        layout = _LAYOUTS["model" if model else "neighbourhood"]
+        if self._cy.cytoscape_layout != layout:
+            self._cy.cytoscape_layout = dict(layout)
+        style = navigator_style() if model else cytoscape_style()
+        if self._cy.cytoscape_style != style:
+            self._cy.set_style(style)
+        self._redraw(e.nodes, e.edges, reuse=model)
         self._legend.value = self.legend_html()
+
+    def _redraw(self, nodes: list[dict[str, Any]], edges: list[dict[str, Any]], reuse: bool) -> None:
+        """Draw ``nodes`` and ``edges`` (Cytoscape.js JSON), keeping the drawn prefix that is unchanged."""
+        from ipycytoscape import Edge, Node
+
+        new_nodes = {n["data"]["id"]: n for n in nodes}
+        new_edges = {x["data"]["id"]: x for x in edges}
+        kept_nodes: list[tuple[tuple[str, str], Any]] = []
+        kept: set[str] = set()
+        for key, widget in self._drawn_nodes if reuse else []:
+            n = new_nodes.get(key[0])
+            if n is None or n["data"].get("parent", "") != key[1] or (key[1] and key[1] not in kept):
+                break
+            kept_nodes.append((key, widget))
+            kept.add(key[0])
+        kept_edges: list[tuple[tuple[str, str], Any]] = []
+        for key, widget in self._drawn_edges if reuse else []:
+            x = new_edges.get(key[0])
+            if x is None or x["data"]["source"] not in kept or x["data"]["target"] not in kept:
+                break
+            if (x["data"]["source"], x["data"]["target"]) != (widget.data["source"], widget.data["target"]):
+                break
+            kept_edges.append((key, widget))
+        graph = self._cy.graph
+        gone = [w for _, w in self._drawn_nodes[len(kept_nodes) :] + self._drawn_edges[len(kept_edges) :]]
+        if gone:  # first message: the kept prefix alone (the browser removes the rest)
+            with graph.hold_sync():
+                graph.nodes = [w for _, w in kept_nodes]
+                graph.edges = [w for _, w in kept_edges]
+        # update what stays, in place
+        for key, widget in kept_nodes:
+            _update_element(widget, new_nodes[key[0]])
+        for key, widget in kept_edges:
+            _update_element(widget, new_edges[key[0]], "directed ")
+        # then the new elements: open blocks outer before inner, so a child's parent is drawn before it
+        depth: dict[str, int] = {}
+
+        def nesting(n: dict[str, Any]) -> int:
+            parent = n["data"].get("parent", "")
+            if n["data"]["id"] not in depth:
+                depth[n["data"]["id"]] = 0 if not parent or parent not in new_nodes else nesting(new_nodes[parent]) + 1
+            return depth[n["data"]["id"]]
+
+        fresh = sorted((n for n in nodes if n["data"]["id"] not in kept), key=lambda n: (
+            not n["data"].get("expanded"), nesting(n)))  # fmt: skip
+        added_nodes = []
+        for n in fresh:
+            widget = Node(data=dict(n["data"]), classes=n.get("classes", ""))
+            if "position" in n:
+                widget.position = dict(n["position"])
+            added_nodes.append(((n["data"]["id"], n["data"].get("parent", "")), widget))
+        kept_edge_ids = {key[0] for key, _ in kept_edges}
+        added_edges = [
+            ((x["data"]["id"], ""), Edge(data=dict(x["data"]), classes=("directed " + x.get("classes", "")).strip()))
+            for x in edges
+            if x["data"]["id"] not in kept_edge_ids
+        ]
+        self._drawn_nodes = kept_nodes + added_nodes
+        self._drawn_edges = kept_edges + added_edges
+        if added_nodes or added_edges or gone:  # second message: the prefix and the new elements, laid out once
+            with graph.hold_sync():
+                graph._adj = {key[0]: {} for key, _ in self._drawn_nodes}
+                graph.nodes = [w for _, w in self._drawn_nodes]
+                graph.edges = [w for _, w in self._drawn_edges]
+        for widget in self._retired:  # closed one redraw later, once the browser has said they are removed
+            widget.close()
+        self._retired = gone
 
     def legend_html(self) -> str:
         """Colour ramp of the metric, node marks, and where the neighbourhood comes from."""
         e = self.elements
+        if self.mode == "model" and e.source == "model":
+            return self._model_legend_html()
         swatches = "".join(
             f"<span style='display:inline-block;padding:1px 6px;margin-right:3px;background:{c}'>{esc(label)}</span>"
             for (_, _, c), label in zip(e.bins, e.labels, strict=False)
@@ -226,10 +442,31 @@ class SubgraphView(View):
             f"Edges: {esc(e.source)}; {len(e)} elements.{cut} {note}</div>"
         )
 
+    def _model_legend_html(self) -> str:
+        e, nav = self.elements, self.navigator
+        swatches = "".join(
+            f"<span style='display:inline-block;padding:1px 6px;margin-right:3px;background:{c}'>{esc(label)}</span>"
+            for (_, _, c), label in zip(e.bins, e.labels, strict=False)
+        )
+        where = ", ".join(f"{esc(nav.label(block))} <b>{count}</b>" for block, count in nav.failing_blocks()[:8])
+        total = nav.rollup("")["failing"]
+        overview = f"<b>{total}</b> of {len(nav)} ops fail" + (f": {where}" if where else "")
+        cut = f" {esc(' '.join(e.notes))}" if e.truncated else ""
+        return (
+            f"<div class='nbprec-graph-legend' style='font-size:12px;line-height:1.5'>{overview}<br>"
+            f"worst {esc(e.metric)} in each block (best → worst): {swatches}"
+            f"<span style='background:{NA_COLOUR};padding:1px 6px'>no metric</span><br>"
+            "bold box: module block (click to open; click an open block to close it); dashed: a run of its children; "
+            "red border: holds failing ops; thick blue border: selected op, blue: its inputs and outputs. "
+            f"Edges: {esc(nav.edge_source)}; {len(e)} of at most {nav.max_elements} elements drawn.{cut}</div>"
+        )
+
     def to_svg(self) -> str | None:
         e = self.elements
         if not e.nodes:
             return None
+        if e.source == "model":
+            e = _with_layered_positions(e)
         xs = np.array([n["position"]["x"] for n in e.nodes if "position" in n] or [0.0])
         ys = np.array([n["position"]["y"] for n in e.nodes if "position" in n] or [0.0])
         w, h = float(xs.max() - xs.min() + 260), float(ys.max() - ys.min() + 80)

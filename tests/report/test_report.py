@@ -32,24 +32,36 @@ def test_report_notebook_and_html(tiny_report):
     assert not [o for o in outputs if o.output_type == "error"]
     assert nb.cells[0].metadata["tags"] == ["parameters"]
     models = {m["model_name"] for m in nb.metadata["widgets"][STATE]["state"].values()}
-    assert {"DataGridModel", "FigureModel", "CytoscapeModel"} <= models
+    assert "CytoscapeModel" in models  # the culprit's subgraph (pan and zoom need no kernel)
+    # no control that needs a kernel: the explorer (threshold, filters, sort, paging) is the page's own script
+    assert not models & {
+        "FloatSliderModel",
+        "FloatLogSliderModel",
+        "DropdownModel",
+        "ButtonModel",
+        "IntSliderModel",
+        "SelectMultipleModel",
+        "TextModel",
+        "DataGridModel",
+    }
     html = tiny_report.html.read_text(encoding="utf-8")
     body = _outside_scripts(html)
-    for heading in ("Summary", "First failing op", "Worst ops", "Overflow", "Error trend", "Subgraph of the culprit",
-                    "Tensor drill-down of the culprit"):  # fmt: skip
+    for heading in ("Summary", "First failing op", "Worst ops", "Operator explorer", "Overflow",
+                    "Subgraph of the culprit", "Tensor drill-down of the culprit"):  # fmt: skip
         assert f">{heading}<" in body or f">{heading}</" in body, heading
     assert "Functional.gelu.1.forward" in body  # the planted fault is named
     assert "Tiny encoder &lt;b&gt;bf16&lt;/b&gt; vs fp32" in body and "<b>bf16</b>" not in body
     if find_assets() is None:
         pytest.skip("report assets not fetched (nbprec report --fetch-assets): offline widgets not checked")
     assert tiny_report.offline_widgets and not tiny_report.export.missing
-    assert set(tiny_report.export.modules) >= {"bqplot", "ipydatagrid", "jupyter-cytoscape"}
+    assert tiny_report.export.modules == ["jupyter-cytoscape"]
     # nothing is loaded from the network: no src/href to http(s), no MathJax, and the first script has a src
     assert not re.search(r"""(src|href)\s*=\s*["']?https?:""", body)
     assert "mathjax" not in body.lower()
     first_script = re.search(r"<script\b[^>]*>", html).group(0)
     assert 'src="data:' in first_script
-    assert 'data-nbprec="requirejs"' in html and 'define("bqplot",' in html
+    assert 'data-nbprec="requirejs"' in html and 'define("jupyter-cytoscape",' in html
+    assert re.search(r"""class=["']nbprec-explorer-data["']""", html)  # the explorer's data, inlined
 
 
 def test_without_assets_the_page_falls_back_to_static_views(tiny_report, tmp_path):
@@ -102,12 +114,17 @@ def test_core_import_loads_no_widget_or_jupyter_library():
 
 
 def test_a_multi_rank_report_shows_the_rank_by_step_heatmap(tmp_path):
-    """A report on a 2-rank, 2-step msprobe pair holds the heatmap widget (stored state) and names the rank."""
+    """A report on a 2-rank, 2-step msprobe pair shows the heatmap (static: its controls would need a kernel),
+    names the rank, and its explorer carries each op's step and rank."""
     fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "multirank" / "msprobe"
     result = write_report(fixtures / "fault", fixtures / "fp32", tmp_path / "ranks.html")
     nb = json.loads(result.notebook.read_text(encoding="utf-8"))
-    cell = next(c for c in nb["cells"] if "".join(c["source"]).startswith("dash.runs"))
-    kinds = {k for out in cell["outputs"] for k in out.get("data", {})}
-    assert "application/vnd.jupyter.widget-view+json" in kinds, cell["outputs"]
+    cell = next(c for c in nb["cells"] if "".join(c["source"]).startswith("sections.view_html(dash.runs)"))
+    html_out = "".join(
+        "".join(out["data"]["text/html"]) for out in cell["outputs"] if "text/html" in out.get("data", {})
+    )
+    assert "step 1" in html_out and "nbprec-runs" in html_out, cell["outputs"]
     html = tmp_path.joinpath("ranks.html").read_text(encoding="utf-8")
     assert "Steps and ranks" in html and "rank 1" in html
+    explorer_cell = next(c for c in nb["cells"] if "".join(c["source"]).startswith("explorer.explorer("))
+    assert "nbprec-explorer-data" in "".join(explorer_cell["outputs"][0]["data"]["text/html"])

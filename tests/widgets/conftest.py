@@ -52,3 +52,29 @@ def write_demo_notebook(path: Path, target: Path, bench: Path, rule: str = "defa
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
     return path
+
+
+@pytest.fixture(scope="session")
+def bench_widgets():
+    """``bench/widgets.py`` as a module: its synthetic comparisons (any size, a planted fault) and notebook."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "widgets.py"
+    spec = importlib.util.spec_from_file_location("nbprec_bench_widgets", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def faulty_5000(bench_widgets):
+    """5,000 ops; the op at 37 % introduces an error (output cosine 0.3), later ones inherit it, two overflow."""
+    return bench_widgets.faulty_comparison(5_000)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One Chromium for a browser test module (playwright's sync API allows one driver at a time)."""
+    import browser_support as bs
+
+    yield from bs.module_browser()

@@ -21,16 +21,6 @@ def voila_url(demo_notebook, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    """One Chromium for the module (playwright's sync API allows one driver at a time)."""
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=str(bs.CHROMIUM), args=list(bs.ARGS))
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture(scope="module")
 def page(voila_url, browser):
     """The rendered dashboard page (all widgets drawn)."""
     pg = browser.new_page(viewport={"width": 1500, "height": 1000})
@@ -121,8 +111,10 @@ def _node_to_click(page) -> dict:
         const div = [...document.querySelectorAll('div')].find(d => d._cyreg && d._cyreg.cy);
         div.scrollIntoView();
         const cy = div._cyreg.cy;
-        const node = cy.nodes().filter(n => !n.hasClass('selected') && !n.hasClass('block'))[0];
         const r = div.getBoundingClientRect();
+        const inside = (n) => { const q = n.renderedPosition();
+            return q.x > 10 && q.y > 10 && q.x < r.width - 10 && q.y < r.height - 10; };  // on screen: clickable
+        const node = cy.nodes().filter(n => !n.hasClass('selected') && !n.hasClass('block') && inside(n))[0];
         const p = node.renderedPosition();
         return {x: r.left + p.x, y: r.top + p.y, op: node.data('op') || node.data('id')};
     }"""
@@ -132,22 +124,18 @@ def _node_to_click(page) -> dict:
 @pytest.fixture(scope="module")
 def npu_url(tmp_path_factory):
     """Voila serving a notebook that compares the NPU demo case (CANN dump + GE graph vs TensorFlow)."""
-    import nbformat
-
     folder = tmp_path_factory.mktemp("npu-nb")
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        nbformat.v4.new_code_cell(
+    bs.write_notebook(
+        folder / "npu.ipynb",
+        [
             "import tempfile\nimport nbprec\nfrom nbprec.demo.npu import make_npu_demo\n"
             "case = make_npu_demo(tempfile.mkdtemp(prefix='npu-case-'))  # each page load runs the notebook\n"
             "comp = nbprec.compare(case.npu, case.tf, graph=case.graph)\n"
             "dash = nbprec.explore(comp, target=nbprec.open(case.npu), bench=nbprec.open(case.tf))\n"
-            "dash.selection.select('conv2/Conv2D')"
-        ),
-        nbformat.v4.new_code_cell("dash"),
-    ]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, folder / "npu.ipynb")
+            "dash.selection.select('conv2/Conv2D')",
+            "dash",
+        ],
+    )
     yield from bs.serve_voila(folder / "npu.ipynb", tmp_path_factory.mktemp("jupyter-npu"))
 
 

@@ -1,0 +1,182 @@
+"""The one-screen dashboard's views without a browser: table columns and filters, the trend's log scale and the
+verdict's marks, cheap selection updates, the lazy overflow scan (test_browser_layout.py renders them)."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+
+import numpy as np
+import pytest
+
+from nbprec.compare.rules import STATUS_FAIL
+from nbprec.widgets import explore
+from nbprec.widgets.model import OpsModel
+from nbprec.widgets.table import VISIBLE_ROWS, _cell_text
+from nbprec.widgets.trend import FLOOR, error_values, line_points
+
+pytest.importorskip("bqplot")
+pytest.importorskip("ipydatagrid")
+
+
+def test_the_grid_shows_op_status_origin_and_the_rules_metrics_first(msprobe_comparison):
+    model = OpsModel(msprobe_comparison.with_rule("cann"))
+    columns = model.columns()
+    assert columns[:5] == ["op", "status", "origin", "out_cosine", "in_cosine"]
+    assert "out_rel_euclidean" in columns[:7]  # the rule's other bound, before the identity columns
+    assert columns[-4:] == ["mark", "op_type", "module", "order"]
+
+
+def test_module_filter_keeps_a_module_and_its_children(faulty_5000):
+    model = OpsModel(faulty_5000, page_size=100_000)
+    model.set_filters(modules=["enc.layers.1"])
+    modules = set(model.view().rows["module"])
+    assert modules == {"enc.layers.1"}  # not enc.layers.10 .. 19
+    model.set_filters(modules=["enc.layers.1", "enc.layers.20"])
+    assert set(model.view().rows["module"]) == {"enc.layers.1", "enc.layers.20"}
+    model.set_filters(modules=["enc"])
+    assert model.view().matching == len(faulty_5000.ops)
+    model.set_filters(modules=())
+    model.set_sort("module")
+    rows = model.view().rows["module"].tolist()
+    assert rows == sorted(rows)
+    model.set_sort("op", ascending=False)
+    names = model.view().rows["op"].tolist()
+    assert names == sorted(names, reverse=True)
+
+
+def test_sorting_and_filtering_100000_ops_stays_under_100_ms(bench_widgets):
+    # the best of 5 for each: the machine running the tests is shared, its load is not the code's cost
+    model = OpsModel(bench_widgets.faulty_comparison(100_000))
+    patterns = itertools.cycle(["op.12", "op.13", "forward", "OP.9"])  # a new text each time, as typed
+    actions = {
+        "name": lambda: model.set_filters(pattern=next(patterns)),
+        "type": lambda: model.set_filters(pattern="", op_types={"gelu", "softmax"}),
+        "status": lambda: model.set_filters(op_types=(), statuses={STATUS_FAIL}),
+        "module": lambda: model.set_filters(statuses=(), modules=["enc.layers.7"]),
+        "sort by name": lambda: model.set_sort("op"),
+        "sort by type": lambda: model.set_sort("op_type"),
+        "sort by status": lambda: model.set_sort("status"),
+        "sort by module": lambda: (model.set_filters(modules=()), model.set_sort("module")),
+    }
+    for label, action in actions.items():
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            action()
+            page = model.view()
+            times.append(time.perf_counter() - start)
+        assert len(page.rows), label
+        assert min(times) < 0.1, f"{label}: {min(times) * 1e3:.0f} ms (median {statistics.median(times) * 1e3:.0f})"
+
+
+def test_go_to_first_failing_op_lands_on_the_verdicts_op(faulty_5000):
+    dash = explore(faulty_5000, overflow=False)
+    dash.table.widget  # noqa: B018
+    first = faulty_5000.first_failing_op()
+    assert first["op"] in faulty_5000.verdict().headline
+    dash.table.set_filters(pattern="op.4")  # a filter that hides it, on another page
+    dash.table.set_page(3)
+    dash.table.go_to_first_failing()
+    assert dash.selection.op == first["op"]
+    shown = dash.table.page_rows["op"].tolist()
+    assert first["op"] in shown[:VISIBLE_ROWS]  # on screen without scrolling the grid
+    assert dash.model.pattern == "" and dash.table._pattern.value == ""
+    assert first["op"] in dash.table._grid.data["op"].tolist()[:VISIBLE_ROWS]
+
+
+def test_selecting_an_op_far_away_brings_its_row_into_view(faulty_5000):
+    dash = explore(faulty_5000, overflow=False)
+    dash.table.widget  # noqa: B018
+    op = faulty_5000.ops.iloc[4321]["op"]
+    dash.trend.click_point(4321)
+    assert op in dash.table.page_rows["op"].tolist()[:VISIBLE_ROWS]
+    grid_data = dash.table._grid._data
+    dash.table.click_row(VISIBLE_ROWS - 1)  # a row already on screen: only the colours change
+    assert dash.table._grid._data is grid_data
+    assert json_name(dash.selection.op) in dash.table._grid.default_renderer.background_color.value
+
+
+def json_name(op: str) -> str:
+    import json
+
+    return json.dumps(op)
+
+
+def test_trend_shows_0_9999_and_0_3_on_one_log_axis(faulty_5000):
+    dash = explore(faulty_5000, overflow=False)
+    trend = dash.trend
+    trend.widget  # noqa: B018
+    d = trend.data
+    assert type(trend._sy).__name__ == "LogScale"
+    worst, best = float(np.nanmax(d.err)), float(np.nanmin(d.err))
+    assert worst == pytest.approx(0.7)  # cosine 0.3
+    assert best < 1e-4  # cosine 0.9999 and better, not flattened onto 1.0
+    assert trend._sy.min <= best and trend._sy.max >= worst
+    assert error_values("out_cosine", np.array([1.0, 0.9999, np.nan]))[0] == FLOOR
+    # the verdict's story: first failing op = introduced op here, onset drawn; named as the verdict names it
+    first = faulty_5000.first_failing_op()
+    assert d.first == d.introduced == float(first["order"])
+    assert np.isfinite(d.onset)
+    assert d.names["first"] == first["op"] and first["op"] in trend._caption()
+    assert np.asarray(trend._marks.x)[0, 0] == d.first
+    assert list(trend._marks.opacities) == [1.0, 0.0, 1.0]  # the introduced line would hide the first failing one
+    assert "(introduced it)" in trend._caption()
+
+
+def test_trend_marks_infinite_errors_and_zooms(faulty_5000):
+    dash = explore(faulty_5000, overflow=False)
+    trend = dash.trend
+    trend.widget  # noqa: B018
+    dash.table.set_metric("max_abs_err")
+    assert len(trend.data.outliers) == 2 and "2 inf/overflow" in trend._caption()
+    assert np.isfinite(np.asarray(trend._line.y, dtype=float)).all()  # inf drawn at the top, not dropped
+    assert "inf" in dash.table._grid_frame().to_numpy().ravel().tolist() or _cell_text(np.inf) == "inf"
+    assert _cell_text(np.inf) == "inf" and _cell_text(-np.inf) == "-inf" and _cell_text(np.nan) == ""
+    trend.set_window(1000, 1100)
+    assert (trend._sx.min, trend._sx.max) == (1000.0, 1100.0)
+    assert len(trend._line.x) == 101  # every op of the window
+    trend.set_window(None)
+    assert trend._sx.max == len(trend.data.x) - 1
+
+
+def test_line_reduction_keeps_peaks():
+    y = np.full(100_000, 1e-6)
+    y[54_321] = 0.7
+    x, kept = line_points(np.arange(100_000.0), y, 4_000)
+    assert len(x) <= 4_000 and kept.max() == 0.7 and 54_321 in x
+
+
+def test_a_selection_moves_the_diamond_without_resending_the_line(faulty_5000):
+    dash = explore(faulty_5000, overflow=False)
+    dash.widget  # noqa: B018
+    line, dots = dash.trend._line.y, dash.trend._dots.x
+    dash.trend.click_point(777)
+    assert dash.trend._line.y is line and dash.trend._dots.x is dots
+    assert dash.trend._selected.x.tolist() == [777.0]
+
+
+def test_the_overflow_scan_runs_when_its_tab_is_opened(msprobe_comparison):
+    dash = explore(msprobe_comparison)
+    dash.widget  # noqa: B018
+    assert not dash.overflow.scanned
+    dash.select(msprobe_comparison.ops.iloc[3]["op"])
+    assert not dash.overflow.scanned
+    titles = [dash._tabs.get_title(i) for i in range(len(dash._tabs.children))]
+    dash._tabs.selected_index = titles.index("Overflow")
+    assert dash.overflow.scanned and "First critical op" in dash.overflow._summary.value
+
+
+def test_one_screen_layout_holds_every_view(faulty_5000):
+    dash = explore(faulty_5000)
+    root = dash.widget
+    css, grid = root.children
+    assert "grid-template-areas" in css.value and "@container" in css.value
+    areas = [c.layout.grid_area for c in grid.children]
+    assert areas == ["head", "table", "graph", "trend", "side"]
+    assert grid.children[1].children[-1] is dash.table.widget
+    assert grid.children[2].children[-1] is dash.subgraph.widget
+    assert grid.children[3].children[-1] is dash.trend.widget
+    assert [dash._tabs.get_title(i) for i in range(len(dash._tabs.children))] == ["Tensor inspector", "Overflow"]
+    assert dash.inspector._hist_target.scales["y"].min == 0  # counts never below zero

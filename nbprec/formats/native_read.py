@@ -59,14 +59,20 @@ class NativeDumpReader(DumpReader):
 
     @classmethod
     def guess_can_open(cls, path: Path) -> bool:
-        """A folder holding ``nbprec-dump.json``."""
+        """A folder holding ``nbprec-dump.json``, or run folders named ``rank{M}`` / ``step{N}/rank{M}``."""
+        from nbprec.formats.native_tree import is_run_tree
+
         try:
-            return Path(path).is_dir() and (Path(path) / HEADER_FILE).is_file()
+            return Path(path).is_dir() and ((Path(path) / HEADER_FILE).is_file() or is_run_tree(Path(path)))
         except OSError:
             return False
 
     def open(self, path: Path, **options: Any) -> Dump:
         """Read the header and index of the run folder ``path`` (never the payloads)."""
+        from nbprec.formats.native_tree import is_run_tree, read_run_tree
+
+        if not (Path(path) / HEADER_FILE).is_file() and is_run_tree(Path(path)):
+            return read_run_tree(Path(path))  # one capture folder per rank (and step): docs/capture.md
         if options:
             raise TypeError(f"the nbprec reader takes no options, got {sorted(options)}")
         return read_native_dump(Path(path))

@@ -1,0 +1,147 @@
+"""A tree of nbprec run folders, one per rank (and step), opened as one dump.
+
+Each process of a distributed run captures into its own folder, named as msprobe names its own:
+
+    runs/bf16/rank0/  runs/bf16/rank1/                       (one step)
+    runs/bf16/step0/rank0/  runs/bf16/step1/rank0/  ...       (several steps, one capture per step)
+
+``nbprec.open("runs/bf16")`` reads every run folder's index and puts them together: each row takes the step and
+rank its folder names (a capture made without ``rank=`` still lands on its rank; where the recorded value differs
+from the folder's, the folder's is used and a problem says so), and each payload is read from its own folder.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from nbprec.dump import Dump, Problem
+from nbprec.errors import DumpFormatError
+from nbprec.formats.native_read import HEADER_FILE, read_native_dump
+
+_RANK = re.compile(r"rank(\d+)")
+_STEP = re.compile(r"step(\d+)")
+MAX_RUNS = 65536  # run folders read at most (ranks x steps)
+
+
+def _is_run(path: Path) -> bool:
+    try:
+        return (path / HEADER_FILE).is_file()
+    except OSError:
+        return False
+
+
+def _subfolders(path: Path, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
+    """Subfolders named ``{prefix}{N}``, with their numbers, in number order."""
+    try:
+        found = [(int(m.group(1)), p) for p in path.iterdir() if (m := pattern.fullmatch(p.name)) and p.is_dir()]
+    except OSError:
+        return []
+    return sorted(found, key=lambda item: (item[0], item[1].name))
+
+
+def find_run_folders(path: Path) -> list[tuple[int | None, int, Path]]:
+    """``(step, rank, folder)`` of each run folder under ``path``: ``rank{M}/`` or ``step{N}/rank{M}/``
+    (``step`` is None for the first form); empty when ``path`` is not such a tree."""
+    if _is_run(path):
+        return []
+    runs: list[tuple[int | None, int, Path]] = [(None, r, p) for r, p in _subfolders(path, _RANK) if _is_run(p)]
+    for step, folder in _subfolders(path, _STEP):
+        runs += [(step, r, p) for r, p in _subfolders(folder, _RANK) if _is_run(p)]
+        if len(runs) > MAX_RUNS:
+            break
+    return runs
+
+
+def is_run_tree(path: Path) -> bool:
+    """Whether ``path`` is a folder of nbprec run folders named by rank (and step)."""
+    try:
+        return path.is_dir() and bool(find_run_folders(path))
+    except OSError:
+        return False
+
+
+def read_run_tree(path: Path) -> Dump:
+    """Open the run folders under ``path`` (see the module docstring) as one dump."""
+    runs = find_run_folders(path)
+    if not runs:
+        raise DumpFormatError(path, "no nbprec run folder named rank{M} or step{N}/rank{M} in it")
+    if len(runs) > MAX_RUNS:
+        raise DumpFormatError(path, f"more than {MAX_RUNS} run folders")
+    seen: dict[tuple[int | None, int], Path] = {}
+    for step, rank, folder in runs:
+        if (step, rank) in seen:
+            raise DumpFormatError(
+                path, f"{seen[step, rank].name} and {folder.name} both name rank {rank}: keep one of them"
+            )
+        seen[step, rank] = folder
+    if any(step is None for step, _, _ in runs) and any(step is not None for step, _, _ in runs):
+        raise DumpFormatError(path, "it mixes rank{M}/ and step{N}/rank{M}/ folders: use one layout")
+
+    indexes, loaders, problems = [], {}, []
+    edges, hierarchy, metas = [], {}, []
+    stacks: list[Any] = []
+    calls: list[Any] = []
+    for step, rank, folder in runs:
+        dump = read_native_dump(folder)
+        where = folder.relative_to(path).as_posix()
+        index = dump.index.copy()
+        for column, value in (("rank", rank), ("step", step)):
+            if value is None:
+                continue
+            recorded = index[column].to_numpy()
+            unset = np.isin(recorded, (-1, 0)).all()  # written without step= / rank= (the defaults)
+            if len(recorded) and (recorded != value).any() and not unset:
+                problems.append(
+                    Problem(str(folder), f"rows record {column} {sorted(set(recorded.tolist()))[:5]}; the "
+                            f"folder's {column} {value} is used", where)
+                )  # fmt: skip
+            index[column] = np.int64(value)
+        for s, r in set(zip(index["step"].tolist(), index["rank"].tolist(), strict=True)):
+            loaders[int(s), int(r)] = dump._loader
+        indexes.append(index)
+        problems += [Problem(p.file, p.problem, p.record) for p in dump.problems.itertuples(index=False)]
+        edges.append(dump.edges)
+        for module, parent in dump.hierarchy.items():
+            hierarchy.setdefault(module, parent)
+        metas.append(dump.meta)
+        stacks.append(dump._stacks)
+        calls.append(dump._calls)
+
+    def load(row: Mapping[str, Any]) -> np.ndarray:
+        loader = loaders.get((int(row["step"]), int(row["rank"])))
+        if loader is None:
+            raise DumpFormatError(path, f"no run folder holds step {row['step']}, rank {row['rank']}")
+        return loader(row)
+
+    def merged(parts: list[Any]) -> dict:
+        out: dict = {}
+        for part in parts:
+            out.update((part() if callable(part) else part) or {})
+        return out
+
+    first = metas[0]
+    meta = {**first, "run": path.name, "runs": [f.relative_to(path).as_posix() for _, _, f in runs]}
+    meta["finished"] = all(m.get("finished") for m in metas)
+    index = pd.concat(indexes, ignore_index=True)
+    edge_frame = pd.concat(edges, ignore_index=True).drop_duplicates(ignore_index=True)
+    return Dump(
+        index,
+        path=path,
+        format="nbprec",
+        loader=load,
+        problems=problems,
+        meta=meta,
+        hierarchy=hierarchy,
+        stacks=lambda: merged(stacks),
+        calls=lambda: merged(calls),
+        edges=edge_frame,
+    )
+
+
+__all__ = ["find_run_folders", "is_run_tree", "read_run_tree"]

@@ -16,6 +16,7 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -98,9 +99,14 @@ def lower_precision(*dtypes: str) -> str:
     return _PRECISION_RANK[min(ranks)] if ranks else ""
 
 
-def row_precision(table: pd.DataFrame) -> pd.Series:
-    """Per row, :func:`lower_precision` of its ``target_dtype`` and ``bench_dtype``: computed once per distinct
-    pair of dtypes (a comparison has a handful), not once per row."""
+def precision_codes(table: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """Per row, a code into the list of distinct lower-precision dtypes (:func:`lower_precision` of its
+    ``target_dtype`` and ``bench_dtype``, or its ``precision`` column): computed once per distinct pair of dtypes
+    (a comparison has a handful), not once per row."""
+    if "precision" in table:
+        codes, names = pd.factorize(table["precision"], use_na_sentinel=True)
+        lows = [*map(str, names), ""]
+        return np.where(codes < 0, len(lows) - 1, codes), lows
     target, target_names = pd.factorize(table["target_dtype"], use_na_sentinel=True)
     bench, bench_names = pd.factorize(table["bench_dtype"], use_na_sentinel=True)
     width = len(bench_names) + 1
@@ -108,8 +114,21 @@ def row_precision(table: pd.DataFrame) -> pd.Series:
     names_t = ["", *map(str, target_names)]
     names_b = ["", *map(str, bench_names)]
     distinct, codes = np.unique(pairs, return_inverse=True)
-    lows = np.array([lower_precision(names_t[p // width], names_b[p % width]) for p in distinct], dtype=object)
-    return pd.Series(lows[codes.reshape(-1)] if len(codes) else np.array([], dtype=object), index=table.index)
+    lows = [lower_precision(names_t[p // width], names_b[p % width]) for p in distinct]
+    return codes.reshape(-1), lows
+
+
+def row_precision(table: pd.DataFrame) -> pd.Series:
+    """Per row, :func:`lower_precision` of its ``target_dtype`` and ``bench_dtype``."""
+    codes, lows = precision_codes(table)
+    values = np.array(lows, dtype=object)[codes] if len(codes) else np.array([], dtype=object)
+    return pd.Series(values, index=table.index)
+
+
+def _per_row(table: pd.DataFrame, per_dtype: Mapping[str, float], default: float) -> np.ndarray:
+    """Per row, ``per_dtype`` of its lower-precision dtype (``default`` where it has none)."""
+    codes, lows = precision_codes(table)
+    return np.array([per_dtype.get(low, default) for low in lows], dtype=np.float64)[codes]
 
 
 def precision_rank(dtype: str) -> int:
@@ -226,13 +245,7 @@ class Rule:
             values = np.full(n, t.value, dtype=np.float64)
             if self.dtype_aware and t.metric in ("cosine", "rel_euclidean"):
                 col = 0 if t.metric == "cosine" else 1
-                low = table["precision"] if "precision" in table else row_precision(table)
-                bounds = {d: tol[col] for d, tol in DTYPE_TOLERANCE.items()}
-                if isinstance(low.dtype, pd.CategoricalDtype):  # a bound per category, then per row by code
-                    per_code = np.array([bounds.get(c, t.value) for c in low.cat.categories] + [t.value])
-                    values = per_code[low.cat.codes.to_numpy()]  # code -1 (missing) takes the last: t.value
-                else:
-                    values = low.map(bounds).fillna(t.value).to_numpy(np.float64)
+                values = _per_row(table, {d: tol[col] for d, tol in DTYPE_TOLERANCE.items()}, t.value)
             out.append((t, values))
         return out
 
@@ -313,8 +326,7 @@ class Rule:
 
 def _dtype_red(table: pd.DataFrame) -> np.ndarray:
     """Per row, the RED tolerance of its lower-precision dtype (:data:`DTYPE_TOLERANCE`); 0 for non-floats."""
-    low = table["precision"].astype(str) if "precision" in table else row_precision(table)
-    return low.map({d: tol[1] for d, tol in DTYPE_TOLERANCE.items()}).fillna(0.0).to_numpy(np.float64)
+    return _per_row(table, {d: tol[1] for d, tol in DTYPE_TOLERANCE.items()}, 0.0)
 
 
 def _red_bounds(bounds: list[tuple[Threshold, np.ndarray]], n: int) -> np.ndarray:

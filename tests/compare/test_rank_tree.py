@@ -22,8 +22,13 @@ def tree(tmp_path_factory) -> Path:
     """``fault`` and ``fp32`` of tests/fixtures/multirank, run again (2 gloo processes) and left as captured."""
     out = tmp_path_factory.mktemp("ranks")
     cmd = [sys.executable, str(MULTI / "make_multirank.py"), "--here", "--tree", "--tool", "nbprec", "--out", str(out)]
-    done = subprocess.run([*cmd, "--only", "fault", "fp32"], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    errors = []
+    for _attempt in range(2):  # gloo's teardown has aborted a rank process once in CI: one more go, then fail
+        done = subprocess.run([*cmd, "--only", "fault", "fp32"], capture_output=True, text=True, timeout=600)
+        if done.returncode == 0:
+            break
+        errors.append(done.stderr[-3000:])
+    assert done.returncode == 0, "\n---\n".join(errors)
     return out / "nbprec"
 
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
+from nbprec._severity import Graded
 from nbprec.errors import NbprecError
-
-SEVERITIES = ("error", "warning", "info")
 
 
 class ConfigError(NbprecError):
@@ -15,7 +13,7 @@ class ConfigError(NbprecError):
 
 
 @dataclass(frozen=True)
-class Finding:
+class Finding(Graded):
     """One thing a check found in a configuration.
 
     Parameters
@@ -42,19 +40,6 @@ class Finding:
     message: str
     fix: str = ""
     check: str = ""
-
-    def __post_init__(self) -> None:
-        if self.severity not in SEVERITIES:
-            raise ValueError(f"severity must be one of {', '.join(SEVERITIES)}, not {self.severity!r}")
-
-    @property
-    def is_error(self) -> bool:
-        """Whether this finding makes the configuration wrong (the ``nbprec config check`` exit status is 1)."""
-        return self.severity == "error"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The finding as a plain dict (JSON-ready)."""
-        return asdict(self)
 
     def to_text(self) -> str:
         """``severity: message`` and, on the next line, the fix."""

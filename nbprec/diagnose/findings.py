@@ -6,12 +6,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nbprec._severity import SEVERITIES, Graded
 from nbprec.errors import NbprecError
 
 if TYPE_CHECKING:
     import pandas as pd
 
-SEVERITIES = ("error", "warning", "info")
 #: the columns of :attr:`Diagnosis.frame`
 COLUMNS = ("kind", "severity", "where", "message", "values", "remedy")
 
@@ -21,7 +21,7 @@ class DiagnoseError(NbprecError):
 
 
 @dataclass(frozen=True)
-class Finding:
+class Finding(Graded):
     """One thing found in a log or a pair of commands.
 
     Parameters
@@ -53,19 +53,6 @@ class Finding:
     message: str
     values: dict[str, Any] = field(default_factory=dict)
     remedy: str = ""
-
-    def __post_init__(self) -> None:
-        if self.severity not in SEVERITIES:
-            raise ValueError(f"severity must be one of {', '.join(SEVERITIES)}, not {self.severity!r}")
-
-    @property
-    def is_error(self) -> bool:
-        """Whether this finding is an error (``nbprec diagnose`` then exits with status 1)."""
-        return self.severity == "error"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The finding as a plain dict (JSON-ready)."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)

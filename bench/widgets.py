@@ -434,7 +434,8 @@ def browser_dashboard_figures(
     repeat: int = 1,
 ) -> None:
     """Voila + Chromium at 1440 x 900, per comparison: page load to every view drawn, less Voila's kernel start
-    (a one-output page without widgets, timed interleaved and printed apart; kernel-side seconds printed too), the page height (900: no page scrolling), and a click on a table row to the table, trend
+    (a one-output page without widgets, timed interleaved and printed apart; kernel-side seconds printed too),
+    the page height (900: no page scrolling), and a click on a table row to the table, trend
     and inspector updated (and the graph, when it holds the op), median of 5 clicks. ``baseline``: a folder
     holding another ``nbprec`` package, measured the same way, interleaved with this one; ``repeat`` page
     loads each (medians)."""

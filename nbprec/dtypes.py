@@ -8,6 +8,8 @@ bit-exactly and converted to float32/float64 only when compared.
 
 from __future__ import annotations
 
+import contextlib
+
 import ml_dtypes
 import numpy as np
 
@@ -65,6 +67,10 @@ LOW_PRECISION_FLOATS = frozenset({"float16", "bfloat16", "float8_e4m3fn", "float
 FLOAT_DTYPES = frozenset({"float64", "float32", *LOW_PRECISION_FLOATS})
 
 
+#: numpy dtypes (and scalar types) already named by :func:`canonical_dtype` (it is called per tensor)
+_NUMPY_NAMES: dict[object, str] = {}
+
+
 def canonical_dtype(name: object) -> str:
     """Return nbprec's canonical name for a dtype spelled any common way.
 
@@ -77,11 +83,15 @@ def canonical_dtype(name: object) -> str:
     ('bfloat16', 'float16', 'float32')
     """
     if isinstance(name, (np.dtype, type)):
+        try:
+            return _NUMPY_NAMES[name]
+        except (KeyError, TypeError):
+            pass
         dt = np.dtype(name)
-        for canon, np_dt in NUMPY_DTYPES.items():
-            if np_dt == dt:
-                return canon
-        return dt.name
+        found = next((canon for canon, np_dt in NUMPY_DTYPES.items() if np_dt == dt), dt.name)
+        with contextlib.suppress(TypeError):
+            _NUMPY_NAMES[name] = found
+        return found
     text = str(name).strip()
     for prefix in ("torch.", "tf.", "np.", "numpy.", "DT_", "dt_"):
         if text.startswith(prefix):

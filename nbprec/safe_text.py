@@ -60,8 +60,32 @@ def csv_cell(value: Any, exact: bool = False) -> Any:
     return spreadsheet_safe(value if exact else visible_text(value)) if isinstance(value, str) else value
 
 
+#: a line of joined cells that :func:`csv_cell` may change: one starting with a formula character or a quote that
+#: is not plainly a number (what :data:`_NUMBER` also takes with spaces around goes the slow way: a false alarm)
+_MAY_CHANGE = re.compile(
+    r"^(?![+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)%?$)[=+\-@\t']", re.MULTILINE | re.IGNORECASE
+)
+
+
+def plain_cells(values: list[Any]) -> bool:
+    """Whether :func:`csv_cell` leaves every string among ``values`` as it is and none holds a carriage return
+    (so no row needs quoting as a whole): ASCII, no line starting as a formula, in one pass over the joined text
+    rather than a call per cell. A cell holding a line feed makes it say False (then map cell by cell)."""
+    cells = [v for v in values if isinstance(v, str)]
+    text = "\n".join(cells)
+    return (
+        text.isascii()
+        and text.count("\n") == max(len(cells) - 1, 0)
+        and "\r" not in text
+        and _MAY_CHANGE.search(text) is None
+    )
+
+
 def _map_text(frame: pd.DataFrame, cell: Any) -> pd.DataFrame:
-    """``frame`` with ``cell`` applied to the strings of its text columns (the frame itself if none changes)."""
+    """``frame`` with ``cell`` applied to the strings of its text columns (the frame itself if none changes).
+
+    ``cell`` must leave alone what :func:`plain_cells` finds plain (:func:`csv_cell` and :func:`spreadsheet_restore`
+    do): such columns are not mapped cell by cell."""
     changed = {}
     for position in range(frame.shape[1]):  # by position: column names may repeat
         column = frame.iloc[:, position]
@@ -69,6 +93,8 @@ def _map_text(frame: pd.DataFrame, cell: Any) -> pd.DataFrame:
             changed[position] = column.map(cell)
         elif column.dtype.kind == "O":
             values = column.tolist()
+            if plain_cells(values):
+                continue
             cells = [cell(v) if isinstance(v, str) else v for v in values]
             if any(a is not b for a, b in zip(cells, values, strict=True)):
                 changed[position] = pd.Series(cells, index=column.index, dtype=object, name=column.name)
@@ -118,6 +144,7 @@ def quoting(rows: list[list[Any]]) -> int:
 __all__ = [
     "FORMULA_STARTS",
     "csv_cell",
+    "plain_cells",
     "quoting",
     "restore_frame",
     "spreadsheet_restore",

@@ -33,6 +33,7 @@ from nbprec.errors import ComparisonError
 from nbprec.safe_text import (  # noqa: F401 (re-exported)
     FORMULA_STARTS,
     csv_cell,
+    plain_cells,
     quoting,
     restore_frame,
     spreadsheet_restore,
@@ -145,6 +146,8 @@ def _export_cells(rows: list[list[Any]]) -> tuple[list[list[Any]], int]:
     """``rows`` with every cell as :func:`csv_cell` writes it, and their :func:`quoting`: the same as
     ``[[csv_cell(c) for c in row] for row in rows]`` and ``quoting`` of that, without a call per cell (an ASCII
     text cell that does not start as a formula, or a number, is written unchanged; only other rows are mapped)."""
+    if plain_cells([c for row in rows for c in row]):  # the usual case: one test over the joined text
+        return rows, csv.QUOTE_MINIMAL
     suspect = _SUSPECT_STARTS
     out = [
         row

@@ -87,7 +87,7 @@ def msprobe_mode(comparison: Comparison) -> str:
 
 
 def _is_nan(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+    return value is None or (isinstance(value, float) and value != value)
 
 
 def _ms_dtype(dtype: Any) -> str:
@@ -268,10 +268,15 @@ def _judge_api(rows: list[dict[str, Any]], mode: str) -> None:
 
 def _ms_text(value: Any) -> str:
     """A cell as msprobe's CSV writes it (pandas; infinities as ``' inf'`` so spreadsheets read them)."""
-    if isinstance(value, float):
+    kind = type(value)
+    if kind is str:  # most cells: names, dtypes, shapes, "N/A" (a call per cell: the checks go cheapest first)
+        return value
+    if kind is float or isinstance(value, float):
+        if value != value:
+            return ""
         if math.isinf(value):
             return " inf" if value > 0 else " -inf"
-        return "" if math.isnan(value) else repr(value)
+        return repr(float(value))
     return str(value)
 
 
@@ -324,7 +329,8 @@ def msprobe_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     header = MSPROBE_HEADERS[mode]
     for row in rows:
         row["Result"], row["Err_message"] = _MS_LEVELS[row["_level"]], json.dumps(row["_messages"])
-    return header, [[_ms_text(row[column]) for column in header] for row in rows]
+    text = _ms_text
+    return header, [[text(row[column]) for column in header] for row in rows]
 
 
 __all__ = [

@@ -1,0 +1,102 @@
+"""Work beside the process (:mod:`nbprec._beside`): a forked child writes while the body runs; its failure is
+reported with its message; a failing body stops it; without a safe fork the work runs in this process; and the
+``nbprec compare -o`` files are the same either way."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nbprec import _beside
+from nbprec._beside import beside, can_fork
+from nbprec.cli import main
+from nbprec.errors import NbprecError
+from nbprec.formats.native import NativeDumpWriter
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
+
+
+def test_the_work_runs_in_another_process_while_the_body_runs(tmp_path):
+    marker = tmp_path / "pid"
+    started = time.monotonic()
+    with beside(lambda: (time.sleep(0.3), marker.write_text(str(os.getpid()))), "writing") as forked:
+        body_done = time.monotonic() - started  # the body is not held up by the work
+    assert forked and body_done < 0.25
+    assert int(marker.read_text()) != os.getpid()
+
+
+def test_a_failing_child_is_reported_with_its_message(tmp_path):
+    def work() -> None:
+        raise OSError(28, "No space left on device", str(tmp_path / "big.csv"))
+
+    with (
+        pytest.raises(NbprecError, match=r"writing the CSVs: .*No space left on device.*big\.csv"),
+        beside(work, "writing the CSVs"),
+    ):
+        pass
+
+
+def test_a_failing_body_stops_the_child_and_its_error_goes_on(tmp_path):
+    marker = tmp_path / "late"
+    with pytest.raises(ValueError, match="body"), beside(lambda: (time.sleep(2), marker.write_text("x")), "w"):
+        raise ValueError("body")
+    time.sleep(2.5)
+    assert not marker.exists()  # killed, not left running
+
+
+def test_with_other_threads_the_work_runs_here_after_the_body(tmp_path):
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert not can_fork()
+        order = []
+        with beside(lambda: order.append(("work", os.getpid())), "w") as forked:
+            order.append(("body", os.getpid()))
+        assert not forked and order == [("body", os.getpid()), ("work", os.getpid())]
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _pair(root: Path) -> tuple[Path, Path]:
+    values = np.random.default_rng(3).standard_normal((12, 500)).astype(np.float32)
+    for side in ("t", "b"):
+        with NativeDumpWriter(root / side, run=side) as writer:
+            for i in range(12):
+                record = {"name": f"Functional.linear.{i}.forward.output.0", "op": f"Functional.linear.{i}.forward"}
+                record.update(order=i, api="linear", call=i, direction="forward", role="output", slot="0")
+                writer.write_tensor(record, values[i].astype(np.float16) if side == "t" else values[i])
+    return root / "t", root / "b"
+
+
+def test_compare_writes_the_same_files_forked_or_not(tmp_path, monkeypatch, capsys):
+    target, bench = _pair(tmp_path)
+    assert can_fork()  # the first run writes beside, the second here
+    assert main(["compare", str(target), str(bench), "-o", str(tmp_path / "forked"), "--no-progress"]) == 0
+    monkeypatch.setattr(_beside, "can_fork", lambda: False)
+    assert main(["compare", str(target), str(bench), "-o", str(tmp_path / "here"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("wrote ") == 2
+    names = sorted(p.name for p in (tmp_path / "here").iterdir())
+    assert "compare_msprobe.csv" in names and "compare_msaccucmp.csv" in names
+    assert names == sorted(p.name for p in (tmp_path / "forked").iterdir())
+    for name in names:
+        if name != "comparison.json":  # it records the dump paths only; the same, but checked below anyway
+            assert (tmp_path / "forked" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
+    assert (tmp_path / "forked" / "comparison.json").read_text() == (tmp_path / "here" / "comparison.json").read_text()
+
+
+def test_compare_reports_a_layout_it_could_not_write(tmp_path, capsys):
+    target, bench = _pair(tmp_path)
+    out = tmp_path / "out"
+    (out / "compare_msprobe.csv").mkdir(parents=True)  # a folder where the file goes
+    assert main(["compare", str(target), str(bench), "-o", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "writing compare_msaccucmp.csv and compare_msprobe.csv" in err and "Is a directory" in err
+    assert (out / "tensors.csv").exists() and (out / "compare_msaccucmp.csv").exists()  # the rest was written

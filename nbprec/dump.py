@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from nbprec.columns import Columns
 from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
 from nbprec.errors import DumpFormatError, NbprecError, TensorDataUnavailableError, TensorNotFoundError
 from nbprec.stats import STAT_COLUMNS
@@ -68,6 +68,8 @@ _INT_COLUMNS = ("step", "rank", "order", "call", "numel")
 _COUNT_COLUMNS = ("nan_count", "inf_count", "zero_count")
 
 PROBLEM_COLUMNS = ("file", "record", "problem")
+#: Columns of :attr:`Dump.edges`.
+EDGE_COLUMNS = ["src", "dst_op", "dst_slot"]
 
 
 @dataclass(frozen=True)
@@ -80,32 +82,50 @@ class Problem:
 
 
 def make_index(
-    records: Iterable[Mapping[str, Any]] | pd.DataFrame | Mapping[str, Any], run: str = "", *, typed: bool = False
-) -> pd.DataFrame:
-    """Build a dump index from reader records, filling defaults and fixing column types.
+    records: Iterable[Mapping[str, Any]] | Any | Mapping[str, Any], run: str = "", *, typed: bool = False
+) -> Any:
+    """Build a dump index (a pandas DataFrame) from reader records, filling defaults and fixing column types.
 
     Records need at least ``name``; every other column of :data:`INDEX_COLUMNS` is optional. ``records``
     may also be a DataFrame of such columns (faster for column-wise formats). With ``typed``, ``records`` is a
     mapping (or DataFrame) of columns that already have their index type and no missing value (a reader that
     builds its columns itself, as the msprobe reader does): they are taken as they are, without a copy, and only
     the columns it lacks are filled (an index of 10^6 tensors costs no pass over each column).
+
+    :func:`index_columns` builds the same index as numpy columns, without pandas (what readers hand to
+    :class:`Dump`).
     """
+    return index_frame(index_columns(records, run, typed=typed))
+
+
+def index_frame(columns: Columns) -> Any:
+    """A dump index's columns as the pandas DataFrame :attr:`Dump.index` is (tensor names in pandas' string
+    dtype, other text ``object``)."""
+    return columns.to_frame(text=_TEXT_INFERRED)
+
+
+def index_columns(
+    records: Iterable[Mapping[str, Any]] | Any | Mapping[str, Any], run: str = "", *, typed: bool = False
+) -> Columns:
+    """:func:`make_index` as :class:`~nbprec.columns.Columns` (no pandas): records, a DataFrame, or with
+    ``typed`` a mapping of typed columns (see :func:`make_index`)."""
     if typed:
-        return _typed_frame(records, run)
-    if isinstance(records, pd.DataFrame):
-        return _fix_frame(records.reindex(columns=list(INDEX_COLUMNS)), run)
+        return _typed_columns(records, run)
+    if hasattr(records, "columns") and hasattr(records, "iloc"):  # a pandas DataFrame of index columns
+        return _fix_columns(Columns.from_frame(records), run)
     rows = list(records)
     by_column = _transpose(rows)
-    columns: dict[str, Any] = {}
+    columns = Columns(n=len(rows))
     for column in INDEX_COLUMNS:
         # the rows' keys known (by_column): a column they lack is all missing
         values = by_column.get(column, [None] * len(rows)) if by_column else [row.get(column) for row in rows]
         default = _DEFAULTS.get(column)
-        if column == "name":  # as pandas infers it (its string dtype for text)
-            columns[column] = pd.Series(values, dtype=None if values else object)
+        if column == "name":
+            columns[column] = _object_array(values)
         elif column == "shape":
-            shapes = [tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else () for v in values]
-            columns[column] = _object_array(shapes)
+            columns[column] = _object_array(
+                [tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else () for v in values]
+            )
         elif column == "run":
             columns[column] = _object_array([v if v is not None and v == v and v != "" else run for v in values])
         elif column in _INT_COLUMNS:
@@ -114,10 +134,13 @@ def make_index(
             columns[column] = _floats(values)
         elif column == "has_data":
             columns[column] = np.array([bool(v) if v is not None and v == v else False for v in values], dtype=bool)
-        else:  # text columns (an all-missing one would be float64 in pandas: fill as object)
+        else:  # text columns
             columns[column] = _object_array([default if v is None or v != v else v for v in values])
-    frame = pd.DataFrame(columns, index=pd.RangeIndex(len(rows)), copy=False)
-    return _finish_index(frame)
+    return _finish_index(columns)
+
+
+#: index columns whose DataFrame takes pandas' inferred string dtype (as readers have always given them)
+_TEXT_INFERRED = ("name",)
 
 
 def _transpose(rows: list[Mapping[str, Any]]) -> dict[str, list]:
@@ -132,83 +155,135 @@ def _transpose(rows: list[Mapping[str, Any]]) -> dict[str, list]:
     return dict(zip(keys, map(list, zip(*map(dict.values, rows), strict=True)), strict=True))
 
 
-def _object_array(values: list) -> pd.Series:
-    """An object column of exactly these values (tuples stay elements; text stays ``object``, not the string
-    dtype pandas would infer)."""
+def _object_array(values: list) -> np.ndarray:
+    """An object column of exactly these values (tuples stay elements)."""
     out = np.empty(len(values), dtype=object)
     out[:] = values
-    return pd.Series(out, dtype=object, copy=False)
+    return out
 
 
-def _floats(values: list) -> np.ndarray:
-    """float64 values; None, and text that is not a number, become NaN (as ``pd.to_numeric(errors="coerce")``)."""
+def _number(value: Any) -> float:
+    """``float(value)``, NaN for None and for text that is not a number (as ``pd.to_numeric(errors="coerce")``)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return float("nan")
+
+
+def _floats(values: Any) -> np.ndarray:
+    """float64 values; None, and text that is not a number, become NaN."""
     try:
         return np.array(values, dtype=np.float64)
     except (TypeError, ValueError):
-        return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
+        return np.array([_number(v) for v in values], dtype=np.float64)
 
 
-def _fix_frame(frame: pd.DataFrame, run: str) -> pd.DataFrame:
+def _missing(values: np.ndarray) -> np.ndarray:
+    """Where an ``object`` column holds None or NaN."""
+    return np.fromiter((v is None or v != v for v in values.tolist()), bool, len(values))
+
+
+def _fix_columns(columns: Columns, run: str) -> Columns:
     """Defaults and column types for a column-wise index (readers that build a DataFrame themselves)."""
-    for column, default in _DEFAULTS.items():
+    n = len(columns)
+    out = Columns(n=n)
+    for column in INDEX_COLUMNS:
+        default = _DEFAULTS.get(column)
+        values = columns.get(column)
+        if values is None:
+            values = np.full(n, np.nan) if column in STAT_COLUMNS else _object_array([None] * n)
         if column == "shape":
-            frame[column] = [tuple(s) if isinstance(s, (list, tuple, np.ndarray)) else () for s in frame[column]]
-        elif column == "run" and run:
-            frame[column] = frame[column].astype(object).fillna(run).replace("", run)
-        elif isinstance(default, (str, bool)):  # an all-missing column is float64: fill as object
-            frame[column] = frame[column].astype(object).fillna(default) if len(frame) else frame[column]
+            out[column] = _object_array([tuple(s) if isinstance(s, (list, tuple, np.ndarray)) else () for s in values])
+        elif column in STAT_COLUMNS:
+            out[column] = _floats(values)
+        elif column in _INT_COLUMNS:
+            numbers = _floats(values) if values.dtype == object else values
+            if numbers.dtype.kind == "f":
+                numbers = np.where(np.isnan(numbers), default, numbers)
+            out[column] = numbers.astype(np.int64)
+        elif column == "has_data":
+            out[column] = np.array([bool(v) if v is not None and v == v else False for v in values.tolist()], bool)
+        elif column == "name":
+            out[column] = values.astype(object)
         else:
-            frame[column] = frame[column].fillna(default) if len(frame) else frame[column]
-    for column in _INT_COLUMNS:
-        frame[column] = frame[column].astype(np.int64)
-    for column in STAT_COLUMNS:
-        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(np.float64)
-    frame["has_data"] = frame["has_data"].astype(bool)
-    return _finish_index(frame)
+            text = values.astype(object)
+            missing = _missing(text)
+            if column == "run" and run:
+                missing |= text == ""
+                fill = run
+            else:
+                fill = default
+            if missing.any():
+                text = text.copy()
+                text[missing] = fill
+            out[column] = text
+    return _finish_index(out)
 
 
-def _typed_frame(columns: Mapping[str, Any] | pd.DataFrame, run: str) -> pd.DataFrame:
+def _typed_columns(columns: Mapping[str, Any], run: str) -> Columns:
     """The index of columns that have their types already (see :func:`make_index`); missing ones are filled."""
-    n = len(columns["name"])
-    out: dict[str, Any] = {}
+    given = Columns.from_frame(columns) if hasattr(columns, "iloc") else None
+    n = len(given) if given is not None else len(columns["name"])
+    out = Columns(n=n)
     for column in INDEX_COLUMNS:
         if column in columns:
-            out[column] = columns[column]
+            values = given[column] if given is not None else columns[column]
+            out[column] = values if isinstance(values, np.ndarray) else np.asarray(values, dtype=object)
         elif column == "run" or (column in _DEFAULTS and isinstance(_DEFAULTS[column], str)):
             out[column] = np.full(n, run if column == "run" else _DEFAULTS[column], dtype=object)
         elif column in STAT_COLUMNS:
             out[column] = np.full(n, np.nan)
         elif column == "shape":
-            out[column] = np.empty(n, dtype=object)
-            out[column].fill(())
+            out[column] = _object_array([()] * n)
         elif column == "has_data":
             out[column] = np.zeros(n, dtype=bool)
         else:
             out[column] = np.full(n, _DEFAULTS[column], dtype=np.int64)
     if run and "run" in columns:
-        values = np.asarray(out["run"], dtype=object)
-        out["run"] = np.where((values == "") | pd.isna(values), run, values)
-    for column, values in out.items():  # text stays ``object``: pandas would infer its string dtype from arrays
-        if isinstance(values, np.ndarray) and values.dtype == object and column != "name":
-            out[column] = pd.Series(values, dtype=object, copy=False)
-    return _finish_index(pd.DataFrame(out, index=pd.RangeIndex(n), copy=False))
+        values = out["run"].astype(object)
+        out["run"] = np.where((values == "") | _missing(values), run, values)
+    return _finish_index(out)
 
 
-def _finish_index(frame: pd.DataFrame) -> pd.DataFrame:
+def _finish_index(columns: Columns) -> Columns:
     """Canonical dtype names, and element counts from shapes where a reader gave none."""
-    dtypes = frame["dtype"]
-    canonical = {d: canonical_dtype(d) if d else "" for d in dtypes.unique()}  # once per distinct dtype
-    if any(k != v for k, v in canonical.items()) or dtypes.dtype != object:
-        frame["dtype"] = dtypes.map(canonical).astype(object)
-    missing_numel = frame["numel"] < 0
+    dtypes = columns["dtype"]
+    values = dtypes.tolist()
+    canonical = {d: canonical_dtype(d) if d else "" for d in set(values)}  # once per distinct dtype
+    if dtypes.dtype != object or any(k != v for k, v in canonical.items()):
+        columns["dtype"] = _object_array([canonical[d] for d in values])
+    numel = columns["numel"]
+    missing_numel = numel < 0
     if missing_numel.any():
-        frame.loc[missing_numel, "numel"] = [int(np.prod(s)) if s else 1 for s in frame.loc[missing_numel, "shape"]]
-    return frame
+        numel = numel.copy()
+        shapes = columns["shape"]
+        numel[missing_numel] = [int(np.prod(s)) if s else 1 for s in shapes[missing_numel].tolist()]
+        columns["numel"] = numel
+    return columns
 
 
-def problems_frame(problems: Iterable[Problem]) -> pd.DataFrame:
+def problems_frame(problems: Iterable[Problem]) -> Any:
     """A DataFrame of problems, with the columns :data:`PROBLEM_COLUMNS`."""
+    import pandas as pd
+
     return pd.DataFrame([(p.file, p.record, p.problem) for p in problems], columns=list(PROBLEM_COLUMNS))
+
+
+def _problem_list(problems: Iterable[Problem] | Any) -> list[Problem]:
+    """Problems as a list of :class:`Problem` (from problems, or a DataFrame of :data:`PROBLEM_COLUMNS`)."""
+    if hasattr(problems, "itertuples"):
+        return [Problem(str(f), str(p), str(r)) for f, r, p in problems[list(PROBLEM_COLUMNS)].itertuples(index=False)]
+    return list(problems)
+
+
+def execution_order(columns: Columns) -> np.ndarray | None:
+    """Positions that sort an index by step, rank and order (stably), or None when it is sorted already."""
+    if len(columns) < 2:
+        return None
+    step, rank, order = columns["step"], columns["rank"], columns["order"]
+    ahead = (step[1:] > step[:-1]) | ((step[1:] == step[:-1]) & (
+        (rank[1:] > rank[:-1]) | ((rank[1:] == rank[:-1]) & (order[1:] >= order[:-1]))))  # fmt: skip
+    return None if ahead.all() else np.lexsort((order, rank, step))
 
 
 TensorLoader = Callable[[Mapping[str, Any]], np.ndarray]
@@ -222,7 +297,10 @@ class Dump:
     Attributes
     ----------
     index : pandas.DataFrame
-        One row per tensor; columns :data:`INDEX_COLUMNS`. Sorted by step, rank and execution order.
+        One row per tensor; columns :data:`INDEX_COLUMNS`. Sorted by step, rank and execution order. Built on
+        first use from :attr:`columns`.
+    columns : nbprec.columns.Columns
+        The same index as numpy columns (what nbprec's core reads; no pandas).
     problems : pandas.DataFrame
         Files or records that could not be read (columns ``file``, ``record``, ``problem``).
     path : pathlib.Path
@@ -234,7 +312,8 @@ class Dump:
     hierarchy : dict
         Module hierarchy: node (op or module call) -> parent module call (``None`` at the top).
     edges : pandas.DataFrame
-        Dataflow edges where the format records them: ``src`` (tensor name), ``dst_op``, ``dst_slot``.
+        Dataflow edges where the format records them: ``src`` (tensor name), ``dst_op``, ``dst_slot``. Readers
+        may give them as a DataFrame, as records, or as a function returning either (read on first use).
     calls : dict
         How each API op was called (its API and non-tensor arguments), where the format records it.
 
@@ -247,49 +326,99 @@ class Dump:
 
     def __init__(
         self,
-        index: pd.DataFrame,
+        index: Columns | Any,
         *,
         path: str | Path,
         format: str,
         loader: TensorLoader | None = None,
-        problems: Iterable[Problem] | pd.DataFrame = (),
+        problems: Iterable[Problem] | Any = (),
         meta: Mapping[str, Any] | None = None,
         hierarchy: Mapping[str, str | None] | None = None,
         stacks: Mapping[str, list[str]] | Callable[[], Mapping[str, list[str]]] | None = None,
-        edges: pd.DataFrame | None = None,
+        edges: Any = None,
         calls: Mapping[str, dict] | Callable[[], Mapping[str, dict]] | None = None,
     ) -> None:
-        index = index.sort_values(["step", "rank", "order"], kind="stable").reset_index(drop=True)
-        self.index = index
+        frame = None if isinstance(index, Columns) else index  # a reader's DataFrame: kept as the index
+        columns = index if frame is None else Columns.from_frame(index)
+        order = execution_order(columns)
+        self.columns = columns if order is None else columns.take(order)
+        self._frame = frame if frame is None or order is None else frame.iloc[order]
+        self._index: Any = None
         self.path = Path(path)
         self.format = format
         self._loader = loader
-        self.problems = problems if isinstance(problems, pd.DataFrame) else problems_frame(problems)
+        self._problems = _problem_list(problems)
+        self._problem_frame: Any = problems if hasattr(problems, "itertuples") else None
         self.meta = dict(meta or {})
         self.hierarchy = dict(hierarchy or {})
         self._stacks = stacks
         self._calls = calls
-        self.edges = edges if edges is not None else pd.DataFrame(columns=["src", "dst_op", "dst_slot"])
+        self._edges = edges
         self._positions: dict[str, int] | None = None
 
     # -- index views -------------------------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self.index)
+    @property
+    def index(self) -> Any:
+        """One row per tensor (a pandas DataFrame, built on first use from :attr:`columns`).
+
+        A view: editing the frame in place does not change the dump. To change the index, assign an edited
+        frame (``dump.index = dump.index.assign(call=...)``), which replaces :attr:`columns` too.
+        """
+        if self._index is None:
+            if self._frame is not None:
+                self._index = self._frame.reset_index(drop=True)
+            else:
+                self._index = index_frame(self.columns)
+        return self._index
+
+    @index.setter
+    def index(self, frame: Any) -> None:
+        columns = Columns.from_frame(frame)
+        order = execution_order(columns)
+        self.columns = columns if order is None else columns.take(order)
+        self._frame, self._index, self._positions = (frame if order is None else frame.iloc[order]), None, None
 
     @property
-    def names(self) -> pd.Series:
+    def problems(self) -> Any:
+        """Files or records that could not be read (a pandas DataFrame: ``file``, ``record``, ``problem``)."""
+        if self._problem_frame is None:
+            self._problem_frame = problems_frame(self._problems)
+        return self._problem_frame
+
+    @property
+    def problem_list(self) -> list[Problem]:
+        """The problems as :class:`Problem` objects (no pandas)."""
+        return list(self._problems)
+
+    @property
+    def edges(self) -> Any:
+        """Dataflow edges (a pandas DataFrame: ``src``, ``dst_op``, ``dst_slot``), empty where not recorded."""
+        if not hasattr(self._edges, "iloc"):  # None, records, or a function giving either (built on first use)
+            import pandas as pd
+
+            edges = self._edges() if callable(self._edges) else self._edges
+            if not hasattr(edges, "iloc"):
+                edges = pd.DataFrame(list(edges or []), columns=EDGE_COLUMNS)
+            self._edges = edges
+        return self._edges
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+    @property
+    def names(self) -> Any:
         """Tensor names, in index order."""
         return self.index["name"]
 
     @property
     def steps(self) -> list[int]:
         """The steps present, sorted."""
-        return sorted(int(s) for s in self.index["step"].unique())
+        return [int(s) for s in np.unique(self.columns["step"])]
 
     @property
     def ranks(self) -> list[int]:
         """The ranks present, sorted."""
-        return sorted(int(r) for r in self.index["rank"].unique())
+        return [int(r) for r in np.unique(self.columns["rank"])]
 
     @property
     def stacks(self) -> dict[str, list[str]]:
@@ -305,7 +434,7 @@ class Dump:
             self._calls = dict(self._calls())
         return dict(self._calls or {})
 
-    def ops(self) -> pd.DataFrame:
+    def ops(self) -> Any:
         """One row per op call in execution order: op, op_type, api, call, module, direction, tensors."""
         grouped = self.index.groupby(["step", "rank", "op"], sort=False)
         first = grouped.first()[["order", "op_type", "api", "call", "module", "direction"]]
@@ -314,47 +443,54 @@ class Dump:
 
     def select(self, *, step: int | None = None, rank: int | None = None) -> Dump:
         """A dump restricted to one step and/or rank, sharing the payloads."""
-        mask = np.ones(len(self.index), dtype=bool)
+        mask = np.ones(len(self.columns), dtype=bool)
         if step is not None:
-            mask &= (self.index["step"] == step).to_numpy()
+            mask &= self.columns["step"] == step
         if rank is not None:
-            mask &= (self.index["rank"] == rank).to_numpy()
+            mask &= self.columns["rank"] == rank
         return Dump(
-            self.index[mask],
+            self.columns.take(mask),
             path=self.path,
             format=self.format,
             loader=self._loader,
-            problems=self.problems,
+            problems=self._problems,
             meta=self.meta,
             hierarchy=self.hierarchy,
             stacks=self._stacks,
-            edges=self.edges,
+            edges=self._edges,
             calls=self._calls,
         )
 
     # -- tensors -----------------------------------------------------------------------------------
-    def row(self, key: str | int) -> pd.Series:
-        """The index row of a tensor, by name or by position."""
-        if isinstance(key, (int, np.integer)):
-            if not -len(self.index) <= key < len(self.index):
-                raise TensorNotFoundError(f"{self.path}: no tensor at position {key} ({len(self)} tensors)")
-            return self.index.iloc[int(key)]
+    def position(self, name: str) -> int:
+        """The index position of the tensor ``name``; an error when there is none, or several (in several steps
+        or ranks)."""
         if self._positions is None:
             positions: dict[str, int] = {}
-            for i, name in enumerate(self.index["name"]):
-                positions[name] = -1 if name in positions else i  # -1: the name is in several steps/ranks
+            for i, each in enumerate(self.columns["name"].tolist()):
+                positions[each] = -1 if each in positions else i  # -1: the name is in several steps/ranks
             self._positions = positions
-        position = self._positions.get(key)
+        position = self._positions.get(name)
         if position is None:
-            raise TensorNotFoundError(f"{self.path}: no tensor named {key!r}")
+            raise TensorNotFoundError(f"{self.path}: no tensor named {name!r}")
         if position < 0:
-            where = self.index.loc[self.index["name"] == key, ["step", "rank"]].drop_duplicates()
-            places = ", ".join(f"step {s} rank {r}" for s, r in where.itertuples(index=False))
+            where = self.columns["name"] == name
+            steps, ranks = self.columns["step"][where].tolist(), self.columns["rank"][where].tolist()
+            places = dict.fromkeys(zip(steps, ranks, strict=True))
+            text = ", ".join(f"step {s} rank {r}" for s, r in places)
             raise TensorNotFoundError(
-                f"{self.path}: tensor name {key!r} occurs in several places ({places}); "
+                f"{self.path}: tensor name {name!r} occurs in several places ({text}); "
                 "pick one with dump.select(step=..., rank=...) or pass a position"
             )
-        return self.index.iloc[position]
+        return position
+
+    def row(self, key: str | int) -> Any:
+        """The index row of a tensor (a pandas Series), by name or by position."""
+        if isinstance(key, (int, np.integer)):
+            if not -len(self) <= key < len(self):
+                raise TensorNotFoundError(f"{self.path}: no tensor at position {key} ({len(self)} tensors)")
+            return self.index.iloc[int(key)]
+        return self.index.iloc[self.position(key)]
 
     def tensor(self, key: str | int | Mapping[str, Any]) -> np.ndarray:
         """The payload of one tensor as a numpy array in its original dtype (memory-mapped if possible).
@@ -363,13 +499,19 @@ class Dump:
         mapping of the index columns). bfloat16 and float8 come back as ``ml_dtypes`` arrays; use
         ``.astype(np.float32)`` to compute with them.
         """
-        row = key if isinstance(key, (pd.Series, Mapping)) else self.row(key)
+        if isinstance(key, (int, np.integer)):
+            if not -len(self) <= key < len(self):
+                raise TensorNotFoundError(f"{self.path}: no tensor at position {key} ({len(self)} tensors)")
+            row: Any = self.columns.row(int(key))
+        elif isinstance(key, str):
+            row = self.columns.row(self.position(key))
+        else:
+            row = key
         if not row["has_data"] or self._loader is None:
-            recorded = self.problems[self.problems["record"] == row["name"]] if len(self.problems) else self.problems
-            if len(recorded):  # the reader refused or could not find the payload: say why
-                first = recorded.iloc[0]
+            recorded = next((p for p in self._problems if p.record == row["name"]), None)
+            if recorded is not None:  # the reader refused or could not find the payload: say why
                 raise TensorDataUnavailableError(
-                    f"{first['file']}: payload of tensor {row['name']!r} not read: {first['problem']}"
+                    f"{recorded.file}: payload of tensor {row['name']!r} not read: {recorded.problem}"
                 )
             raise TensorDataUnavailableError(
                 f"{self.path}: tensor {row['name']!r} has no payload in this dump "

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
+import numpy as np
 
 #: first characters that make a spreadsheet read a cell as a formula (OWASP, "CSV injection")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -81,11 +81,13 @@ def plain_cells(values: list[Any]) -> bool:
     )
 
 
-def _map_text(frame: pd.DataFrame, cell: Any) -> pd.DataFrame:
+def _map_text(frame: Any, cell: Any) -> Any:
     """``frame`` with ``cell`` applied to the strings of its text columns (the frame itself if none changes).
 
     ``cell`` must leave alone what :func:`plain_cells` finds plain (:func:`csv_cell` and :func:`spreadsheet_restore`
     do): such columns are not mapped cell by cell."""
+    import pandas as pd
+
     changed = {}
     for position in range(frame.shape[1]):  # by position: column names may repeat
         column = frame.iloc[:, position]
@@ -106,19 +108,31 @@ def _map_text(frame: pd.DataFrame, cell: Any) -> pd.DataFrame:
     return out
 
 
-def restore_frame(frame: pd.DataFrame) -> pd.DataFrame:
+def restore_frame(frame: Any) -> Any:
     """A table read back from :func:`write_table_csv` ``(exact=True)``, its text cells as they were."""
     return _map_text(frame, spreadsheet_restore)
 
 
-def write_table_csv(frame: pd.DataFrame, path: str | Path, *, exact: bool = False) -> Path:
-    """Write ``frame`` as CSV (no index), every text cell spreadsheet-safe (:func:`spreadsheet_safe`).
+def write_table_csv(table: Any, path: str | Path, *, exact: bool = False) -> Path:
+    """Write ``table`` (a DataFrame, or :class:`~nbprec.columns.Columns`) as CSV (no index), every text cell
+    spreadsheet-safe (:func:`spreadsheet_safe`).
 
     Surrogates are written as visible escapes (:func:`visible_text`; the file is UTF-8), or, when ``exact``, as
     the bytes they stand for, so that :func:`restore_frame` over ``pd.read_csv(path,
     encoding_errors="surrogateescape")`` gives the same text back (what save/load need). A table with a
-    carriage return in a cell is written with every cell quoted (:func:`quoting`).
+    carriage return in a cell is written with every cell quoted (:func:`quoting`). Columns are written without
+    pandas, byte for byte as ``DataFrame.to_csv`` writes the same values.
     """
+    errors = "surrogateescape" if exact else "backslashreplace"
+    if not hasattr(table, "to_csv"):  # Columns
+        header, cells = list(table.columns), [_csv_texts(values, exact) for _, values in table.items()]
+        rows = list(zip(*cells, strict=True)) if cells else []
+        how = csv.QUOTE_ALL if any("\r" in c for column in cells for c in column) else csv.QUOTE_MINIMAL
+        with Path(path).open("w", newline="", encoding="utf-8", errors=errors) as fh:
+            writer = csv.writer(fh, lineterminator="\n", quoting=how)
+            writer.writerow(header)
+            writer.writerows(rows)
+        return Path(path)
     breaks = False
 
     def cell(value: str) -> str:
@@ -126,10 +140,28 @@ def write_table_csv(frame: pd.DataFrame, path: str | Path, *, exact: bool = Fals
         breaks = breaks or "\r" in value
         return csv_cell(value, exact)
 
-    table = _map_text(frame, cell)
-    errors = "surrogateescape" if exact else "backslashreplace"
-    table.to_csv(Path(path), index=False, errors=errors, quoting=csv.QUOTE_ALL if breaks else csv.QUOTE_MINIMAL)
+    frame = _map_text(table, cell)
+    frame.to_csv(Path(path), index=False, errors=errors, quoting=csv.QUOTE_ALL if breaks else csv.QUOTE_MINIMAL)
     return Path(path)
+
+
+def _csv_texts(values: np.ndarray, exact: bool) -> list[str]:
+    """A column's cells as ``DataFrame.to_csv`` writes them (NaN and None empty, numbers as numpy prints them),
+    text through :func:`csv_cell`."""
+    if values.dtype.kind == "f":
+        texts = values.astype(str)
+        texts[np.isnan(values)] = ""
+        return texts.tolist()
+    if values.dtype.kind in "biu":
+        return values.astype(str).tolist()
+    items = values.tolist()
+    plain = plain_cells(items)
+    return [
+        ("" if v is None or (isinstance(v, float) and v != v) else str(v))
+        if not isinstance(v, str)
+        else (v if plain else csv_cell(v, exact))
+        for v in items
+    ]
 
 
 def quoting(rows: list[list[Any]]) -> int:

@@ -1,5 +1,6 @@
-"""The ``nbprec`` command imports what its subcommand needs: no capture, widgets, graph or torch for a compare;
-the public names of ``nbprec`` keep meaning the functions whatever was imported before."""
+"""The ``nbprec`` command imports what its subcommand needs: no pandas, capture, widgets, graph or torch for a
+compare (of nbprec or msprobe dumps); the public names of ``nbprec`` keep meaning the functions whatever was
+imported before."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from nbprec.formats.native import NativeDumpWriter
 
 # Packages the compare command must not load (checked by the top-level name or the nbprec subpackage).
 NOT_FOR_COMPARE = (
+    "pandas",
     "torch",
     "ipywidgets",
     "bqplot",
@@ -57,9 +59,9 @@ def _pair(root: Path) -> tuple[Path, Path]:
     return paths[0], paths[1]
 
 
-def test_the_compare_command_works_without_the_optional_layers(tmp_path):
-    target, bench = _pair(tmp_path)
-    out = tmp_path / "out"
+def _compare_loaded(target: Path, bench: Path, out: Path) -> dict:
+    """``nbprec compare TARGET BENCH -o OUT`` in a fresh interpreter: its status, what it printed, and the heavy
+    packages it loaded."""
     code = (
         "import contextlib, io, json, sys\n"
         "from nbprec.cli import main\n"
@@ -68,11 +70,48 @@ def test_the_compare_command_works_without_the_optional_layers(tmp_path):
         f"{_HEAVY}\n"
         "print(json.dumps({'status': status, 'heavy': heavy, 'text': text.getvalue()}))\n"
     )
-    result = _loaded(code)
+    return _loaded(code)
+
+
+def test_the_compare_command_works_without_the_optional_layers(tmp_path):
+    target, bench = _pair(tmp_path)
+    out = tmp_path / "out"
+    result = _compare_loaded(target, bench, out)
     assert result["heavy"] == []
     assert result["status"] == 0
     assert "first failing op" in result["text"]
     assert {p.name for p in out.iterdir()} >= {"comparison.json", "ops.csv", "compare_msprobe.csv"}
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_comparing_msprobe_dumps_of_two_steps_needs_no_pandas(tmp_path):
+    """The msprobe reader, several (step, rank)s (the runs table and runs.csv) and every CSV layout, without
+    pandas; the files are those the same comparison writes through the Python API, where pandas is loaded."""
+    target, bench = FIXTURES / "msprobe" / "bf16_statistics_mix", FIXTURES / "msprobe" / "fp32_statistics_mix"
+    out = tmp_path / "cli"
+    result = _compare_loaded(target, bench, out)
+    assert result["heavy"] == [] and result["status"] == 0
+    assert "steps and ranks:" in result["text"] and "failing ops under each preset rule:" in result["text"]
+    import pandas as pd
+
+    from nbprec.compare import compare
+
+    comp = compare(target, bench)
+    assert "pandas" in __import__("sys").modules
+    names = {p.name for p in out.iterdir()}
+    assert {"tensors.csv", "ops.csv", "runs.csv", "compare_msprobe.csv", "compare_msaccucmp.csv"} <= names
+    pd.testing.assert_frame_equal(pd.read_csv(out / "ops.csv"), pd.read_csv(_written(comp.ops, tmp_path / "ops.csv")))
+    runs = pd.read_csv(out / "runs.csv")
+    pd.testing.assert_frame_equal(runs, pd.read_csv(_written(comp.runs().table, tmp_path / "runs.csv")))
+    assert (runs["status"] != "").all() and runs["first_failing_order"].isna().any()  # missing orders left empty
+
+
+def _written(frame: object, path: Path) -> Path:
+    from nbprec.safe_text import write_table_csv
+
+    return write_table_csv(frame, path)
 
 
 def test_help_still_lists_every_subcommand():

@@ -46,21 +46,32 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     with beside(interop_layouts, f"writing compare_msaccucmp.csv and compare_msprobe.csv in {out}"):
         several = _print_comparison(comp, args)
         comp.save(out)
-        write_table_csv(comp.ops, out / "ops.csv")  # spreadsheet-safe, as the other exports
+        write_table_csv(comp._ops_columns, out / "ops.csv")  # spreadsheet-safe, as the other exports
         if several:
-            write_table_csv(comp.runs().table, out / "runs.csv")
+            write_table_csv(comp.runs().columns, out / "runs.csv")
     runs = ", runs.csv" if several else ""
     print(f"wrote {out}/: comparison.json, tensors.csv, ops.csv, compare_msaccucmp.csv, compare_msprobe.csv{runs}")
     return 0
 
 
+def _op_lines(comp: Any, positions: Any, names: list[str]) -> str:
+    """The ops at ``positions`` of the roll-up, the ``names`` columns it has, as a text table."""
+    from nbprec.columns import text_table
+
+    ops = comp._ops_columns
+    return text_table(ops.select([n for n in names if n in ops]).take(positions), na_rep="NaN")
+
+
 def _print_comparison(comp: Any, args: argparse.Namespace) -> bool:
     """Print what ``nbprec compare`` says of ``comp``; returns whether it spans several (step, rank)s."""
-    from nbprec.compare.runs import op_at
+    import numpy as np
+
+    from nbprec.compare.runs import first_failing_position, onset_position_across, op_at
 
     s = comp.summary()
     several = comp.several_runs  # then every op named below carries its step and rank
     at = ["step", "rank"] if several else []
+    ops = comp._ops_columns
     print(comp.verdict().text)
     print()
     print(f"target     {s['target']}")
@@ -70,13 +81,19 @@ def _print_comparison(comp: Any, args: argparse.Namespace) -> bool:
     print(f"matching   {_counts_text({k: v for k, v in s['coverage'].items() if v})}")
     print(f"ops        {s['ops']}, failing {s['failing_ops']}")
     if several:
-        runs = comp.runs().table
-        steps, ranks = runs["step"].nunique(), runs["rank"].nunique()
+        runs = comp.runs().columns
+        steps, ranks = len(np.unique(runs["step"])), len(np.unique(runs["rank"]))
         print(f"steps      {steps}, ranks {ranks}: {s['steps_ranks']} (step, rank)s, below")
     fusion = comp.meta.get("fusion")
     if fusion:
-        relations = comp.table.drop_duplicates("op")["relation"].value_counts()
-        counts = _counts_text({k or "no counterpart": v for k, v in relations.items()})
+        table = comp.columns
+        by_op: dict[str, str] = {}  # each op's first row says its relation
+        for op, relation in zip(table["op"].tolist(), table["relation"].tolist(), strict=True):
+            by_op.setdefault(op, relation)
+        relations: dict[str, int] = {}
+        for relation in by_op.values():
+            relations[relation or "no counterpart"] = relations.get(relation or "no counterpart", 0) + 1
+        counts = _counts_text(dict(sorted(relations.items(), key=lambda kv: -kv[1])))
         print(f"fusion     {fusion['graph']}; ops {counts}")
         for note in fusion["notes"]:
             print(f"  note: {note}")
@@ -87,9 +104,10 @@ def _print_comparison(comp: Any, args: argparse.Namespace) -> bool:
                 f"  {len(away)} benchmark tensors belong to ops fused away on the NPU (e.g. {example[0]} inside "
                 f"{example[1]}): not compared, as expected"
             )
-    print(f"first failing op     {_with_origin(comp, comp.first_failing_op(), several)}")
-    print(f"first introduced op  {op_at(comp.first_introduced_op(), several)}")
-    print(f"divergence onset     {op_at(comp.onset(), several)}")
+    first = comp.op(first_failing_position(ops))
+    print(f"first failing op     {_with_origin(comp, first, several)}")
+    print(f"first introduced op  {op_at(comp.op(first_failing_position(ops, origin='introduced')), several)}")
+    print(f"divergence onset     {op_at(comp.op(onset_position_across(ops)), several)}")
     if s["explained_failing_ops"]:
         print(
             f"explained differences {_count(s['explained_failing_ops'], 'failing op')} "
@@ -104,27 +122,25 @@ def _print_comparison(comp: Any, args: argparse.Namespace) -> bool:
             "un-fixed randomness (dropout in train mode?); use eval() or seed both runs"
         )
     if args.threshold is not None:  # as precision_tool's vcs -c: the ops beyond the threshold, in order
-        flagged = comp.failing_ops(include_explained=True)
-        column = f"out_{args.metric}" if f"out_{args.metric}" in flagged else "out_cosine"
+        flagged = np.flatnonzero(comp._failing(include_explained=True))
+        column = f"out_{args.metric}" if f"out_{args.metric}" in ops else "out_cosine"
         print(f"ops beyond {comp.rule.name} ({len(flagged)}):")
-        if not flagged.empty:
-            cols = [c for c in (*at, "order", "op", "op_type", "origin", column) if c in flagged]
-            print(flagged[cols].head(args.top * 5).to_string(index=False, float_format=lambda v: f"{v:.6g}"))
-    worst = comp.worst_ops(args.top)
-    if not worst.empty:
+        if len(flagged):
+            print(_op_lines(comp, flagged[: args.top * 5], [*at, "order", "op", "op_type", "origin", column]))
+    worst, _ = comp.worst_positions(args.top)
+    if len(worst):
         print(f"worst {_count(len(worst), 'op')} by output {comp.rule.primary_metric}:")
         cols = [*at, "order", "op", "status", "origin", "in_cosine", "out_cosine", "out_rel_euclidean"]
-        print(worst[cols].to_string(index=False, float_format=lambda v: f"{v:.6g}"))
+        print(_op_lines(comp, worst, cols))
     if several:
         print("steps and ranks:")
         print(comp.runs().to_text())
-    counts = comp.rule_counts()
     print("failing ops under each preset rule:")
-    for row in counts.itertuples(index=False):
-        first = row.first_failing_op or "-"
-        if several and row.first_failing_op:
-            first += f" (step {row.step}, rank {row.rank})"
-        print(f"  {row.rule:<15} {row.failing_ops:>6}   first: {first}")
+    for row in comp.rule_rows():
+        first_op = row["first_failing_op"] or "-"
+        if several and row["first_failing_op"]:
+            first_op += f" (step {row['step']}, rank {row['rank']})"
+        print(f"  {row['rule']:<15} {row['failing_ops']:>6}   first: {first_op}")
     return several
 
 
@@ -154,11 +170,11 @@ def _with_origin(comp: Any, row: Any, several: bool) -> str:
     name = op_at(row, several)
     if row is None:
         return name
-    table = comp.table
+    table = comp.columns
     if "ground_truth" not in table:
         return name
-    truth = table.loc[table["op"] == row["op"], "ground_truth"]
-    return f"{name}  (ground truth: {truth.iloc[0]})" if len(truth) and truth.iloc[0] != "*" else name
+    truth = table["ground_truth"][table["op"] == row["op"]]
+    return f"{name}  (ground truth: {truth[0]})" if len(truth) and truth[0] != "*" else name
 
 
 def _cmd_isolate(args: argparse.Namespace) -> int:

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 from dataclasses import asdict
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from nbprec._version import __version__
-from nbprec.compare.culprit import OpIndex, judge_ops
+from nbprec.columns import Columns, as_columns
+from nbprec.compare.culprit import OpIndex, judge_ops, ops_frame
 from nbprec.compare.rules import STATUS_FAIL, Rule, Threshold, get_rule, preset_names
-from nbprec.compare.runs import RunSummary, first_failing_across, onset_across, op_at, summarize_runs
+from nbprec.compare.runs import (
+    RunSummary,
+    first_failing_position,
+    onset_position_across,
+    op_at,
+    summarize_runs,
+)
 from nbprec.compare.verdict import Verdict, verdict
 from nbprec.errors import ComparisonError
 from nbprec.safe_text import restore_frame, visible_text, write_table_csv
@@ -26,18 +32,36 @@ _SHAPE_COLUMNS = ("target_shape", "bench_shape")
 
 #: Text columns of few distinct values, kept as pandas categoricals.
 CATEGORY_COLUMNS = ("compare_mode", "precision", "match", "role")
+#: Text columns a DataFrame gives pandas' string dtype (as the comparison table has always had them).
+TEXT_COLUMNS = ("target_name", "bench_name", "parent", "reason", "ground_truth", "relation", "fusion_pass")
 
 
-def as_category(column: pd.Series) -> pd.Series:
-    """A text column as a categorical ('' for missing values)."""
+def as_category(column: Any) -> Any:
+    """A text column (a pandas Series) as a categorical ('' for missing values)."""
     return column.fillna("").astype(str).astype("category")
+
+
+def _text(values: np.ndarray) -> np.ndarray:
+    """A text column with '' for missing values (as :func:`as_category` fills them)."""
+    values = np.asarray(values, dtype=object)
+    missing = np.fromiter((v is None or v != v for v in values.tolist()), bool, len(values))
+    if missing.any():
+        values = values.copy()
+        values[missing] = ""
+    return values
+
+
+def table_frame(table: Columns) -> Any:
+    """A comparison table as the pandas DataFrame ``Comparison.table`` is (categoricals, string dtypes)."""
+    return table.to_frame(categories=CATEGORY_COLUMNS, text=TEXT_COLUMNS)
 
 
 class Comparison:
     """Matched tensor pairs of a target and a benchmark dump, with every metric and a pass/fail status.
 
     Made by :func:`nbprec.compare`; holds plain data, so it saves, reloads, and re-judges under another rule
-    without re-reading any tensor. It is truthy when no op fails.
+    without re-reading any tensor. It is truthy when no op fails. The data is held as numpy columns (what the
+    command line reads, without pandas); the pandas views below are built on first use.
 
     Attributes
     ----------
@@ -54,35 +78,63 @@ class Comparison:
 
     def __init__(
         self,
-        table: pd.DataFrame,
+        table: Columns | Any,
         *,
-        unmatched_bench: pd.DataFrame | None = None,
+        unmatched_bench: Columns | Any = None,
         rule: Rule | str | None = None,
         meta: dict[str, Any] | None = None,
         _op_index: OpIndex | None = None,
     ) -> None:
         self.rule = get_rule(rule)
+        frame = None if isinstance(table, Columns) else table
         if _op_index is None:  # a new table: normalise it once (re-judged copies share it unchanged)
-            table = (table.drop(columns=["status"]) if "status" in table else table).copy()  # drop() reindexes
-            for column in CATEGORY_COLUMNS:  # few distinct values: fast to judge
-                if column in table and not isinstance(table[column].dtype, pd.CategoricalDtype):
-                    table[column] = as_category(table[column])
+            table = as_columns(table).copy()
+            if "status" in table:
+                table.pop("status")
+            for name in CATEGORY_COLUMNS:  # few distinct values: fast to judge
+                if name in table:
+                    table[name] = _text(table[name])
             if "checksum_match" in table:  # True/False where checksums were compared, None elsewhere
-                flags = table["checksum_match"].astype(object)
-                table["checksum_match"] = flags.where(flags.notna(), None)
-        self._data = table
-        self._status = self.rule.evaluate(table).to_numpy(dtype=object)
+                flags = np.asarray(table["checksum_match"], dtype=object).copy()
+                flags[np.fromiter((v is not None and v != v for v in flags.tolist()), bool, len(flags))] = None
+                table["checksum_match"] = flags
+            frame = None  # built again from the normalised columns when asked for
+        self._cols: Columns = table
+        self._frame: Any = frame
+        self._status = self.rule.evaluate(table)
         self._op_index = _op_index
-        self.unmatched_bench = unmatched_bench if unmatched_bench is not None else pd.DataFrame()
+        self._unmatched = Columns() if unmatched_bench is None else as_columns(unmatched_bench)
+        self._unmatched_frame: Any = None if isinstance(unmatched_bench, Columns) else unmatched_bench
         self.meta = dict(meta or {})
         self._verdict: Verdict | None = None
         self._runs: RunSummary | None = None
-        self._presence: pd.DataFrame | None = None  # rule-independent (see nbprec.compare.runs.presence)
+        self._presence: Columns | None = None  # rule-independent (see nbprec.compare.runs.presence)
 
-    @cached_property
-    def table(self) -> pd.DataFrame:
-        """One row per target tensor with every metric and the ``status`` under :attr:`rule`."""
+    @property
+    def _data(self) -> Any:
+        """The table without ``status``, as a pandas DataFrame (built once, shared by re-judged copies)."""
+        if self._frame is None:
+            self._frame = table_frame(self._cols)
+        return self._frame
+
+    @functools.cached_property
+    def table(self) -> Any:
+        """One row per target tensor with every metric and the ``status`` under :attr:`rule` (a DataFrame)."""
         return self._data.assign(status=self._status)
+
+    @property
+    def columns(self) -> Columns:
+        """The table as numpy columns, without ``status`` (see :attr:`status`)."""
+        return self._cols
+
+    @property
+    def unmatched_bench(self) -> Any:
+        """Benchmark index rows that no target tensor matched (a DataFrame)."""
+        if self._unmatched_frame is None:
+            from nbprec.dump import index_frame
+
+            self._unmatched_frame = index_frame(self._unmatched) if len(self._unmatched.columns) else _empty_frame()
+        return self._unmatched_frame
 
     @property
     def status(self) -> np.ndarray:
@@ -93,8 +145,9 @@ class Comparison:
     def with_rule(self, rule: Rule | str) -> Comparison:
         """The same comparison judged by another rule (no tensor is read again; the data is shared)."""
         judged = Comparison(
-            self._data, unmatched_bench=self.unmatched_bench, rule=rule, meta=self.meta, _op_index=self.op_index
+            self._cols, unmatched_bench=self._unmatched, rule=rule, meta=self.meta, _op_index=self.op_index
         )
+        judged._frame, judged._unmatched_frame = self._frame, self._unmatched_frame
         judged._presence = self._presence
         return judged
 
@@ -106,41 +159,56 @@ class Comparison:
     def op_index(self) -> OpIndex:
         """The rule-independent per-op roll-up, shared by every re-judged copy."""
         if self._op_index is None:
-            self._op_index = OpIndex(self._data)
+            self._op_index = OpIndex(self._cols)
         return self._op_index
 
-    @cached_property
-    def ops(self) -> pd.DataFrame:
-        """Per-op roll-up in execution order (see :func:`nbprec.compare.culprit.rollup_ops`)."""
+    @functools.cached_property
+    def _ops_columns(self) -> Columns:
+        """The per-op roll-up as numpy columns (see :attr:`ops`)."""
         return judge_ops(self.op_index, self._status)
 
-    def failing_ops(self, include_explained: bool = False) -> pd.DataFrame:
-        """Ops whose outputs fail under the rule, in execution order.
+    @functools.cached_property
+    def ops(self) -> Any:
+        """Per-op roll-up in execution order (see :func:`nbprec.compare.culprit.rollup_ops`; a DataFrame)."""
+        return ops_frame(self._ops_columns)
+
+    def _failing(self, include_explained: bool = False) -> np.ndarray:
+        """Which ops fail under the rule (a mask over :attr:`ops`)."""
+        ops = self._ops_columns
+        mask = ops["status"] == STATUS_FAIL
+        return mask if include_explained else mask & ~ops["explained"]
+
+    def failing_ops(self, include_explained: bool = False) -> Any:
+        """Ops whose outputs fail under the rule, in execution order (a DataFrame).
 
         Failures explained by randomness or discontinuous ops (see :func:`first_failing`) are left out unless
         ``include_explained``.
         """
-        mask = self.ops["status"] == STATUS_FAIL
-        if not include_explained:
-            mask &= ~self.ops["explained"]
-        return self.ops[mask]
+        return self.ops[self._failing(include_explained)]
 
-    def first_failing_op(self) -> pd.Series | None:
-        """The first failing op (the first suspect), or ``None`` when all pass.
+    def _op_row(self, position: int) -> Any:
+        return None if position < 0 else self.ops.iloc[position]
+
+    def first_failing_op(self) -> Any:
+        """The first failing op (a row of :attr:`ops`: the first suspect), or ``None`` when all pass.
 
         In execution order; over several steps and ranks, the earliest by (step, order, rank) (see
         :mod:`nbprec.compare.runs`), with its ``step`` and ``rank``.
         """
-        return first_failing_across(self.ops)
+        return self._op_row(first_failing_position(self._ops_columns))
 
-    def first_introduced_op(self) -> pd.Series | None:
+    def first_introduced_op(self) -> Any:
         """The first op whose inputs pass and whose outputs fail: where the error was introduced."""
-        return first_failing_across(self.ops, origin="introduced")
+        return self._op_row(first_failing_position(self._ops_columns, origin="introduced"))
 
-    def onset(self) -> pd.Series | None:
+    def onset(self) -> Any:
         """The op where the divergence sets in and persists (see :func:`~nbprec.compare.culprit.divergence_onset`),
         per (step, rank) stream, the earliest by (step, order, rank)."""
-        return onset_across(self.ops)
+        return self._op_row(onset_position_across(self._ops_columns))
+
+    def op(self, position: int) -> dict[str, Any] | None:
+        """Row ``position`` of :attr:`ops` as a dict (``None`` for -1), without pandas."""
+        return None if position < 0 else self._ops_columns.row(position)
 
     def runs(self) -> RunSummary:
         """One row per (step, rank) on either side: presence, counts, first failing / introduced / NaN-inf
@@ -154,25 +222,35 @@ class Comparison:
         """Whether the comparison spans more than one (step, rank) (then every view names each op's)."""
         return self.runs().several
 
-    def worst_ops(self, n: int = 10, metric: str | None = None) -> pd.DataFrame:
-        """The ``n`` failing-most ops by an output metric (default: the rule's primary metric)."""
+    def worst_positions(self, n: int = 10, metric: str | None = None) -> tuple[np.ndarray, str]:
+        """Positions in :attr:`ops` of the ``n`` failing-most ops by an output metric (default: the rule's
+        primary metric), and the ``out_*`` column they were ranked by."""
         metric = metric or self.rule.primary_metric
-        column = f"out_{metric}" if f"out_{metric}" in self.ops else "out_cosine"
-        ascending = column.endswith("cosine")
-        return self.ops.dropna(subset=[column]).sort_values(column, ascending=ascending, kind="stable").head(n)
+        ops = self._ops_columns
+        column = f"out_{metric}" if f"out_{metric}" in ops else "out_cosine"
+        values = ops[column]
+        rows = np.flatnonzero(~np.isnan(values))
+        order = np.argsort(values[rows] if column.endswith("cosine") else -values[rows], kind="stable")
+        return rows[order][:n], column
+
+    def worst_ops(self, n: int = 10, metric: str | None = None) -> Any:
+        """The ``n`` failing-most ops by an output metric (default: the rule's primary metric; a DataFrame)."""
+        return self.ops.iloc[self.worst_positions(n, metric)[0]]
 
     def __bool__(self) -> bool:
-        return self.failing_ops().empty
+        return not self._failing().any()
 
     # -- how many ops each threshold flags ----------------------------------------------------------
-    def threshold_counts(self, metric: str = "cosine", values: list[float] | None = None) -> pd.DataFrame:
-        """How many ops fail when the rule's bound on ``metric`` is set to each of ``values``."""
+    def threshold_counts(self, metric: str = "cosine", values: list[float] | None = None) -> Any:
+        """How many ops fail when the rule's bound on ``metric`` is set to each of ``values`` (a DataFrame)."""
+        import pandas as pd
+
         if values is None:
             values = [0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 0.9999] if metric == "cosine" else [1e-3, 1e-2, 0.05, 0.1]
         rows = []
         for value in values:
             probe = Rule(f"{metric}-{value:g}", (Threshold(metric, value),))
-            ops = judge_ops(self.op_index, probe.evaluate(self._data).to_numpy(dtype=object))
+            ops = judge_ops(self.op_index, probe.evaluate(self._cols))
             rows.append(
                 {
                     "metric": metric,
@@ -182,23 +260,29 @@ class Comparison:
             )
         return pd.DataFrame(rows)
 
-    def rule_counts(self) -> pd.DataFrame:
-        """For every preset rule, how many ops fail and which fails first."""
+    def rule_rows(self) -> list[dict[str, Any]]:
+        """For every preset rule, how many ops fail and which fails first (plain dicts; see :meth:`rule_counts`)."""
         rows = []
         for name in preset_names():
             comp = self.with_rule(name)
-            first = comp.first_failing_op()
+            first = comp.op(first_failing_position(comp._ops_columns))
             rows.append(
                 {
                     "rule": name,
                     "description": comp.rule.describe(),
-                    "failing_ops": len(comp.failing_ops()),
+                    "failing_ops": int(comp._failing().sum()),
                     "first_failing_op": "" if first is None else first["op"],
                     "step": None if first is None else int(first["step"]),
                     "rank": None if first is None else int(first["rank"]),
                 }
             )
-        return pd.DataFrame(rows)
+        return rows
+
+    def rule_counts(self) -> Any:
+        """For every preset rule, how many ops fail and which fails first (a DataFrame)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rule_rows())
 
     # -- summary -----------------------------------------------------------------------------------
     def verdict(self) -> Verdict:
@@ -210,23 +294,25 @@ class Comparison:
 
     def coverage(self) -> dict[str, int]:
         """How target tensors were matched, and how many benchmark tensors were left unmatched."""
-        counts = {str(k): int(v) for k, v in self.table["match"].value_counts().items()}
-        counts["unmatched_bench"] = len(self.unmatched_bench)
+        counts = _value_counts(self._cols["match"]) if "match" in self._cols else {}
+        counts["unmatched_bench"] = len(self._unmatched)
         return counts
 
     def summary(self) -> dict[str, Any]:
         """Counts, the rule, the first failing and first introduced ops, as plain values."""
-        status = self.table["status"].value_counts()
-        first, introduced, onset = self.first_failing_op(), self.first_introduced_op(), self.onset()
+        ops = self._ops_columns
+        first = self.op(first_failing_position(ops))
+        introduced = self.op(first_failing_position(ops, origin="introduced"))
+        onset = self.op(onset_position_across(ops))
         runs = self.runs()
         return {
             "target": self.meta.get("target", ""),
             "bench": self.meta.get("bench", ""),
             "rule": self.rule.describe(),
-            "tensors": len(self.table),
-            "tensor_status": {str(k): int(v) for k, v in status.items()},
-            "ops": len(self.ops),
-            "failing_ops": len(self.failing_ops()),
+            "tensors": len(self._cols),
+            "tensor_status": _value_counts(self._status),
+            "ops": len(ops),
+            "failing_ops": int(self._failing().sum()),
             "coverage": self.coverage(),
             "first_failing_op": None if first is None else str(first["op"]),
             "first_introduced_op": None if introduced is None else str(introduced["op"]),
@@ -234,15 +320,15 @@ class Comparison:
             "first_failing_at": _at(first),
             "first_introduced_at": _at(introduced),
             "onset_at": _at(onset),
-            "steps_ranks": len(runs.table),
+            "steps_ranks": len(runs.columns),
             "first_divergence_at": None if runs.first_divergence is None else list(runs.first_divergence),
             "first_overflow_at": None if runs.first_overflow is None else list(runs.first_overflow),
             "one_sided": [
                 {"code": m.code, "side": m.side, "values": list(m.values), "steps": list(m.steps)} for m in runs.missing
             ],
-            "random_ops_differing": self.ops.loc[self.ops["origin"] == "random", "op"].tolist(),
-            "discontinuous_ops_differing": self.ops.loc[self.ops["origin"] == "discontinuous", "op"].tolist(),
-            "explained_failing_ops": int(self.ops["explained"].sum()),
+            "random_ops_differing": ops["op"][ops["origin"] == "random"].tolist(),
+            "discontinuous_ops_differing": ops["op"][ops["origin"] == "discontinuous"].tolist(),
+            "explained_failing_ops": int(ops["explained"].sum()),
             "verdict": self.verdict().kind,
             "verdict_text": self.verdict().text,
             "findings": [f.code for f in self.verdict().findings],
@@ -276,13 +362,13 @@ class Comparison:
         """Save to a folder (``comparison.json`` + CSV tables) that :meth:`load` reads back."""
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
-        table = self._data.copy()
+        table = self._cols.copy()
         for column in _SHAPE_COLUMNS:
-            table[column] = [json.dumps(list(s)) if s is not None else "" for s in table[column]]
+            table[column] = np.array([_shape_json(s) for s in table[column].tolist()], dtype=object)
         write_table_csv(table, folder / "tensors.csv", exact=True)  # names kept byte for byte, spreadsheet-safe
-        unmatched = self.unmatched_bench.copy()
+        unmatched = self._unmatched.copy()
         if "shape" in unmatched:
-            unmatched["shape"] = [json.dumps(list(s)) for s in unmatched["shape"]]
+            unmatched["shape"] = np.array([json.dumps(list(s)) for s in unmatched["shape"].tolist()], dtype=object)
         write_table_csv(unmatched, folder / "unmatched_bench.csv", exact=True)
         header = {
             "format": _SAVE_FORMAT,
@@ -296,6 +382,8 @@ class Comparison:
     @classmethod
     def load(cls, path: str | Path) -> Comparison:
         """Read a comparison written by :meth:`save`."""
+        import pandas as pd
+
         folder = Path(path)
         try:
             header = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
@@ -359,7 +447,28 @@ class Comparison:
         return explore(self, **kwargs)
 
 
-def _at(row: pd.Series | None) -> list[int] | None:
+def _shape_json(shape: Any) -> str:
+    """A shape as ``save`` writes it: JSON of its list, '' when unknown."""
+    return "" if shape is None or (isinstance(shape, float) and shape != shape) else json.dumps(list(shape))
+
+
+def _value_counts(values: np.ndarray) -> dict[str, int]:
+    """How often each value occurs, the most frequent first (ties in order of first appearance), as
+    ``value_counts()`` gives them."""
+    counts: dict[str, int] = {}
+    for value in np.asarray(values, dtype=object).tolist():
+        key = str(value)
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _empty_frame() -> Any:
+    import pandas as pd
+
+    return pd.DataFrame()
+
+
+def _at(row: Any) -> list[int] | None:
     """[step, rank] of an op row, or None."""
     return None if row is None else [int(row["step"]), int(row["rank"])]
 

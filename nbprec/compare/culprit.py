@@ -13,10 +13,12 @@ where the error came from.
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import Any
 
-from nbprec.compare.rules import STATUS_FAIL, STATUS_NA, STATUS_PASS
+import numpy as np
+
+from nbprec.columns import Columns, as_columns, group_codes, text_in
+from nbprec.compare.rules import STATUS_FAIL, STATUS_NA, STATUS_PASS, Table, column
 
 #: Op types whose outputs depend on a random generator (compared across runs they differ by design).
 RANDOM_OP_TYPES = frozenset(
@@ -170,44 +172,61 @@ def is_random_op(op_type: str) -> bool:
     return str(op_type).lower() in RANDOM_OP_TYPES
 
 
-def relative_error(table: pd.DataFrame) -> np.ndarray:
+def relative_error(table: Table) -> np.ndarray:
     """Per row, the relative error used to follow errors through ops: RED, or the norms' relative difference.
 
     With payloads this is the relative Euclidean distance; with statistics only, the relative difference of
     the L2 norms, a lower bound of it.
     """
-    red = table["rel_euclidean"].to_numpy(np.float64) if "rel_euclidean" in table else np.full(len(table), np.nan)
+    red = column(table, "rel_euclidean", np.float64) if "rel_euclidean" in table else np.full(len(table), np.nan)
     if "norm_rel_diff" in table:
-        red = np.where(np.isnan(red), table["norm_rel_diff"].to_numpy(np.float64), red)
+        red = np.where(np.isnan(red), column(table, "norm_rel_diff", np.float64), red)
     return red
+
+
+#: columns of the per-op roll-up that a DataFrame gives pandas' string dtype (as they have always had)
+OPS_TEXT = ("bench_op", "in_status", "status", "origin")
+_OPS_KEYS = ("step", "rank", "op", "order", "op_type", "module", "direction")
+
+
+def ops_frame(ops: Columns) -> Any:
+    """The per-op roll-up as the pandas DataFrame ``Comparison.ops`` is."""
+    return ops.to_frame(text=OPS_TEXT)
 
 
 class OpIndex:
     """The rule-independent half of the per-op roll-up, computed once per comparison.
 
     ``codes`` maps every table row to its op (a row of :attr:`ops`, which is in execution order);
-    :attr:`ops` holds the op's identity and its worst input/output metrics. :func:`judge_ops` adds the
-    rule-dependent statuses in a few vectorised passes, which is what a threshold slider runs.
+    :attr:`ops` (:class:`~nbprec.columns.Columns`) holds the op's identity and its worst input/output metrics.
+    :func:`judge_ops` adds the rule-dependent statuses in a few vectorised passes, which is what a threshold
+    slider runs.
     """
 
-    def __init__(self, table: pd.DataFrame) -> None:
-        keys = ["step", "rank", "op"]
+    def __init__(self, table: Table) -> None:
+        table = as_columns(table)
         n = len(table)
-        self.is_input = table["role"].isin(INPUT_ROLES).to_numpy()
+        role = column(table, "role", object)
+        self.is_input = text_in(role, INPUT_ROLES)
         if n == 0:
             self.codes = np.empty(0, dtype=np.int64)
-            self.ops = pd.DataFrame(columns=[*keys, "order", "op_type", "module", "direction", "bench_op", "tensors"])
-            for column, *_ in _ROLLUP:
-                self.ops[column] = pd.Series(dtype=np.float64)
+            empty = {c: np.empty(0, dtype=np.int64 if c in ("step", "rank", "order") else object) for c in _OPS_KEYS}
+            self.ops = Columns({**empty, "bench_op": np.empty(0, dtype=object), "tensors": np.empty(0, np.int64)})
+            for name, *_ in _ROLLUP:
+                self.ops[name] = np.empty(0, dtype=np.float64)
             self.starts = np.empty(0, dtype=np.int64)
             return
-        first_rows = table.drop_duplicates(keys)
-        first_rows = first_rows.sort_values(["step", "rank", "order"], kind="stable")
-        op_id = pd.MultiIndex.from_frame(first_rows[keys])
-        self.codes = op_id.get_indexer(pd.MultiIndex.from_frame(table[keys])).astype(np.int64)
-        n_ops = len(first_rows)
-        ops = first_rows[[*keys, "order", "op_type", "module", "direction"]].reset_index(drop=True)
-        bench_op = table["bench_op"].to_numpy(dtype=object)
+        step, rank, order = column(table, "step"), column(table, "rank"), column(table, "order")
+        seen, n_ops = group_codes(step, rank, column(table, "op", object))
+        first_row = np.full(n_ops, n, dtype=np.int64)
+        np.minimum.at(first_row, seen, np.arange(n))  # each op's first row, by first appearance
+        by_order = np.lexsort((order[first_row], rank[first_row], step[first_row]))  # stable: ties keep appearance
+        first_row = first_row[by_order]
+        position = np.empty(n_ops, dtype=np.int64)
+        position[by_order] = np.arange(n_ops)
+        self.codes = position[seen]
+        ops = Columns({c: column(table, c)[first_row] for c in _OPS_KEYS})
+        bench_op = column(table, "bench_op", object)
         has_bench = bench_op != ""
         first_bench = np.full(n_ops, "", dtype=object)
         # the first non-empty benchmark op of each target op (rows are in index order within an op)
@@ -216,33 +235,34 @@ class OpIndex:
         ops["bench_op"] = first_bench
         ops["tensors"] = np.bincount(self.codes, minlength=n_ops)
         error = relative_error(table)
-        for column, metric, roles, how in _ROLLUP:
-            values = error if metric == "_error" else (table[metric].to_numpy(np.float64) if metric in table else None)
+        for name, metric, roles, how in _ROLLUP:
+            values = error if metric == "_error" else (column(table, metric, np.float64) if metric in table else None)
             if values is None:
-                ops[column] = np.nan
+                ops[name] = np.full(n_ops, np.nan)
                 continue
-            mask = np.isin(table["role"].to_numpy(), roles) & ~np.isnan(values)
+            mask = text_in(role, roles) & ~np.isnan(values)
             out = np.full(n_ops, np.inf if how == "min" else -np.inf)
             (np.minimum if how == "min" else np.maximum).at(out, self.codes[mask], values[mask])
-            ops[column] = np.where(np.isinf(out) & (out > 0 if how == "min" else out < 0), np.nan, out)
+            ops[name] = np.where(np.isinf(out) & (out > 0 if how == "min" else out < 0), np.nan, out)
         self.ops = ops
         self.starts = _group_starts(ops)
-        self._random = ops["op_type"].map(is_random_op).to_numpy(bool)
+        op_types = ops["op_type"].tolist()
+        self._random = np.fromiter((is_random_op(t) for t in op_types), bool, n_ops)
         if "random_call" in table:  # how each op was called says it drew random numbers (or did not)
-            by_call = first_rows["random_call"].to_numpy(dtype=object)
+            by_call = column(table, "random_call", object)[first_row]
             known = np.array([v is not None and v == v for v in by_call], dtype=bool)
             self._random = np.where(known, [bool(v) if k else False for v, k in zip(by_call, known, strict=True)],
                                     self._random)  # fmt: skip
-        discontinuous = ops["op_type"].map(is_discontinuous_op).to_numpy(bool)
+        discontinuous = np.fromiter((is_discontinuous_op(t) for t in op_types), bool, n_ops)
         # flipped elements need inputs that differ: with inputs that agree exactly, the op itself is wrong
-        inputs_equal = (ops["in_error"] == 0).to_numpy(bool)
+        inputs_equal = ops["in_error"] == 0
         self._flips = (
-            discontinuous & ~inputs_equal & (ops["out_cosine"].fillna(1.0).to_numpy() >= DISCONTINUITY_MIN_COSINE)
+            discontinuous & ~inputs_equal & (np.nan_to_num(ops["out_cosine"], nan=1.0) >= DISCONTINUITY_MIN_COSINE)
         )
         # parameter-gradient records (msprobe's parameters_grad): copies of what a backward op produced
-        gradient = (table["role"].astype(str) == "gradient").to_numpy()
+        gradient = role == "gradient"
         self.gradient_only = np.bincount(self.codes, weights=~gradient, minlength=n_ops) == 0
-        self.parent = _parent_positions(table, first_rows, ops)
+        self.parent = _parent_positions(table, first_row, ops)
         self.container = np.zeros(n_ops, dtype=bool)
         self.container[self.parent[self.parent >= 0]] = True
 
@@ -260,16 +280,18 @@ def _op_status(codes: np.ndarray, status: np.ndarray, n_ops: int) -> np.ndarray:
     return np.where(fail, 2, np.where(ok, 1, 0))
 
 
-def judge_ops(index: OpIndex, status: np.ndarray | pd.Series) -> pd.DataFrame:
-    """The per-op roll-up under one rule: :attr:`OpIndex.ops` plus statuses, origin and ``explained``."""
+def judge_ops(index: OpIndex, status: np.ndarray) -> Columns:
+    """The per-op roll-up under one rule: :attr:`OpIndex.ops` plus ``in_status``, ``status``, ``origin``,
+    ``explained`` and ``amplification`` (:class:`~nbprec.columns.Columns`; :func:`ops_frame` makes it a
+    DataFrame)."""
     status = np.asarray(status, dtype=object)
-    ops = index.ops.copy(deep=False)  # copy-on-write: the shared index is never modified
+    ops = index.ops.copy()  # the shared index is never modified
     n_ops = len(ops)
     if n_ops == 0:
-        for column in ("in_status", "status", "origin"):
-            ops[column] = pd.Series(dtype=object)
-        ops["explained"] = pd.Series(dtype=bool)
-        ops["amplification"] = pd.Series(dtype=np.float64)
+        for name in ("in_status", "status", "origin"):
+            ops[name] = np.empty(0, dtype=object)
+        ops["explained"] = np.empty(0, dtype=bool)
+        ops["amplification"] = np.empty(0, dtype=np.float64)
         return ops
     ins, outs = index.is_input, ~index.is_input
     in_code = _op_status(index.codes[ins], status[ins], n_ops)
@@ -278,7 +300,7 @@ def judge_ops(index: OpIndex, status: np.ndarray | pd.Series) -> pd.DataFrame:
     ops["status"] = _STATUS_NAMES[out_code]
     failed = out_code == 2
     with np.errstate(invalid="ignore"):
-        passed_on = ops["out_error"].to_numpy() <= INHERIT_FACTOR * ops["in_error"].to_numpy()
+        passed_on = ops["out_error"] <= INHERIT_FACTOR * ops["in_error"]
     # a parameter-gradient record has no inputs of its own: it inherits from the backward op that made it
     introduced = failed & (in_code != 2) & ~passed_on & ~index.gradient_only
     # an input that could not be judged (no counterpart, unreadable) may be where the error came from
@@ -302,27 +324,28 @@ def judge_ops(index: OpIndex, status: np.ndarray | pd.Series) -> pd.DataFrame:
     return ops
 
 
-def rollup_ops(table: pd.DataFrame, status: pd.Series | np.ndarray) -> pd.DataFrame:
-    """One row per target op, in execution order, with worst input/output metrics and a status.
+def rollup_ops(table: Table, status: np.ndarray) -> Any:
+    """One row per target op, in execution order, with worst input/output metrics and a status (a DataFrame).
 
     Columns: step, rank, op, order, op_type, module, direction, bench_op, tensors, the ``in_*``/``out_*``
     metric columns, ``in_error``/``out_error`` (RED, or the norms' relative difference without payloads),
     ``in_status``, ``status`` (from outputs and gradients), ``origin`` (``introduced``, ``inherited``,
     ``random``, ``discontinuous`` or ``''``), ``explained`` and ``amplification`` (output RED over input RED).
     """
-    return judge_ops(OpIndex(table), status)
+    return ops_frame(judge_ops(OpIndex(table), np.asarray(status, dtype=object)))
 
 
-def _parent_positions(table: pd.DataFrame, first_rows: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
+def _parent_positions(table: Columns, first_row: np.ndarray, ops: Columns) -> np.ndarray:
     """Per op, the position (in ``ops``) of the module call enclosing it in the same step and rank, or -1.
 
     From the table's ``parent`` column (the target dump's hierarchy); -1 throughout when it has none.
     """
     if "parent" not in table:
         return np.full(len(ops), -1, dtype=np.int64)
-    parents = first_rows["parent"].fillna("").astype(str).to_numpy(dtype=object)
-    where = {key: i for i, key in enumerate(zip(ops["step"], ops["rank"], ops["op"], strict=True))}
-    keys = zip(ops["step"], ops["rank"], parents, strict=True)
+    parents = [p if isinstance(p, str) else "" for p in column(table, "parent", object)[first_row].tolist()]
+    steps, ranks = ops["step"].tolist(), ops["rank"].tolist()
+    where = {key: i for i, key in enumerate(zip(steps, ranks, ops["op"].tolist(), strict=True))}
+    keys = zip(steps, ranks, parents, strict=True)
     return np.array([where.get(key, -1) if key[2] else -1 for key in keys], dtype=np.int64)
 
 
@@ -340,21 +363,21 @@ def _ancestors(parent: np.ndarray, flagged: np.ndarray) -> np.ndarray:
     return out
 
 
-def _group_starts(ops: pd.DataFrame) -> np.ndarray:
+def _group_starts(ops: Table) -> np.ndarray:
     """Per op, the position of the first op of its (step, rank) stream (ops are sorted by step, rank, order)."""
-    step, rank = ops["step"].to_numpy(), ops["rank"].to_numpy()
-    new_group = np.ones(len(ops), dtype=bool)
+    step, rank = column(ops, "step"), column(ops, "rank")
+    new_group = np.ones(len(step), dtype=bool)
     new_group[1:] = (step[1:] != step[:-1]) | (rank[1:] != rank[:-1])
-    return np.maximum.accumulate(np.where(new_group, np.arange(len(ops)), 0))
+    return np.maximum.accumulate(np.where(new_group, np.arange(len(step)), 0))
 
 
-def _explained(ops: pd.DataFrame, starts: np.ndarray | None = None) -> np.ndarray:
+def _explained(ops: Table, starts: np.ndarray | None = None) -> np.ndarray:
     """Failures explained by randomness or discontinuity: such ops, and the inherited failures after them.
 
     Per step and rank, in execution order: a ``random``/``discontinuous`` failure is explained, and so is an
     ``inherited`` failure that comes after one of those while no ``introduced`` failure has occurred yet.
     """
-    origin = ops["origin"].to_numpy()
+    origin = column(ops, "origin", object)
     if len(origin) == 0:
         return np.zeros(0, dtype=bool)
     starts = _group_starts(ops) if starts is None else starts
@@ -368,38 +391,55 @@ def _explained(ops: pd.DataFrame, starts: np.ndarray | None = None) -> np.ndarra
     return noise | ((origin == "inherited") & (before(noise) > 0) & (before(introduced) == 0))
 
 
-def first_failing(ops: pd.DataFrame, *, origin: str | None = None, include_explained: bool = False) -> pd.Series | None:
-    """The first op in execution order that fails, or ``None``.
+def failing_mask(ops: Table, *, origin: str | None = None, include_explained: bool = False) -> np.ndarray:
+    """The ops that fail in the sense of :func:`first_failing`: failing, not merely enclosing a failing op, not
+    explained (unless ``include_explained``), of ``origin`` when given."""
+    op_origin = column(ops, "origin", object)
+    mask = (column(ops, "status", object) == STATUS_FAIL) & (op_origin != "encloses")
+    if not include_explained and "explained" in ops:
+        mask &= ~column(ops, "explained", bool)
+    if origin is not None:
+        mask &= op_origin == origin
+    return mask
+
+
+def first_failing(ops: Any, *, origin: str | None = None, include_explained: bool = False) -> Any:
+    """The first op in execution order that fails (a row of the ``ops`` DataFrame), or ``None``.
 
     Failures explained by un-fixed randomness or by discontinuous ops flipping elements (and what they pass
     on) are skipped unless ``include_explained``; so are module calls that merely enclose a failing op
     (origin ``encloses``). ``origin`` restricts the search to one origin.
     """
-    mask = (ops["status"] == STATUS_FAIL) & (ops["origin"] != "encloses")
-    if not include_explained and "explained" in ops:
-        mask &= ~ops["explained"]
-    if origin is not None:
-        mask &= ops["origin"] == origin
-    hits = ops[mask]
-    return None if hits.empty else hits.iloc[0]
+    hits = np.flatnonzero(failing_mask(ops, origin=origin, include_explained=include_explained))
+    return None if not hits.size else ops.iloc[int(hits[0])]
 
 
-def divergence_onset(ops: pd.DataFrame, window: int = 20, share: float = 0.5) -> pd.Series | None:
-    """Where the divergence sets in: the first failing op after which failing ops stay common.
+def onset_position(ops: Table, start: int = 0, end: int | None = None, window: int = 20, share: float = 0.5) -> int:
+    """:func:`divergence_onset` among the ops ``start:end`` (one stream): its position in ``ops``, or -1."""
+    end = len(ops) if end is None else end
+    status = column(ops, "status", object)[start:end]
+    origin = column(ops, "origin", object)[start:end]
+    judged = np.flatnonzero((status != STATUS_NA) & (origin != "encloses"))
+    fails = status[judged] == STATUS_FAIL
+    if "explained" in ops:
+        fails &= ~column(ops, "explained", bool)[start:end][judged]
+    if not fails.any():
+        return -1
+    counts = np.concatenate([[0], np.cumsum(fails)])
+    for i in np.flatnonzero(fails):
+        stop = min(len(fails), i + 1 + window)
+        ahead = stop - (i + 1)
+        if ahead == 0 or (counts[stop] - counts[i + 1]) / ahead >= share:
+            return start + int(judged[i])
+    return -1
+
+
+def divergence_onset(ops: Any, window: int = 20, share: float = 0.5) -> Any:
+    """Where the divergence sets in: the first failing op after which failing ops stay common (a row of the
+    ``ops`` DataFrame), or ``None``.
 
     The onset is the first failing op such that at least ``share`` of the next ``window`` ops with a status
     also fail; a lone failure that the run recovers from is not an onset.
     """
-    judged = ops[(ops["status"] != STATUS_NA) & (ops["origin"] != "encloses")].reset_index()
-    fails = (judged["status"] == STATUS_FAIL).to_numpy().copy()
-    if "explained" in judged:
-        fails &= ~judged["explained"].to_numpy(bool)
-    if not fails.any():
-        return None
-    counts = np.concatenate([[0], np.cumsum(fails)])
-    for i in np.flatnonzero(fails):
-        end = min(len(fails), i + 1 + window)
-        ahead = end - (i + 1)
-        if ahead == 0 or (counts[end] - counts[i + 1]) / ahead >= share:
-            return ops.loc[judged.at[i, "index"]]
-    return None
+    position = onset_position(ops, window=window, share=share)
+    return None if position < 0 else ops.iloc[position]

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import pandas as pd
 
 from nbprec._progress import ProgressCallback
-from nbprec.compare.comparison import CATEGORY_COLUMNS, Comparison, as_category
+from nbprec.columns import Columns, group_codes, text_in
+from nbprec.compare.comparison import Comparison
 from nbprec.compare.culprit import random_by_call
 from nbprec.compare.executors import Executor, Results, local_executor
 from nbprec.compare.fusion import FusionMatcher, benchmark_key, wants_fusion
@@ -23,7 +23,7 @@ from nbprec.compare.metrics import (
     statistics_metrics,
     tensor_metrics,
 )
-from nbprec.compare.rules import Rule, bench_magnitude, get_rule, one_run, running_precision
+from nbprec.compare.rules import Rule, bench_magnitude, column, get_rule, one_run, running_precision
 from nbprec.compare.tasks import ExtremeHints as _ExtremeHints
 from nbprec.compare.tasks import PairTask
 from nbprec.compare.workers import Job, batches, default_workers
@@ -77,7 +77,7 @@ def _auto_fusion(t_dump: Dump, b_dump: Dump, graph_model: Any, notes: list[str])
         return FusionMatcher.from_graph(builds[0])
     if len(builds) > 1:
         notes.append(f"{len(builds)} Build graphs in the dump folder; none used (pass graph= to choose one)")
-    if wants_fusion(t_dump.index):
+    if wants_fusion(t_dump.columns):
         notes.append("no GE graph: outputs matched through the dump's original_op records; inputs unmatched")
         return FusionMatcher(None)
     return None
@@ -94,31 +94,27 @@ def _take(values: np.ndarray, take: np.ndarray, missing: np.ndarray | None, fill
     return out
 
 
-def _side(index: pd.DataFrame, positions: np.ndarray, prefix: str) -> dict[str, Any]:
-    """Columns describing one side of each pair ('' / None / NaN where the position is -1), by column name.
-
-    Built on numpy arrays: the pandas version (``iloc`` of the index, ``where`` per column) cost about 8 ms on
-    a 526-pair msprobe dump, while the forked workers were already measuring."""
+def _side(index: Columns, positions: np.ndarray, prefix: str) -> dict[str, Any]:
+    """Columns describing one side of each pair ('' / None / NaN where the position is -1), by column name."""
     missing = positions < 0
     missing = missing if missing.any() else None
     take = np.where(positions >= 0, positions, 0)
     out: dict[str, Any] = {}
-    name = index["name"]
-    out[f"{prefix}_name"] = pd.Series(_take(name.to_numpy(dtype=object), take, missing, ""), dtype=name.dtype)
-    for column in ("op", "dtype"):
-        out[f"{prefix}_{column}"] = pd.Series(_take(index[column].to_numpy(), take, missing, ""), dtype=object)
-    out[f"{prefix}_shape"] = pd.Series(_take(index["shape"].to_numpy(), take, missing, None), dtype=object)
+    out[f"{prefix}_name"] = _take(index["name"].astype(object), take, missing, "")
+    for name in ("op", "dtype"):
+        out[f"{prefix}_{name}"] = _take(index[name].astype(object), take, missing, "")
+    out[f"{prefix}_shape"] = _take(index["shape"], take, missing, None)
     stats = {
-        key: _take(index[key].to_numpy(np.float64), take, missing, np.nan)
+        key: _take(column(index, key, np.float64), take, missing, np.nan)
         for key in (*_STAT_KEYS, "nan_count", "inf_count")
     }
     for key in _STAT_KEYS:
         out[f"{prefix}_{key}"] = stats[key]
-    if index["mean"].notna().any():  # the dump's own mean (a tensor comparison replaces _mean with the payload's)
-        out[f"{prefix}_recorded_mean"] = stats["mean"].copy()
-    checksums = index["checksum"].to_numpy(dtype=object)
-    if len(checksums) and any(checksums):  # what msprobe's md5 layout shows beside the verdict
-        out[f"{prefix}_checksum"] = pd.Series(_take(checksums, take, missing, ""), dtype=object)
+    if (~np.isnan(column(index, "mean", np.float64))).any():  # the dump's own mean (a tensor comparison
+        out[f"{prefix}_recorded_mean"] = stats["mean"].copy()  # replaces _mean with the payload's)
+    checksums = index["checksum"]
+    if len(checksums) and any(checksums.tolist()):  # what msprobe's md5 layout shows beside the verdict
+        out[f"{prefix}_checksum"] = _take(checksums.astype(object), take, missing, "")
     nans, infs = stats["nan_count"], stats["inf_count"]
     counted = np.where(np.isnan(nans), 0.0, nans) + np.where(np.isnan(infs), 0.0, infs)
     from_stats = _nonfinite_statistics(index, take, stats)  # counts unknown: the statistics tell
@@ -129,7 +125,7 @@ def _side(index: pd.DataFrame, positions: np.ndarray, prefix: str) -> dict[str, 
     return out
 
 
-def _nonfinite_statistics(index: pd.DataFrame, take: np.ndarray, stats: dict[str, np.ndarray]) -> np.ndarray:
+def _nonfinite_statistics(index: Columns, take: np.ndarray, stats: dict[str, np.ndarray]) -> np.ndarray:
     """Whether each tensor's recorded statistics say it holds NaN or inf.
 
     An infinite max/min/mean/norm always does; a NaN one does for a non-empty float tensor when the dump
@@ -138,20 +134,20 @@ def _nonfinite_statistics(index: pd.DataFrame, take: np.ndarray, stats: dict[str
     """
     four = np.stack([stats[k] for k in _STAT_KEYS])
     infinite = np.isinf(four).any(axis=0)
-    recorded = [k for k in _STAT_KEYS if index[k].notna().any()]  # the statistics this dump records at all
+    recorded = [k for k in _STAT_KEYS if (~np.isnan(column(index, k, np.float64))).any()]  # recorded at all
     if not recorded:
         return infinite
-    floats = index["dtype"].isin(FLOAT_DTYPES).to_numpy()[take] if len(index) else np.zeros(len(take), dtype=bool)
-    numel = index["numel"].to_numpy()[take] if len(index) else np.zeros(len(take))
+    floats = text_in(index["dtype"], FLOAT_DTYPES)[take] if len(index) else np.zeros(len(take), dtype=bool)
+    numel = index["numel"][take] if len(index) else np.zeros(len(take))
     nan = np.stack([np.isnan(stats[k]) for k in recorded]).any(axis=0)
     return infinite | (nan & floats & (numel != 0))
 
 
-def _nonfinite_reasons(reasons: np.ndarray, table: pd.DataFrame, b_positions: np.ndarray) -> None:
+def _nonfinite_reasons(reasons: np.ndarray, table: Columns, b_positions: np.ndarray) -> None:
     """Rows whose target holds NaN/inf where the benchmark is finite: that is the reason (the rule fails them),
     not a missing statistic."""
-    target = np.nan_to_num(table["target_nonfinite"].to_numpy(np.float64), nan=0.0) > 0
-    bench = np.nan_to_num(table["bench_nonfinite"].to_numpy(np.float64), nan=0.0) > 0
+    target = np.nan_to_num(table["target_nonfinite"], nan=0.0) > 0
+    bench = np.nan_to_num(table["bench_nonfinite"], nan=0.0) > 0
     for i in np.flatnonzero(target & ~bench & (b_positions >= 0)):
         old = str(reasons[i])
         generic = not old or old.startswith(("statistics missing", "neither payloads"))  # what NaN statistics cause
@@ -165,61 +161,61 @@ PROBLEM_EXAMPLES = 20
 
 def _problem_summary(dump: Dump) -> dict[str, Any]:
     """A dump's problems for the comparison's meta: how many, and the first few (file, record, problem)."""
-    problems = dump.problems
-    examples = problems.head(PROBLEM_EXAMPLES)
+    problems = dump.problem_list
     return {
         "count": len(problems),
         "examples": [
-            {"file": str(f), "record": str(r), "problem": str(p)}
-            for f, r, p in examples[["file", "record", "problem"]].itertuples(index=False)
+            {"file": str(p.file), "record": str(p.record), "problem": str(p.problem)}
+            for p in problems[:PROBLEM_EXAMPLES]
         ],
     }
 
 
-def _contradicted_statistics(reasons: np.ndarray, table: pd.DataFrame, recorded: dict[str, np.ndarray]) -> None:
+def _contradicted_statistics(reasons: np.ndarray, table: Columns, recorded: dict[str, np.ndarray]) -> None:
     """Rows whose dump records NaN/inf statistics while the payload read is finite: the statistics are wrong
     (a damaged or edited dump.json); the payload is what was judged, and the reason says so."""
     for side, label in (("target", "target"), ("bench", "benchmark")):
         said = np.nan_to_num(recorded[side], nan=0.0) > 0
-        read = table[f"{side}_nonfinite"].to_numpy(np.float64) == 0
+        read = table[f"{side}_nonfinite"] == 0
         for i in np.flatnonzero(said & read):
             note = f"the {label} dump records non-finite statistics but its payload is finite: statistics not used"
             reasons[i] = f"{reasons[i]}; {note}" if reasons[i] else note
 
 
-def _pair_table(t_idx: pd.DataFrame, b_idx: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
+def _pair_table(t_idx: Columns, b_idx: Columns, pairs: Columns) -> Columns:
     """Both sides' names, ops, dtypes, shapes and statistics, and the target's op fields, a row per pair."""
-    target = _side(t_idx, pairs["t"].to_numpy(), "target")
+    target = _side(t_idx, pairs["t"], "target")
     columns = {"target_name": target.pop("target_name"), "target_op": target.pop("target_op")}
-    columns["match"] = pairs["match"].reset_index(drop=True)
+    columns["match"] = pairs["match"]
     columns.update(target)
-    columns.update(_side(b_idx, pairs["b"].to_numpy(), "bench"))
-    for column in _BASE_COLUMNS:
-        columns[column] = t_idx[column].reset_index(drop=True)
-    columns["numel"] = t_idx["numel"].to_numpy()
-    return pd.DataFrame(columns, index=pd.RangeIndex(len(pairs)), copy=False)
+    columns.update(_side(b_idx, pairs["b"], "bench"))
+    for name in _BASE_COLUMNS:
+        columns[name] = t_idx[name]
+    columns["numel"] = t_idx["numel"]
+    return Columns(columns, len(pairs))
 
 
-def _op_input_scale(table: pd.DataFrame) -> np.ndarray:
+def _op_input_scale(table: Columns) -> np.ndarray:
     """Per row, the largest benchmark magnitude among its op's inputs (the scale rounding errors live at)."""
-    is_input = table["role"].isin(("input", "parameter")).to_numpy()
+    is_input = text_in(table["role"], ("input", "parameter"))
     inputs = np.where(is_input, bench_magnitude(table), np.nan)
-    step, rank = table["step"].to_numpy(), table["rank"].to_numpy()
-    if len(step) and one_run(table):  # one step and rank: group by op
-        codes, uniques = pd.factorize(table["op"].to_numpy())
-        largest = np.full(len(uniques), np.nan)
-        np.fmax.at(largest, codes, inputs)  # fmax: NaN (not an input) is skipped, as groupby's max skips it
-        return largest[codes]
-    scale = pd.Series(inputs).groupby([step, rank, table["op"].to_numpy()]).transform("max")
-    return scale.to_numpy(np.float64)
+    if not len(inputs):
+        return inputs
+    if one_run(table):  # one step and rank: group by op
+        codes, n_groups = group_codes(table["op"])
+    else:
+        codes, n_groups = group_codes(table["step"], table["rank"], table["op"])
+    largest = np.full(n_groups, np.nan)
+    np.fmax.at(largest, codes, inputs)  # fmax: NaN (not an input) is skipped, as groupby's max skips it
+    return largest[codes]
 
 
-def _mode_flags(index: pd.DataFrame, take: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+def _mode_flags(index: Columns, take: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """(has a payload, has statistics, has a checksum) for each index row, or for the rows at ``take``."""
     flags = (
-        index["has_data"].to_numpy(dtype=bool),
-        index["max"].notna().to_numpy(),
-        np.array([bool(c) for c in index["checksum"]], dtype=bool),
+        index["has_data"].astype(bool),
+        ~np.isnan(column(index, "max", np.float64)),
+        np.array([bool(c) for c in index["checksum"].tolist()], dtype=bool),
     )
     if take is None:
         return flags
@@ -227,7 +223,7 @@ def _mode_flags(index: pd.DataFrame, take: np.ndarray | None = None) -> tuple[np
 
 
 def _choose_modes(
-    mode: CompareMode, t_idx: pd.DataFrame, b_idx: pd.DataFrame, b_pos: np.ndarray
+    mode: CompareMode, t_idx: Columns, b_idx: Columns, b_pos: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(compare mode, reason) arrays, a row per target tensor (``b_pos``: its benchmark position or -1)."""
     n = len(t_idx)
@@ -262,13 +258,13 @@ def _choose_modes(
 def _recorded_problems(reasons: np.ndarray, modes: np.ndarray, dump: Dump, side: str) -> None:
     """Rows left uncompared whose tensor the reader recorded a problem for: that problem is the reason (an NPU
     tensor whose declared size does not match its shape says so, not "no payload")."""
-    problems = dump.problems
-    if problems.empty or not (modes == "none").any():
+    problems = dump.problem_list
+    if not problems or not (modes == "none").any():
         return
-    by_name = {r: p for r, p in zip(problems["record"], problems["problem"], strict=True) if r}
+    by_name = {p.record: p.problem for p in problems if p.record}
     if not by_name:
         return
-    names = dump.index["name"].to_numpy(dtype=object)
+    names = dump.columns["name"]
     for i in np.flatnonzero(modes == "none"):
         problem = by_name.get(names[i])
         if problem is not None and reasons[i] != "no benchmark counterpart":
@@ -333,7 +329,7 @@ def compare(
     *,
     rule: str | Rule | None = None,
     mode: CompareMode = "auto",
-    mapping: str | os.PathLike[str] | pd.DataFrame | None = None,
+    mapping: str | os.PathLike[str] | Any = None,
     fusion: FusionHook | None = None,
     graph: str | os.PathLike[str] | Any = None,
     by_order: bool = True,
@@ -416,17 +412,17 @@ def compare(
     fusion_notes: list[str] = []
     if fusion is None:
         fusion = _auto_fusion(t_dump, b_dump, graph_model, fusion_notes)
-    matched = match_tensors(t_dump.index, b_dump.index, mapping=mapping, fusion=fusion, by_order=by_order)
+    t_idx, b_idx = t_dump.columns, b_dump.columns
+    matched = match_tensors(t_idx, b_idx, mapping=mapping, fusion=fusion, by_order=by_order)
     pairs = matched.pairs
-    t_idx, b_idx = t_dump.index, b_dump.index
     n_rows = len(t_idx)
 
-    b_positions = pairs["b"].to_numpy()
+    b_positions = pairs["b"]
     modes, reasons = _choose_modes(mode, t_idx, b_idx, b_positions)
     _recorded_problems(reasons, modes, t_dump, "target")
     jobs = [(i, modes[i], i, int(b_positions[i])) for i in np.flatnonzero(modes != "none").tolist()]
 
-    numel = np.nan_to_num(t_idx["numel"].to_numpy(np.float64), nan=0.0)
+    numel = np.nan_to_num(column(t_idx, "numel", np.float64), nan=0.0)
     if run_on is None:
         run_on = local_executor(parallel, workers if workers is not None else default_workers(), jobs, numel)
     if progress is True:
@@ -440,18 +436,18 @@ def compare(
         # the module call enclosing each op (the target's hierarchy): modules that enclose a failure are told
         # from the op inside them that caused it
         hierarchy = t_dump.hierarchy
-        table["parent"] = [hierarchy.get(op) or "" for op in table["op"]] if hierarchy else ""
+        ops_column = table["op"].tolist()
+        table["parent"] = np.array([hierarchy.get(op) or "" for op in ops_column] if hierarchy else [""] * n_rows,
+                                   dtype=object)  # fmt: skip
         calls = t_dump.calls
         if calls:  # a dropout that was on (or off) by its arguments: random (or not) whatever its type says
-            by_op = {
-                op: random_by_call(kind, calls.get(op)) for op, kind in zip(table["op"], table["op_type"], strict=True)
-            }
-            table["random_call"] = pd.Series([by_op[op] for op in table["op"]], dtype=object)
+            by_op = {op: random_by_call(kind, calls.get(op)) for op, kind in zip(ops_column, table["op_type"].tolist(),
+                                                                                 strict=True)}  # fmt: skip
+            random_call = np.empty(n_rows, dtype=object)
+            random_call[:] = [by_op[op] for op in ops_column]
+            table["random_call"] = random_call
         table["op_input_scale"] = _op_input_scale(table)
-        for column in CATEGORY_COLUMNS:
-            if column in table:  # compare_mode is set after the measurements
-                table[column] = as_category(table[column])
-        unmatched_bench = b_idx.iloc[matched.unmatched_bench].reset_index(drop=True)
+        unmatched_bench = b_idx.take(matched.unmatched_bench)
         meta = {
             "problems": {side: _problem_summary(d) for side, d in (("target", t_dump), ("bench", b_dump))},
             "target": str(t_dump.path),
@@ -462,14 +458,16 @@ def compare(
             "coverage": matched.coverage(),
         }
         if isinstance(fusion, FusionMatcher):
-            ops_column = table["op"].to_numpy(dtype=object)
-            table["ground_truth"] = fusion.ground_truth(ops_column)
-            table["relation"] = fusion.relations(ops_column)
-            table["fusion_pass"] = fusion.passes(ops_column)
+            ops_array = table["op"].astype(object)
+            table["ground_truth"] = np.asarray(fusion.ground_truth(ops_array), dtype=object)
+            table["relation"] = np.asarray(fusion.relations(ops_array), dtype=object)
+            table["fusion_pass"] = np.asarray(fusion.passes(ops_array), dtype=object)
             absorbed = {benchmark_key(k): v for k, v in fusion.absorbed.items()}
             fused_away = {
                 str(name): absorbed[key]
-                for name, key in zip(unmatched_bench["name"], unmatched_bench["op"].map(benchmark_key), strict=True)
+                for name, key in zip(
+                    unmatched_bench["name"].tolist(), map(benchmark_key, unmatched_bench["op"].tolist()), strict=True
+                )
                 if key in absorbed
             }
             meta["fusion"] = {"graph": fusion.source, "notes": fusion_notes + fusion.notes, "fused_away": fused_away}
@@ -490,18 +488,17 @@ def compare(
         results.close()
 
     try:  # forked workers exit (results.wait() waits for them) while the table is assembled and judged
-        measured: dict[str, Any] = {"compare_mode": modes}
-        recorded_nonfinite = {side: table[f"{side}_nonfinite"].to_numpy(np.float64) for side in ("target", "bench")}
-        for column, arr in values.items():
-            if column in table:  # target_mean/bench_mean: keep the index statistics where no payload was read
-                table[column] = np.where(np.isnan(arr), table[column].to_numpy(np.float64), arr)
-            elif not np.isnan(arr).all() or column in METRIC_COLUMNS:
-                measured[column] = arr
-        measured["checksum_match"] = checksum_match
+        recorded_nonfinite = {side: table[f"{side}_nonfinite"].copy() for side in ("target", "bench")}
+        table["compare_mode"] = modes
+        for name, arr in values.items():
+            if name in table:  # target_mean/bench_mean: keep the index statistics where no payload was read
+                table[name] = np.where(np.isnan(arr), table[name], arr)
+            elif not np.isnan(arr).all() or name in METRIC_COLUMNS:
+                table[name] = arr
+        table["checksum_match"] = checksum_match
         _nonfinite_reasons(reasons, table, b_positions)
         _contradicted_statistics(reasons, table, recorded_nonfinite)
-        measured["reason"] = reasons
-        table = pd.concat([table, pd.DataFrame(measured, index=table.index)], axis=1)  # one concat, not 25 inserts
+        table["reason"] = reasons
         return Comparison(table, unmatched_bench=unmatched_bench, rule=the_rule, meta=meta)
     finally:
         results.wait()

@@ -19,8 +19,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
+from nbprec.columns import Columns
 from nbprec.compare.msprobe_layout import (  # noqa: F401 (re-exported: where users look for the layouts)
     MSPROBE_HEADERS,
     MSPROBE_STAT_DIFFS,
@@ -104,9 +103,9 @@ def _ground_truth(r: Any) -> str:
     return r.bench_op or "*"
 
 
-def _msaccucmp_rows(table: pd.DataFrame) -> list[list[str]]:
+def _msaccucmp_rows(table: Columns) -> list[list[str]]:
     rows = []
-    for i, r in enumerate(table.itertuples(index=False)):
+    for i, r in enumerate(table.itertuples()):
         role = "output" if r.role in ("output", "gradient") else "input"
         std = _std_cell(r)
         overflow = "YES" if (r.target_nonfinite or 0) > 0 else "NO"
@@ -171,9 +170,9 @@ def write_csv(comparison: Comparison, path: Path, layout: str = "nbprec") -> Pat
         raise ComparisonError(f"unknown CSV layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
     path.parent.mkdir(parents=True, exist_ok=True)
     if layout == "nbprec":
-        return write_table_csv(comparison.table, path)
+        return write_table_csv(comparison.columns.assign(status=comparison.status), path)
     if layout == "msaccucmp":
-        header, rows, ending = MSACCUCMP_HEADER, _msaccucmp_rows(comparison.table), "\r\n"
+        header, rows, ending = MSACCUCMP_HEADER, _msaccucmp_rows(comparison.columns), "\r\n"
     else:
         (header, rows), ending = msprobe_rows(comparison), "\n"  # as pandas writes msprobe's
     rows, how = _export_cells(rows)

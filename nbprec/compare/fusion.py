@@ -28,12 +28,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from nbprec.formats.cann_tree import safe_name
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Producers an input is followed through to reach the op whose output the benchmark holds.
 PASS_THROUGH_TYPES = frozenset({"Cast", "TransData", "TransDataRNN", "TransDataV2"})
@@ -176,6 +178,8 @@ class FusionMatcher:
                 originals.setdefault(op, set()).add(origin[0])
         self._ground_truth = self._originals(originals)
         self.absorbed = {name: op for op, names in self._ground_truth.items() if len(names) > 1 for name in names}
+        import pandas as pd
+
         return pd.DataFrame({"t": np.array(t_list, dtype=np.int64), "b": np.array(b_list, dtype=np.int64)})
 
     def _originals(self, matched: Mapping[str, set[str]]) -> dict[str, tuple[str, ...]]:
@@ -238,7 +242,7 @@ def _recorded_origins(target: pd.DataFrame) -> dict[tuple[str, int], tuple[str, 
     }
 
 
-def wants_fusion(index: pd.DataFrame) -> bool:
+def wants_fusion(index: Any) -> bool:
     """Whether a target dump carries fusion records of its own (a CANN dump with ``original_op`` entries)."""
     return "origin_name" in index.columns and bool((index["origin_name"] != "").any())
 

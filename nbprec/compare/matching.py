@@ -18,24 +18,24 @@ from __future__ import annotations
 
 import csv
 import difflib
-import functools
 import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from nbprec.columns import Columns, as_columns
 from nbprec.errors import ComparisonError
 
 MATCH_METHODS = ("mapping", "fusion", "exact", "api_call", "order", "unmatched")
 
-#: A fusion hook gets both indexes and returns pairs of tensor names (columns ``target``, ``bench``), or of
-#: index positions (columns ``t``, ``b``; a benchmark position may then serve several target tensors).
+#: A fusion hook gets both indexes (DataFrames) and returns pairs of tensor names (columns ``target``, ``bench``),
+#: or of index positions (columns ``t``, ``b``; a benchmark position may then serve several target tensors).
 #: :class:`nbprec.compare.fusion.FusionMatcher` is the one for Ascend NPU dumps.
-FusionHook = Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]
+FusionHook = Callable[[Any, Any], Any]
 
 
 @dataclass(frozen=True)
@@ -45,19 +45,19 @@ class MatchResult:
     Attributes
     ----------
     pairs
-        One row per target tensor: ``t`` (position in the target index), ``b`` (position in the benchmark
-        index, -1 when unmatched) and ``match`` (the method).
+        One row per target tensor (:class:`~nbprec.columns.Columns`): ``t`` (position in the target index),
+        ``b`` (position in the benchmark index, -1 when unmatched) and ``match`` (the method).
     unmatched_bench
         Positions of benchmark tensors no target tensor matched.
     """
 
-    pairs: pd.DataFrame
+    pairs: Columns
     unmatched_bench: np.ndarray
 
     def coverage(self) -> dict[str, int]:
         """How many target tensors each method matched, plus the unmatched counts on both sides."""
-        counts = {m: int(v) for m, v in self.pairs["match"].value_counts().items()}
-        out = {m: counts.get(m, 0) for m in MATCH_METHODS}
+        methods = self.pairs["match"].tolist()
+        out = {m: methods.count(m) for m in MATCH_METHODS}
         out["unmatched_bench"] = len(self.unmatched_bench)
         return out
 
@@ -71,39 +71,27 @@ def normalise_api(api: str) -> str:
     return re.sub(r"[._]+", ".", str(api)).strip(".").lower()
 
 
-def _align_steps(target: pd.DataFrame, bench: pd.DataFrame, column: str) -> pd.Series:
-    """Bench values of ``column`` (step or rank) relabelled to the target's when each side has just one."""
-    t_vals, b_vals = target[column].unique(), bench[column].unique()
+def _align_steps(target: Columns, bench: Columns, name: str) -> np.ndarray:
+    """Bench values of ``name`` (step or rank) relabelled to the target's when each side has just one."""
+    t_vals, b_vals = np.unique(target[name]), np.unique(bench[name])
     if len(t_vals) == 1 and len(b_vals) == 1 and t_vals[0] != b_vals[0]:
-        return pd.Series(t_vals[0], index=bench.index)
-    return bench[column]
+        return np.full(len(bench), t_vals[0], dtype=bench[name].dtype)
+    return bench[name]
 
 
-class _Columns:
-    """A dump index's columns as numpy arrays, taken once each (``override`` replaces some)."""
-
-    def __init__(self, frame: pd.DataFrame, override: dict[str, np.ndarray] | None = None) -> None:
-        self._frame, self._arrays = frame, dict(override or {})
-
-    def __getitem__(self, column: str) -> np.ndarray:
-        if column not in self._arrays:
-            self._arrays[column] = self._frame[column].to_numpy()
-        return self._arrays[column]
+def _keyed(source: Columns, positions: np.ndarray, names: list[str]) -> Columns:
+    """The ``names`` columns of the rows at ``positions``, and ``_pos``."""
+    return Columns({**{c: source[c][positions] for c in names}, "_pos": positions}, len(positions))
 
 
-def _keyed(source: _Columns, positions: np.ndarray, columns: list[str]) -> pd.DataFrame:
-    """The ``columns`` of the rows at ``positions``, and ``_pos`` (built from arrays: no ``iloc``, no copy)."""
-    return pd.DataFrame({**{c: source[c][positions] for c in columns}, "_pos": positions}, copy=False)
-
-
-def _unique_keys(keys: pd.DataFrame, on: list[str]) -> dict[tuple, int]:
+def _unique_keys(keys: Columns, on: list[str]) -> dict[tuple, int]:
     """{key: position} for the keys (tuples of the ``on`` columns) that occur once."""
     rows = list(zip(*(keys[c].tolist() for c in on), strict=True))
     counts = Counter(rows)
     return {k: p for k, p in zip(rows, keys["_pos"].tolist(), strict=True) if counts[k] == 1}
 
 
-def _merge_unique(t_keys: pd.DataFrame, b_keys: pd.DataFrame, on: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _merge_unique(t_keys: Columns, b_keys: Columns, on: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Pairs of positions whose keys are equal and unique on both sides (in target order)."""
     if t_keys.empty or b_keys.empty:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
@@ -116,19 +104,12 @@ def _merge_unique(t_keys: pd.DataFrame, b_keys: pd.DataFrame, on: list[str]) -> 
 class _Matcher:
     """State of one matching run: which positions are still free on each side."""
 
-    def __init__(self, target: pd.DataFrame, bench: pd.DataFrame) -> None:
-        self.target = target
-        aligned = {c: _align_steps(target, bench, c).to_numpy() for c in ("step", "rank")}
-        self._bench_index = bench
-        self.t_columns, self.b_columns = _Columns(target), _Columns(bench, aligned)
+    def __init__(self, target: Columns, bench: Columns) -> None:
+        aligned = {c: _align_steps(target, bench, c) for c in ("step", "rank")}
+        self.t_columns, self.b_columns = target, bench.assign(**aligned)
         self.b_of_t = np.full(len(target), -1, dtype=np.int64)
         self.method = np.full(len(target), "unmatched", dtype=object)
         self.b_taken = np.zeros(len(bench), dtype=bool)
-
-    @functools.cached_property
-    def bench(self) -> pd.DataFrame:
-        """The benchmark index with its step and rank relabelled to the target's (see :func:`_align_steps`)."""
-        return self._bench_index.assign(step=self.b_columns["step"], rank=self.b_columns["rank"])
 
     def free_t(self) -> np.ndarray:
         return np.flatnonzero(self.b_of_t < 0)
@@ -146,15 +127,15 @@ class _Matcher:
         self.method[t] = method
         self.b_taken[b] = True
 
-    def by_positions(self, pairs: pd.DataFrame, method: str) -> None:
+    def by_positions(self, pairs: Any, method: str) -> None:
         """Match explicit position pairs (columns ``t``, ``b``); a benchmark tensor may serve several targets.
 
         Fusion records make one benchmark tensor the counterpart of an NPU op's input *and* of its producer's
         output, so here a benchmark position is not exclusive (a target position still is)."""
-        if pairs.empty:
+        if not len(pairs):
             return
-        t = pairs["t"].to_numpy(np.int64)
-        b = pairs["b"].to_numpy(np.int64)
+        t = np.asarray(pairs["t"], dtype=np.int64)
+        b = np.asarray(pairs["b"], dtype=np.int64)
         ok = (t >= 0) & (t < len(self.b_of_t)) & (b >= 0) & (b < len(self.b_taken))
         t, b = t[ok], b[ok]
         t, first = np.unique(t, return_index=True)
@@ -165,12 +146,12 @@ class _Matcher:
         self.method[t] = method
         self.b_taken[b] = True
 
-    def by_names(self, pairs: pd.DataFrame, method: str) -> None:
+    def by_names(self, pairs: Any, method: str) -> None:
         """Match explicit (target, bench) name pairs; op names expand to their tensors by role and slot."""
-        if pairs.empty:
+        if not len(pairs):
             return
-        t_pos = {n: i for i, n in enumerate(self.t_columns["name"])}
-        b_pos = {n: i for i, n in enumerate(self.b_columns["name"])}
+        t_pos = {n: i for i, n in enumerate(self.t_columns["name"].tolist())}
+        b_pos = {n: i for i, n in enumerate(self.b_columns["name"].tolist())}
         t_list, b_list = [], []
         op_pairs = []
         for t_name, b_name in zip(pairs["target"], pairs["bench"], strict=True):
@@ -189,19 +170,21 @@ class _Matcher:
         t_pair = {t: i for i, (t, _) in enumerate(op_pairs)}
         b_pair = {b: i for i, (_, b) in enumerate(op_pairs)}
         cols = ["role", "slot"]
-        t_keys = _keyed(self.t_columns, self.free_t(), ["op", *cols])
-        b_keys = _keyed(self.b_columns, self.free_b(), ["op", *cols])
-        t_keys["_pair"] = t_keys.pop("op").map(t_pair)
-        b_keys["_pair"] = b_keys.pop("op").map(b_pair)
-        t, b = _merge_unique(t_keys.dropna(subset=["_pair"]), b_keys.dropna(subset=["_pair"]), ["_pair", *cols])
+        keys = []
+        for side, pair, free in ((self.t_columns, t_pair, self.free_t()), (self.b_columns, b_pair, self.free_b())):
+            keyed = _keyed(side, free, ["op", *cols])
+            code = np.array([pair.get(op, -1) for op in keyed.pop("op").tolist()], dtype=np.int64)
+            keyed["_pair"] = code
+            keys.append(keyed.take(code >= 0))
+        t, b = _merge_unique(keys[0], keys[1], ["_pair", *cols])
         self.take(t, b, method)
 
-    def by_columns(self, columns: list[str], method: str, transform: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
+    def by_columns(self, names: list[str], method: str, transform: Callable[[Columns], Columns]) -> None:
         if not (len(self.free_t()) and len(self.free_b())):  # every tensor of one side is matched already
             return
-        t_keys = transform(_keyed(self.t_columns, self.free_t(), columns))
-        b_keys = transform(_keyed(self.b_columns, self.free_b(), columns))
-        t, b = _merge_unique(t_keys, b_keys, columns)
+        t_keys = transform(_keyed(self.t_columns, self.free_t(), names))
+        b_keys = transform(_keyed(self.b_columns, self.free_b(), names))
+        t, b = _merge_unique(t_keys, b_keys, names)
         self.take(t, b, method)
 
     def by_order(self) -> None:
@@ -209,15 +192,14 @@ class _Matcher:
         free_t, free_b = self.free_t(), self.free_b()
         if len(free_t) == 0 or len(free_b) == 0:
             return
-        groups = ["step", "rank", "direction"]
-        t_ops = _op_stream(self.target.iloc[free_t], groups)
-        b_ops = _op_stream(self.bench.iloc[free_b], groups)
-        for key, t_stream in t_ops.items():
+        t_ops = _op_stream(self.t_columns, free_t)
+        b_ops = _op_stream(self.b_columns, free_b)
+        for key, (t_names, t_types) in t_ops.items():
             b_stream = b_ops.get(key)
             if b_stream is None:
                 continue
-            t_names, b_names = t_stream["op"].tolist(), b_stream["op"].tolist()
-            aligned = align_sequences(t_stream["type_key"].tolist(), b_stream["type_key"].tolist())
+            b_names, b_types = b_stream
+            aligned = align_sequences(t_types, b_types)
             pairs = [(t_names[i], b_names[j]) for i, j in aligned]
             self.by_op_pairs(pairs, "order")
 
@@ -265,23 +247,39 @@ def _backtrack(trace: list[dict[int, int]], n: int, m: int) -> list[tuple[int, i
     return pairs
 
 
-def _op_stream(frame: pd.DataFrame, groups: list[str]) -> dict[tuple, pd.DataFrame]:
-    ops = frame.drop_duplicates(groups + ["op"]).sort_values(groups + ["order"], kind="stable")
-    ops = ops.assign(type_key=[normalise_api(t or a) for t, a in zip(ops["op_type"], ops["api"], strict=True)])
-    return {key: g for key, g in ops.groupby(groups, sort=False)}
+def _op_stream(side: Columns, positions: np.ndarray) -> dict[tuple, tuple[list, list[str]]]:
+    """Per (step, rank, direction), the ops among the rows at ``positions`` in execution order: their names and
+    their type keys (normalised op type, else API)."""
+    step, rank, order = side["step"][positions], side["rank"][positions], side["order"][positions]
+    direction, op = side["direction"][positions], side["op"][positions]
+    seen: set[tuple] = set()
+    firsts = []
+    for i, key in enumerate(zip(step.tolist(), rank.tolist(), direction.tolist(), op.tolist(), strict=True)):
+        if key not in seen:
+            seen.add(key)
+            firsts.append(i)
+    firsts = np.asarray(firsts, dtype=np.int64)
+    _, direction_code = np.unique(direction[firsts].astype(str), return_inverse=True)
+    firsts = firsts[np.lexsort((order[firsts], direction_code.reshape(-1), rank[firsts], step[firsts]))]
+    op_type, api = side["op_type"][positions], side["api"][positions]
+    streams: dict[tuple, tuple[list, list[str]]] = {}
+    for i in firsts.tolist():
+        names, types = streams.setdefault((step[i], rank[i], direction[i]), ([], []))
+        names.append(op[i])
+        types.append(normalise_api(op_type[i] or api[i]))
+    return streams
 
 
-def _api_key(keys: pd.DataFrame) -> pd.DataFrame:
-    keys = keys.copy()
-    keys["api"] = keys["api"].map(normalise_api)
-    return keys[(keys["api"] != "") & (keys["call"] >= 0)]
+def _api_key(keys: Columns) -> Columns:
+    keys = keys.assign(api=np.array([normalise_api(a) for a in keys["api"].tolist()], dtype=object))
+    return keys.take((keys["api"] != "") & (keys["call"] >= 0))
 
 
 def match_tensors(
-    target: pd.DataFrame,
-    bench: pd.DataFrame,
+    target: Columns | Any,
+    bench: Columns | Any,
     *,
-    mapping: pd.DataFrame | None = None,
+    mapping: Any = None,
     fusion: FusionHook | None = None,
     by_order: bool = True,
 ) -> MatchResult:
@@ -290,11 +288,12 @@ def match_tensors(
     Parameters
     ----------
     target, bench
-        Dump indexes (``Dump.index``).
+        Dump indexes (``Dump.columns``, or ``Dump.index`` DataFrames).
     mapping
         User pairs (columns ``target``, ``bench``; tensor or op names), applied first; see :func:`read_mapping`.
     fusion
-        A fusion-record hook returning name pairs, applied after the mapping.
+        A fusion-record hook returning name pairs, applied after the mapping; it is given both indexes as
+        DataFrames (pandas is imported for it).
     by_order
         Whether to align the remaining op streams by order (on by default).
 
@@ -302,11 +301,15 @@ def match_tensors(
     -------
     MatchResult
     """
-    m = _Matcher(target, bench)
+    t_cols, b_cols = as_columns(target), as_columns(bench)
+    m = _Matcher(t_cols, b_cols)
     if mapping is not None:
         m.by_names(mapping, "mapping")
     if fusion is not None:
-        fused = fusion(target, bench)
+        from nbprec.dump import index_frame
+
+        frames = [x if not isinstance(x, Columns) else index_frame(x) for x in (target, bench)]
+        fused = fusion(*frames)
         if {"t", "b"} <= set(fused.columns):
             m.by_positions(fused, "fusion")
         else:
@@ -315,11 +318,11 @@ def match_tensors(
     m.by_columns(["step", "rank", "api", "call", "direction", "role", "slot"], "api_call", _api_key)
     if by_order:
         m.by_order()
-    pairs = pd.DataFrame({"t": np.arange(len(target)), "b": m.b_of_t, "match": m.method})
+    pairs = Columns({"t": np.arange(len(t_cols)), "b": m.b_of_t, "match": m.method}, len(t_cols))
     return MatchResult(pairs=pairs, unmatched_bench=m.free_b())
 
 
-def read_mapping(path: str | Path) -> pd.DataFrame:
+def read_mapping(path: str | Path) -> Any:
     """Read a user mapping file: target name -> benchmark name, for tensors or whole ops.
 
     CSV: two columns with a header ``target,bench`` (``#`` starts a comment line). YAML: a mapping
@@ -357,4 +360,6 @@ def read_mapping(path: str | Path) -> pd.DataFrame:
             if len(row) < 2 or not row[0].strip() or not row[1].strip():
                 raise ComparisonError(f"{p}, row {lineno}: expected two names, got {row!r}")
             rows.append((row[0].strip(), row[1].strip()))
+    import pandas as pd
+
     return pd.DataFrame(rows, columns=["target", "bench"])

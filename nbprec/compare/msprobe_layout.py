@@ -82,7 +82,7 @@ def msprobe_mode(comparison: Comparison) -> str:
     mode = str(comparison.meta.get("mode", "auto"))
     if mode in MSPROBE_HEADERS:
         return mode
-    present = set(comparison.table["compare_mode"].astype(str))
+    present = {str(m) for m in comparison.columns["compare_mode"].tolist()}
     return next((m for m in ("tensor", "statistics", "checksum") if m in present), "tensor")
 
 
@@ -319,8 +319,8 @@ def _ms_row(r: Any, mode: str, checksums: bool) -> dict[str, Any]:
 def msprobe_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     """msprobe's header for the comparison's mode and one row per target tensor, judged as msprobe judges."""
     mode = msprobe_mode(comparison)
-    table = comparison.table
-    rows = [_ms_row(r, mode, "target_checksum" in table) for r in table.itertuples(index=False)]
+    table = comparison.columns
+    rows = [_ms_row(r, mode, "target_checksum" in table) for r in table.itertuples()]
     calls: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
         calls.setdefault(row["_call"], []).append(row)

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
-import pandas as pd
 
+from nbprec.columns import Columns, factorize, group_codes
 from nbprec.errors import ComparisonError
+
+#: A comparison table: :class:`~nbprec.columns.Columns`, or a pandas DataFrame of the same columns.
+Table = Columns | Any
 
 #: Metrics where larger is better (a threshold is a lower bound); every other metric is an upper bound.
 HIGHER_IS_BETTER = frozenset({"cosine", "thousandth_ratio", "five_thousandth_ratio"})
@@ -66,7 +69,7 @@ class Threshold:
         op = (">" if self.strict else ">=") if self.higher_is_better else ("<" if self.strict else "<=")
         return f"{self.metric} {op} {self.value:g}"
 
-    def passes(self, values: pd.Series | np.ndarray, bound: float | np.ndarray | None = None) -> np.ndarray:
+    def passes(self, values: Any, bound: float | np.ndarray | None = None) -> np.ndarray:
         """Boolean pass array against ``bound`` (default :attr:`value`); NaN metric values give False."""
         v = np.asarray(values, dtype=np.float64)
         b = self.value if bound is None else bound
@@ -99,16 +102,22 @@ def lower_precision(*dtypes: str) -> str:
     return _PRECISION_RANK[min(ranks)] if ranks else ""
 
 
-def precision_codes(table: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+def column(table: Table, name: str, dtype: Any = None) -> np.ndarray:
+    """The column ``name`` of a table (:class:`~nbprec.columns.Columns` or DataFrame) as a numpy array."""
+    values = table[name]
+    return values if isinstance(values, np.ndarray) and dtype is None else np.asarray(values, dtype=dtype)
+
+
+def precision_codes(table: Table) -> tuple[np.ndarray, list[str]]:
     """Per row, a code into the list of distinct lower-precision dtypes (:func:`lower_precision` of its
     ``target_dtype`` and ``bench_dtype``, or its ``precision`` column): computed once per distinct pair of dtypes
     (a comparison has a handful), not once per row."""
     if "precision" in table:
-        codes, names = pd.factorize(table["precision"], use_na_sentinel=True)
+        codes, names = factorize(column(table, "precision", object))
         lows = [*map(str, names), ""]
         return np.where(codes < 0, len(lows) - 1, codes), lows
-    target, target_names = pd.factorize(table["target_dtype"], use_na_sentinel=True)
-    bench, bench_names = pd.factorize(table["bench_dtype"], use_na_sentinel=True)
+    target, target_names = factorize(column(table, "target_dtype", object))
+    bench, bench_names = factorize(column(table, "bench_dtype", object))
     width = len(bench_names) + 1
     pairs = (target + 1) * width + (bench + 1)  # -1 (missing) becomes 0 on either side
     names_t = ["", *map(str, target_names)]
@@ -118,14 +127,13 @@ def precision_codes(table: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     return codes.reshape(-1), lows
 
 
-def row_precision(table: pd.DataFrame) -> pd.Series:
+def row_precision(table: Table) -> np.ndarray:
     """Per row, :func:`lower_precision` of its ``target_dtype`` and ``bench_dtype``."""
     codes, lows = precision_codes(table)
-    values = np.array(lows, dtype=object)[codes] if len(codes) else np.array([], dtype=object)
-    return pd.Series(values, index=table.index)
+    return np.array(lows, dtype=object)[codes] if len(codes) else np.array([], dtype=object)
 
 
-def _per_row(table: pd.DataFrame, per_dtype: Mapping[str, float], default: float) -> np.ndarray:
+def _per_row(table: Table, per_dtype: Mapping[str, float], default: float) -> np.ndarray:
     """Per row, ``per_dtype`` of its lower-precision dtype (``default`` where it has none)."""
     codes, lows = precision_codes(table)
     return np.array([per_dtype.get(low, default) for low in lows], dtype=np.float64)[codes]
@@ -136,36 +144,40 @@ def precision_rank(dtype: str) -> int:
     return _PRECISION_RANK.index(dtype) if dtype in _PRECISION_RANK else len(_PRECISION_RANK)
 
 
-def one_run(table: pd.DataFrame) -> bool:
+def one_run(table: Table) -> bool:
     """Whether every row of the table has the same step and rank (true for an empty table)."""
-    step, rank = table["step"].to_numpy(), table["rank"].to_numpy()
+    step, rank = column(table, "step"), column(table, "rank")
     return not len(step) or bool((step == step[0]).all() and (rank == rank[0]).all())
 
 
-def bench_magnitude(table: pd.DataFrame) -> np.ndarray:
+def bench_magnitude(table: Table) -> np.ndarray:
     """Per row, the benchmark's largest magnitude: max(|bench_max|, |bench_min|) (NaN only when both are)."""
-    return np.fmax(np.abs(table["bench_max"].to_numpy(np.float64)), np.abs(table["bench_min"].to_numpy(np.float64)))
+    return np.fmax(np.abs(column(table, "bench_max", np.float64)), np.abs(column(table, "bench_min", np.float64)))
 
 
-def running_precision(table: pd.DataFrame) -> list[str]:
+def running_precision(table: Table) -> np.ndarray:
     """Per row, the lowest float precision the target run has used up to that row's op (and the bench dtype).
 
     A float32 tensor computed from bfloat16 results carries bfloat16 rounding error; judging it by float32
     tolerances would flag inherited noise. Rows must be in execution order within each step and rank.
     """
-    t_rank = np.array([precision_rank(d) for d in table["target_dtype"]], dtype=np.int64)
-    b_rank = np.array([precision_rank(d) for d in table["bench_dtype"]], dtype=np.int64)
+    ranks = {d: precision_rank(d) for d in _PRECISION_RANK}
+    none = len(_PRECISION_RANK)
+    t_rank = np.array([ranks.get(d, none) for d in column(table, "target_dtype", object).tolist()], dtype=np.int64)
+    b_rank = np.array([ranks.get(d, none) for d in column(table, "bench_dtype", object).tolist()], dtype=np.int64)
     if one_run(table):
-        running = np.minimum.accumulate(t_rank)
-    else:
-        running = pd.Series(t_rank).groupby([table["step"].to_numpy(), table["rank"].to_numpy()]).cummin().to_numpy()
+        running = np.minimum.accumulate(t_rank) if len(t_rank) else t_rank
+    else:  # per (step, rank) stream
+        codes, n_groups = group_codes(column(table, "step"), column(table, "rank"))
+        running = np.empty_like(t_rank)
+        for group in range(n_groups):
+            rows = np.flatnonzero(codes == group)
+            running[rows] = np.minimum.accumulate(t_rank[rows])
     lowest = np.minimum(running, b_rank)
-    names = [*_PRECISION_RANK, ""]
+    names = np.array([*_PRECISION_RANK, ""], dtype=object)
     # a non-float tensor (ids, masks) keeps its own '' so that it is judged by the plain thresholds
-    return [
-        names[r] if tr < len(_PRECISION_RANK) or br < len(_PRECISION_RANK) else ""
-        for r, tr, br in zip(lowest, t_rank, b_rank, strict=True)
-    ]
+    keep = (t_rank < none) | (b_rank < none)
+    return np.where(keep, names[lowest], "").astype(object)
 
 
 @dataclass(frozen=True)
@@ -237,7 +249,7 @@ class Rule:
             text += " (bounds scale with the lower-precision dtype)"
         return f"{self.name}: {text}"
 
-    def _bounds_for(self, table: pd.DataFrame) -> list[tuple[Threshold, np.ndarray]]:
+    def _bounds_for(self, table: Table) -> list[tuple[Threshold, np.ndarray]]:
         """Each threshold with the per-row bound values (constant unless the rule is dtype-aware)."""
         n = len(table)
         out = []
@@ -249,24 +261,26 @@ class Rule:
             out.append((t, values))
         return out
 
-    def evaluate(self, table: pd.DataFrame) -> pd.Series:
-        """Status of each row: ``"pass"``, ``"fail"`` or ``"n/a"`` (no metric this rule uses was computed).
+    def evaluate(self, table: Table) -> np.ndarray:
+        """Status of each row (an ``object`` array): ``"pass"``, ``"fail"`` or ``"n/a"`` (no metric this rule uses
+        was computed).
 
         Rows compared by checksum pass or fail on the checksum. Under a dtype-aware rule, rows compared by
         statistics only are judged on the relative differences of their norms and extremes, and rows whose
         benchmark is ~0 next to the op's inputs on absolute error; other rules judge only their own metrics
         (statistics-only rows are then ``"n/a"``). A target with NaN/inf where the benchmark is finite fails.
+        ``table`` is a :class:`~nbprec.columns.Columns` or a DataFrame of the comparison's columns.
         """
         n = len(table)
         if n == 0:
-            return pd.Series([], dtype=object, index=table.index)
+            return np.array([], dtype=object)
         known = np.zeros(n, dtype=bool)
         passed = np.ones(n, dtype=bool) if self.combine == "all" else np.zeros(n, dtype=bool)
         bounds = self._bounds_for(table)
         for threshold, bound in bounds:
             if threshold.metric not in table:
                 continue
-            values = table[threshold.metric].to_numpy(dtype=np.float64)
+            values = column(table, threshold.metric, np.float64)
             has = ~np.isnan(values)
             ok = threshold.passes(values, bound)
             known |= has
@@ -279,44 +293,44 @@ class Rule:
         else:  # statistics-only rows: the rule's own tolerance, floored by each row's dtype tolerance
             status = self._apply_statistics(table, status, np.fmax(self.statistics_tolerance(), _dtype_red(table)))
         status = _apply_nonfinite(table, status)
-        status = _apply_checksum(table, status)
-        return pd.Series(status, index=table.index, dtype=object)
+        return _apply_checksum(table, status).astype(object)
 
-    def _apply_statistics(self, table: pd.DataFrame, status: np.ndarray, tol: np.ndarray) -> np.ndarray:
+    def _apply_statistics(self, table: Table, status: np.ndarray, tol: np.ndarray) -> np.ndarray:
         """Rows compared by statistics only: judged by the relative difference of their L2 norms, and by the
         differences of their max, min and mean relative to the benchmark's magnitude."""
         if "norm_rel_diff" not in table or "compare_mode" not in table:
             return status
-        rows = (table["compare_mode"] == "statistics").to_numpy()
+        rows = column(table, "compare_mode", object) == "statistics"
         if not rows.any():
             return status
         scale = bench_magnitude(table)
-        norm_ok = table["norm_rel_diff"].to_numpy(np.float64) <= tol
+        norm_ok = column(table, "norm_rel_diff", np.float64) <= tol
         with np.errstate(invalid="ignore"):
             ext_ok = np.ones(len(table), dtype=bool)
-            for column in ("max_diff", "min_diff", "mean_diff"):
-                if column in table:  # NaN (a statistic not recorded on one side) does not fail by itself
-                    diff = table[column].abs().to_numpy(np.float64)
+            for name in ("max_diff", "min_diff", "mean_diff"):
+                if name in table:  # NaN (a statistic not recorded on one side) does not fail by itself
+                    diff = np.abs(column(table, name, np.float64))
                     ext_ok &= ~(diff > tol * scale)
-        known = ~np.isnan(table["norm_rel_diff"].to_numpy(np.float64))
+        known = ~np.isnan(column(table, "norm_rel_diff", np.float64))
         judged = np.where(known, np.where(norm_ok & ext_ok, STATUS_PASS, STATUS_FAIL), STATUS_NA)
         return np.where(rows, judged, status)
 
-    def _apply_negligible_bench(self, table: pd.DataFrame, status: np.ndarray, tol: np.ndarray) -> np.ndarray:
+    def _apply_negligible_bench(self, table: Table, status: np.ndarray, tol: np.ndarray) -> np.ndarray:
         """A benchmark tensor that is ~0 next to its op's inputs is judged by absolute error.
 
         Gradients that are mathematically zero (the key bias of attention, a cancelling sum) come out as
         rounding noise in both runs; their cosine and relative errors compare noise with noise. Such a row
         passes when its max abs error is within the tolerance times the op's largest input magnitude.
         """
-        if "op_input_scale" not in table or not ({"max_abs_err", "max_diff"} & set(table.columns)):
+        if "op_input_scale" not in table or not ("max_abs_err" in table or "max_diff" in table):
             return status
-        scale = table["op_input_scale"].to_numpy(np.float64)
+        scale = column(table, "op_input_scale", np.float64)
         bench_abs = bench_magnitude(table)
-        err = table["max_abs_err"].to_numpy(np.float64) if "max_abs_err" in table else np.full(len(table), np.nan)
+        n = len(table)
+        err = column(table, "max_abs_err", np.float64) if "max_abs_err" in table else np.full(n, np.nan)
         if "max_diff" in table:  # statistics only: the larger difference of the extremes stands in
             stat_err = np.fmax(
-                table["max_diff"].abs().to_numpy(np.float64), table["min_diff"].abs().to_numpy(np.float64)
+                np.abs(column(table, "max_diff", np.float64)), np.abs(column(table, "min_diff", np.float64))
             )
             err = np.where(np.isnan(err), stat_err, err)
         with np.errstate(invalid="ignore"):
@@ -324,7 +338,7 @@ class Rule:
         return np.where((status == STATUS_FAIL) & negligible, STATUS_PASS, status)
 
 
-def _dtype_red(table: pd.DataFrame) -> np.ndarray:
+def _dtype_red(table: Table) -> np.ndarray:
     """Per row, the RED tolerance of its lower-precision dtype (:data:`DTYPE_TOLERANCE`); 0 for non-floats."""
     return _per_row(table, {d: tol[1] for d, tol in DTYPE_TOLERANCE.items()}, 0.0)
 
@@ -337,24 +351,25 @@ def _red_bounds(bounds: list[tuple[Threshold, np.ndarray]], n: int) -> np.ndarra
     return np.full(n, 0.05)
 
 
-def _apply_nonfinite(table: pd.DataFrame, status: np.ndarray) -> np.ndarray:
+def _apply_nonfinite(table: Table, status: np.ndarray) -> np.ndarray:
     """A tensor with NaN/inf where the benchmark has none fails, whatever its metrics say."""
     if "target_nonfinite" in table and "bench_nonfinite" in table:
-        t = table["target_nonfinite"].fillna(0).to_numpy() > 0
-        b = table["bench_nonfinite"].fillna(0).to_numpy() > 0
+        t = np.nan_to_num(column(table, "target_nonfinite", np.float64), nan=0.0) > 0
+        b = np.nan_to_num(column(table, "bench_nonfinite", np.float64), nan=0.0) > 0
         status = np.where(t & ~b, STATUS_FAIL, status)
     return status
 
 
-def _apply_checksum(table: pd.DataFrame, status: np.ndarray) -> np.ndarray:
-    if "checksum_match" not in table:
+def _apply_checksum(table: Table, status: np.ndarray) -> np.ndarray:
+    if "checksum_match" not in table or "compare_mode" not in table:
         return status
-    cm = table["checksum_match"]
-    mask = (table.get("compare_mode", pd.Series("", index=table.index)) == "checksum").to_numpy()
+    mask = column(table, "compare_mode", object) == "checksum"
     if not mask.any():
         return status
-    checksum_status = np.where(cm.fillna(False).astype(bool).to_numpy(), STATUS_PASS, STATUS_FAIL)
-    return np.where(mask & cm.notna().to_numpy(), checksum_status, status)
+    flags = column(table, "checksum_match", object)
+    known = np.fromiter((v is not None and v == v for v in flags.tolist()), bool, len(flags))
+    match = np.fromiter((bool(v) if k else False for v, k in zip(flags.tolist(), known, strict=True)), bool, len(flags))
+    return np.where(mask & known, np.where(match, STATUS_PASS, STATUS_FAIL), status)
 
 
 def _presets() -> dict[str, Rule]:

@@ -27,14 +27,15 @@ of its own). A (step, rank) on one side only is reported by the verdict as ``mis
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-from nbprec.compare.culprit import divergence_onset
-from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS
+from nbprec.columns import Columns, text_table
+from nbprec.compare.culprit import failing_mask, onset_position
+from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, Table, column
 
 if TYPE_CHECKING:
     from nbprec.compare.comparison import Comparison
@@ -104,12 +105,12 @@ def several_runs(comp: Comparison) -> bool:
     return len(presence(comp)) > 1
 
 
-def where(row: pd.Series | dict[str, Any] | None) -> str:
+def where(row: Any) -> str:
     """``"step 1, rank 1"`` for an op or run row (``""`` for ``None``)."""
     return "" if row is None else f"step {int(row['step'])}, rank {int(row['rank'])}"
 
 
-def op_at(row: pd.Series | None, several: bool) -> str:
+def op_at(row: Any, several: bool) -> str:
     """An op's name, followed by ``(step S, rank R)`` when the comparison spans several; ``"-"`` for none.
 
     Every view names ops this way (the CLI, the dashboard, the report), so they all say the same.
@@ -120,14 +121,22 @@ def op_at(row: pd.Series | None, several: bool) -> str:
 
 
 # -- presence ----------------------------------------------------------------------------------------
-def _counts(frame: pd.DataFrame) -> pd.Series:
-    if frame.empty or not set(KEYS) <= set(frame.columns):
-        return pd.Series(dtype=np.int64, index=pd.MultiIndex.from_tuples([], names=KEYS))
-    return frame.groupby(KEYS, sort=True).size()
+def _keys(steps: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """(step, rank) pairs as rows of an int64 array."""
+    return np.stack([np.asarray(steps, np.int64), np.asarray(ranks, np.int64)], axis=1).reshape(-1, 2)
 
 
-def presence(comp: Comparison) -> pd.DataFrame:
-    """Each (step, rank) either side holds: ``target`` and ``bench`` tensor counts and ``presence``.
+def _counts(steps: np.ndarray, ranks: np.ndarray) -> dict[tuple[int, int], int]:
+    """How many rows each (step, rank) holds."""
+    if not len(steps):
+        return {}
+    keys, counts = np.unique(_keys(steps, ranks), axis=0, return_counts=True)
+    return {(int(k[0]), int(k[1])): int(c) for k, c in zip(keys, counts, strict=True)}
+
+
+def presence(comp: Comparison) -> Columns:
+    """Each (step, rank) either side holds, sorted: ``step``, ``rank``, ``target`` and ``bench`` tensor counts and
+    ``presence`` (:class:`~nbprec.columns.Columns`).
 
     Rule-independent (kept by the comparison and its re-judged copies; do not modify it). Benchmark tensors
     count in the (step, rank) of their target counterpart when matched, in their own when unmatched (see the
@@ -139,41 +148,51 @@ def presence(comp: Comparison) -> pd.DataFrame:
     return cached
 
 
-def _presence(comp: Comparison) -> pd.DataFrame:
-    table = comp._data
-    matched = table[table["bench_name"].astype(str) != ""] if "bench_name" in table else table.iloc[:0]
-    unmatched_bench = _relabelled(table, matched, comp.unmatched_bench)
-    target = _counts(table)
-    bench = _counts(matched).add(_counts(unmatched_bench), fill_value=0)
-    keys = target.index.union(bench.index)
-    out = pd.DataFrame(index=keys)
-    out["target"] = target.reindex(keys, fill_value=0).astype(np.int64)
-    out["bench"] = bench.reindex(keys, fill_value=0).astype(np.int64)
-    out = out.reset_index()
-    if out.empty:
-        return pd.DataFrame({"step": [], "rank": [], "target": [], "bench": [], "presence": []})
-    out["presence"] = np.where(out["target"] == 0, BENCH_ONLY, np.where(out["bench"] == 0, TARGET_ONLY, BOTH))
-    return out
+def _presence(comp: Comparison) -> Columns:
+    table = comp._cols
+    step, rank = column(table, "step"), column(table, "rank")
+    matched = column(table, "bench_name", object) != "" if "bench_name" in table else np.zeros(len(table), bool)
+    u_step, u_rank = _relabelled(table, int(matched.sum()), comp._unmatched)
+    target = _counts(step, rank)
+    bench = _counts(step[matched], rank[matched])
+    for key, count in _counts(u_step, u_rank).items():
+        bench[key] = bench.get(key, 0) + count
+    keys = sorted(set(target) | set(bench))
+    t_count = np.array([target.get(k, 0) for k in keys], dtype=np.int64)
+    b_count = np.array([bench.get(k, 0) for k in keys], dtype=np.int64)
+    return Columns(
+        {
+            "step": np.array([k[0] for k in keys], dtype=np.int64),
+            "rank": np.array([k[1] for k in keys], dtype=np.int64),
+            "target": t_count,
+            "bench": b_count,
+            "presence": np.where(t_count == 0, BENCH_ONLY, np.where(b_count == 0, TARGET_ONLY, BOTH)).astype(object),
+        },
+        len(keys),
+    )
 
 
-def _relabelled(table: pd.DataFrame, matched: pd.DataFrame, unmatched: pd.DataFrame) -> pd.DataFrame:
-    """Unmatched benchmark rows with a single step (rank) relabelled to the target's single one when matching
-    did the same (each side has one value, and the leftovers are not a whole stream of their own)."""
-    if unmatched.empty or not set(KEYS) <= set(unmatched.columns):
-        return unmatched
-    out = unmatched
-    for column in KEYS:
-        t_vals, b_vals = table[column].unique(), unmatched[column].unique()
+def _relabelled(table: Columns, n_matched: int, unmatched: Columns) -> tuple[np.ndarray, np.ndarray]:
+    """Steps and ranks of the unmatched benchmark rows, a single step (rank) relabelled to the target's single one
+    when matching did the same (each side has one value, and the leftovers are not a whole stream of their
+    own)."""
+    if unmatched.empty or "step" not in unmatched or "rank" not in unmatched:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    out = []
+    for name in KEYS:
+        values = column(unmatched, name, np.int64)
+        t_vals, b_vals = np.unique(column(table, name)), np.unique(values)
         single = len(t_vals) == 1 and len(b_vals) == 1 and t_vals[0] != b_vals[0]
-        if single and len(matched) and len(unmatched) < 0.5 * len(matched):
-            out = out.assign(**{column: t_vals[0]})
-    return out
+        if single and n_matched and len(unmatched) < 0.5 * n_matched:
+            values = np.full(len(values), t_vals[0], dtype=np.int64)
+        out.append(values)
+    return out[0], out[1]
 
 
-def missing_runs(comp: Comparison) -> pd.DataFrame:
+def missing_runs(comp: Comparison) -> Columns:
     """The (step, rank)s on one side only (rows of :func:`presence`)."""
     p = presence(comp)
-    return p[p["presence"] != BOTH].reset_index(drop=True)
+    return p.take(p["presence"] != BOTH)
 
 
 @dataclass(frozen=True)
@@ -211,63 +230,54 @@ def missing_by_kind(comp: Comparison) -> list[Missing]:
     if p.empty or _unlabelled(p):
         return []
     out: list[Missing] = []
+    step, rank, kind = p["step"], p["rank"], p["presence"]
     for side, count in ((TARGET_ONLY, "target"), (BENCH_ONLY, "bench")):
         other = "bench" if count == "target" else "target"
-        lacking = p[p["presence"] == side]
-        if lacking.empty:
+        lacking = kind == side
+        if not lacking.any():
             continue
-        held = p[p[other] > 0]
-        whole_ranks = sorted(set(lacking["rank"]) - set(held["rank"]))
-        whole_steps = sorted(set(lacking["step"]) - set(held["step"]))
-        rest = lacking[~lacking["rank"].isin(whole_ranks) & ~lacking["step"].isin(whole_steps)]
+        held = p[other] > 0
+        whole_ranks = sorted(set(rank[lacking].tolist()) - set(rank[held].tolist()))
+        whole_steps = sorted(set(step[lacking].tolist()) - set(step[held].tolist()))
+        in_ranks, in_steps = np.isin(rank, whole_ranks), np.isin(step, whole_steps)
         if whole_ranks:
-            rows = lacking[lacking["rank"].isin(whole_ranks)]
-            out.append(Missing("missing_rank", side, tuple(whole_ranks), (), int(rows[count].sum())))
+            rows = lacking & in_ranks
+            out.append(Missing("missing_rank", side, tuple(whole_ranks), (), int(p[count][rows].sum())))
         if whole_steps:
-            rows = lacking[lacking["step"].isin(whole_steps) & ~lacking["rank"].isin(whole_ranks)]
-            out.append(Missing("missing_step", side, tuple(whole_steps), (), int(rows[count].sum())))
-        for rank, rows in rest.groupby("rank", sort=True):
-            steps = tuple(int(s) for s in sorted(rows["step"]))
-            out.append(Missing("missing_rank", side, (int(rank),), steps, int(rows[count].sum())))
+            rows = lacking & in_steps & ~in_ranks
+            out.append(Missing("missing_step", side, tuple(whole_steps), (), int(p[count][rows].sum())))
+        rest = lacking & ~in_ranks & ~in_steps
+        for one in sorted(set(rank[rest].tolist())):
+            rows = rest & (rank == one)
+            steps = tuple(int(s) for s in sorted(step[rows].tolist()))
+            out.append(Missing("missing_rank", side, (int(one),), steps, int(p[count][rows].sum())))
     return out
 
 
-def _unlabelled(p: pd.DataFrame) -> bool:
+def _unlabelled(p: Columns) -> bool:
     """A side without step/rank labels (-1 throughout) cannot lack one."""
     for side in ("target", "bench"):
-        held = p[p[side] > 0]
-        if len(held) and (held["step"] == -1).all() and (held["rank"] == -1).all():
+        held = p[side] > 0
+        if held.any() and (p["step"][held] == -1).all() and (p["rank"][held] == -1).all():
             return True
     return False
 
 
 # -- first failing op across (step, rank) streams -------------------------------------------------------
-def _stream_ids(ops: pd.DataFrame) -> np.ndarray:
+def stream_ids(ops: Table) -> np.ndarray:
     """Per op, the number of its (step, rank) stream (ops are sorted by step, rank, order)."""
-    step, rank = ops["step"].to_numpy(), ops["rank"].to_numpy()
-    new = np.ones(len(ops), dtype=bool)
+    step, rank = column(ops, "step"), column(ops, "rank")
+    new = np.ones(len(step), dtype=bool)
     new[1:] = (step[1:] != step[:-1]) | (rank[1:] != rank[:-1])
     return np.cumsum(new) - 1
 
 
-def _failing_mask(ops: pd.DataFrame, origin: str | None, include_explained: bool) -> np.ndarray:
-    """The ops :func:`nbprec.compare.culprit.first_failing` considers: failing, not merely enclosing one."""
-    mask = (ops["status"] == STATUS_FAIL).to_numpy() & (ops["origin"] != "encloses").to_numpy()
-    if not include_explained and "explained" in ops:
-        mask &= ~ops["explained"].to_numpy(bool)
-    if origin is not None:
-        mask &= (ops["origin"] == origin).to_numpy()
-    return mask
-
-
-def _earliest(ops: pd.DataFrame, positions: np.ndarray) -> pd.Series | None:
-    """The op among ``positions`` that comes first by (step, order, rank)."""
+def _earliest(ops: Table, positions: np.ndarray) -> int:
+    """The position among ``positions`` of the op that comes first by (step, order, rank); -1 for none."""
     if positions.size == 0:
-        return None
-    keys = np.lexsort(
-        (ops["rank"].to_numpy()[positions], ops["order"].to_numpy()[positions], ops["step"].to_numpy()[positions])
-    )
-    return ops.iloc[int(positions[keys[0]])]
+        return -1
+    keys = np.lexsort((column(ops, "rank")[positions], column(ops, "order")[positions], column(ops, "step")[positions]))
+    return int(positions[keys[0]])
 
 
 def first_per_stream(mask: np.ndarray, streams: np.ndarray) -> np.ndarray:
@@ -279,57 +289,77 @@ def first_per_stream(mask: np.ndarray, streams: np.ndarray) -> np.ndarray:
     return hits[np.r_[True, ids[1:] != ids[:-1]]]
 
 
-def first_failing_across(
-    ops: pd.DataFrame, *, origin: str | None = None, include_explained: bool = False
-) -> pd.Series | None:
-    """The first failing op of a comparison over every (step, rank): earliest by (step, order, rank).
+def first_failing_position(ops: Table, *, origin: str | None = None, include_explained: bool = False) -> int:
+    """The position (in ``ops``) of the first failing op over every (step, rank), earliest by (step, order,
+    rank); -1 when none fails."""
+    if len(ops) == 0:
+        return -1
+    mask = failing_mask(ops, origin=origin, include_explained=include_explained)
+    return _earliest(ops, first_per_stream(mask, stream_ids(ops)))
+
+
+def first_failing_across(ops: Any, *, origin: str | None = None, include_explained: bool = False) -> Any:
+    """The first failing op of a comparison over every (step, rank): earliest by (step, order, rank) (a row of
+    the ``ops`` DataFrame), or ``None``.
 
     The same op as :func:`nbprec.compare.culprit.first_failing` when there is one (step, rank).
     """
+    position = first_failing_position(ops, origin=origin, include_explained=include_explained)
+    return None if position < 0 else ops.iloc[position]
+
+
+def onset_position_across(ops: Table) -> int:
+    """The position of :func:`onset_across` in ``ops``, or -1."""
     if len(ops) == 0:
-        return None
-    firsts = first_per_stream(_failing_mask(ops, origin, include_explained), _stream_ids(ops))
-    return _earliest(ops, firsts)
-
-
-def onset_across(ops: pd.DataFrame) -> pd.Series | None:
-    """The divergence onset: :func:`~nbprec.compare.culprit.divergence_onset` in each (step, rank) stream (the
-    window never spans two), the earliest by (step, order, rank).
-
-    A stream's onset comes no earlier than its first failing op, so streams are tried in the order of their
-    first failures and the search stops once that bound passes the best onset found.
-    """
-    if len(ops) == 0:
-        return None
-    streams = _stream_ids(ops)
+        return -1
+    streams = stream_ids(ops)
     starts = np.flatnonzero(np.r_[True, streams[1:] != streams[:-1]])
-    ends = np.r_[starts[1:], len(ops)]
-    firsts = first_per_stream(_failing_mask(ops, None, False), streams)
-    step, order, rank = (ops[c].to_numpy() for c in ("step", "order", "rank"))
+    ends = np.r_[starts[1:], len(streams)]
+    firsts = first_per_stream(failing_mask(ops), streams)
+    step, order, rank = (column(ops, c) for c in ("step", "order", "rank"))
     best: tuple | None = None
     for position in firsts[np.lexsort((rank[firsts], order[firsts], step[firsts]))]:
         if best is not None and best[0] <= (step[position], order[position], rank[position]):
             break
         stream = streams[position]
-        onset = divergence_onset(ops.iloc[starts[stream] : ends[stream]])
-        if onset is not None:
-            at = ops.index.get_loc(onset.name)
+        at = onset_position(ops, int(starts[stream]), int(ends[stream]))
+        if at >= 0:
             key = (step[at], order[at], rank[at])
             if best is None or key < best[0]:
                 best = (key, at)
-    return None if best is None else ops.iloc[best[1]]
+    return -1 if best is None else int(best[1])
+
+
+def onset_across(ops: Any) -> Any:
+    """The divergence onset: :func:`~nbprec.compare.culprit.divergence_onset` in each (step, rank) stream (the
+    window never spans two), the earliest by (step, order, rank) (a row of the ``ops`` DataFrame), or ``None``.
+
+    A stream's onset comes no earlier than its first failing op, so streams are tried in the order of their
+    first failures and the search stops once that bound passes the best onset found.
+    """
+    position = onset_position_across(ops)
+    return None if position < 0 else ops.iloc[position]
 
 
 # -- the per-(step, rank) summary ------------------------------------------------------------------------
-def _nonfinite_rows(table: pd.DataFrame) -> np.ndarray:
+def nonfinite_rows(table: Table) -> np.ndarray:
     """Target tensors holding NaN/inf whose benchmark counterpart does not (or that have none)."""
     if "target_nonfinite" not in table:
         return np.zeros(len(table), dtype=bool)
-    target = np.nan_to_num(table["target_nonfinite"].to_numpy(np.float64), nan=0.0) > 0
-    bench = (
-        np.nan_to_num(table["bench_nonfinite"].to_numpy(np.float64), nan=0.0) > 0 if "bench_nonfinite" in table else 0
-    )
-    return target & ~bench
+    target = np.nan_to_num(column(table, "target_nonfinite", np.float64), nan=0.0) > 0
+    if "bench_nonfinite" not in table:
+        return target
+    return target & ~(np.nan_to_num(column(table, "bench_nonfinite", np.float64), nan=0.0) > 0)
+
+
+#: columns of the per-(step, rank) table that a DataFrame gives pandas' string dtype
+_RUN_TEXT = ("presence", "status", "first_failing_op", "first_failing_origin", "first_introduced_op",
+             "first_nonfinite_op", "first", "note")  # fmt: skip
+#: integer columns that may be missing (pandas' nullable Int64 in the DataFrame)
+_RUN_OPTIONAL_INTS = ("first_failing_order", "first_nonfinite_order")
+#: what :meth:`RunSummary.display_table` shows, in order
+_DISPLAY = ("step", "rank", "presence", "status", "tensors", "bench_tensors", "failing_ops", "first_failing_op",
+            "first_introduced_op", "first_nonfinite_op", "out_cosine", "out_error", "first", "note")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -338,122 +368,157 @@ class RunSummary:
 
     Attributes
     ----------
-    table : pandas.DataFrame
+    columns : nbprec.columns.Columns
         Columns :data:`RUN_COLUMNS`: ``presence`` (``both``, ``target only``, ``benchmark only``), ``status``
         (``fail``, ``pass``, ``n/a``, or the presence when one-sided), tensor and op counts, the first failing
         op (with its ``order`` and ``origin``), the first introduced op, the first op whose target tensors
         hold NaN/inf that the benchmark's do not, the worst output cosine and relative error, and ``first``
         (``divergence`` and/or ``overflow`` on the (step, rank) where each appears first) and ``note``
         (:data:`COLLECTIVE_NOTE` when the first failing op is a collective whose inputs on this rank agree).
+        Orders are ints, or None where there is no such op.
     first_divergence, first_overflow : tuple of int or None
         (step, rank) of the comparison's first failing op and of its first NaN/inf op.
     missing : list of Missing
         What one side lacks, as whole ranks, whole steps or single (step, rank)s.
     """
 
-    table: pd.DataFrame
+    columns: Columns
     first_divergence: tuple[int, int] | None
     first_overflow: tuple[int, int] | None
     missing: list[Missing]
 
+    @functools.cached_property
+    def table(self) -> Any:
+        """The summary as a pandas DataFrame (missing orders are ``<NA>``)."""
+        import pandas as pd
+
+        frame = self.columns.to_frame(text=_RUN_TEXT)
+        for name in _RUN_OPTIONAL_INTS:
+            frame[name] = pd.array(self.columns[name].tolist(), dtype="Int64")
+        return frame
+
     @property
     def several(self) -> bool:
         """Whether there is more than one (step, rank)."""
-        return len(self.table) > 1
+        return len(self.columns) > 1
 
-    def row(self, step: int, rank: int) -> pd.Series | None:
-        """The summary of one (step, rank), or ``None``."""
-        hit = self.table[(self.table["step"] == step) & (self.table["rank"] == rank)]
-        return None if hit.empty else hit.iloc[0]
+    def _position(self, step: int, rank: int) -> int:
+        hit = np.flatnonzero((self.columns["step"] == step) & (self.columns["rank"] == rank))
+        return int(hit[0]) if hit.size else -1
+
+    def row(self, step: int, rank: int) -> Any:
+        """The summary of one (step, rank) (a row of :attr:`table`), or ``None``."""
+        position = self._position(step, rank)
+        return None if position < 0 else self.table.iloc[position]
 
     def lines(self) -> list[str]:
         """The summary in words: what one side lacks, then where divergence and overflow appear first."""
         out = [m.message() for m in self.missing]
         for label, key in (("divergence", self.first_divergence), ("NaN/inf", self.first_overflow)):
             if key is not None:
-                row = self.row(*key)
-                op = row["first_failing_op"] if label == "divergence" else row["first_nonfinite_op"]
+                position = self._position(*key)
+                op = self.columns["first_failing_op" if label == "divergence" else "first_nonfinite_op"][position]
                 out.append(f"first {label} at step {key[0]}, rank {key[1]}: {op}")
         return out
 
-    def display_table(self) -> pd.DataFrame:
-        """The table with the columns a reader needs, in order (what the CLI and the report print)."""
-        cols = ["step", "rank", "presence", "status", "tensors", "bench_tensors", "failing_ops", "first_failing_op",
-                "first_introduced_op", "first_nonfinite_op", "out_cosine", "out_error", "first", "note"]  # fmt: skip
-        shown = self.table[[c for c in cols if c in self.table]]
-        empty = [c for c in ("out_cosine", "out_error") if c in shown and shown[c].isna().all()]
-        return shown.drop(columns=empty)  # no cosine in statistics mode: no column of blanks
+    def display_columns(self) -> Columns:
+        """The columns a reader needs, in order (what the CLI and the report print); no cosine and error columns
+        where every value is missing (statistics mode)."""
+        shown = self.columns.select(_DISPLAY)
+        for name in ("out_cosine", "out_error"):
+            if name in shown and np.isnan(shown[name]).all():
+                shown.pop(name)
+        return shown
+
+    def display_table(self) -> Any:
+        """:meth:`display_columns` as a pandas DataFrame."""
+        return self.table[self.display_columns().columns]
 
     def to_text(self) -> str:
         """Lines, then the table (plain text)."""
-        shown = self.display_table().copy()
-        for column in ("first_failing_op", "first_introduced_op", "first_nonfinite_op", "first", "note"):
-            shown[column] = shown[column].replace("", "-")
-        body = shown.to_string(index=False, float_format=lambda v: f"{v:.6g}", na_rep="")
-        return "\n".join([*self.lines(), body])
+        shown = self.display_columns()
+        for name in ("first_failing_op", "first_introduced_op", "first_nonfinite_op", "first", "note"):
+            values = shown[name]
+            shown[name] = np.where(values == "", "-", values).astype(object)
+        return "\n".join([*self.lines(), text_table(shown)])
 
 
 def summarize_runs(comp: Comparison) -> RunSummary:
     """The per-(step, rank) summary of ``comp`` under its rule (see the module docstring)."""
     p = presence(comp)
-    ops, table = comp.ops, comp._data
-    streams = _stream_ids(ops) if len(ops) else np.empty(0, dtype=np.int64)
-    rows = p.set_index(KEYS)
-    summary = pd.DataFrame(index=rows.index)
-    summary["presence"] = rows["presence"]
-    summary["tensors"] = rows["target"]
-    summary["bench_tensors"] = rows["bench"]
-    unmatched = table[table["match"].astype(str) == "unmatched"] if len(table) else table
-    summary["unmatched"] = _counts(unmatched).reindex(summary.index, fill_value=0).astype(np.int64)
-    by_run = ops.groupby(KEYS, sort=True) if len(ops) else None
-    summary["ops"] = by_run.size().reindex(summary.index, fill_value=0) if by_run is not None else 0
-    failing = _failing_mask(ops, None, False) if len(ops) else np.zeros(0, dtype=bool)
-    flagged = (ops["status"] == STATUS_FAIL).to_numpy() & ~ops["explained"].to_numpy(bool) if len(ops) else failing
-    fails = ops.loc[flagged, KEYS].value_counts() if len(ops) else pd.Series(dtype=np.int64)
-    summary["failing_ops"] = fails.reindex(summary.index, fill_value=0).astype(np.int64)
-    for prefix, mask in (("first_failing", failing), ("first_introduced", _failing_mask(ops, "introduced", False))):
-        firsts = ops.iloc[first_per_stream(mask, streams)] if len(ops) else ops
-        firsts = firsts.set_index(KEYS)
-        summary[f"{prefix}_op"] = firsts["op"].reindex(summary.index).fillna("").astype(str)
-        if prefix == "first_failing":
-            summary["first_failing_order"] = firsts["order"].reindex(summary.index).astype("Int64")
-            summary["first_failing_origin"] = firsts["origin"].reindex(summary.index).fillna("").astype(str)
-            collective = np.fromiter(map(is_collective, firsts["op_type"]), bool, len(firsts))
-            collective &= (firsts["origin"] == "introduced").to_numpy(bool)
-            notes = pd.Series(np.where(collective, COLLECTIVE_NOTE, ""), index=firsts.index, dtype=object)
-            summary["note"] = notes.reindex(summary.index).fillna("").astype(str)
-    nonfinite = table[_nonfinite_rows(table)] if len(table) else table
-    first_nf = nonfinite.sort_values([*KEYS, "order"], kind="stable").drop_duplicates(KEYS).set_index(KEYS)
-    summary["first_nonfinite_op"] = first_nf["op"].reindex(summary.index).fillna("").astype(str)
-    summary["first_nonfinite_order"] = first_nf["order"].reindex(summary.index).astype("Int64")
-    for column, how in (("out_cosine", "min"), ("out_error", "max")):
-        values = by_run[column].agg(how) if by_run is not None and column in ops else pd.Series(dtype=np.float64)
-        summary[column] = values.reindex(summary.index).astype(np.float64)
-    judged = ops.loc[(ops["status"] == STATUS_PASS).to_numpy(), KEYS].value_counts() if len(ops) else fails
-    status = np.where(summary["failing_ops"] > 0, "fail", np.where(judged.reindex(summary.index).fillna(0) > 0,
-                                                                   "pass", "n/a"))  # fmt: skip
-    summary["status"] = np.where(summary["presence"] == BOTH, status, summary["presence"])
-    summary = summary.reset_index()
-    first_div = first_failing_across(ops) if len(ops) else None
-    divergence = None if first_div is None else (int(first_div["step"]), int(first_div["rank"]))
-    overflow = _first_overflow(summary)
-    marks = [[] for _ in range(len(summary))]
+    ops, table = comp._ops_columns, comp._cols
+    n_runs = len(p)
+    run_of = {(int(s), int(r)): i for i, (s, r) in enumerate(zip(p["step"].tolist(), p["rank"].tolist(), strict=True))}
+
+    def per_run(steps: np.ndarray, ranks: np.ndarray) -> np.ndarray:  # the summary row of each (step, rank)
+        keys = zip(steps.tolist(), ranks.tolist(), strict=True)
+        return np.array([run_of.get((int(s), int(r)), -1) for s, r in keys], np.int64)
+
+    out = Columns(n=n_runs)
+    out["step"], out["rank"], out["presence"] = p["step"], p["rank"], p["presence"]
+    out["tensors"], out["bench_tensors"] = p["target"], p["bench"]
+    unmatched = column(table, "match", object) == "unmatched" if len(table) else np.zeros(0, bool)
+    out["unmatched"] = np.bincount(per_run(table["step"][unmatched], table["rank"][unmatched]), minlength=n_runs)
+    op_run = per_run(ops["step"], ops["rank"]) if len(ops) else np.zeros(0, np.int64)
+    out["ops"] = np.bincount(op_run, minlength=n_runs)
+    streams = stream_ids(ops) if len(ops) else np.empty(0, dtype=np.int64)
+    failing = failing_mask(ops) if len(ops) else np.zeros(0, dtype=bool)
+    flagged = (ops["status"] == STATUS_FAIL) & ~ops["explained"].astype(bool) if len(ops) else failing
+    out["failing_ops"] = np.bincount(op_run[flagged], minlength=n_runs)
+    introduced = failing_mask(ops, origin="introduced") if len(ops) else failing
+    first_failing_order, first_failing_origin = np.full(n_runs, None, object), np.full(n_runs, "", object)
+    note = np.full(n_runs, "", dtype=object)
+    for name, mask in (("first_failing_op", failing), ("first_introduced_op", introduced)):
+        names = np.full(n_runs, "", dtype=object)
+        for position in first_per_stream(mask, streams).tolist():
+            run = op_run[position]
+            names[run] = str(ops["op"][position])
+            if name == "first_failing_op":
+                first_failing_order[run] = int(ops["order"][position])
+                first_failing_origin[run] = str(ops["origin"][position])
+                if ops["origin"][position] == "introduced" and is_collective(ops["op_type"][position]):
+                    note[run] = COLLECTIVE_NOTE
+        out[name] = names
+        if name == "first_failing_op":
+            out["first_failing_order"], out["first_failing_origin"] = first_failing_order, first_failing_origin
+    first_nonfinite, first_nonfinite_order = np.full(n_runs, "", dtype=object), np.full(n_runs, None, object)
+    rows = np.flatnonzero(nonfinite_rows(table)) if len(table) else np.zeros(0, np.int64)
+    if rows.size:
+        rows = rows[np.lexsort((table["order"][rows], table["rank"][rows], table["step"][rows]))]
+        for position in rows[::-1].tolist():  # the earliest row of each (step, rank) is written last
+            run = run_of[(int(table["step"][position]), int(table["rank"][position]))]
+            first_nonfinite[run] = str(table["op"][position])
+            first_nonfinite_order[run] = int(table["order"][position])
+    out["first_nonfinite_op"], out["first_nonfinite_order"] = first_nonfinite, first_nonfinite_order
+    for name, how in (("out_cosine", np.fmin), ("out_error", np.fmax)):
+        values = np.full(n_runs, np.nan)  # fmin/fmax skip NaN: a run without a value stays NaN
+        if len(ops) and name in ops:
+            how.at(values, op_run, ops[name])
+        out[name] = values
+    judged = np.bincount(op_run[ops["status"] == STATUS_PASS], minlength=n_runs) if len(ops) else np.zeros(n_runs)
+    status = np.where(out["failing_ops"] > 0, "fail", np.where(judged > 0, "pass", "n/a"))
+    out["status"] = np.where(out["presence"] == BOTH, status, out["presence"]).astype(object)
+    position = first_failing_position(ops) if len(ops) else -1
+    divergence = None if position < 0 else (int(ops["step"][position]), int(ops["rank"][position]))
+    overflow = _first_overflow(out)
+    marks: list[list[str]] = [[] for _ in range(n_runs)]
     for label, key in (("divergence", divergence), ("overflow", overflow)):
         if key is not None:
-            hit = np.flatnonzero((summary["step"] == key[0]).to_numpy() & (summary["rank"] == key[1]).to_numpy())
-            for i in hit:
+            for i in np.flatnonzero((out["step"] == key[0]) & (out["rank"] == key[1])).tolist():
                 marks[i].append(label)
-    summary["first"] = [", ".join(m) for m in marks]
-    return RunSummary(summary[list(RUN_COLUMNS)], divergence, overflow, missing_by_kind(comp))
+    out["first"] = np.array([", ".join(m) for m in marks], dtype=object)
+    out["note"] = note
+    return RunSummary(out.select(RUN_COLUMNS), divergence, overflow, missing_by_kind(comp))
 
 
-def _first_overflow(summary: pd.DataFrame) -> tuple[int, int] | None:
+def _first_overflow(summary: Columns) -> tuple[int, int] | None:
     """(step, rank) whose first NaN/inf op comes first by (step, order, rank)."""
-    rows = summary[summary["first_nonfinite_op"] != ""]
-    if rows.empty:
+    rows = np.flatnonzero(summary["first_nonfinite_op"] != "")
+    if not rows.size:
         return None
-    best = rows.sort_values(["step", "first_nonfinite_order", "rank"], kind="stable").iloc[0]
-    return int(best["step"]), int(best["rank"])
+    order = summary["first_nonfinite_order"][rows].astype(np.int64)
+    best = rows[np.lexsort((summary["rank"][rows], order, summary["step"][rows]))[0]]
+    return int(summary["step"][best]), int(summary["rank"][best])
 
 
 __all__ = [
@@ -466,10 +531,12 @@ __all__ = [
     "Missing",
     "RunSummary",
     "first_failing_across",
+    "first_failing_position",
     "is_collective",
     "missing_by_kind",
     "missing_runs",
     "onset_across",
+    "onset_position_across",
     "op_at",
     "presence",
     "several_runs",

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from nbprec._optional import require
+from nbprec.columns import Columns
 from nbprec.compare.workers import Job, Result
-from nbprec.dump import Dump, make_index
+from nbprec.dump import Dump, index_columns
 from nbprec.errors import ComparisonError
 
 #: The measuring function of the engine: ``measure((row, mode, target row, bench row), target, bench, hints)``.
@@ -32,20 +32,20 @@ LOADER_BYTES = 1 << 20
 class Rows:
     """Index rows by position as plain dicts.
 
-    The per-row ``iloc`` (and Series look-ups) of a mixed-dtype frame dominated the set-up of dumps with
-    many small tensors; here the values are boxed once, on first use (in each worker process, after the
-    fork), and a row is a dict (readers' loaders take any mapping).
+    The per-row look-ups of a mixed-dtype table dominated the set-up of dumps with many small tensors; here the
+    values are boxed once, on first use (in each worker process, after the fork), and a row is a dict (readers'
+    loaders take any mapping).
     """
 
-    def __init__(self, index: pd.DataFrame) -> None:
+    def __init__(self, index: Columns) -> None:
         self._index = index
-        self._values: list[list[Any]] | None = None
+        self._values: list[tuple[Any, ...]] | None = None
         self._columns = list(index.columns)
 
     def row(self, i: int) -> dict[str, Any]:
-        """``index.iloc[i]`` as a dict."""
+        """Row ``i`` of the index as a dict."""
         if self._values is None:
-            self._values = self._index.to_numpy(dtype=object).tolist()  # lists: zipping a numpy row is 5x slower
+            self._values = list(zip(*(values.tolist() for _, values in self._index.items()), strict=True))
         return dict(zip(self._columns, self._values[i], strict=True))
 
 
@@ -109,7 +109,7 @@ class PayloadSource:
         """A dump without index rows that reads payloads as the original does (``dump().tensor(row)``)."""
         if self._dump is None:
             loader = pickle.loads(self._loader)  # bytes this class wrote in the comparing process, not a user file
-            self._dump = Dump(make_index([]), path=self.path, format=self.format, loader=loader)
+            self._dump = Dump(index_columns([]), path=self.path, format=self.format, loader=loader)
         return self._dump
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -146,7 +146,7 @@ class PairTask:
     def __init__(self, measure: Measure, target: Dump, bench: Dump) -> None:
         self._measure = measure
         self._dumps = (target, bench)
-        self._rows = (Rows(target.index), Rows(bench.index))
+        self._rows = (Rows(target.columns), Rows(bench.columns))
         self._hints = ExtremeHints()  # forked workers each get their own copy
         self._sources: tuple[PayloadSource, PayloadSource] | None = None
         self._places: tuple[np.ndarray, np.ndarray] | None = None  # the target's steps and ranks
@@ -165,8 +165,8 @@ class PairTask:
 
     def _steps_ranks(self) -> tuple[np.ndarray, np.ndarray]:
         if self._places is None:
-            index = self._dumps[0].index
-            self._places = (index["step"].to_numpy(np.int64), index["rank"].to_numpy(np.int64))
+            index = self._dumps[0].columns
+            self._places = (index["step"].astype(np.int64), index["rank"].astype(np.int64))
         return self._places
 
     def groups(self) -> np.ndarray:

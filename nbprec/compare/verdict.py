@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, get_rule
-from nbprec.compare.runs import BOTH, is_collective, missing_by_kind, op_at, presence, where
+from nbprec.columns import Columns, text_in
+from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, column, get_rule
+from nbprec.compare.runs import BOTH, first_failing_position, is_collective, missing_by_kind, op_at, presence, where
 
 if TYPE_CHECKING:
     from nbprec.compare.comparison import Comparison
@@ -112,71 +112,89 @@ class Verdict:
 
 def _default_status(comp: Comparison) -> np.ndarray:
     """Tensor statuses under the dtype-aware default rule (comparability does not depend on the user's rule)."""
-    return comp.status if comp.rule.name == "default" else get_rule("default").evaluate(comp._data).to_numpy(object)
+    return comp.status if comp.rule.name == "default" else get_rule("default").evaluate(comp._cols)
 
 
-def _differs(table: pd.DataFrame, status: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def _texts(table: Columns, name: str) -> np.ndarray:
+    """A text column with every value as ``str`` (missing values as '')."""
+    return np.array(["" if v is None or v != v else str(v) for v in table[name].tolist()], dtype=object)
+
+
+def _distinct(values: np.ndarray) -> tuple[str, ...]:
+    """The distinct values, in order of first appearance."""
+    return tuple(dict.fromkeys(str(v) for v in values.tolist()))
+
+
+def _differs(table: Columns, status: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Which of ``rows`` differ: integer/bool tensors unless exactly equal, others when they fail."""
-    integer = ~table["target_dtype"].astype(str).str.startswith(("float", "bfloat")).to_numpy()
+    integer = ~np.array([d.startswith(("float", "bfloat")) for d in _texts(table, "target_dtype").tolist()], bool)
     exact_diff = np.zeros(len(table), dtype=bool)
-    for column in ("max_abs_err", "max_diff", "min_diff", "mean_diff", "norm_diff"):
-        if column in table:
-            exact_diff |= np.nan_to_num(np.abs(table[column].to_numpy(np.float64)), nan=0.0) > 0
+    for name in ("max_abs_err", "max_diff", "min_diff", "mean_diff", "norm_diff"):
+        if name in table:
+            exact_diff |= np.nan_to_num(np.abs(column(table, name, np.float64)), nan=0.0) > 0
     if "checksum_match" in table:
-        exact_diff |= (table["checksum_match"] == False).to_numpy()  # noqa: E712 (None is not False)
+        exact_diff |= np.array([v is False or v is np.False_ for v in table["checksum_match"].tolist()], bool)
     return rows & np.where(integer, exact_diff, status == STATUS_FAIL)
 
 
-def _first_op_inputs(table: pd.DataFrame) -> np.ndarray:
+def _first_op_inputs(table: Columns) -> np.ndarray:
     """Rows that are the model's inputs: the first argument of the first forward op, per step and rank (the
     token ids of an embedding, the images of a first convolution; its other arguments are weights)."""
     rows = np.zeros(len(table), dtype=bool)
-    forward = table["direction"].astype(str) != "backward"
-    inputs = table["role"].astype(str).isin(("input",)) & forward & table["slot"].astype(str).isin(_DATA_SLOTS)
-    candidates = table[inputs & (table["match"].astype(str) != "unmatched")]
-    if candidates.empty:
+    forward = _texts(table, "direction") != "backward"
+    inputs = (_texts(table, "role") == "input") & forward & text_in(_texts(table, "slot"), _DATA_SLOTS)
+    candidates = np.flatnonzero(inputs & (_texts(table, "match") != "unmatched"))
+    if not candidates.size:
         return rows
-    first = candidates.groupby(["step", "rank"])["order"].transform("min")
-    rows[candidates.index[candidates["order"] == first]] = True
+    step, rank, order = table["step"][candidates], table["rank"][candidates], table["order"][candidates]
+    first: dict[tuple[int, int], int] = {}
+    for key in zip(step.tolist(), rank.tolist(), order.tolist(), strict=True):
+        first[key[:2]] = min(first.get(key[:2], key[2]), key[2])
+    earliest = np.array(
+        [first[(s, r)] == o for s, r, o in zip(step.tolist(), rank.tolist(), order.tolist(), strict=True)]
+    )
+    rows[candidates[earliest]] = True
     return rows
 
 
 def comparability(comp: Comparison) -> list[Finding]:
     """Findings that say the two runs are not (fully) comparable, the blocking ones first."""
-    table = comp._data
+    table = comp._cols
     if table.empty:
         return []
     status = _default_status(comp)
     findings: list[Finding] = []
     inputs = _differs(table, status, _first_op_inputs(table))
+    names, ops = _texts(table, "target_name"), _texts(table, "op")
     if inputs.any():
-        names = table.loc[inputs, "target_name"].astype(str).tolist()
         findings.append(
             Finding(
                 "different_inputs",
-                f"Different inputs: the model's first input tensors differ ({', '.join(names[:3])}).",
+                f"Different inputs: the model's first input tensors differ ({', '.join(names[inputs].tolist()[:3])}).",
                 "feed both runs the same batch (same data order, same preprocessing), then compare again.",
-                tuple(dict.fromkeys(table.loc[inputs, "op"].astype(str))),
+                _distinct(ops[inputs]),
             )
         )
-    role = table["role"].astype(str)
-    params = (table["direction"].astype(str) != "backward").to_numpy() & (
-        role.isin(_PARAMETER_ROLES) | (role.eq("input") & table["slot"].astype(str).isin(_WEIGHT_SLOTS))
-    ).to_numpy()
+    role, slot = _texts(table, "role"), _texts(table, "slot")
+    params = (_texts(table, "direction") != "backward") & (
+        text_in(role, _PARAMETER_ROLES) | ((role == "input") & text_in(slot, _WEIGHT_SLOTS))
+    )
     weights = _differs(table, status, params)
     if weights.any():
-        names = table.loc[weights, "target_name"].astype(str).tolist()
         findings.append(
             Finding(
                 "different_weights",
                 f"Different weights: {int(weights.sum())} of {int(params.sum())} parameters differ beyond the "
-                f"dtype's rounding (e.g. {', '.join(names[:2])}); was the checkpoint loaded in both runs?",
+                f"dtype's rounding (e.g. {', '.join(names[weights].tolist()[:2])}); was the checkpoint loaded in "
+                "both runs?",
                 "load the same checkpoint (or seed weight initialisation identically) in both runs.",
-                tuple(dict.fromkeys(table.loc[weights, "op"].astype(str))),
+                _distinct(ops[weights]),
             )
         )
-    ops = comp.ops
-    random_ops = ops.loc[(ops["origin"] == "random") & (ops["status"] == STATUS_FAIL), "op"].astype(str).tolist()
+    op_table = comp._ops_columns
+    random_ops = [
+        str(op) for op in op_table["op"][(op_table["origin"] == "random") & (op_table["status"] == STATUS_FAIL)]
+    ]
     if random_ops:
         findings.append(
             Finding(
@@ -210,35 +228,38 @@ def _unreadable(comp: Comparison) -> list[Finding]:
                     f"see `nbprec info {comp.meta.get(side, label)}` for the list, and dump or copy those files again.",
                 )
             )
-    reasons = comp._data["reason"].astype(str) if "reason" in comp._data else pd.Series(dtype=str)
-    unread = reasons.str.startswith(("could not read", "target tensor unreadable"))
+    table = comp._cols
+    if "reason" not in table:
+        return out
+    reasons = _texts(table, "reason")
+    unread = np.array([r.startswith(("could not read", "target tensor unreadable")) for r in reasons.tolist()], bool)
     if unread.any():
-        i = int(np.flatnonzero(unread.to_numpy())[0])
+        i = int(np.flatnonzero(unread)[0])
         out.append(
             Finding(
                 "unreadable",
                 f"{int(unread.sum())} tensor pair(s) could not be read and are not judged (e.g. "
-                f"{comp._data['target_name'].iat[i]}: {reasons.iat[i]}).",
+                f"{table['target_name'][i]}: {reasons[i]}).",
                 "dump or copy those files again; `nbprec info` lists what its reader found wrong.",
-                tuple(dict.fromkeys(comp._data.loc[unread.to_numpy(), "op"].astype(str)))[:20],
+                _distinct(_texts(table, "op")[unread])[:20],
             )
         )
     return out
 
 
-def _different_models(table: pd.DataFrame) -> list[Finding]:
+def _different_models(table: Columns) -> list[Finding]:
     """Paired tensors whose shapes disagree, in numbers no single mismatch explains: two different models."""
-    paired = (table["bench_name"].astype(str) != "").to_numpy()
+    paired = _texts(table, "bench_name") != ""
     if paired.sum() < 2:
         return []
-    t_shape, b_shape = table["target_shape"].to_numpy(object), table["bench_shape"].to_numpy(object)
+    t_shape, b_shape = table["target_shape"].tolist(), table["bench_shape"].tolist()
     differ = np.array(
         [p and tuple(a or ()) != tuple(b or ()) for p, a, b in zip(paired, t_shape, b_shape, strict=True)], dtype=bool
     )
     if differ.sum() < max(2, DIFFERENT_SHAPES_SHARE * paired.sum()):
         return []
     i = int(np.flatnonzero(differ)[0])
-    example = f"{table['target_name'].iat[i]} {tuple(t_shape[i] or ())} vs {table['bench_name'].iat[i]} " + str(
+    example = f"{table['target_name'][i]} {tuple(t_shape[i] or ())} vs {table['bench_name'][i]} " + str(
         tuple(b_shape[i] or ())
     )
     return [
@@ -247,14 +268,14 @@ def _different_models(table: pd.DataFrame) -> list[Finding]:
             f"The runs look like two different models: {int(differ.sum())} of {int(paired.sum())} paired tensors "
             f"differ in shape (e.g. {example}).",
             "compare dumps of the same model; if only the names differ, give a --mapping file of target,bench pairs.",
-            tuple(dict.fromkeys(table.loc[differ, "op"].astype(str)))[:20],
+            _distinct(_texts(table, "op")[differ])[:20],
         )
     ]
 
 
 def _alignment(comp: Comparison) -> list[Finding]:
     """Ranks or steps on one side only, and target tensors whose calls found no counterpart."""
-    table, out = comp._data, []
+    table, out = comp._cols, []
     for missing in missing_by_kind(comp):
         if missing.code == "missing_rank":
             how = 'msprobe: "rank": [] in config.json; nbprec: a capture in every process'
@@ -264,14 +285,14 @@ def _alignment(comp: Comparison) -> list[Finding]:
         fix = f"dump every {what} in both runs ({how}), or compare the {what}s both hold with --{what} N."
         out.append(Finding(missing.code, missing.message(), fix))
     p = presence(comp)
-    one_sided = p.loc[p["presence"] != BOTH, ["step", "rank"]]
+    one_sided = p["presence"] != BOTH
     rows = np.ones(len(table), dtype=bool)
-    if len(one_sided):  # tensors of a (step, rank) the benchmark lacks are said above, not counted again
-        keys = pd.MultiIndex.from_frame(one_sided)
-        rows = ~pd.MultiIndex.from_frame(table[["step", "rank"]]).isin(keys)
-    unmatched = (table["match"].astype(str) == "unmatched").to_numpy() & rows
+    if one_sided.any():  # tensors of a (step, rank) the benchmark lacks are said above, not counted again
+        keys = set(zip(p["step"][one_sided].tolist(), p["rank"][one_sided].tolist(), strict=True))
+        rows = np.array([k not in keys for k in zip(table["step"].tolist(), table["rank"].tolist(), strict=True)], bool)
+    unmatched = (_texts(table, "match") == "unmatched") & rows
     if rows.sum() and unmatched.sum() >= UNMATCHED_SHARE * rows.sum():
-        ops = list(dict.fromkeys(table.loc[unmatched, "op"].astype(str)))
+        ops = list(_distinct(_texts(table, "op")[unmatched]))
         out.append(
             Finding(
                 "unaligned",
@@ -287,8 +308,7 @@ def _alignment(comp: Comparison) -> list[Finding]:
 def _one_sided_note(comp: Comparison) -> str:
     """A sentence for the headline when some (step, rank)s were on one side only ('' otherwise)."""
     p = presence(comp)
-    lacking = p[p["presence"] != BOTH]
-    if lacking.empty or not len(missing_by_kind(comp)):
+    if not (p["presence"] != BOTH).any() or not len(missing_by_kind(comp)):
         return ""
     return (f" Only the {int((p['presence'] == BOTH).sum())} of {len(p)} (step, rank)s both runs hold were "
             "compared (see above).")  # fmt: skip
@@ -298,25 +318,28 @@ def _number(value: float, digits: int = 6) -> str:
     return "n/a" if value is None or not np.isfinite(value) else f"{value:.{digits}f}"
 
 
-def _why(op: pd.Series, rows: pd.DataFrame) -> str:
-    """Why ``op`` is blamed: its inputs' and outputs' agreement, in the mode it was compared."""
+def _why(op: dict[str, Any], table: Columns, rows: np.ndarray) -> str:
+    """Why ``op`` is blamed: its inputs' and outputs' agreement, in the mode it was compared (``rows``: its
+    tensors in ``table``)."""
     in_cos, out_cos = op.get("in_cosine", np.nan), op.get("out_cosine", np.nan)
     if np.isfinite(out_cos):
         red = op.get("out_rel_euclidean", np.nan)
         inputs = f"its inputs matched at cosine {_number(in_cos)}" if np.isfinite(in_cos) else "its inputs pass"
         return f"{inputs}, its output fell to cosine {_number(out_cos, 4)} (RED {red:.3g})"
-    outputs = rows[rows["role"].astype(str).isin(("output", "gradient"))]
-    if "reason" in outputs and outputs["reason"].astype(str).str.startswith("target has non-finite").any():
+    outputs = rows[text_in(_texts(table, "role")[rows], ("output", "gradient"))]
+    if "reason" in table and any(r.startswith("target has non-finite") for r in _texts(table, "reason")[outputs]):
         return "its inputs are finite, its output holds NaN/inf"
     in_err, out_err = op.get("in_error", np.nan), op.get("out_error", np.nan)
     inputs = "its inputs' statistics agree exactly" if in_err == 0 else f"its inputs differ by {in_err:.3g}"
     detail = ""
     for stat in ("min", "max", "mean"):
-        col = f"{stat}_diff"
-        if col in outputs and outputs[col].abs().max() > 0:
-            r = outputs.loc[outputs[col].abs().idxmax()]
-            detail = f"; output {stat} {r[f'target_{stat}']:.4g} vs {r[f'bench_{stat}']:.4g}"
-            break
+        name = f"{stat}_diff"
+        if name in table and len(outputs):
+            diffs = np.abs(column(table, name, np.float64)[outputs])
+            if np.nanmax(diffs, initial=0.0) > 0:
+                r = outputs[int(np.nanargmax(diffs))]
+                detail = f"; output {stat} {table[f'target_{stat}'][r]:.4g} vs {table[f'bench_{stat}'][r]:.4g}"
+                break
     return f"{inputs}, its output's statistics differ by {out_err:.3g} (relative){detail}"
 
 
@@ -324,8 +347,8 @@ def verdict(comp: Comparison) -> Verdict:
     """The comparison's verdict in words (see the module docstring)."""
     findings = tuple(comparability(comp))
     blocking = [f for f in findings if f.blocking]
-    ops = comp.ops
-    first = comp.first_failing_op()
+    ops = comp._ops_columns
+    first = comp.op(first_failing_position(ops))
     several = comp.several_runs
     note = _one_sided_note(comp)
     if blocking:
@@ -336,39 +359,42 @@ def verdict(comp: Comparison) -> Verdict:
         return Verdict("no data", "Nothing could be compared: no tensor pair has metrics." + note,
                        "check the matching (nbprec compare ... -o OUT, then unmatched_bench.csv) and the dump modes.",
                        findings)  # fmt: skip
+    table = comp._cols
     if first is None:
         explained = int(ops["explained"].sum())
-        precisions = sorted({str(p) for p in comp._data.get("precision", pd.Series(dtype=str)) if str(p)})
+        precisions = sorted({p for p in _texts(table, "precision").tolist() if p}) if "precision" in table else []
         if explained:
             headline = (f"No unexplained failure: the {explained} op(s) that differ follow from randomness or from "
                         "discontinuous ops flipping elements on rounding noise.")  # fmt: skip
             return Verdict("explained", headline + note, "", findings)
-        worst = comp.worst_ops(1)
+        worst, _ = comp.worst_positions(1)
         at = ""
-        if not worst.empty and np.isfinite(worst.iloc[0].get("out_cosine", np.nan)):
-            at = f" (worst output cosine {_number(worst.iloc[0]['out_cosine'])} at {op_at(worst.iloc[0], several)})"
+        if worst.size and np.isfinite(ops["out_cosine"][worst[0]]):
+            row = comp.op(int(worst[0]))
+            at = f" (worst output cosine {_number(row['out_cosine'])} at {op_at(row, several)})"
         dtypes = ", ".join(precisions) or "these dtypes"
         return Verdict("noise", f"No op fails under {comp.rule.name}: the differences are precision noise for "
                        f"{dtypes}{at}.{note}", "", findings)  # fmt: skip
-    table = comp.table
-    rows = table[(table["op"] == first["op"]) & (table["step"] == first["step"]) & (table["rank"] == first["rank"])]
+    rows = np.flatnonzero(
+        (table["op"] == first["op"]) & (table["step"] == first["step"]) & (table["rank"] == first["rank"])
+    )
     later = (ops["step"] > first["step"]) | ((ops["step"] == first["step"]) & (ops["order"] > first["order"]))
     after = int(((ops["status"] == STATUS_FAIL) & later & ~ops["explained"]).sum())
     kind = (str(first.get("op_type", "")) or "?") + (f", {where(first)}" if several else "")
     if first["origin"] == "introduced" and is_collective(first.get("op_type", "")):
-        headline = (f"{first['op']} ({kind}) is the first op that fails: {_why(first, rows)}. It is a collective: "
-                    "its output mixes every rank's data, so the error comes from another rank's contribution, "
-                    f"not from this rank; {after} failing op(s) after it inherit it.{note}")  # fmt: skip
+        headline = (f"{first['op']} ({kind}) is the first op that fails: {_why(first, table, rows)}. It is a "
+                    "collective: its output mixes every rank's data, so the error comes from another rank's "
+                    f"contribution, not from this rank; {after} failing op(s) after it inherit it.{note}")  # fmt: skip
         if note:
             step = "dump every rank of both runs and compare again: the rank that diverges before it is where it arose"
         else:
             step = "look at what the other ranks send into it: their ops before it, and ops the dumps do not record"
         return Verdict("failure", headline, step, findings)
     if first["origin"] == "introduced":
-        headline = (f"{first['op']} ({kind}) is the first op that fails: {_why(first, rows)}. It introduced "
+        headline = (f"{first['op']} ({kind}) is the first op that fails: {_why(first, table, rows)}. It introduced "
                     f"the error; {after} failing op(s) after it inherit it.{note}")  # fmt: skip
         target = comp.meta.get("target", "TARGET")
-        if comp.meta.get("target_format") == "nbprec" and "tensor" in set(comp._data["compare_mode"].astype(str)):
+        if comp.meta.get("target_format") == "nbprec" and "tensor" in set(_texts(table, "compare_mode").tolist()):
             step = f"nbprec isolate {target} {first['op']} (re-run on its own inputs in float64: kernel or rounding?)"
         else:
             step = (f"nbprec ni {first['op']} --target {target} --bench {comp.meta.get('bench', 'BENCH')}; then keep "

@@ -43,11 +43,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from nbprec._optional import require
 from nbprec.dtypes import NUMPY_DTYPES
-from nbprec.dump import Dump, Problem, make_index
+from nbprec.dump import Dump, Problem, index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._files import inside, open_regular, printable, real_folder
 from nbprec.formats._layout import RANK_RE, STEP_RE, find_dump_files, read_json_file, run_name
@@ -252,13 +251,12 @@ class MsprobeDumpReader(DumpReader):
                 path, f"dump.json lists no tensors ({non_tensor} non-tensor values, {len(problems)} problems)"
             )
         unknown_shape = records["numel"] < 0
-        names = records.pop("name")
-        records["name"] = pd.Series(names, dtype=None)  # text: pandas' string dtype, as other readers' names
-        del names
-        index = make_index(records, run=run or run_name(path), typed=True)
+        index = index_columns(records, run=run or run_name(path), typed=True)
         del records  # the index holds the columns now
         if unknown_shape.any():
-            index.loc[unknown_shape, "numel"] = -1
+            numel = index["numel"].copy()
+            numel[unknown_shape] = -1
+            index["numel"] = numel
         meta.update(
             non_tensor_values=non_tensor,
             dump_files=[str(s.dump_json) for s in sources],

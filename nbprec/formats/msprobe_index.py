@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from nbprec._gc import paused_gc
 from nbprec.dump import Problem
@@ -92,6 +91,17 @@ def _is_index(text: str) -> bool:
     """Whether ``text`` is a call index: ASCII digits, few enough for an int64 (``"²"`` is a digit ``int``
     refuses, and 5000 digits would make ``int`` raise)."""
     return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
+
+
+def _repeats(values: list) -> list[int]:
+    """Positions of the values that occurred before (every occurrence after the first)."""
+    seen: set = set()
+    out = []
+    for i, value in enumerate(values):
+        if value in seen:
+            out.append(i)
+        seen.add(value)
+    return out
 
 
 def _is_tensor_entry(value: Any) -> bool:
@@ -439,15 +449,14 @@ class DumpSourceReader:
         written twice in ``data`` (which ``json.loads`` would silently reduce to its last entry) is said too."""
         ops = self._ops
         if len(set(ops)) < len(ops):
-            for position in np.flatnonzero(pd.Series(ops, dtype=object).duplicated().to_numpy()).tolist():
+            for position in _repeats(ops):
                 self._problem("op appears twice in dump.json's data; both entries kept", ops[position])
         tensors = self._tensors
         names = tensors.names
         if len(set(names)) == len(names):
             return
-        repeated = pd.Series(names, dtype=object).duplicated().to_numpy()
         taken = set(names)
-        for row in np.flatnonzero(repeated).tolist():
+        for row in _repeats(names):
             name = names[row]
             self._problem("duplicate tensor name in one dump.json; renamed with a '#' suffix", name)
             n = 2

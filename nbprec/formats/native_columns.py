@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from nbprec.dump import _DEFAULTS, _INT_COLUMNS, INDEX_COLUMNS, Problem
+from nbprec.dump import _DEFAULTS, _INT_COLUMNS, INDEX_COLUMNS, Problem, _floats
 from nbprec.errors import DumpFormatError
 from nbprec.formats._files import MAX_SIDE_FILE
 from nbprec.formats._jsonstream import JsonObjectStream
@@ -93,7 +92,7 @@ def typed_column(column: str, values: list) -> np.ndarray:
         try:
             return np.array(values, dtype=np.float64)
         except (TypeError, ValueError, OverflowError):
-            return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
+            return _floats(values)
     if column in _INT_COLUMNS:
         try:
             return np.array(values, dtype=np.int64)
@@ -106,14 +105,14 @@ def typed_column(column: str, values: list) -> np.ndarray:
     if column == "has_data":
         return np.array([bool(v) if v is not None else False for v in values], dtype=bool)
     out = np.fromiter(values, dtype=object, count=len(values))  # element by element: a list stays one value
-    if column in _REPEATED:  # one object per distinct value (hashing in C)
-        codes, uniques = pd.factorize(out, use_na_sentinel=True)
-        table = np.empty(len(uniques) + 1, dtype=object)
-        table[:-1] = uniques
-        table[-1] = default
-        return table[codes]
+    if column in _REPEATED:  # one object per distinct value; missing ones (None, NaN) the default
+        held: dict[Any, Any] = {}
+        intern = held.setdefault
+        return np.fromiter(
+            (default if v is None or v != v else intern(v, v) for v in values), dtype=object, count=len(values)
+        )
     if column != "name" and default is not None:
-        missing = pd.isna(out)
+        missing = np.fromiter((v is None or v != v for v in values), bool, len(values))
         if missing.any():
             out[missing] = default
     return out

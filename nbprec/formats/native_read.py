@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-import pandas as pd
 
+from nbprec.columns import group_codes
 from nbprec.dtypes import numpy_dtype
-from nbprec.dump import Dump, Problem, make_index
+from nbprec.dump import Dump, Problem, index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._files import NPY_HEADER_ERRORS, PayloadFolder, open_regular, read_regular, real_folder
 from nbprec.formats._payload import payload_array
@@ -295,7 +295,7 @@ def _make_loader(path: Path) -> Callable[[Mapping[str, Any]], np.ndarray]:
     return load
 
 
-def _check_payload_files(path: Path, files: pd.Series, names: pd.Series, problems: list[Problem]) -> np.ndarray:
+def _check_payload_files(path: Path, files: list[str], names: list[str], problems: list[Problem]) -> np.ndarray:
     """Which of the payloads ``files`` (relative paths ``tensors/<name>.npy`` that passed the name check) can
     be read: regular files in ``tensors/``, or symbolic links to regular files there. One listing of the
     folder; FIFOs, devices, folders, missing files and links leading out of ``tensors/`` are problems."""
@@ -307,13 +307,15 @@ def _check_payload_files(path: Path, files: pd.Series, names: pd.Series, problem
             why = f"cannot list the payload folder ({exc.strerror or exc}): {len(files)} payloads unavailable"
             problems.append(Problem(str(folder), why))
         return np.zeros(len(files), dtype=bool)
-    stems = files.str.slice(len(TENSOR_DIR) + 1)
-    ok = stems.isin(listing.regular).to_numpy()
+    skip = len(TENSOR_DIR) + 1
+    stems = [f[skip:] for f in files]
+    regular = listing.regular
+    ok = np.fromiter((stem in regular for stem in stems), bool, len(stems))
     for position in np.flatnonzero(~ok).tolist():
-        why = listing.problem(stems.iloc[position])
+        why = listing.problem(stems[position])
         if why:
-            where = str(folder) if why.startswith("payload file missing") else str(path / files.iloc[position])
-            problems.append(Problem(where, why, str(names.iloc[position])))
+            where = str(folder) if why.startswith("payload file missing") else str(path / files[position])
+            problems.append(Problem(where, why, str(names[position])))
         else:
             ok[position] = True
     return ok
@@ -339,38 +341,42 @@ def read_native_dump(path: Path) -> Dump:
         raise EmptyDumpError(index_file, "no tensor records: the run wrote no tensors (or its index is missing)")
     complete = _read_complete(path, problems)
     try:
-        if columns is not None:  # typed already, column by column (native_columns)
-            columns["name"] = pd.Series(columns["name"], dtype=None)  # text: pandas' string dtype when all are
-            index = make_index(columns, run=str(header.get("run") or path.name), typed=True)
-        else:
-            index = make_index(records, run=str(header.get("run") or path.name))
+        index = index_columns(records, run=str(header.get("run") or path.name), typed=columns is not None)
         del records, columns
     except (TypeError, ValueError) as exc:
         raise DumpFormatError(index_file, f"a record holds a value of the wrong type: {exc}") from exc
-    names = index["name"]
-    if pd.api.types.infer_dtype(names, skipna=False) == "string":  # the usual case, checked in C
-        named = (names != "").to_numpy()
-    else:
-        named = np.fromiter((type(n) is str and n != "" for n in names), bool, len(index))
+    names = index["name"].tolist()
+    named = np.fromiter((type(n) is str and n != "" for n in names), bool, len(names))
     if not named.all():
         for position in np.flatnonzero(~named):
             problems.append(Problem(str(index_file), "record without a string 'name' skipped", f"row {position}"))
-        index = index[named].reset_index(drop=True)
-    files = index["file"].astype(str)
-    has_file = files != ""
-    good = files.str.fullmatch(_SAFE_FILE) & has_file
-    for position in np.flatnonzero((has_file & ~good).to_numpy()):
-        name = index.at[position, "name"]
-        problems.append(Problem(str(index_file), f"unsafe payload path {files[position]!r} ignored", str(name)))
-    usable = good.to_numpy().copy()
-    positions = np.flatnonzero(usable)
-    usable[positions] = _check_payload_files(path, files.iloc[positions], index["name"].iloc[positions], problems)
-    index["file"] = np.where(good, str(path) + os.sep + files, "")
+        index = index.take(named)
+        names = index["name"].tolist()
+    files = ["" if f is None or f != f else str(f) for f in index["file"].tolist()]
+    has_file = np.fromiter((f != "" for f in files), bool, len(files))
+    safe = re.compile(_SAFE_FILE).fullmatch
+    good = np.fromiter((bool(f) and safe(f) is not None for f in files), bool, len(files))
+    for position in np.flatnonzero(has_file & ~good):
+        problems.append(
+            Problem(str(index_file), f"unsafe payload path {files[position]!r} ignored", str(names[position]))
+        )
+    usable = good.copy()
+    positions = np.flatnonzero(usable).tolist()
+    usable[positions] = _check_payload_files(
+        path, [files[i] for i in positions], [names[i] for i in positions], problems
+    )
+    prefix = str(path) + os.sep
+    index["file"] = np.array([prefix + f if g else "" for f, g in zip(files, good.tolist(), strict=True)], dtype=object)
     index["has_data"] = usable
-    duplicated = index.duplicated(["step", "rank", "name"])
-    for name in index.loc[duplicated, "name"]:
-        problems.append(Problem(str(index_file), "tensor name appears twice in the same step and rank", str(name)))
-    edges = pd.DataFrame(read_jsonl(path / EDGES_FILE, problems, required=False), columns=["src", "dst_op", "dst_slot"])
+    codes, n_keys = group_codes(index["step"], index["rank"], index["name"])
+    if n_keys < len(codes):
+        seen = np.zeros(n_keys, dtype=bool)
+        for position, code in enumerate(codes.tolist()):  # every occurrence after the first, in index order
+            if seen[code]:
+                problems.append(Problem(str(index_file), "tensor name appears twice in the same step and rank",
+                                        str(names[position])))  # fmt: skip
+            seen[code] = True
+    edges = read_jsonl(path / EDGES_FILE, problems, required=False)  # a DataFrame of them on first use
     hierarchy = {
         str(r.get("node")): (None if r.get("parent") is None else str(r["parent"]))
         for r in read_jsonl(path / MODULES_FILE, problems, required=False)

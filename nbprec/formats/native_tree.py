@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from nbprec.columns import Columns
 from nbprec.dump import Dump, Problem
 from nbprec.errors import DumpFormatError
 from nbprec.formats.native_read import HEADER_FILE, read_native_dump
@@ -90,23 +90,23 @@ def read_run_tree(path: Path) -> Dump:
     for step, rank, folder in runs:
         dump = read_native_dump(folder)
         where = folder.relative_to(path).as_posix()
-        index = dump.index.copy()
+        index = dump.columns.copy()
         for column, value in (("rank", rank), ("step", step)):
             if value is None:
                 continue
-            recorded = index[column].to_numpy()
+            recorded = index[column]
             unset = np.isin(recorded, (-1, 0)).all()  # written without step= / rank= (the defaults)
             if len(recorded) and (recorded != value).any() and not unset:
                 problems.append(
                     Problem(str(folder), f"rows record {column} {sorted(set(recorded.tolist()))[:5]}; the "
                             f"folder's {column} {value} is used", where)
                 )  # fmt: skip
-            index[column] = np.int64(value)
+            index[column] = np.full(len(index), value, dtype=np.int64)
         for s, r in set(zip(index["step"].tolist(), index["rank"].tolist(), strict=True)):
             loaders[int(s), int(r)] = dump._loader
         indexes.append(index)
-        problems += [Problem(p.file, p.problem, p.record) for p in dump.problems.itertuples(index=False)]
-        edges.append(dump.edges)
+        problems += dump.problem_list
+        edges.append(dump._edges)
         for module, parent in dump.hierarchy.items():
             hierarchy.setdefault(module, parent)
         metas.append(dump.meta)
@@ -128,8 +128,16 @@ def read_run_tree(path: Path) -> Dump:
     first = metas[0]
     meta = {**first, "run": path.name, "runs": [f.relative_to(path).as_posix() for _, _, f in runs]}
     meta["finished"] = all(m.get("finished") for m in metas)
-    index = pd.concat(indexes, ignore_index=True)
-    edge_frame = pd.concat(edges, ignore_index=True).drop_duplicates(ignore_index=True)
+    index = Columns.concat(indexes)
+
+    def edge_records() -> list[dict[str, Any]]:  # every folder's, each edge once
+        seen: dict[tuple, dict[str, Any]] = {}
+        for part in edges:
+            rows = part.to_dict("records") if hasattr(part, "to_dict") else list(part or [])
+            for row in rows:
+                seen.setdefault(tuple(row.get(c) for c in ("src", "dst_op", "dst_slot")), row)
+        return list(seen.values())
+
     return Dump(
         index,
         path=path,
@@ -140,7 +148,7 @@ def read_run_tree(path: Path) -> Dump:
         hierarchy=hierarchy,
         stacks=lambda: merged(stacks),
         calls=lambda: merged(calls),
-        edges=edge_frame,
+        edges=edge_records,
     )
 
 

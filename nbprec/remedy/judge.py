@@ -151,7 +151,7 @@ def judge(
         )
     table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "status"])
     judged = table.assign(precision=precision, compare_mode="tensor")
-    table.insert(len(table.columns) - 1, "status", the_rule.evaluate(judged).to_numpy(object) if len(table) else [])
+    table.insert(len(table.columns) - 1, "status", the_rule.evaluate(judged) if len(table) else [])
     fails = table["status"] == "fail"
     if check == "outputs":
         return Judgement(table, bool(len(table)) and not fails.any(), the_rule.describe(), check)

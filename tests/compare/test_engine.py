@@ -66,8 +66,8 @@ def test_matching_by_api_and_call_index_across_naming_styles(make_mlp_dump):
     target = make_mlp_dump(name="t", prefix="Functional")
     bench = make_mlp_dump(name="b", prefix="Functional")
     # rename bench tensors ptdbg-style so exact names no longer agree
-    bench.index["name"] = bench.index["name"].str.replace(".", "_", regex=False)
-    bench.index["api"] = bench.index["api"].str.replace(".", "_", regex=False)
+    renamed = {c: bench.index[c].str.replace(".", "_", regex=False) for c in ("name", "api")}
+    bench.index = bench.index.assign(**renamed)
     result = match_tensors(target.index, bench.index)
     assert (result.pairs["match"] == "api_call").all()
     assert normalise_api("Functional_linear") == normalise_api("functional.linear")
@@ -91,8 +91,7 @@ def test_order_alignment_when_call_indices_shift(make_mlp_dump):
     target = make_mlp_dump(name="t", extra_call_at=1)
     bench = make_mlp_dump(name="b")
     # make the api_call pass useless: count calls differently on the target
-    target.index["call"] = target.index["call"] + 100
-    target.index["name"] = "T." + target.index["name"]
+    target.index = target.index.assign(call=target.index["call"] + 100, name="T." + target.index["name"])
     comp = compare(target, bench)
     matched = comp.table[comp.table["match"] == "order"]
     assert len(matched) == len(bench.index)
@@ -120,7 +119,7 @@ def test_user_mapping_overrides(tmp_path, make_mlp_dump):
 def test_statistics_mode_when_payloads_are_absent(make_mlp_dump):
     target = make_mlp_dump(name="t", dtype=np.float16, fault_at=4)
     bench = make_mlp_dump(name="b")
-    target.index["has_data"] = False
+    target.index = target.index.assign(has_data=False)
     comp = compare(target, bench)
     assert set(comp.table["compare_mode"]) == {"statistics"}
     assert comp.table["cosine"].isna().all()
@@ -129,7 +128,7 @@ def test_statistics_mode_when_payloads_are_absent(make_mlp_dump):
 
 def test_forced_tensor_mode_gives_reasons(make_mlp_dump):
     target = make_mlp_dump(name="t")
-    target.index["has_data"] = False
+    target.index = target.index.assign(has_data=False)
     comp = compare(target, make_mlp_dump(name="b"), mode="tensor")
     assert comp.table["reason"].str.contains("no payload on the target side").all()
     assert (comp.table["status"] == "n/a").all()
@@ -166,7 +165,9 @@ def test_exports_in_three_layouts(tmp_path, make_mlp_dump):
 
 def test_html_summary_escapes_names(make_mlp_dump):
     target = make_mlp_dump(name="t", dtype=np.float16, fault_at=1)
-    target.index["op"] = target.index["op"].str.replace("tanh", "<img src=x onerror=alert(1)>", regex=False)
+    target.index = target.index.assign(
+        op=target.index["op"].str.replace("tanh", "<img src=x onerror=alert(1)>", regex=False)
+    )
     comp = compare(target, make_mlp_dump(name="b"))
     html = comp._repr_html_()
     assert "<img" not in html and "&lt;img" in html

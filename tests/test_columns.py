@@ -1,0 +1,105 @@
+"""The numpy-column table of nbprec's core (:mod:`nbprec.columns`): what it computes and writes is what pandas
+computes and writes from the same values (the pandas views the Python API returns are built from it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hostile_names import hostile_pair
+
+from nbprec.columns import Columns, as_columns, factorize, factorize_here, group_codes, text_in, text_table
+from nbprec.compare import Comparison, compare
+from nbprec.safe_text import write_table_csv
+
+FIXTURES = Path(__file__).parent / "fixtures" / "msprobe"
+
+
+def _mixed() -> Columns:
+    return Columns(
+        {
+            "order": np.array([1, 22, 333, -4]),
+            "op": np.array(["a.b.c", "x", "longer_name_here", "=SUM(1)"], dtype=object),
+            "cosine": np.array([0.999999123, np.nan, 1.0, -0.5]),
+            "tiny": np.array([1e-7, 0.5, np.inf, 2.25]),
+            "flag": np.array([True, False, True, False]),
+            "shape": np.array([(2, 8), (), None, (1,)], dtype=object),
+        }
+    )
+
+
+def test_a_table_reads_like_a_frame():
+    t = _mixed()
+    assert len(t) == 4 and t.columns[:2] == ["order", "op"] and "cosine" in t and "nope" not in t
+    assert t.take(np.array([False, True, False, True]))["op"].tolist() == ["x", "=SUM(1)"]
+    assert t.row(2) == {"order": 333, "op": "longer_name_here", "cosine": 1.0, "tiny": np.inf, "flag": True,
+                        "shape": None}  # fmt: skip
+    assert [r.op for r in t.itertuples()] == t["op"].tolist()
+    both = Columns.concat([t, t.take(np.array([0]))])
+    assert len(both) == 5 and both["order"].tolist()[-1] == 1
+    with pytest.raises(ValueError, match="3 values, the table 4 rows"):
+        t["bad"] = np.zeros(3)
+    t2 = t.assign(status="pass")
+    assert t2["status"].tolist() == ["pass"] * 4 and "status" not in t  # assign copies
+
+
+def test_text_is_what_pandas_prints():
+    frame = _mixed().to_frame()
+    for na in ("NaN", ""):
+        expected = frame.drop(columns="shape").to_string(index=False, float_format=lambda v: f"{v:.6g}", na_rep=na)
+        assert text_table(_mixed().select(["order", "op", "cosine", "tiny", "flag"]), na_rep=na) == expected
+
+
+def test_csv_is_what_pandas_writes(tmp_path):
+    """A real comparison table (hostile names included) written from columns and from the DataFrame of the same
+    columns: the same bytes."""
+    target, bench = hostile_pair(tmp_path)
+    comp = compare(target, bench)
+    for exact in (False, True):
+        a = write_table_csv(comp.columns, tmp_path / f"cols{exact}.csv", exact=exact)
+        b = write_table_csv(comp.columns.to_frame(), tmp_path / f"frame{exact}.csv", exact=exact)
+        assert a.read_bytes() == b.read_bytes()
+    written = write_table_csv(_mixed(), tmp_path / "mixed.csv").read_bytes()
+    assert written == write_table_csv(_mixed().to_frame(), tmp_path / "mixed2.csv").read_bytes()
+
+
+def test_codes_are_pandas_groups_and_factors():
+    rng = np.random.default_rng(0)
+    step = rng.integers(0, 3, 500)
+    op = np.array([f"op{i}" for i in rng.integers(0, 40, 500)], dtype=object)
+    op[::17] = None
+    codes, n = group_codes(step, op)
+    expected = pd.DataFrame({"s": step, "o": op}).groupby(["s", "o"], sort=False, dropna=False).ngroup()
+    assert n == expected.max() + 1 and (codes == expected.to_numpy()).all()
+    mine, uniques = factorize_here(op)
+    theirs, their_uniques = pd.factorize(op, use_na_sentinel=True)
+    assert (mine == theirs).all() and uniques == list(their_uniques) and (factorize(op)[0] == theirs).all()
+    assert text_in(op, ("op1", "op2")).tolist() == pd.Series(op).isin(["op1", "op2"]).tolist()
+
+
+def test_frames_round_trip_with_their_dtypes():
+    frame = pd.DataFrame(
+        {
+            "name": pd.Series(["a", "b"], dtype="str"),
+            "role": pd.Series(["input", "output"], dtype="category"),
+            "order": pd.array([1, None], dtype="Int64"),
+            "x": [0.5, np.nan],
+        }
+    )
+    cols = as_columns(frame)
+    assert cols["name"].dtype == object and cols["role"].tolist() == ["input", "output"]
+    assert np.isnan(cols["order"][1]) and cols["order"][0] == 1.0
+    back = cols.to_frame(categories=("role",), text=("name",))
+    assert str(back["role"].dtype) == "category" and back["x"].equals(frame["x"])
+
+
+def test_a_comparison_from_a_frame_is_the_comparison_from_its_columns():
+    """Comparison accepts the table as columns (the engine) or as a DataFrame (users, saved comparisons):
+    same statuses, ops, verdict and summary."""
+    comp = compare(FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix")
+    again = Comparison(comp.table, unmatched_bench=comp.unmatched_bench, rule=comp.rule, meta=comp.meta)
+    assert (again.status == comp.status).all()
+    pd.testing.assert_frame_equal(again.ops, comp.ops)
+    assert again.summary() == comp.summary() and again.verdict() == comp.verdict()

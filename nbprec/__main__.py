@@ -1,3 +1,3 @@
-from nbprec.cli import main
+from nbprec.cli import run
 
-raise SystemExit(main())
+run()

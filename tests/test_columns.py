@@ -61,8 +61,11 @@ def test_csv_is_what_pandas_writes(tmp_path):
         a = write_table_csv(comp.columns, tmp_path / f"cols{exact}.csv", exact=exact)
         b = write_table_csv(comp.columns.to_frame(), tmp_path / f"frame{exact}.csv", exact=exact)
         assert a.read_bytes() == b.read_bytes()
-    written = write_table_csv(_mixed(), tmp_path / "mixed.csv").read_bytes()
-    assert written == write_table_csv(_mixed().to_frame(), tmp_path / "mixed2.csv").read_bytes()
+    rng = np.random.default_rng(0)
+    numbers = np.concatenate([rng.standard_normal(500), 10.0 ** rng.uniform(-30, 30, 500), [np.nan, -0.0, 1e16, 1e-5]])
+    mixed = _mixed().take(np.arange(4).repeat(251)).assign(f64=numbers, f32=numbers.astype(np.float32))
+    written = write_table_csv(mixed, tmp_path / "mixed.csv").read_bytes()
+    assert written == write_table_csv(mixed.to_frame(), tmp_path / "mixed2.csv").read_bytes()
 
 
 def test_codes_are_pandas_groups_and_factors():

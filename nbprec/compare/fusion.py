@@ -32,8 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nbprec.formats.cann_tree import safe_name
-
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -59,6 +57,8 @@ class FusionMatcher:
     """
 
     def __init__(self, graph: Any = None) -> None:
+        from nbprec.formats.cann_tree import safe_name
+
         self.graph = graph
         self.source = str(getattr(graph, "path", "") or "") if graph is not None else "dump original_op records"
         self._ops: dict[str, Any] = {op.name: op for op in graph.ops} if graph is not None else {}

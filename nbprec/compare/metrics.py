@@ -147,13 +147,16 @@ class MetricResult:
         return not self.reason
 
 
+#: the benchmark epsilon of the dtypes that do not take FLOAT32_EPS (see :func:`_eps_bench`)
+_EPS_BENCH = {np.dtype(np.float16): float(np.finfo(np.float16).eps), np.dtype(np.float64): EPS}
+
+
 def _eps_bench(dtype: np.dtype) -> float:
     """The epsilon msprobe adds where the benchmark is exactly zero (see the module docstring)."""
-    if dtype == np.float16:
-        return float(np.finfo(np.float16).eps)
-    if dtype == np.float64 or dtype.kind in "biu":
-        return EPS
-    return FLOAT32_EPS
+    eps = _EPS_BENCH.get(dtype)
+    if eps is not None:
+        return eps
+    return EPS if dtype.kind in "biu" else FLOAT32_EPS
 
 
 def _min_max(side: Flat, buf: np.ndarray, chunk: int) -> tuple[float, float]:

@@ -12,6 +12,9 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from nbprec.columns import Columns
 from nbprec.dtypes import FLOAT_DTYPES
 
 if TYPE_CHECKING:
@@ -94,29 +97,38 @@ def _ms_dtype(dtype: Any) -> str:
     return f"torch.{dtype}" if isinstance(dtype, str) and dtype else _NA
 
 
-def _ms_stats(r: Any, side: str) -> list[Any]:
-    """One side's max, min, mean and L2 norm as msprobe holds them: ints for integer tensors, ``'True'`` /
-    ``'False'`` for bool, ``'None'`` where the dump records none (an empty tensor; mean and norm of integer
-    tensors, or of a float tensor whose extremes are finite), ``'Nan'`` for NaN."""
-    dtype, shape = getattr(r, f"{side}_dtype"), getattr(r, f"{side}_shape")
-    values = [getattr(r, f"{side}_{key}") for key in ("max", "min", "mean", "norm")]
-    recorded = getattr(r, f"{side}_recorded_mean", None)  # the dump's own Mean, as msprobe shows it
-    if recorded is not None:
-        values[2] = recorded
-    numel = math.prod(shape) if shape is not None else 1
-    floating = dtype in FLOAT_DTYPES and "float8" not in dtype and numel > 0  # msprobe skips float8 statistics
-    finite_extremes = all(not _is_nan(v) and math.isfinite(v) for v in values[:2])
-    cells: list[Any] = []
-    for i, value in enumerate(values):
-        if _is_nan(value):
-            cells.append(_NAN if floating and (i < 2 or not finite_extremes) else "None")
-        elif dtype == "bool":
-            cells.append(str(bool(value)))
-        elif dtype.startswith(("int", "uint")) and float(value).is_integer():
-            cells.append(int(value))
-        else:
-            cells.append(float(value))
-    return cells
+def _ms_stat_cell(value: float, i: int, dtype: str, floating: bool, finite_extremes: bool) -> Any:
+    """One statistic (``i``: 0 max, 1 min, 2 mean, 3 norm) as msprobe holds it (see :func:`_ms_stats`)."""
+    if value != value:
+        return _NAN if floating and (i < 2 or not finite_extremes) else "None"
+    if dtype == "bool":
+        return str(bool(value))
+    if dtype.startswith(("int", "uint")) and float(value).is_integer():
+        return int(value)
+    return float(value)
+
+
+def _ms_stats(table: Columns, side: str) -> list[list[Any]]:
+    """One side's max, min, mean and L2 norm of every row, as msprobe holds them: ints for integer tensors,
+    ``'True'`` / ``'False'`` for bool, ``'None'`` where the dump records none (an empty tensor; mean and norm of
+    integer tensors, or of a float tensor whose extremes are finite), ``'Nan'`` for NaN. Four lists, a value a
+    row; the common case (a float tensor's finite statistic) takes no call per value."""
+    dtypes = [d if isinstance(d, str) else "" for d in table[f"{side}_dtype"].tolist()]
+    values = [np.asarray(table[f"{side}_{key}"], dtype=np.float64) for key in ("max", "min", "mean", "norm")]
+    if f"{side}_recorded_mean" in table:  # the dump's own Mean, as msprobe shows it
+        values[2] = np.asarray(table[f"{side}_recorded_mean"], dtype=np.float64)
+    numel = np.array([math.prod(s) if s is not None else 1 for s in table[f"{side}_shape"].tolist()], dtype=np.float64)
+    floating = np.array([d in FLOAT_DTYPES and "float8" not in d for d in dtypes], dtype=bool) & (numel > 0)
+    finite_extremes = np.isfinite(values[0]) & np.isfinite(values[1])
+    plain_dtype = np.array([d in FLOAT_DTYPES for d in dtypes], dtype=bool)  # not bool, not an integer type
+    out = []
+    for i, column in enumerate(values):
+        cells = column.tolist()
+        special = np.flatnonzero(np.isnan(column) | ~plain_dtype)
+        for r in special.tolist():
+            cells[r] = _ms_stat_cell(cells[r], i, dtypes[r], bool(floating[r]), bool(finite_extremes[r]))
+        out.append(cells)
+    return out
 
 
 def _rounded(value: Any) -> Any:
@@ -280,8 +292,9 @@ def _ms_text(value: Any) -> str:
     return str(value)
 
 
-def _ms_row(r: Any, mode: str, checksums: bool) -> dict[str, Any]:
-    """One table row as msprobe's row of ``mode`` (values typed as msprobe holds them), not yet judged."""
+def _ms_row(r: Any, mode: str, checksums: bool, target_stats: list[Any], bench_stats: list[Any]) -> dict[str, Any]:
+    """One table row as msprobe's row of ``mode`` (values typed as msprobe holds them), not yet judged; its
+    statistics (:func:`_ms_stats`) are given."""
     paired = bool(r.bench_name) and (
         r.target_dtype == r.bench_dtype or {r.target_dtype, r.bench_dtype} <= _MS_PAIRED_FLOATS
     )
@@ -290,7 +303,7 @@ def _ms_row(r: Any, mode: str, checksums: bool) -> dict[str, Any]:
     row["NPU Tensor Shape"] = shape_text(r.target_shape)
     row["Bench Tensor Shape"] = (shape_text(r.bench_shape) or _NA) if paired else _NA
     row["NPU Requires_grad"] = row["Bench Requires_grad"] = _NA  # not in nbprec's dump index
-    stats = _ms_stats(r, "target") + (_ms_stats(r, "bench") if paired else [_NA] * 4)
+    stats = target_stats + (bench_stats if paired else [_NA] * 4)
     row.update(zip(MSPROBE_STATS, stats, strict=True))
     if mode == "tensor":
         row.update(zip(MSPROBE_TENSOR_METRICS, _ms_tensor_cells(r, paired), strict=True))
@@ -316,11 +329,31 @@ def _ms_row(r: Any, mode: str, checksums: bool) -> dict[str, Any]:
     return row
 
 
-def msprobe_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+def _ms_texts(values: list[Any]) -> list[str]:
+    """A column's cells as msprobe's CSV writes them (:func:`_ms_text`), without a call per cell."""
+    out = []
+    for value in values:
+        kind = type(value)
+        if kind is str:
+            out.append(value)
+        elif kind is float or isinstance(value, float):
+            out.append(_ms_text(value) if value != value or math.isinf(value) else repr(float(value)))
+        else:
+            out.append(str(value))
+    return out
+
+
+def msprobe_rows(comparison: Comparison) -> tuple[list[str], list[tuple[str, ...]]]:
     """msprobe's header for the comparison's mode and one row per target tensor, judged as msprobe judges."""
     mode = msprobe_mode(comparison)
     table = comparison.columns
-    rows = [_ms_row(r, mode, "target_checksum" in table) for r in table.itertuples()]
+    target_stats = list(zip(*_ms_stats(table, "target"), strict=True))
+    bench_stats = list(zip(*_ms_stats(table, "bench"), strict=True))
+    checksums = "target_checksum" in table
+    rows = [
+        _ms_row(r, mode, checksums, list(t), list(b))
+        for r, t, b in zip(table.itertuples(), target_stats, bench_stats, strict=True)
+    ]
     calls: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
         calls.setdefault(row["_call"], []).append(row)
@@ -329,8 +362,8 @@ def msprobe_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     header = MSPROBE_HEADERS[mode]
     for row in rows:
         row["Result"], row["Err_message"] = _MS_LEVELS[row["_level"]], json.dumps(row["_messages"])
-    text = _ms_text
-    return header, [[text(row[column]) for column in header] for row in rows]
+    columns = [_ms_texts([row[column] for row in rows]) for column in header]
+    return header, list(zip(*columns, strict=True)) if rows else []
 
 
 __all__ = [

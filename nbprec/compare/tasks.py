@@ -10,7 +10,7 @@ cross the network; results come back as metric values.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,24 +29,49 @@ Measure = Callable[[tuple[int, str, Mapping[str, Any], Mapping[str, Any]], Dump,
 LOADER_BYTES = 1 << 20
 
 
-class Rows:
-    """Index rows by position as plain dicts.
+class Row(Mapping[str, Any]):
+    """One index row, read from the columns as its values are asked for (a mapping, as readers' loaders take)."""
 
-    The per-row look-ups of a mixed-dtype table dominated the set-up of dumps with many small tensors; here the
-    values are boxed once, on first use (in each worker process, after the fork), and a row is a dict (readers'
-    loaders take any mapping).
+    __slots__ = ("_columns", "_i")
+
+    def __init__(self, columns: dict[str, list[Any]], i: int) -> None:
+        self._columns, self._i = columns, i
+
+    def __getitem__(self, name: str) -> Any:
+        return self._columns[name][self._i]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        values = self._columns.get(name)
+        return default if values is None else values[self._i]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._columns)
+
+    def __len__(self) -> int:
+        return len(self._columns)
+
+
+class Rows:
+    """Index rows by position, as mappings of Python values.
+
+    The per-row look-ups of a mixed-dtype table dominated the set-up of dumps with many small tensors; here each
+    column is boxed once, on first use (in each worker process, after the fork), and a row is a view of position
+    ``i`` in them (:class:`Row`; :meth:`record` gives a dict, what crosses to other processes).
     """
 
     def __init__(self, index: Columns) -> None:
         self._index = index
-        self._values: list[tuple[Any, ...]] | None = None
-        self._columns = list(index.columns)
+        self._lists: dict[str, list[Any]] | None = None
 
-    def row(self, i: int) -> dict[str, Any]:
+    def row(self, i: int) -> Row:
+        """Row ``i`` of the index."""
+        if self._lists is None:
+            self._lists = {name: values.tolist() for name, values in self._index.items()}
+        return Row(self._lists, i)
+
+    def record(self, i: int) -> dict[str, Any]:
         """Row ``i`` of the index as a dict."""
-        if self._values is None:
-            self._values = list(zip(*(values.tolist() for _, values in self._index.items()), strict=True))
-        return dict(zip(self._columns, self._values[i], strict=True))
+        return dict(self.row(i))
 
 
 class ExtremeHints:
@@ -160,7 +185,7 @@ class PairTask:
         if self._sources is None:
             self._sources = (PayloadSource.of(self._dumps[0]), PayloadSource.of(self._dumps[1]))
         t_rows, b_rows = self._rows
-        jobs = [(i, mode, t_rows.row(t), b_rows.row(b)) for i, mode, t, b in batch]
+        jobs = [(i, mode, t_rows.record(t), b_rows.record(b)) for i, mode, t, b in batch]
         return BatchCall(self._measure, *self._sources, jobs)
 
     def _steps_ranks(self) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,7 @@ from nbprec.formats.base import DumpReader
 
 #: format name -> "module:ReaderClass", in probing order (most specific first).
 READERS: dict[str, str] = {
-    "nbprec": "nbprec.formats.native:NativeDumpReader",
+    "nbprec": "nbprec.formats.native_read:NativeDumpReader",
     "msprobe": "nbprec.formats.msprobe:MsprobeDumpReader",
     "ptdbg": "nbprec.formats.ptdbg:PtdbgDumpReader",
     "cann": "nbprec.formats.cann:CannDumpReader",

@@ -80,10 +80,10 @@ def _load_stacks(files: tuple[Path, ...]) -> dict[str, list[str]]:
     return stacks
 
 
-def _recorded_problem(dtype: str, shape: tuple[int, ...], row: Mapping[str, Any]) -> str:
+def _recorded_problem(dtype: np.dtype, shape: tuple[int, ...], row: Mapping[str, Any]) -> str:
     """'' when a payload of ``dtype`` and ``shape`` is the tensor dump.json records for ``row``, else why not."""
     recorded = row.get("dtype", "")
-    if recorded in NUMPY_DTYPES and dtype != str(NUMPY_DTYPES[recorded]):
+    if recorded in NUMPY_DTYPES and dtype != NUMPY_DTYPES[recorded]:
         return f"payload is {dtype}, dump.json says {recorded}"
     if row.get("numel", -1) >= 0 and tuple(shape) != tuple(row.get("shape", ())):
         return f"payload has shape {list(shape)}, dump.json says {list(row.get('shape', ()))}"
@@ -101,7 +101,7 @@ def _mismatch(row: Mapping[str, Any], problem: str) -> DumpFormatError:
 def _as_recorded(array: np.ndarray, row: Mapping[str, Any]) -> np.ndarray:
     """``array`` when its dtype and shape are the ones dump.json records for it; a mislabelled or swapped
     payload file is an error rather than a comparison of the wrong tensor."""
-    problem = _recorded_problem(str(array.dtype), tuple(array.shape), row)
+    problem = _recorded_problem(array.dtype, array.shape, row)
     if problem:
         raise _mismatch(row, problem)
     return array
@@ -145,7 +145,7 @@ class PayloadLoader:
         path, name = str(row["file"]), str(row["name"])
 
         def check(dtype: str, shape: tuple[int, ...]) -> None:
-            problem = _recorded_problem(str(NUMPY_DTYPES[dtype]) if dtype in NUMPY_DTYPES else dtype, shape, row)
+            problem = _recorded_problem(NUMPY_DTYPES.get(dtype, dtype), shape, row)
             if problem:
                 raise _mismatch(row, problem)
 

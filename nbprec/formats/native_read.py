@@ -8,6 +8,7 @@ module hierarchy; payloads are memory-mapped on demand and call stacks read on f
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import math
 import os
@@ -21,9 +22,9 @@ import numpy as np
 from nbprec.columns import group_codes
 from nbprec.dtypes import numpy_dtype
 from nbprec.dump import Dump, Problem, index_columns
-from nbprec.errors import DumpFormatError, EmptyDumpError
+from nbprec.errors import DumpFormatError, EmptyDumpError, NbprecError
 from nbprec.formats._files import NPY_HEADER_ERRORS, PayloadFolder, open_regular, read_regular, real_folder
-from nbprec.formats._payload import payload_array
+from nbprec.formats._payload import MAP_FROM, payload_array
 from nbprec.formats.base import DumpReader
 from nbprec.formats.native_columns import COLUMNS_FILE, INDEX_FILE, read_columns
 
@@ -216,17 +217,36 @@ _NPY_HEADER = re.compile(
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
+@functools.lru_cache(maxsize=64)
+def _stored_as(recorded: str) -> tuple[np.dtype, np.dtype] | None:
+    """(the numpy dtype an index dtype name means, the dtype its payload is stored as), or None when it names
+    no dtype numpy holds (a pure function of the name: a dump has a handful)."""
+    try:
+        target = numpy_dtype(recorded)
+    except NbprecError:
+        return None
+    return target, RAW_BITS_STORAGE.get(recorded, target)
+
+
 def _check_payload(file: str, row: Mapping[str, Any], dtype: np.dtype, shape: tuple[int, ...]) -> np.dtype:
     """The numpy dtype the index says the payload holds (its original dtype, which a raw-bits storage is
     viewed as), when the stored ``dtype`` and ``shape`` are what the index says; else an error."""
     recorded = str(row["dtype"])
-    target = numpy_dtype(recorded, path=file, record=str(row["name"]))
-    expected = RAW_BITS_STORAGE.get(recorded, target)
+    known = _stored_as(recorded)
+    if known is None:  # the usual error, naming the file and the tensor
+        numpy_dtype(recorded, path=file, record=str(row["name"]))
+    target, expected = known  # type: ignore[misc] (numpy_dtype raised otherwise)
     if dtype != expected or tuple(shape) != tuple(row["shape"]):
         raise DumpFormatError(
             file, f"payload is {dtype}{list(shape)}, index says {recorded}{list(row['shape'])}", str(row["name"])
         )
     return target
+
+
+@functools.lru_cache(maxsize=64)
+def _npy_dtype(descr: str) -> np.dtype:
+    """The numpy dtype of a ``.npy`` header's ``descr`` (a pure function of the text)."""
+    return np.dtype(descr)
 
 
 def _open_npy(file: str, fd: int, size: int, row: Mapping[str, Any]) -> np.ndarray:
@@ -237,7 +257,7 @@ def _open_npy(file: str, fd: int, size: int, row: Mapping[str, Any]) -> np.ndarr
     opens the file three times and compiles the header with ``ast``, and checks them against the index before
     the payload is mapped or read; anything else goes to ``np.load``.
     """
-    head = os.pread(fd, 4096, 0)
+    head = os.pread(fd, size if size < MAP_FROM else 4096, 0)  # a small file in one read: its payload too
     match = None
     if head[:6] == b"\x93NUMPY" and len(head) >= 12 and head[6] in (1, 2, 3):
         start = 10 if head[6] == 1 else 12
@@ -246,7 +266,7 @@ def _open_npy(file: str, fd: int, size: int, row: Mapping[str, Any]) -> np.ndarr
     if match is None:
         array = np.load(file, mmap_mode="r", allow_pickle=False)
         return array.view(_check_payload(file, row, array.dtype, array.shape))
-    dtype = np.dtype(match[1])
+    dtype = _npy_dtype(match[1])
     shape = tuple(int(v) for v in match[3].replace(" ", "").split(",") if v)
     target = _check_payload(file, row, dtype, shape)  # before anything is mapped or read
     if dtype.hasobject or math.prod(shape) == 0:

@@ -1,0 +1,48 @@
+"""The ``nbprec`` command ends its process at once when done (``nbprec.cli.run``): what it printed is all there,
+its files are whole, and its exit status is the command's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures" / "msprobe"
+
+
+def _nbprec(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nbprec", *args], capture_output=True, text=True, **kwargs)
+
+
+def test_everything_printed_and_written_is_there(tmp_path):
+    out = tmp_path / "out"
+    done = _nbprec("compare", str(FIXTURES / "bf16_tensor_mix"), str(FIXTURES / "fp32_tensor_mix"), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1].startswith(f"wrote {out}/") and any(line.startswith("first failing op") for line in lines)
+    tensors = (out / "tensors.csv").read_text(encoding="utf-8").splitlines()
+    assert len(tensors) == 1 + 279  # the header and every tensor: the file was closed before the process ended
+    assert (out / "compare_msprobe.csv").read_text(encoding="utf-8").count("\n") == 1 + 279
+
+
+def test_an_error_is_said_and_the_status_kept(tmp_path):
+    done = _nbprec("compare", str(tmp_path / "missing"), str(FIXTURES / "fp32_tensor_mix"))
+    assert done.returncode == 1 and "nbprec: error:" in done.stderr and "no such file or folder" in done.stderr
+
+
+def test_a_reader_that_stops_early_is_no_error(tmp_path):
+    """``nbprec compare ... | head -1``: the rest of the output has nowhere to go; no traceback, status 0, whether
+    the output is written as it is printed or held until the end."""
+    pair = [str(FIXTURES / "bf16_tensor_mix"), str(FIXTURES / "fp32_tensor_mix")]
+    for unbuffered in ("1", ""):
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+        if unbuffered:
+            env["PYTHONUNBUFFERED"] = unbuffered
+        writer = subprocess.Popen(
+            [sys.executable, "-m", "nbprec", "compare", *pair], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
+        assert writer.stdout is not None
+        writer.stdout.close()  # the reader is gone before the command prints anything
+        _, err = writer.communicate(timeout=120)
+        assert writer.returncode == 0 and b"Traceback" not in err, err.decode()

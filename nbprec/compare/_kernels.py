@@ -123,6 +123,14 @@ class Sums:
         acc.pass1, acc.pass5 = int(acc.pass1), int(acc.pass5)
         return acc
 
+    @classmethod
+    def from_sums(cls, sums: tuple) -> Sums:
+        """The sums ``_fused.pair_sums`` returns (a tuple in :data:`FUSED_SUMS` order, the count first)."""
+        acc = cls.__new__(cls)
+        acc.__dict__.update(zip(FUSED_SUMS, sums, strict=True))
+        acc.shift_x = acc.shift_y = 0.0
+        return acc
+
     def extremes(self) -> tuple[float, float, float, float]:
         """(min_x, max_x, min_y, max_y) as numpy's min/max give them: NaN on a side that holds a NaN (its sum
         of squares is NaN exactly then, since the squares are never negative)."""
@@ -351,8 +359,13 @@ def _fused_pass(fx: Flat, fy: Flat, params: tuple, chunk: int) -> Sums:
     back; otherwise ``chunk`` elements at a time (a multiple of the kernel's block), the other sides converted
     into float64 rows.
     """
-    state = np.frombuffer(FUSED.new_state(), np.float64).copy()
     in_place = fx.code is not None and fy.code is not None
+    if in_place and fx.pages is None and fy.pages is None:  # the usual pair: one call over the whole of it
+        acc = Sums.from_sums(FUSED.pair_sums(fx.whole().view(np.uint8), fx.code, fy.whole().view(np.uint8), fy.code,
+                                             *params))  # fmt: skip
+        acc.shift_x, acc.shift_y = params[4], params[5]
+        return acc
+    state = np.frombuffer(FUSED.new_state(), np.float64).copy()
     if in_place:
         step = WINDOW if fx.pages is not None or fy.pages is not None else max(fx.size, 1)
         rows = None

@@ -258,23 +258,34 @@ def _open_npy(file: str, fd: int, size: int, row: Mapping[str, Any]) -> np.ndarr
     the payload is mapped or read; anything else goes to ``np.load``.
     """
     head = os.pread(fd, size if size < MAP_FROM else 4096, 0)  # a small file in one read: its payload too
-    match = None
+    parsed = None
     if head[:6] == b"\x93NUMPY" and len(head) >= 12 and head[6] in (1, 2, 3):
         start = 10 if head[6] == 1 else 12
         length = int.from_bytes(head[8:start], "little")
-        match = _NPY_HEADER.fullmatch(head[start : start + length].decode("latin1"))
-    if match is None:
+        parsed = _npy_header(head[start : start + length], start + length)
+    if parsed is None:
         array = np.load(file, mmap_mode="r", allow_pickle=False)
         return array.view(_check_payload(file, row, array.dtype, array.shape))
-    dtype = _npy_dtype(match[1])
-    shape = tuple(int(v) for v in match[3].replace(" ", "").split(",") if v)
+    dtype, shape, fortran, offset = parsed
     target = _check_payload(file, row, dtype, shape)  # before anything is mapped or read
-    if dtype.hasobject or math.prod(shape) == 0:
+    numel = math.prod(shape)
+    if dtype.hasobject or numel == 0:
         array = np.load(file, mmap_mode="r", allow_pickle=False)  # the usual error, or numpy's empty array
     else:  # mapped or read in place: np.memmap costs about 4x more to set up
-        flat = payload_array(fd, file, dtype, start + length, math.prod(shape), size, head)
-        array = flat.reshape(shape[::-1]).T if match[2] == "True" else flat.reshape(shape)
+        flat = payload_array(fd, file, dtype, offset, numel, size, head)
+        array = flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape)
     return array.view(target) if array.dtype != target else array
+
+
+@functools.lru_cache(maxsize=1024)
+def _npy_header(text: bytes, offset: int) -> tuple[np.dtype, tuple[int, ...], bool, int] | None:
+    """(dtype, shape, Fortran order, payload offset) of a plain ``.npy`` header, or None for another kind (a pure
+    function of the header's bytes: tensors of one shape and dtype share it, so a dump parses a few)."""
+    match = _NPY_HEADER.fullmatch(text.decode("latin1"))
+    if match is None:
+        return None
+    shape = tuple(int(v) for v in match[3].replace(" ", "").split(",") if v)
+    return _npy_dtype(match[1]), shape, match[2] == "True", offset
 
 
 def _make_loader(path: Path) -> Callable[[Mapping[str, Any]], np.ndarray]:

@@ -126,12 +126,10 @@ def write_table_csv(table: Any, path: str | Path, *, exact: bool = False) -> Pat
     errors = "surrogateescape" if exact else "backslashreplace"
     if not hasattr(table, "to_csv"):  # Columns
         header, cells = list(table.columns), [_csv_texts(values, exact) for _, values in table.items()]
-        rows = list(zip(*cells, strict=True)) if cells else []
-        how = csv.QUOTE_ALL if any("\r" in c for column in cells for c in column) else csv.QUOTE_MINIMAL
+        text = [column for (_, values), column in zip(table.items(), cells, strict=True) if values.dtype == object]
+        how = csv.QUOTE_ALL if any("\r" in c for column in text for c in column) else csv.QUOTE_MINIMAL
         with Path(path).open("w", newline="", encoding="utf-8", errors=errors) as fh:
-            writer = csv.writer(fh, lineterminator="\n", quoting=how)
-            writer.writerow(header)
-            writer.writerows(rows)
+            write_csv_columns(fh, header, cells, "\n", how)
         return Path(path)
     breaks = False
 
@@ -143,6 +141,31 @@ def write_table_csv(table: Any, path: str | Path, *, exact: bool = False) -> Pat
     frame = _map_text(table, cell)
     frame.to_csv(Path(path), index=False, errors=errors, quoting=csv.QUOTE_ALL if breaks else csv.QUOTE_MINIMAL)
     return Path(path)
+
+
+def write_csv_columns(fh: Any, header: list[str], columns: list[list[str]], ending: str, quoting: int) -> None:
+    """Write a header and columns of text cells to the open text file ``fh`` as ``csv.writer`` writes them
+    (comma-separated, ``ending`` after each row, ``quoting`` QUOTE_MINIMAL or QUOTE_ALL). With QUOTE_MINIMAL
+    (the usual case) the rows are joined directly, a column's cells quoted only where they hold a comma, a
+    quote or a line break: several times faster than the writer on wide tables."""
+    if quoting != csv.QUOTE_MINIMAL or len(header) < 2:  # (a lone empty cell is written as "")
+        writer = csv.writer(fh, lineterminator=ending, quoting=quoting)
+        writer.writerow(header)
+        writer.writerows(zip(*columns, strict=True))
+        return
+    special = re.compile("[" + re.escape(',"' + ending) + "]").search  # what the writer quotes: as it does
+    quoted = [_quoted(list(header), special)] + [_quoted(column, special) for column in columns]
+    lines = [",".join(quoted[0]), *map(",".join, zip(*quoted[1:], strict=True))]
+    fh.write(ending.join(lines) + ending)
+
+
+def _quoted(cells: list[str], special: Any) -> list[str]:
+    """Cells as QUOTE_MINIMAL writes them: in quotes (inner quotes doubled) where ``special`` finds a comma, a
+    quote or a character of the row ending in them; one scan of the column's joined text in the usual case where
+    none has one."""
+    if not special("\x00".join(cells)):
+        return cells
+    return ['"' + c.replace('"', '""') + '"' if special(c) else c for c in cells]
 
 
 def _csv_texts(values: np.ndarray, exact: bool) -> list[str]:
@@ -184,5 +207,6 @@ __all__ = [
     "spreadsheet_restore",
     "spreadsheet_safe",
     "visible_text",
+    "write_csv_columns",
     "write_table_csv",
 ]

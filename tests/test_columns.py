@@ -106,3 +106,27 @@ def test_a_comparison_from_a_frame_is_the_comparison_from_its_columns():
     assert (again.status == comp.status).all()
     pd.testing.assert_frame_equal(again.ops, comp.ops)
     assert again.summary() == comp.summary() and again.verdict() == comp.verdict()
+
+
+def test_joined_rows_are_what_the_csv_writer_writes(tmp_path):
+    """write_csv_columns joins rows itself in the usual case (QUOTE_MINIMAL): the same text as csv.writer, cells
+    with commas, quotes and line breaks quoted, whatever the row ending."""
+    import csv
+    import io
+
+    from nbprec.safe_text import write_csv_columns
+
+    cells = ["plain", "a,b", 'say "hi"', "two\nlines", "cr\rhere", "", "[2, 8]", "=SUM(1)", "\udcff"]
+    header = ["name", "value,with comma", "x"]
+    columns = [cells, list(reversed(cells)), [str(i) for i in range(len(cells))]]
+    for ending in ("\n", "\r\n"):
+        for quoting in (csv.QUOTE_MINIMAL, csv.QUOTE_ALL):
+            ours, theirs = io.StringIO(), io.StringIO()
+            write_csv_columns(ours, header, columns, ending, quoting)
+            writer = csv.writer(theirs, lineterminator=ending, quoting=quoting)
+            writer.writerow(header)
+            writer.writerows(zip(*columns, strict=True))
+            assert ours.getvalue() == theirs.getvalue()
+    lone = io.StringIO()
+    write_csv_columns(lone, ["only"], [["", "x"]], "\n", csv.QUOTE_MINIMAL)
+    assert lone.getvalue() == 'only\n""\nx\n'  # a lone empty cell is quoted, as the writer does

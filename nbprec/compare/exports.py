@@ -19,11 +19,14 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from nbprec.columns import Columns
 from nbprec.compare.msprobe_layout import (  # noqa: F401 (re-exported: where users look for the layouts)
     MSPROBE_HEADERS,
     MSPROBE_STAT_DIFFS,
     MSPROBE_STATS,
+    msprobe_columns,
     msprobe_mode,
     msprobe_rows,
     shape_text,
@@ -38,6 +41,7 @@ from nbprec.safe_text import (  # noqa: F401 (re-exported)
     spreadsheet_restore,
     spreadsheet_safe,
     visible_text,
+    write_csv_columns,
     write_table_csv,
 )
 
@@ -81,81 +85,88 @@ def _num(value: Any) -> str:
     return "NaN" if math.isnan(f) else repr(f)
 
 
+def _nums(values: np.ndarray) -> list[str]:
+    """A float column as msaccucmp writes it: ``repr``, ``NaN`` where missing."""
+    return ["NaN" if v != v else repr(v) for v in np.asarray(values, dtype=np.float64).tolist()]
+
+
 #: msaccucmp writes a mean or standard deviation below this as 0 (its StandardDeviation algorithm)
 _STD_ZERO = 0.001
 
 
-def _std_cell(r: Any) -> str:
-    """msaccucmp's StandardDeviation cell: ``(target mean;target std),(bench mean;bench std)``, ``%.3f`` each."""
-    values = [getattr(r, c, math.nan) for c in ("target_mean", "target_std", "bench_mean", "bench_std")]
-    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values):
-        return "NaN"
-    shown = ["%.3f" % (0.0 if abs(float(v)) < _STD_ZERO else float(v)) for v in values]
-    return f"({shown[0]};{shown[1]}),({shown[2]};{shown[3]})"
-
-
-def _ground_truth(r: Any) -> str:
-    """msaccucmp's GroundTruth: the framework ops an NPU op stands for (fusion records), else the benchmark op;
-    ``*`` when it has no counterpart."""
-    truth = getattr(r, "ground_truth", None)
-    if isinstance(truth, str) and truth:
-        return truth
-    return r.bench_op or "*"
-
-
-def _msaccucmp_rows(table: Columns) -> list[list[str]]:
-    rows = []
-    for i, r in enumerate(table.itertuples()):
-        role = "output" if r.role in ("output", "gradient") else "input"
-        std = _std_cell(r)
-        overflow = "YES" if (r.target_nonfinite or 0) > 0 else "NO"
-        rows.append(
-            [
-                str(i),
-                str(r.order),
-                r.op_type,
-                r.op,
-                r.target_dtype,
-                _ground_truth(r),
-                r.bench_dtype or "NaN",
-                f"{r.op}:{role}:{r.slot}",
-                shape_text(r.target_shape),
-                overflow,
-                _num(r.cosine),
-                _num(r.max_abs_err),
-                _num(r.accumulated_rel_err),
-                _num(r.rel_euclidean),
-                _num(r.kl_divergence),
-                std,
-                _num(r.mean_abs_err),
-                _num(r.rmse),
-                _num(r.max_rel_err),
-                _num(r.mean_rel_err),
-                r.reason,
-            ]
-        )
-    return rows
-
-
-# First characters of a text cell that :func:`csv_cell` may change (a formula start, or a leading quote).
-_SUSPECT_STARTS = frozenset([*FORMULA_STARTS, "'"])
-
-
-def _export_cells(rows: list[list[Any]]) -> tuple[list[list[Any]], int]:
-    """``rows`` with every cell as :func:`csv_cell` writes it, and their :func:`quoting`: the same as
-    ``[[csv_cell(c) for c in row] for row in rows]`` and ``quoting`` of that, without a call per cell (an ASCII
-    text cell that does not start as a formula, or a number, is written unchanged; only other rows are mapped)."""
-    if plain_cells([c for row in rows for c in row]):  # the usual case: one test over the joined text
-        return rows, csv.QUOTE_MINIMAL
-    suspect = _SUSPECT_STARTS
-    out = [
-        row
-        if all(not isinstance(c, str) or (c.isascii() and c[:1] not in suspect) for c in row)
-        else [csv_cell(c) for c in row]
-        for row in rows
+def _std_cells(table: Columns) -> list[str]:
+    """msaccucmp's StandardDeviation cells: ``(target mean;target std),(bench mean;bench std)``, ``%.3f`` each,
+    ``NaN`` where one is missing."""
+    names = ("target_mean", "target_std", "bench_mean", "bench_std")
+    n = len(table)
+    parts = [np.asarray(table[c], dtype=np.float64) if c in table else np.full(n, np.nan) for c in names]
+    shown = [np.where(np.abs(p) < _STD_ZERO, 0.0, p).tolist() for p in parts]
+    missing = np.isnan(np.stack(parts)).any(axis=0).tolist() if n else []
+    return [
+        "NaN" if gone else f"({a:.3f};{b:.3f}),({c:.3f};{d:.3f})"
+        for gone, a, b, c, d in zip(missing, *shown, strict=True)
     ]
-    text = "\n".join([c for row in out for c in row if isinstance(c, str)])
-    return out, csv.QUOTE_ALL if "\r" in text else csv.QUOTE_MINIMAL
+
+
+def _texts(values: np.ndarray) -> list[str]:
+    return ["" if v is None or v != v else str(v) for v in values.tolist()]
+
+
+def _msaccucmp_columns(table: Columns) -> list[list[str]]:
+    """msaccucmp's columns (:data:`MSACCUCMP_HEADER`), each a list of its cells."""
+    n = len(table)
+    if not n:
+        return [[] for _ in MSACCUCMP_HEADER]
+    op, role, slot = _texts(table["op"]), _texts(table["role"]), _texts(table["slot"])
+    bench_op = _texts(table["bench_op"])
+    truth = _texts(table["ground_truth"]) if "ground_truth" in table else [""] * n
+    nonfinite = np.nan_to_num(np.asarray(table["target_nonfinite"], dtype=np.float64), nan=0.0) > 0
+    columns = [
+        [str(i) for i in range(n)],
+        [str(v) for v in table["order"].tolist()],
+        _texts(table["op_type"]),
+        op,
+        _texts(table["target_dtype"]),
+        [t or b or "*" for t, b in zip(truth, bench_op, strict=True)],  # the fusion records' ops, or the bench op
+        [d or "NaN" for d in _texts(table["bench_dtype"])],
+        [
+            f"{o}:{'output' if r in ('output', 'gradient') else 'input'}:{s}"
+            for o, r, s in zip(op, role, slot, strict=True)
+        ],
+        [shape_text(s) for s in table["target_shape"].tolist()],
+        np.where(nonfinite, "YES", "NO").tolist(),
+        *(_nums(table[c]) for c in ("cosine", "max_abs_err", "accumulated_rel_err", "rel_euclidean", "kl_divergence")),
+        _std_cells(table),
+        *(_nums(table[c]) for c in ("mean_abs_err", "rmse", "max_rel_err", "mean_rel_err")),
+        _texts(table["reason"]),
+    ]
+    return columns
+
+
+#: Columns of the interop layouts that hold only numbers or words nbprec writes (never a name from a dump): no
+#: spreadsheet check needed.
+_NUMBER_COLUMNS = frozenset(
+    {"Index", "OpSequence", "OverFlow", *MSACCUCMP_HEADER[10:15], *MSACCUCMP_HEADER[16:20]}
+    | {"NPU Requires_grad", "Bench Requires_grad", *MSPROBE_STATS, *MSPROBE_STAT_DIFFS}
+    | {"Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio"}
+    | {"Requires_grad Consistent", "Result"}
+)
+
+
+def _export_columns(header: list[str], columns: list[list[Any]]) -> tuple[list[list[Any]], int]:
+    """``columns`` with every text cell as :func:`csv_cell` writes it, and their :func:`quoting` (every cell
+    quoted when one holds a carriage return). A column of plain cells (:func:`plain_cells`: ASCII, none starting
+    as a formula, the usual case) is taken as it is, after one test over its joined text; columns of numbers
+    nbprec wrote are not tested."""
+    out, breaks = [], False
+    for name, cells in zip(header, columns, strict=True):
+        if name in _NUMBER_COLUMNS or plain_cells(cells):
+            out.append(cells)
+            continue
+        cells = [csv_cell(c) for c in cells]
+        breaks = breaks or any(isinstance(c, str) and "\r" in c for c in cells)
+        out.append(cells)
+    return out, csv.QUOTE_ALL if breaks else csv.QUOTE_MINIMAL
 
 
 def write_csv(comparison: Comparison, path: Path, layout: str = "nbprec") -> Path:
@@ -172,12 +183,10 @@ def write_csv(comparison: Comparison, path: Path, layout: str = "nbprec") -> Pat
     if layout == "nbprec":
         return write_table_csv(comparison.columns.assign(status=comparison.status), path)
     if layout == "msaccucmp":
-        header, rows, ending = MSACCUCMP_HEADER, _msaccucmp_rows(comparison.columns), "\r\n"
+        header, columns, ending = MSACCUCMP_HEADER, _msaccucmp_columns(comparison.columns), "\r\n"
     else:
-        (header, rows), ending = msprobe_rows(comparison), "\n"  # as pandas writes msprobe's
-    rows, how = _export_cells(rows)
+        (header, columns), ending = msprobe_columns(comparison), "\n"  # as pandas writes msprobe's
+    columns, how = _export_columns(header, columns)
     with path.open("w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
-        writer = csv.writer(fh, lineterminator=ending, quoting=how)
-        writer.writerow(header)
-        writer.writerows(rows)
+        write_csv_columns(fh, header, columns, ending, how)
     return path

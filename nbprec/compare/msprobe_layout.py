@@ -345,6 +345,12 @@ def _ms_texts(values: list[Any]) -> list[str]:
 
 def msprobe_rows(comparison: Comparison) -> tuple[list[str], list[tuple[str, ...]]]:
     """msprobe's header for the comparison's mode and one row per target tensor, judged as msprobe judges."""
+    header, columns = msprobe_columns(comparison)
+    return header, list(zip(*columns, strict=True))
+
+
+def msprobe_columns(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    """:func:`msprobe_rows` a column at a time: the header and each column's cells."""
     mode = msprobe_mode(comparison)
     table = comparison.columns
     target_stats = list(zip(*_ms_stats(table, "target"), strict=True))
@@ -362,8 +368,7 @@ def msprobe_rows(comparison: Comparison) -> tuple[list[str], list[tuple[str, ...
     header = MSPROBE_HEADERS[mode]
     for row in rows:
         row["Result"], row["Err_message"] = _MS_LEVELS[row["_level"]], json.dumps(row["_messages"])
-    columns = [_ms_texts([row[column] for row in rows]) for column in header]
-    return header, list(zip(*columns, strict=True)) if rows else []
+    return header, [_ms_texts([row[column] for row in rows]) for column in header]
 
 
 __all__ = [
@@ -372,6 +377,7 @@ __all__ = [
     "MSPROBE_STATS",
     "MSPROBE_STAT_DIFFS",
     "MSPROBE_TENSOR_METRICS",
+    "msprobe_columns",
     "msprobe_mode",
     "msprobe_rows",
     "shape_text",

@@ -7,7 +7,6 @@ payloads are read when :meth:`Dump.tensor` asks for one, memory-mapped where the
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -558,6 +557,8 @@ class Dump:
 
     def _repr_html_(self) -> str:
         s = self.summary()
+        import html
+
         esc = html.escape
         rows = "".join(
             f"<tr><th style='text-align:left'>{esc(k)}</th><td style='text-align:left'>{esc(str(v))}</td></tr>"

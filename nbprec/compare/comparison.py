@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import html
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -343,6 +342,8 @@ class Comparison:
 
     def _repr_html_(self) -> str:
         s = self.summary()
+        import html
+
         esc = html.escape
         several = self.several_runs
         first, introduced = op_at(self.first_failing_op(), several), op_at(self.first_introduced_op(), several)

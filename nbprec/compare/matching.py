@@ -17,7 +17,6 @@ tensors no target tensor claimed are listed by :func:`match_tensors` too.
 from __future__ import annotations
 
 import csv
-import difflib
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -226,6 +225,8 @@ def align_sequences(a: list[str], b: list[str], max_edits: int = 2000) -> list[t
             v[k] = x
             if x >= n and y >= m:
                 return _backtrack(trace, n, m)
+    import difflib
+
     sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
     return [(blk.a + i, blk.b + i) for blk in sm.get_matching_blocks() for i in range(blk.size)]
 

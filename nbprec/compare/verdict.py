@@ -23,7 +23,6 @@ fell to 0.8956 (RED 0.27). It introduced the error; 78 ops after it inherit it.
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -100,6 +99,8 @@ class Verdict:
 
     def to_html(self) -> str:
         """The verdict as an HTML fragment (every name escaped)."""
+        import html
+
         e = html.escape
         items = "".join(f"<li class='nbprec-finding'><b>{e(f.message)}</b> Fix: {e(f.fix)}</li>" for f in self.findings)
         findings = f"<ul class='nbprec-findings'>{items}</ul>" if items else ""

@@ -28,7 +28,6 @@ import math
 import os
 import pickletools
 import struct
-import zipfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -355,13 +354,21 @@ def _storage_dtype(path: str | Path, dtype: str, nbytes: int) -> np.dtype:
 
 # What zipfile raises on a damaged archive: besides BadZipFile, NotImplementedError for an unknown version or
 # method, RuntimeError for an encrypted entry, zlib.error for a corrupt deflate stream, struct.error, EOFError.
+# (zipfile, imported by the functions that use it: the usual archive never needs it)
 _ZIPFILE_ERRORS = (
-    OSError, zipfile.BadZipFile, KeyError, _Unsupported, ValueError, IndexError, EOFError, NotImplementedError,
+    OSError, KeyError, _Unsupported, ValueError, IndexError, EOFError, NotImplementedError,
     RuntimeError, zlib.error, struct.error, TypeError,
 )  # fmt: skip
 
 
-def _inflate(archive: zipfile.ZipFile, name: str, limit: int) -> bytes:
+def _zip_errors() -> tuple[type[BaseException], ...]:
+    """:data:`_ZIPFILE_ERRORS` and ``zipfile.BadZipFile``."""
+    import zipfile
+
+    return (*_ZIPFILE_ERRORS, zipfile.BadZipFile)
+
+
+def _inflate(archive: Any, name: str, limit: int) -> bytes:
     """The first ``limit`` bytes of an entry: a deflated entry is inflated no further (a zip bomb cannot
     fill memory)."""
     with archive.open(name) as entry:
@@ -370,10 +377,12 @@ def _inflate(archive: zipfile.ZipFile, name: str, limit: int) -> bytes:
 
 def _compressed(fd: int) -> bool:
     """Whether the file open as ``fd`` is a zip archive holding a compressed entry (its directory only is read)."""
+    import zipfile
+
     try:
         with os.fdopen(os.dup(fd), "rb") as handle, zipfile.ZipFile(handle) as archive:
             return any(info.compress_type != zipfile.ZIP_STORED for info in archive.infolist())
-    except _ZIPFILE_ERRORS:
+    except _zip_errors():
         return False
 
 
@@ -383,6 +392,8 @@ def _read_storage_zipfile(fd: int, path: str | Path, check: DescriptionCheck | N
     Nothing is inflated past what it needs: the pickle and byte order up to 1 MiB, the storage up to the
     bytes the checked description reaches (a storage declared smaller than that is an error).
     """
+    import zipfile
+
     try:
         with os.fdopen(os.dup(fd), "rb") as handle, zipfile.ZipFile(handle) as archive:
             names = archive.namelist()
@@ -400,7 +411,7 @@ def _read_storage_zipfile(fd: int, path: str | Path, check: DescriptionCheck | N
             np_dtype = NUMPY_DTYPES[description[1]]
             needed = _planned(path, description, check, info.file_size) * np_dtype.itemsize
             raw = _inflate(archive, info.filename, needed)
-    except _ZIPFILE_ERRORS:
+    except _zip_errors():
         return None
     if len(raw) != needed:
         raise DumpFormatError(path, f"the storage inflates to {len(raw)} bytes, its directory says {info.file_size}")

@@ -6,7 +6,9 @@ How each side is timed (``bench/timing.py``; every ratio compares two figures ti
   imports and CSV writing included: ``nbprec compare T B -o OUT`` against ``msprobe compare -tp -gp -o``, and
   against a plain read of both dumps in a fresh process (a Python child reading every file with 8 MiB
   ``readinto`` calls: what ``cat`` does);
-- **in-process** (an API call against an API call): a child imports its library, then times its own call:
+- **in-process** (an API call against an API call): a child imports its library, waits ``SETTLE_SECONDS`` (what
+  an import starts in the background, such as numpy's spinning BLAS threads, is over by then, as in a user's
+  session), then times its own call:
   ``nbprec.compare`` (in nbprec's virtualenv) against msprobe's compare function (``compare_auto_mode``, what
   ``msprobe compare`` calls, in msprobe's virtualenv), and against the read loop of the plain-read child;
 - every side runs ``--runs`` times (at least 5), interleaved (each round runs every side once, in a rotating
@@ -203,10 +205,18 @@ def _op_label(row) -> str:
         return str(row)
 
 
+#: Seconds an in-process child waits after its imports before it times its call (both tools' children): what an
+#: import starts in the background (numpy's BLAS threads spin for a while after numpy is loaded) ends first, as
+#: it has long ended in the session of a user who calls the API.
+SETTLE_SECONDS = 0.5
+
+
 def child_main(target: str, bench: str, out: str, workers: int | None) -> None:
     """The child process: one ``nbprec.compare``, its wall and CPU time and its peak RSS."""
     import nbprec
     from nbprec.compare.metrics import KERNEL
+
+    time.sleep(SETTLE_SECONDS)
 
     rss_before = _proc_status_kib("VmRSS")
     reset = _reset_peak_rss()
@@ -362,7 +372,7 @@ def read_msprobe_csv(out_dir: Path):
 
 # msprobe's compare function in a child of msprobe's virtualenv, timed by the child: the arguments parsed by
 # msprobe's own parser (its CLI defaults), the modules the call uses imported before the clock starts.
-# argv: target dump.json, bench dump.json, output folder.
+# argv: target dump.json, bench dump.json, output folder, seconds to settle after the imports.
 _MSPROBE_FUNCTION = """
 import argparse, json, sys, time
 from msprobe.core.compare.auto_compare import compare_auto_mode
@@ -371,6 +381,7 @@ import msprobe.pytorch.compare.pt_compare
 parser = argparse.ArgumentParser()
 _compare_parser(parser)
 args = parser.parse_args(["-tp", sys.argv[1], "-gp", sys.argv[2], "-o", sys.argv[3]])
+time.sleep(float(sys.argv[4]))  # SETTLE_SECONDS, as nbprec's child
 start = time.perf_counter()
 compare_auto_mode(args)
 print("RESULT " + json.dumps({"seconds": time.perf_counter() - start}))
@@ -412,7 +423,8 @@ def msprobe_one_size(args: argparse.Namespace, python: Path, tmp: Path, hidden: 
     def msprobe_function() -> float:
         out = work / f"msprobe_function_{next(counter)}"
         out.mkdir()
-        return timing.child(_MSPROBE_FUNCTION, str(t_json), str(b_json), str(out), python=str(python))["seconds"]
+        argv = (str(t_json), str(b_json), str(out), str(SETTLE_SECONDS))
+        return timing.child(_MSPROBE_FUNCTION, *argv, python=str(python))["seconds"]
 
     timing.plain_read(files)  # warm-up: the page cache holds both dumps from here on
     runners, runs = nbprec_sides(target, bench, files, work, args.workers)

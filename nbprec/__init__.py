@@ -1,8 +1,8 @@
 """nbprec: find where a neural network loses numerical precision.
 
 Open a dump of any supported format with :func:`open`; everything else hangs off the objects it returns.
-Optional layers (PyTorch capture, comparison, widgets) are imported when first used, so ``import nbprec``
-stays light (the ``nbprec`` command imports what its subcommand needs, nothing more).
+Everything is imported when first used (the dump model and readers, PyTorch capture, comparison, widgets), so
+``import nbprec`` stays light (the ``nbprec`` command imports what its subcommand needs, nothing more).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import types
 from typing import Any
 
 from nbprec._version import __version__
-from nbprec.dump import INDEX_COLUMNS, Dump, Problem
 from nbprec.errors import (
     CaptureError,
     ComparisonError,
@@ -25,11 +24,16 @@ from nbprec.errors import (
     TensorNotFoundError,
     UnknownFormatError,
 )
-from nbprec.formats import guess_format
-from nbprec.formats import open_dump as open
 
-# Attributes resolved lazily from optional layers ("module:attribute", or a module).
+# Attributes resolved on first use ("module:attribute", or a module): the dump model and the readers (numpy), and
+# the optional layers. ``import nbprec`` itself loads nothing heavy, so that the command line can set up the
+# process (nbprec.cli.run) before numpy is loaded.
 _LAZY: dict[str, str] = {
+    "Dump": "nbprec.dump:Dump",
+    "INDEX_COLUMNS": "nbprec.dump:INDEX_COLUMNS",
+    "Problem": "nbprec.dump:Problem",
+    "guess_format": "nbprec.formats:guess_format",
+    "open": "nbprec.formats:open_dump",
     "capture": "nbprec.capture:capture",
     "seed_all": "nbprec.capture:seed_all",
     "compare": "nbprec.compare:compare",

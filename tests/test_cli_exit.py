@@ -46,3 +46,22 @@ def test_a_reader_that_stops_early_is_no_error(tmp_path):
         writer.stdout.close()  # the reader is gone before the command prints anything
         _, err = writer.communicate(timeout=120)
         assert writer.returncode == 0 and b"Traceback" not in err, err.decode()
+
+
+def test_the_command_sets_up_its_process_before_numpy(monkeypatch):
+    """run() keeps numpy's BLAS to one thread (its spinning pool would take the cores the comparison's workers
+    measure on) unless the user said otherwise, and ends with main's status; importing nbprec's command line
+    loads no numpy, so the setting is in time."""
+    import nbprec.cli as cli
+
+    code = "import sys, nbprec.cli; print('numpy' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+    ended = []
+    monkeypatch.setattr(cli, "main", lambda: 3)
+    monkeypatch.setattr(cli.os, "_exit", ended.append)
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    cli.run()
+    assert ended == [3] and os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    cli.run()
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "4"

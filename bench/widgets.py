@@ -7,13 +7,18 @@ Figures printed:
   baseline in the same run: a plain pandas filter of the same op frame by the same threshold;
 - the same with the grid widget built (its page pushed to the widget model);
 - the core path ``comparison.with_threshold(...).ops`` for reference;
-- with ``--browser`` and ``/usr/bin/chromium``: seconds from page load to every view drawn (Voila).
+- with ``--browser`` (or ``--browser-only``) and ``/usr/bin/chromium``: the dashboard in Voila (page load to every
+  view drawn, less a kernel-only page loaded interleaved, and less that page's kernel start alone; the kernel-side
+  seconds of each step; a row click to the linked views) and in JupyterLab 4 (a fresh Lab per load: "run all
+  cells" to every view drawn, the comparison built in that time; the Lab page to the kernel idle printed apart),
+  medians of ``--repeat`` loads, ``--baseline DIR`` (another ``nbprec`` package) interleaved.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 import statistics
 import time
@@ -149,73 +154,6 @@ def interaction_figures(n_ops: int) -> None:
         print(f"  {label:30s} {timed(fn):8.1f} ms   (target < 100 ms)")
 
 
-def browser_figure() -> None:
-    """Render time of the dashboard on the msprobe fixture comparison in Voila + Chromium."""
-    import os
-    import socket
-    import subprocess
-    import sys
-    import tempfile
-
-    import nbformat
-
-    chromium = Path("/usr/bin/chromium")
-    if not chromium.exists():
-        print("browser render: skipped (no /usr/bin/chromium)")
-        return
-    from playwright.sync_api import sync_playwright
-
-    fixtures = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "msprobe"
-    with tempfile.TemporaryDirectory() as tmp:
-        nb = nbformat.v4.new_notebook()
-        nb.cells = [
-            nbformat.v4.new_code_cell(
-                "import nbprec\n"
-                f"nbprec.explore({str(fixtures / 'bf16_tensor_mix')!r}, {str(fixtures / 'fp32_tensor_mix')!r})"
-            )
-        ]
-        path = Path(tmp) / "bench.ipynb"
-        nbformat.write(nb, path)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        env = {**os.environ, "JUPYTER_CONFIG_DIR": f"{tmp}/cfg", "JUPYTER_RUNTIME_DIR": f"{tmp}/rt"}
-        voila = str(Path(sys.executable).parent / "voila")
-        proc = subprocess.Popen(
-            [voila, str(path), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1"],
-            cwd=tmp,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            url = f"http://127.0.0.1:{port}/"
-            for _ in range(200):  # a TCP connection, not a GET (which would make Voila run the notebook)
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=2).close()
-                    break
-                except OSError:
-                    time.sleep(0.3)
-            args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"]
-            with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=str(chromium), args=args)
-                page = browser.new_page(viewport={"width": 1500, "height": 1000})
-                start = time.perf_counter()
-                page.goto(url, timeout=120_000)
-                page.wait_for_function(
-                    "() => [...document.querySelectorAll('div')].some(d => d._cyreg && d._cyreg.cy"
-                    " && d._cyreg.cy.nodes().length) && document.querySelectorAll('.dot').length > 0"
-                    " && document.querySelector('.lm-DataGrid canvas, .p-DataGrid canvas')",
-                    timeout=120_000,
-                )
-                seconds = time.perf_counter() - start
-                browser.close()
-            print(f"browser: Voila page load to every view drawn (100-op msprobe comparison): {seconds:.1f} s")
-        finally:
-            proc.terminate()
-            proc.wait(timeout=20)
-
-
 def faulty_comparison(n_ops: int, seed: int = 0) -> Comparison:
     """:func:`synthetic_comparison` with a planted fault: the op at 37 % of the run introduces an error (output
     cosine 0.3), every later op inherits it (cosine about 0.95), and two later ops overflow (``inf`` error)."""
@@ -233,11 +171,19 @@ def faulty_comparison(n_ops: int, seed: int = 0) -> Comparison:
     return Comparison(table, rule="cann", meta={"target": f"synthetic-bf16-{n_ops}", "bench": "synthetic-fp32"})
 
 
-_DASHBOARD_READY_JS = (
-    "() => [...document.querySelectorAll('div')].some(d => d._cyreg && d._cyreg.cy && d._cyreg.cy.nodes().length)"
-    " && document.querySelectorAll('.dot').length > 0 && document.querySelector('.nbprec-selected')"
-    " && document.querySelector('.lm-DataGrid canvas, .p-DataGrid canvas')"
-)
+#: Every view drawn, each in its own cell of the dashboard: the grid's canvas (operators), the trend's dots, the
+#: graph's nodes in Cytoscape.js, the inspector's header and, when the selected tensors have payloads (no
+#: "element-wise views unavailable"), its histogram bars and scatter dots.
+_DASHBOARD_READY_JS = """() => {
+  const [table, trend, graph, side] = ['table', 'trend', 'graph', 'side'].map(
+    a => document.querySelector('.nbprec-cell-' + a));
+  if (!table || !trend || !graph || !side) return false;
+  const cy = [...graph.querySelectorAll('div')].find(d => d._cyreg && d._cyreg.cy);
+  return Boolean(table.querySelector('.lm-DataGrid canvas, .p-DataGrid canvas') && trend.querySelector('.dot')
+    && cy && cy._cyreg.cy.nodes().length && side.querySelector('.nbprec-selected')
+    && (side.textContent.includes('element-wise views unavailable') || !side.querySelector('.svg-figure')
+        || (side.querySelector('.bargroup rect') && side.querySelector('.dot'))));
+}"""
 #: The table, the trend and the inspector show ``op`` (the inspector's header is the last of them to be sent).
 _FOLLOWED_JS = "(op) => document.querySelector('.nbprec-selected').innerText.includes(op)"
 #: The graph shows ``op`` as its selected node (sent after the inspector).
@@ -260,8 +206,8 @@ _CONTENT_HEIGHT_JS = (
 def dashboard_notebook(path: Path, source: str, package_root: Path | None = None) -> Path:
     """A notebook that opens the dashboard: ``source`` is ``"msprobe"`` (the 100-op fixture comparison, with
     tensors), ``"demo"`` (``nbprec demo``'s tiny encoder with its faulty GELU, needs torch) or an op count (a
-    :func:`faulty_comparison`); it prints the kernel-side seconds. ``package_root``: import ``nbprec`` from
-    there (another version, for a baseline in the same run)."""
+    :func:`faulty_comparison`); it prints the kernel-side seconds of each step (:func:`kernel_seconds` reads
+    them). ``package_root``: import ``nbprec`` from there (another version, for a baseline in the same run)."""
     import nbformat
 
     root = Path(__file__).resolve().parents[1]
@@ -276,15 +222,19 @@ def dashboard_notebook(path: Path, source: str, package_root: Path | None = None
         make = f"nbprec.compare({str(runs['tiny_bf16_faulty'])!r}, {str(runs['tiny_fp32'])!r})"
     else:
         make = f"faulty_comparison({int(source)})"
+    bench = f"sys.path.insert(0, {str(root / 'bench')!r})\nfrom widgets import faulty_comparison\n"
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell(
-            f"import sys, time\nsys.path.insert(0, {str(root / 'bench')!r})\n{first}import nbprec\n"
-            f"from widgets import faulty_comparison\ncomparison = {make}\nstart = time.perf_counter()\n"
-            "dash = nbprec.explore(comparison)\ndash.widget\nkernel_s = time.perf_counter() - start"
+            f"import sys, time\nt0 = time.perf_counter()\n{first}import nbprec\n"
+            f"{bench if make.startswith('faulty') else ''}comparison = {make}\nt1 = time.perf_counter()\n"
+            "dash = nbprec.explore(comparison)\ndash.widget\nt2 = time.perf_counter()"
         ),
         nbformat.v4.new_code_cell("dash"),
-        nbformat.v4.new_code_cell("print(f'kernel-side: dashboard built (explore + widgets) in {kernel_s:.2f} s')"),
+        nbformat.v4.new_code_cell(
+            "t3 = time.perf_counter()\nprint(f'kernel-side: import nbprec and compare {t1 - t0:.2f} s; dashboard built"
+            " (explore + widgets) in {t2 - t1:.2f} s; displayed in {t3 - t2:.2f} s')"
+        ),
     ]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
@@ -312,6 +262,33 @@ def _click_row_latency(page: object, row: int) -> tuple[float, float]:
     return views, graph
 
 
+#: Seconds from the request to the last byte of the page: Voila sends it once the kernel ran every cell.
+_RESPONSE_END_JS = "() => performance.getEntriesByType('navigation')[0].responseEnd / 1000"
+
+
+def kernel_seconds(line: str) -> dict[str, float]:
+    """The kernel-side seconds :func:`dashboard_notebook` prints: ``{"compare": ..., "build": ..., "display": ...}``.
+
+    Examples
+    --------
+    >>> kernel_seconds("kernel-side: import nbprec and compare 0.30 s; dashboard built (explore + widgets) in 0.41 s;"
+    ...                " displayed in 0.02 s")
+    {'compare': 0.3, 'build': 0.41, 'display': 0.02}
+    """
+    values = [float(v) for v in re.findall(r"(\d+\.\d+) s", line)]
+    return dict(zip(("compare", "build", "display"), values, strict=True))
+
+
+def _kernel_text(runs: list[dict]) -> str:
+    """Median kernel-side seconds of page loads, as the bench prints them."""
+    med = statistics.median
+    compare, build, display = (med(r["kernel"][k] for r in runs) for k in ("compare", "build", "display"))
+    return (
+        f"kernel-side: import nbprec + compare {compare:.2f} s, explore + widgets {build:.2f} s, "
+        f"display {display:.2f} s"
+    )
+
+
 def _voila_dashboard(browser: object, folder: Path, source: str, shot: Path | None, package_root: Path | None) -> dict:
     """One page load of the dashboard in Voila at 1440 x 900, then 5 row clicks; the figures as a dict."""
     import browser_support as bs
@@ -325,7 +302,8 @@ def _voila_dashboard(browser: object, folder: Path, source: str, shot: Path | No
         page.goto(url, timeout=180_000)
         page.wait_for_function(_DASHBOARD_READY_JS, timeout=180_000)
         render = time.perf_counter() - start
-        kernel = float(page.locator("text=kernel-side").first.inner_text().split(" in ")[1].split()[0])
+        server = page.evaluate(_RESPONSE_END_JS)
+        kernel = kernel_seconds(page.locator("text=kernel-side").first.inner_text())
         height = page.evaluate(_CONTENT_HEIGHT_JS)
         if shot is not None:
             page.screenshot(path=str(shot))  # the 1440 x 900 window
@@ -333,7 +311,7 @@ def _voila_dashboard(browser: object, folder: Path, source: str, shot: Path | No
         page.close()
     finally:
         next(served, None)  # stops Voila
-    return {"render": render, "kernel": kernel, "height": height, "views": [c[0] for c in clicks],
+    return {"render": render, "server": server, "kernel": kernel, "height": height, "views": [c[0] for c in clicks],
             "graph": [c[1] for c in clicks if c[1] == c[1]]}  # fmt: skip
 
 
@@ -343,8 +321,9 @@ _KERNEL_ONLY_CELL = "from IPython.display import HTML\nHTML('<b id=\"ready\">rea
 _ONE_WIDGET_CELL = "import ipywidgets\nimport nbprec\nipywidgets.HTML('<b id=\"ready\">ready</b>')"
 
 
-def _voila_empty_page(browser: object, folder: Path, cell: str = _ONE_WIDGET_CELL) -> float:
-    """Seconds from page request to a one-cell notebook drawn in Voila (``#ready`` shown). With
+def _voila_empty_page(browser: object, folder: Path, cell: str = _ONE_WIDGET_CELL) -> tuple[float, float]:
+    """Seconds from page request to a one-cell notebook drawn in Voila (``#ready`` shown), and to the page's last
+    byte (Voila's kernel start and that cell: what the page costs before its scripts run). With
     :data:`_KERNEL_ONLY_CELL`: what Voila's kernel start costs every page; with :data:`_ONE_WIDGET_CELL`: that,
     ``import nbprec`` and the widget manager, which every dashboard page pays before its own views."""
     import browser_support as bs
@@ -363,46 +342,42 @@ def _voila_empty_page(browser: object, folder: Path, cell: str = _ONE_WIDGET_CEL
         page.goto(url, timeout=180_000)
         page.wait_for_selector("#ready", timeout=180_000)
         seconds = time.perf_counter() - start
+        server = page.evaluate(_RESPONSE_END_JS)
         page.close()
     finally:
         next(served, None)
-    return seconds
+    return seconds, server
 
 
-def lab_dashboard_figure(source: str = "5000") -> None:
-    """JupyterLab + Chromium at 1440 x 900: a fresh Lab opens the dashboard notebook; seconds from "run all
-    cells" (kernel idle, so kernel start is excluded and printed apart) to every view drawn."""
+def _lab_dashboard(pw: object, home: Path, notebook: Path) -> dict:
+    """One JupyterLab (fresh server, so a fresh kernel and no cached page) at 1440 x 900 opening ``notebook``:
+    seconds from the page request to the kernel idle, then from "run all cells" to every view drawn."""
     import secrets
     import shutil
     import subprocess
     import sys
-    import tempfile
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     import browser_support as bs
-    from playwright.sync_api import sync_playwright
 
-    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as pw:
-        home = Path(tmp)
-        dashboard_notebook(home / "dashboard.ipynb", source)
-        env = {**os.environ, **{f"JUPYTER_{k}_DIR": str(home / k.lower()) for k in ("CONFIG", "RUNTIME", "DATA")}}
-        port, token = bs.free_port(), secrets.token_hex(16)
-        jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
-        cmd = [jupyter, "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", f"--IdentityProvider.token={token}",
-               "--ServerApp.port_retries=0", f"--ServerApp.root_dir={home}", "--LabApp.expose_app_in_browser=True",
-               "--LabApp.news_url=None", "--allow-root"]  # fmt: skip
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, **{f"JUPYTER_{k}_DIR": str(home / k.lower()) for k in ("CONFIG", "RUNTIME", "DATA")}}
+    port, token = bs.free_port(), secrets.token_hex(16)
+    jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
+    cmd = [jupyter, "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", f"--IdentityProvider.token={token}",
+           "--ServerApp.port_retries=0", f"--ServerApp.root_dir={notebook.parent}",
+           "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None", "--allow-root"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.3)
+        browser = pw.chromium.launch(executable_path=str(bs.CHROMIUM), args=list(bs.ARGS))
         try:
-            for _ in range(300):
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=2).close()
-                    break
-                except OSError:
-                    time.sleep(0.3)
-            browser = pw.chromium.launch(executable_path=str(bs.CHROMIUM), args=list(bs.ARGS))
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             start = time.perf_counter()
-            page.goto(f"http://127.0.0.1:{port}/lab/tree/dashboard.ipynb?token={token}", timeout=180_000)
+            page.goto(f"http://127.0.0.1:{port}/lab/tree/{notebook.name}?token={token}", timeout=180_000)
             page.wait_for_function(
                 "() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
                 " const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;"
@@ -415,16 +390,62 @@ def lab_dashboard_figure(source: str = "5000") -> None:
             page.wait_for_function(_DASHBOARD_READY_JS, timeout=180_000)
             render = time.perf_counter() - start
             output = page.wait_for_selector(".jp-OutputArea-output:has-text('kernel-side')", timeout=60_000)
-            kernel = output.inner_text()
-            browser.close()
+            return {"ready": ready, "render": render, "kernel": kernel_seconds(output.inner_text())}
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-    label = {"msprobe": "100-op msprobe", "demo": "demo (tiny encoder)"}.get(source) or f"{int(source):,}-op synthetic"
-    print(
-        f"browser (JupyterLab): {label:20s} Lab page to kernel idle {ready:.1f} s (excluded); run all cells to every"
-        f" view drawn {render:.1f} s (building the comparison included; {kernel.strip()})"
-    )
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def lab_dashboard_figures(sources: tuple[str, ...] = ("msprobe", "5000"), baseline: Path | None = None,
+                          repeat: int = 1) -> None:  # fmt: skip
+    """JupyterLab 4 + Chromium at 1440 x 900, per comparison: a fresh Lab opens the dashboard notebook; seconds
+    from "run all cells" (importing nbprec and building the comparison included) to every view drawn. The Lab
+    page to the kernel idle (kernel start) is printed apart. ``baseline`` and ``repeat`` as in
+    :func:`browser_dashboard_figures` (medians, interleaved)."""
+    import tempfile
+
+    from playwright.sync_api import sync_playwright
+
+    variants = _variants(baseline, "browser (JupyterLab)")
+    if not variants:
+        return
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as pw:
+        for source in sources:
+            runs: dict[str, list[dict]] = {v: [] for v in variants}
+            for i in range(repeat):
+                for name, root in variants.items():
+                    home = Path(tmp) / f"lab-{source}-{name.replace(' ', '-')}-{i}"
+                    (home / "nb").mkdir(parents=True)
+                    notebook = dashboard_notebook(home / "nb" / "dashboard.ipynb", source, root)
+                    runs[name].append(_lab_dashboard(pw, home, notebook))
+            for name, got in runs.items():
+                med = statistics.median
+                print(
+                    f"browser (JupyterLab, {name}): {_label(source):20s} run all cells to every view drawn "
+                    f"{med(r['render'] for r in got):4.1f} s (target 3 s; import nbprec and building the comparison "
+                    f"included; {_kernel_text(got)}); Lab page to kernel idle {med(r['ready'] for r in got):.1f} s "
+                    f"(kernel start: excluded); median of {len(got)}: " + " ".join(f"{r['render']:.2f}" for r in got)
+                )
+
+
+def _variants(baseline: Path | None, what: str) -> dict[str, Path | None]:
+    """The ``nbprec`` packages to time, by name (``None``: this tree's), with ``tests/`` (``browser_support``) on
+    the path; none, said so, without Chromium."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import browser_support as bs
+
+    if not bs.CHROMIUM.exists():
+        print(f"{what}: skipped (no /usr/bin/chromium)")
+        return {}
+    return {"this tree": None, **({"baseline": baseline} if baseline is not None else {})}
+
+
+def _label(source: str) -> str:
+    return {"msprobe": "100-op msprobe", "demo": "demo (tiny encoder)"}.get(source) or f"{int(source):,}-op synthetic"
 
 
 def browser_dashboard_figures(
@@ -433,23 +454,22 @@ def browser_dashboard_figures(
     baseline: Path | None = None,
     repeat: int = 1,
 ) -> None:
-    """Voila + Chromium at 1440 x 900, per comparison: page load to every view drawn, less Voila's kernel start
-    (a one-output page without widgets, timed interleaved and printed apart; kernel-side seconds printed too),
-    the page height (900: no page scrolling), and a click on a table row to the table, trend
-    and inspector updated (and the graph, when it holds the op), median of 5 clicks. ``baseline``: a folder
-    holding another ``nbprec`` package, measured the same way, interleaved with this one; ``repeat`` page
-    loads each (medians)."""
-    import sys
+    """Voila + Chromium at 1440 x 900, per comparison: page load to every view drawn; that less a kernel-only
+    page (one plain output, no widget: Voila's kernel start and page scripts) and less that page's last byte
+    (its kernel start alone), the page loads timed interleaved; the dashboard page's own last byte (kernel
+    start and every cell) and the kernel-side seconds of each step; the page height (900: no page scrolling);
+    and a click on a table row to the table, trend and inspector updated (and the graph, when it holds the op),
+    median of 5 clicks. ``baseline``: a folder holding another ``nbprec`` package, measured the same way,
+    interleaved with this one; ``repeat`` page loads each (medians)."""
     import tempfile
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    import browser_support as bs
     from playwright.sync_api import sync_playwright
 
-    if not bs.CHROMIUM.exists():
-        print("browser dashboard figures: skipped (no /usr/bin/chromium)")
+    variants = _variants(baseline, "browser (Voila)")
+    if not variants:
         return
-    variants = {"this tree": None, **({"baseline": baseline} if baseline is not None else {})}
+    import browser_support as bs
+
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(bs.CHROMIUM), args=list(bs.ARGS))
         for source in sources:
@@ -462,26 +482,28 @@ def browser_dashboard_figures(
                     shot = shots / f"dashboard-{source}.png" if shots is not None and root is None and i == 0 else None
                     folder = Path(tmp) / f"{source}-{name.replace(' ', '-')}-{i}"
                     runs[name].append(_voila_dashboard(browser, folder, source, shot, root))
-            label = {"msprobe": "100-op msprobe", "demo": "demo (tiny encoder)"}.get(source)
-            label = label or f"{int(source):,}-op synthetic"
-            start = statistics.median(kernel_only)
+            med = statistics.median
+            start, start_server = med(k[0] for k in kernel_only), med(k[1] for k in kernel_only)
             print(
-                f"browser (Voila): kernel start (a page with one plain output: no widget, no nbprec), interleaved: "
-                f"{start:.1f} s; a one-widget page (kernel start + import nbprec + widget manager): "
-                f"{statistics.median(empty):.1f} s"
+                f"browser (Voila): the kernel-only page (one plain output: no widget, no nbprec) {start:.1f} s, of "
+                f"which Voila's kernel start and that cell {start_server:.1f} s (its last byte), the rest Voila's page "
+                f"scripts; a one-widget page (+ import nbprec and the widget manager) {med(e[0] for e in empty):.1f} s"
+                f" (medians of {repeat}, interleaved)"
             )
             for name, got in runs.items():
                 views = [v for r in got for v in r["views"]]
                 graph = [g for r in got for g in r["graph"]]
-                med = statistics.median
-                render = med(r["render"] for r in got)
+                render, server = med(r["render"] for r in got), med(r["server"] for r in got)
                 graph_txt = f"median {med(graph) * 1e3:.0f} ms ({len(graph)}/{len(views)})" if graph else "n/a"
                 print(
-                    f"browser (Voila, {name}): {label:20s} page load to every view drawn "
-                    f"{render:5.1f} s; kernel start excluded {render - start:4.1f} s (target 3 s); "
-                    f"{render - med(empty):4.1f} s more than the one-widget "
-                    f"page (kernel-side {med(r['kernel'] for r in got):.2f} s);"
-                    f" dashboard bottom at {got[0]['height']} px at 1440x900; row click to table+trend+inspector:"
+                    f"browser (Voila, {name}): {_label(source):20s} page load to every view drawn {render:4.1f} s; "
+                    f"less the kernel-only page {render - start:4.1f} s (target 3 s), less its kernel start alone "
+                    f"{render - start_server:4.1f} s; the page's last byte at {server:.1f} s (kernel start and every "
+                    f"cell), drawn {render - server:.1f} s later; {_kernel_text(got)}; all loads: "
+                    + " ".join(f"{r['render']:.2f}" for r in got)
+                )
+                print(
+                    f"    dashboard bottom at {got[0]['height']} px at 1440x900; row click to table+trend+inspector:"
                     f" median {med(views) * 1e3:.0f} ms (min {min(views) * 1e3:.0f}, max {max(views) * 1e3:.0f}); "
                     f"graph too: {graph_txt}"
                 )
@@ -629,7 +651,7 @@ def graph_click_figures(n_ops: int = 100_000, repeat: int = 3) -> None:
                     reveal.append(time.perf_counter() - start)
                     page.close()
         finally:
-            served.close()
+            next(served, None)  # stops Voila (closing the generator would skip its clean-up)
     print(f"graph clicks, {n_ops:,} ops, Voila + Chromium, click to redrawn (median of {repeat}; target 300 ms):")
     for block, seconds in expand.items():
         print(f"  open {block:36s} {statistics.median(seconds) * 1e3:6.0f} ms")
@@ -659,12 +681,10 @@ def main() -> None:
         kernel_figures(args.ops)
         interaction_figures(args.ops)
     if args.browser or args.browser_only:
-        browser_figure()
         browser_dashboard_figures(
             tuple(args.sources.split(",")), shots=args.screenshots, baseline=args.baseline, repeat=args.repeat
         )
-        for source in args.lab_sources.split(","):
-            lab_dashboard_figure(source)
+        lab_dashboard_figures(tuple(args.lab_sources.split(",")), baseline=args.baseline, repeat=args.repeat)
 
 
 if __name__ == "__main__":

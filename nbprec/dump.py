@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from nbprec.columns import Columns
+from nbprec.columns import Columns, distinct
 from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
 from nbprec.errors import DumpFormatError, NbprecError, TensorDataUnavailableError, TensorNotFoundError
 from nbprec.stats import STAT_COLUMNS
@@ -412,12 +412,12 @@ class Dump:
     @property
     def steps(self) -> list[int]:
         """The steps present, sorted."""
-        return [int(s) for s in np.unique(self.columns["step"])]
+        return [int(s) for s in distinct(self.columns["step"])]
 
     @property
     def ranks(self) -> list[int]:
         """The ranks present, sorted."""
-        return [int(r) for r in np.unique(self.columns["rank"])]
+        return [int(r) for r in distinct(self.columns["rank"])]
 
     @property
     def stacks(self) -> dict[str, list[str]]:

@@ -129,3 +129,17 @@ def test_public_names_stay_the_functions_after_their_packages_are_imported():
         " + [Comparison.__name__, nbprec.capture.__module__, nbprec.compare.__module__]))\n"
     )
     assert _loaded(code) == [True] * 5 + ["Comparison", "nbprec.capture.api", "nbprec.compare.engine"]
+
+
+def test_comparing_loads_no_masked_arrays(tmp_path):
+    """np.unique imports numpy.ma (about 10 ms) to check its argument; the compare path asks for distinct
+    values through nbprec.columns.distinct, which does not."""
+    target, bench = _pair(tmp_path)
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from nbprec.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    main(['compare', {str(target)!r}, {str(bench)!r}, '-o', {str(tmp_path / 'out')!r}, '--no-progress'])\n"
+        "print(json.dumps('numpy.ma' in sys.modules))\n"
+    )
+    assert _loaded(code) is False

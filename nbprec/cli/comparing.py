@@ -82,7 +82,7 @@ def _print_comparison(comp: Any, args: argparse.Namespace) -> bool:
     print(f"ops        {s['ops']}, failing {s['failing_ops']}")
     if several:
         runs = comp.runs().columns
-        steps, ranks = len(np.unique(runs["step"])), len(np.unique(runs["rank"]))
+        steps, ranks = len(set(runs["step"].tolist())), len(set(runs["rank"].tolist()))
         print(f"steps      {steps}, ranks {ranks}: {s['steps_ranks']} (step, rank)s, below")
     fusion = comp.meta.get("fusion")
     if fusion:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from nbprec.columns import Columns, as_columns, group_codes, text_in
+from nbprec.columns import Columns, as_columns, distinct, group_codes, text_in
 from nbprec.compare.rules import STATUS_FAIL, STATUS_NA, STATUS_PASS, Table, column
 
 #: Op types whose outputs depend on a random generator (compared across runs they differ by design).
@@ -359,7 +359,7 @@ def _ancestors(parent: np.ndarray, flagged: np.ndarray) -> np.ndarray:
         if not len(up):
             break
         out[up] = True
-        up = parent[np.unique(up)]
+        up = parent[distinct(up)]
     return out
 
 

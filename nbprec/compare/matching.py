@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from nbprec.columns import Columns, as_columns
+from nbprec.columns import Columns, as_columns, distinct
 from nbprec.errors import ComparisonError
 
 MATCH_METHODS = ("mapping", "fusion", "exact", "api_call", "order", "unmatched")
@@ -72,7 +72,7 @@ def normalise_api(api: str) -> str:
 
 def _align_steps(target: Columns, bench: Columns, name: str) -> np.ndarray:
     """Bench values of ``name`` (step or rank) relabelled to the target's when each side has just one."""
-    t_vals, b_vals = np.unique(target[name]), np.unique(bench[name])
+    t_vals, b_vals = distinct(target[name]), distinct(bench[name])
     if len(t_vals) == 1 and len(b_vals) == 1 and t_vals[0] != b_vals[0]:
         return np.full(len(bench), t_vals[0], dtype=bench[name].dtype)
     return bench[name]

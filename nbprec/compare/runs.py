@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nbprec.columns import Columns, text_table
+from nbprec.columns import Columns, distinct, text_table
 from nbprec.compare.culprit import failing_mask, onset_position
 from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, Table, column
 
@@ -181,7 +181,7 @@ def _relabelled(table: Columns, n_matched: int, unmatched: Columns) -> tuple[np.
     out = []
     for name in KEYS:
         values = column(unmatched, name, np.int64)
-        t_vals, b_vals = np.unique(column(table, name)), np.unique(values)
+        t_vals, b_vals = distinct(column(table, name)), distinct(values)
         single = len(t_vals) == 1 and len(b_vals) == 1 and t_vals[0] != b_vals[0]
         if single and n_matched and len(unmatched) < 0.5 * n_matched:
             values = np.full(len(values), t_vals[0], dtype=np.int64)

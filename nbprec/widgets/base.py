@@ -55,11 +55,11 @@ class View:
         svg = self.to_svg()
         if svg:
             data["image/svg+xml"] = svg
-        bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude)
-        if isinstance(bundle, tuple):
-            bundle = bundle[0]
-        if bundle and _WIDGET_MIME in bundle:
-            data[_WIDGET_MIME] = bundle[_WIDGET_MIME]
+        widget = self.widget
+        if getattr(widget, "_view_name", None) is not None:
+            # what ``widget._repr_mimebundle_()`` returns beside its ``text/plain``, which is the repr of the whole
+            # widget tree (tens of milliseconds for a dashboard of a few hundred widgets, then thrown away)
+            data[_WIDGET_MIME] = {"version_major": 2, "version_minor": 0, "model_id": widget.model_id}
         return data
 
     def __repr__(self) -> str:

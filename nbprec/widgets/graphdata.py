@@ -237,6 +237,7 @@ def navigator_elements(view: Any, metric: str) -> GraphElements:
     """
     from nbprec.graph.exports import color_scale
 
+    positions = navigator_positions(view)
     nodes = []
     for n in sorted(view.nodes, key=lambda n: (n["expanded"], n["kind"] != "op")):
         op = n["kind"] == "op"
@@ -265,7 +266,10 @@ def navigator_elements(view: Any, metric: str) -> GraphElements:
                                     ("neighbour", n["neighbour"]), ("fail", n["failing"] > 0),
                                     ("introduced", n["status"] == "introduced")) if on]  # fmt: skip
         # no class twice: Cytoscape.js compares class lists by length and would miss a change
-        nodes.append({"data": data, "classes": " ".join(dict.fromkeys(classes))})
+        node = {"data": data, "classes": " ".join(dict.fromkeys(classes))}
+        if n["id"] in positions:  # a leaf; an open block is drawn around what it holds
+            node["position"] = positions[n["id"]]
+        nodes.append(node)
     edges = [
         {
             "data": {
@@ -283,6 +287,30 @@ def navigator_elements(view: Any, metric: str) -> GraphElements:
     bins = [(np.nan, np.nan, b["color"]) for b in scale["bins"]]
     labels = [b["label"] for b in scale["bins"]]
     return GraphElements(nodes, edges, metric, bins, "model", view.truncated, labels, list(view.notes))
+
+
+#: Boxes of :func:`navigator_style` in pixels, their borders included: an op, a block (two lines), and the
+#: width of a character of an open block's title (12 px bold).
+OP_BOX, BLOCK_BOX, TITLE_CHAR = (176.0, 36.0), (176.0, 48.0), 7.5
+
+
+def navigator_positions(view: Any) -> dict[str, dict[str, float]]:
+    """Where each block and op of a :class:`~nbprec.graph.navigator.NavigatorView` goes (open blocks are drawn
+    around them): :func:`nbprec.graph.nested_layout.nested_positions` with the sizes of :func:`navigator_style`,
+    for Cytoscape's ``preset`` layout."""
+    from nbprec.graph.nested_layout import nested_positions
+
+    leaves = [n for n in view.nodes if not n["expanded"]]
+    containers = [n for n in view.nodes if n["expanded"]]
+    sizes = {n["id"]: OP_BOX if n["kind"] == "op" else BLOCK_BOX for n in leaves}
+    titles = {n["id"]: TITLE_CHAR * (len(n["label"]) + 16) for n in containers}  # + " · 1234 ops · 56 fail"
+    pos = nested_positions(
+        [(n["id"], n["parent"]) for n in [*containers, *leaves]],
+        [(e["source"], e["target"]) for e in view.edges],
+        sizes,
+        title_widths=titles,
+    )
+    return {k: {"x": round(x, 1), "y": round(y, 1)} for k, (x, y) in pos.items()}
 
 
 def navigator_style() -> list[dict[str, Any]]:

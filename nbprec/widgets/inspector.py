@@ -104,6 +104,23 @@ class InspectorView(View):
 
     # -- widget --------------------------------------------------------------------------------------
     def _build(self) -> Any:
+        import ipywidgets as w
+
+        self._header = w.HTML()
+        self._tensor = w.Dropdown(description="tensor", layout=w.Layout(width="95%"))
+        self._tensor.observe(self._tensor_picked, names="value")
+        self._stats = w.HTML()
+        self._top = w.HTML()
+        self._bits = w.HTML()
+        self._updating = False
+        self._plots: list[Any] = []  # the four figures, built with the first tensor pair that has payloads
+        wrap = w.Layout(flex_flow="row wrap", align_items="flex-start")
+        self._plot_box = w.HBox([self._stats], layout=wrap)
+        return w.VBox([self._header, self._tensor, self._plot_box, w.HBox([self._top, self._bits], layout=wrap)])
+
+    def _build_plots(self) -> None:
+        """The histogram, scatter and error-profile figures (bqplot), added beside the statistics. Built when a
+        tensor pair first has payloads to draw: a comparison of statistics only never sends them."""
         import bqplot as bq
         import ipywidgets as w
 
@@ -142,22 +159,8 @@ class InspectorView(View):
         self._by_pos = bq.Lines(scales={"x": s4[0], "y": s4[1]}, colors=["#d62728", "#1f77b4"],
                                 labels=["max", "mean"], display_legend=True)  # fmt: skip
         pos_fig = figure("abs error vs position", "flat element index", "abs error", [self._by_pos], s4)
-        self._header = w.HTML()
-        self._tensor = w.Dropdown(description="tensor", layout=w.Layout(width="95%"))
-        self._tensor.observe(self._tensor_picked, names="value")
-        self._stats = w.HTML()
-        self._top = w.HTML()
-        self._bits = w.HTML()
-        self._updating = False
-        wrap = w.Layout(flex_flow="row wrap", align_items="flex-start")
-        return w.VBox(
-            [
-                self._header,
-                self._tensor,
-                w.HBox([self._stats, hist_fig, scatter_fig, mag_fig, pos_fig], layout=wrap),
-                w.HBox([self._top, self._bits], layout=wrap),
-            ]
-        )
+        self._plots = [hist_fig, scatter_fig, mag_fig, pos_fig]
+        self._plot_box.children = (self._stats, *self._plots)
 
     def _tensor_picked(self, change: dict[str, Any]) -> None:
         if not self._updating and change["new"] and change["new"] != self.tensor:
@@ -179,6 +182,9 @@ class InspectorView(View):
             self._stats.value = html_table(self.stats_frame(), caption="statistics")
             ins = self.inspection
             empty = np.array([], dtype=np.float64)
+            if (ins is None or ins.histogram.empty) and not self._plots:
+                self._top.value = self._bits.value = ""
+                return
             if ins is None or ins.histogram.empty:
                 for bars in (self._hist_target, self._hist_bench):
                     with bars.hold_sync():
@@ -187,6 +193,8 @@ class InspectorView(View):
                 self._by_mag.x = self._by_mag.y = self._by_pos.x = self._by_pos.y = empty
                 self._top.value = self._bits.value = ""
                 return
+            if not self._plots:
+                self._build_plots()
             h = ins.histogram
             centres = ((h["left"] + h["right"]) / 2).to_numpy(np.float64)
             for bars, side in ((self._hist_target, "target"), (self._hist_bench, "bench")):

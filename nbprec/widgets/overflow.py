@@ -14,6 +14,11 @@ from nbprec.widgets.static import esc, html_table
 
 _COLUMNS = ("order", "op", "level", "reason")
 #: What a view shows while a slow computation runs (the kernel is busy; this was sent before it started).
+#: What the view says before its scan ran.
+NOT_SCANNED_HTML = (
+    "<p>The overflow scan reads every tensor of the target dump: it runs when this tab is first opened, or with the "
+    "button.</p>"
+)
 PROGRESS_HTML = "<div class='nbprec-progress'><progress style='width:160px'></progress> <i>{what}...</i></div>"
 
 
@@ -145,10 +150,7 @@ class OverflowView(View):
         if not self.built:
             return
         if not self._scanned:
-            self._summary.value = (
-                "<p>The overflow scan reads every tensor of the target dump: it runs when this tab is first "
-                "opened, or with the button.</p>"
-            )
+            self._summary.value = NOT_SCANNED_HTML
             self._list.layout.display = "none"
             return
         self._load.layout.display = "none"
@@ -164,4 +166,8 @@ class OverflowView(View):
             self._updating = False
 
     def to_html(self) -> str:
+        """The report as HTML once scanned; before that, what the widget says (displaying the view, which also
+        builds this fallback, never starts the scan)."""
+        if not self._scanned:
+            return f"<div class='nbprec-overflow'>{NOT_SCANNED_HTML}</div>"
         return f"<div class='nbprec-overflow'>{self.summary_html()}{html_table(self.ranked(), max_rows=30)}</div>"

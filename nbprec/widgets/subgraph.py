@@ -1,9 +1,11 @@
 """Graph view (ipycytoscape): the whole model as collapsible module blocks (the default), or the selected op's
 neighbourhood at a chosen depth. The blocks, roll-ups and element budget come from
-:class:`nbprec.graph.navigator.ModelNavigator`; this view only draws them (dagre layout, in the browser)."""
+:class:`nbprec.graph.navigator.ModelNavigator`; this view only draws them where
+:mod:`nbprec.graph.nested_layout` put them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +29,9 @@ from nbprec.widgets.static import esc
 
 _GRAPH_METRICS = ("cosine", "rel_euclidean", "max_abs_err")
 MODES = ("model", "neighbourhood")
-#: Cytoscape.js layouts of the two modes (dagre ships inside ipycytoscape's bundle: no CDN).
+#: Cytoscape.js layouts of the two modes: both place nodes where Python put them, then fit the view.
 _LAYOUTS = {
-    "model": {"name": "dagre", "rankDir": "TB", "nodeSep": 18, "rankSep": 28, "fit": True, "padding": 16,
-              "animate": False},
+    "model": {"name": "preset", "fit": True, "padding": 16, "animate": False},  # nbprec.graph.nested_layout
     "neighbourhood": {"name": "preset", "fit": True, "padding": 30, "animate": False},
 }  # fmt: skip
 #: Smallest zoom fitting may pick: 13 px labels stay at least 9 px high; pan to see the rest.
@@ -43,23 +44,6 @@ def _block_holding(graph: Any, op: str) -> str | None:
     return next((block for block, names in members.items() if op in names), None)
 
 
-def _with_layered_positions(e: GraphElements) -> GraphElements:
-    """The model view's blocks and ops (not the open containers) placed top to bottom along the data flow, for
-    the static SVG (the browser lays them out with dagre)."""
-    from nbprec.graph import OpGraph
-    from nbprec.graph.layout import layered_positions
-
-    shown = [n for n in e.nodes if not n["data"].get("expanded")]
-    ids = {n["data"]["id"] for n in shown}
-    graph = OpGraph.from_records(
-        [{"name": n["data"]["id"], "order": i} for i, n in enumerate(shown)],
-        [{"src": x["data"]["source"], "dst": x["data"]["target"]} for x in e.edges if x["data"]["source"] in ids],
-    )
-    pos = layered_positions(graph, dx=190.0, dy=70.0)
-    nodes = [{**n, "position": {"x": pos[n["data"]["id"]][0], "y": pos[n["data"]["id"]][1]}} for n in shown]
-    return GraphElements(nodes, e.edges, e.metric, e.bins, e.source, e.truncated, e.labels)
-
-
 def _update_element(widget: Any, element: dict[str, Any], prefix: str = "") -> None:
     """Send only what changed of a drawn node or edge."""
     classes = (prefix + element.get("classes", "")).strip()
@@ -67,6 +51,8 @@ def _update_element(widget: Any, element: dict[str, Any], prefix: str = "") -> N
         widget.classes = classes
     if widget.data != element["data"]:
         widget.data = dict(element["data"])
+    if "position" in element and widget.position != element["position"]:
+        widget.position = dict(element["position"])
 
 
 class SubgraphView(View):
@@ -313,14 +299,7 @@ class SubgraphView(View):
         top = w.Button(description="collapse all", tooltip="back to the top-level blocks")
         top.on_click(lambda _: self.collapse_all())
         self._model_bar = w.HBox([up, top])
-        self._depth = w.IntSlider(value=self.depth, min=1, max=40, description="depth", continuous_update=False)
-        self._depth.observe(lambda ch: self.set_depth(ch["new"]), names="value")
-        self._blocks = w.IntSlider(value=0, min=0, max=4, description="blocks", continuous_update=False,
-                                   tooltip="collapse modules this many levels down (0: every op)")  # fmt: skip
-        self._blocks.observe(lambda ch: self.set_block_depth(ch["new"]), names="value")
-        expand_all = w.Button(description="expand all")
-        expand_all.on_click(lambda _: self.expand_all())
-        self._neighbourhood_bar = w.HBox([self._depth, self._blocks, expand_all])
+        self._neighbourhood_bar = w.HBox()  # its controls are built when the neighbourhood mode is first shown
         self._legend = w.HTML()
         return w.VBox(
             [
@@ -331,6 +310,19 @@ class SubgraphView(View):
                 self._cy,
             ]
         )
+
+    def _neighbourhood_controls(self) -> tuple[Any, ...]:
+        """The neighbourhood mode's depth and block sliders and its "expand all" button."""
+        import ipywidgets as w
+
+        depth = w.IntSlider(value=self.depth, min=1, max=40, description="depth", continuous_update=False)
+        depth.observe(lambda ch: self.set_depth(ch["new"]), names="value")
+        blocks = w.IntSlider(value=self.block_depth, min=0, max=4, description="blocks", continuous_update=False,
+                             tooltip="collapse modules this many levels down (0: every op)")  # fmt: skip
+        blocks.observe(lambda ch: self.set_block_depth(ch["new"]), names="value")
+        expand_all = w.Button(description="expand all")
+        expand_all.on_click(lambda _: self.expand_all())
+        return depth, blocks, expand_all
 
     def refresh(self) -> None:
         """Send the elements to the cytoscape widget (once built), reusing the node and edge widgets that stay.
@@ -347,6 +339,8 @@ class SubgraphView(View):
         model = e.source == "model"
         self._model_bar.layout.display = None if model else "none"
         self._neighbourhood_bar.layout.display = "none" if model else None
+        if not model and not self._neighbourhood_bar.children:
+            self._neighbourhood_bar.children = self._neighbourhood_controls()
         layout = _LAYOUTS["model" if model else "neighbourhood"]
         if self._cy.cytoscape_layout != layout:
             self._cy.cytoscape_layout = dict(layout)
@@ -465,8 +459,8 @@ class SubgraphView(View):
         e = self.elements
         if not e.nodes:
             return None
-        if e.source == "model":
-            e = _with_layered_positions(e)
+        if e.source == "model":  # the blocks and ops (an open block is the box around them in the browser)
+            e = replace(e, nodes=[n for n in e.nodes if "position" in n])
         xs = np.array([n["position"]["x"] for n in e.nodes if "position" in n] or [0.0])
         ys = np.array([n["position"]["y"] for n in e.nodes if "position" in n] or [0.0])
         w, h = float(xs.max() - xs.min() + 260), float(ys.max() - ys.min() + 80)

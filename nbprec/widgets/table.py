@@ -168,8 +168,7 @@ class OpsTableView(View):
         compact = {"description_width": "initial"}
         self._cos_slider = w.FloatSlider(min=0.9, max=1.0, step=1e-4, readout_format=".4f", description="threshold",
                                          continuous_update=False, style=compact, layout=sized("300px"))  # fmt: skip
-        self._err_slider = w.FloatLogSlider(min=-6, max=1, step=0.05, readout_format=".2e", description="threshold",
-                                            continuous_update=False, style=compact, layout=sized("300px"))  # fmt: skip
+        self._err_slider: Any = None  # built when an error metric (lower is better) is first picked
         self._metric = w.Dropdown(options=m.metric_options(), value=m.metric, description="metric", style=compact,
                                   layout=sized("190px"))  # fmt: skip
         self._rule = w.Dropdown(options=m.rule_options(), value=_preset_or_none(m), description="rule", style=compact,
@@ -206,7 +205,6 @@ class OpsTableView(View):
         )
         self._grid.observe(self._on_grid_select, names="selections")
         self._cos_slider.observe(lambda ch: self._slider_moved(ch["new"]), names="value")
-        self._err_slider.observe(lambda ch: self._slider_moved(ch["new"]), names="value")
         self._metric.observe(lambda ch: self.set_metric(ch["new"]), names="value")
         self._rule.observe(lambda ch: ch["new"] and self.set_rule(ch["new"]), names="value")
         for control, key in ((self._types, "op_types"), (self._status, "statuses"), (self._origin, "origins")):
@@ -235,6 +233,18 @@ class OpsTableView(View):
         text = [(f"{c} (A to Z)", c) for c in TEXT_SORT_COLUMNS if c in self.model.ops]
         metrics = [(f"{c} (worst first)", c) for c in [*metric_cols, "amplification"]]
         return [("execution order", "order"), *text, *metrics]
+
+    def _error_slider(self) -> Any:
+        """The threshold slider of error metrics (log scale), built on first use."""
+        if self._err_slider is None:
+            import ipywidgets as w
+
+            self._err_slider = w.FloatLogSlider(min=-6, max=1, step=0.05, readout_format=".2e",
+                                                description="threshold", continuous_update=False,
+                                                style={"description_width": "initial"},
+                                                layout=w.Layout(width="300px"))  # fmt: skip
+            self._err_slider.observe(lambda ch: self._slider_moved(ch["new"]), names="value")
+        return self._err_slider
 
     def _slider_moved(self, value: float) -> None:
         if not self._updating:
@@ -276,7 +286,7 @@ class OpsTableView(View):
         try:
             m = self.model
             cosine_like = m.metric in HIGHER_IS_BETTER
-            slider = self._cos_slider if cosine_like else self._err_slider
+            slider = self._cos_slider if cosine_like else self._error_slider()
             if cosine_like:
                 slider.min = min(0.9, m.threshold)
             slider.value = m.threshold

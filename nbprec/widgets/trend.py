@@ -14,7 +14,7 @@ from nbprec.compare.runs import op_at
 from nbprec.inspect import sample_indices
 from nbprec.widgets.base import View
 from nbprec.widgets.model import OpsModel, Selection
-from nbprec.widgets.static import Series, esc, svg_plot
+from nbprec.widgets.static import Series, esc, line_points, svg_plot
 
 #: Errors below this are drawn at it (an exact match has no logarithm).
 FLOOR = 1e-9
@@ -112,29 +112,6 @@ def _selected_x(rows: np.ndarray, position: int | None) -> float:
     return float(hit[0]) if hit.size else np.nan
 
 
-def line_points(x: np.ndarray, y: np.ndarray, max_points: int = MAX_LINE_POINTS) -> tuple[np.ndarray, np.ndarray]:
-    """``x``/``y`` reduced to the min and max of equal buckets when longer than ``max_points`` (peaks kept).
-
-    Examples
-    --------
-    >>> xs, ys = line_points(np.arange(10.0), np.array([0, 5, 1, 1, 1, 1, 9, 1, 1, 1.0]), 4)
-    >>> float(ys.max()), len(xs) <= 6
-    (9.0, True)
-    """
-    n = len(x)
-    if n <= max_points:
-        return x, y
-    size = -(-n // (max_points // 2))  # elements per bucket
-    padded = np.concatenate([y, np.full(-n % size, np.nan)]).reshape(-1, size)
-    nan = np.isnan(padded)
-    base = np.arange(padded.shape[0]) * size
-    lows = np.where(nan, np.inf, padded).argmin(axis=1)
-    highs = np.where(nan, -np.inf, padded).argmax(axis=1)
-    keep = np.unique(np.concatenate([base + lows, base + highs]))
-    keep = keep[keep < n]
-    return x[keep], y[keep]
-
-
 class TrendView(View):
     """Error against execution order (bqplot, log y axis); clicking a dot selects its op; a zoom slider (and
     "around the selection") narrows the x range, the line then drawn at full resolution in that window."""
@@ -178,7 +155,7 @@ class TrendView(View):
         d = self.data
         lo, hi = self.window if self.window is not None else (0, len(d.x) - 1)
         x, err = d.x[lo : hi + 1], d.err[lo : hi + 1]
-        return line_points(x, np.where(np.isinf(err), self._y_range()[1], err))
+        return line_points(x, np.where(np.isinf(err), self._y_range()[1], err), MAX_LINE_POINTS)
 
     def _y_range(self) -> tuple[float, float]:
         d = self.data

@@ -8,6 +8,7 @@ import statistics
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from nbprec.compare.rules import STATUS_FAIL
@@ -168,6 +169,18 @@ def test_the_overflow_scan_runs_when_its_tab_is_opened(msprobe_comparison):
     assert dash.overflow.scanned and "First critical op" in dash.overflow._summary.value
 
 
+def test_displaying_the_dashboard_starts_no_overflow_scan(msprobe_comparison):
+    """The display bundle (widget + static fallbacks) says the scan has not run instead of running it."""
+    dash = explore(msprobe_comparison)
+    bundle = dash._repr_mimebundle_()
+    assert not dash.overflow.scanned
+    assert "runs when this tab is first opened" in bundle["text/html"]
+    view = bundle["application/vnd.jupyter.widget-view+json"]
+    assert view == {"version_major": 2, "version_minor": 0, "model_id": dash.widget.model_id}
+    dash.overflow.load()
+    assert "First critical op" in dash.overflow.to_html()
+
+
 def test_one_screen_layout_holds_every_view(faulty_5000):
     dash = explore(faulty_5000)
     root = dash.widget
@@ -179,4 +192,58 @@ def test_one_screen_layout_holds_every_view(faulty_5000):
     assert grid.children[2].children[-1] is dash.subgraph.widget
     assert grid.children[3].children[-1] is dash.trend.widget
     assert [dash._tabs.get_title(i) for i in range(len(dash._tabs.children))] == ["Tensor inspector", "Overflow"]
-    assert dash.inspector._hist_target.scales["y"].min == 0  # counts never below zero
+    assert dash.inspector._plots == []  # no tensor payloads (a synthetic comparison): no empty figures sent
+
+
+def test_the_inspector_sends_its_figures_only_for_payloads(msprobe_comparison, faulty_5000):
+    """A comparison of statistics only (no tensor payloads) gets no histogram, scatter or error-profile figure:
+    fewer widgets to send and draw; the first op with payloads adds them."""
+    import ipywidgets
+
+    def widgets_of(comparison):
+        dash, built = explore(comparison, overflow=False), []
+        previous = ipywidgets.Widget._widget_construction_callback
+        ipywidgets.Widget.on_widget_constructed(built.append)
+        try:
+            dash.widget  # noqa: B018
+        finally:
+            ipywidgets.Widget.on_widget_constructed(previous)
+        return dash, sum(type(w).__name__ == "Figure" for w in built)
+
+    with_payloads, figures = widgets_of(msprobe_comparison)
+    assert figures == 5  # the trend's and the inspector's four
+    plots = with_payloads.inspector._plots
+    assert len(plots) == 4 and all(f in with_payloads.inspector._plot_box.children for f in plots)
+    assert with_payloads.inspector._hist_target.scales["y"].min == 0  # counts never below zero
+    assert len(with_payloads.inspector._hist_target.x) > 0
+    statistics_only, figures = widgets_of(faulty_5000)
+    assert figures == 1  # the trend's
+    assert statistics_only.inspector._plots == [] and statistics_only.inspector.inspection is None
+    assert statistics_only.inspector._plot_box.children == (statistics_only.inspector._stats,)
+    # the neighbourhood mode's controls are built when that mode is first shown
+    assert statistics_only.subgraph._neighbourhood_bar.children == ()
+    statistics_only.subgraph.set_mode("neighbourhood")
+    assert len(statistics_only.subgraph._neighbourhood_bar.children) == 3
+
+
+def test_the_model_graph_is_laid_out_in_python():
+    """Every block and op of the whole-model view has its position (Cytoscape's preset layout draws the open
+    blocks around them): no layout engine runs in the browser."""
+    from nbprec.graph.navigator import ModelNavigator
+    from nbprec.widgets.graphdata import navigator_elements
+    from nbprec.widgets.subgraph import _LAYOUTS
+
+    assert _LAYOUTS["model"]["name"] == "preset"
+    n = 10_000
+    i = np.arange(n)
+    ops = pd.DataFrame({"op": [f"op{k}" for k in i], "order": i, "status": "pass", "origin": "",
+                        "module": [f"m.s{k // 2500}.b{k // 250 % 10}.l{k // 25 % 10}" for k in i],
+                        "out_cosine": 1.0})  # fmt: skip
+    nav = ModelNavigator.from_ops(ops)
+    nav.reveal("op6180")
+    e = navigator_elements(nav.view(), "cosine")
+    leaves = [n for n in e.nodes if not n["data"]["expanded"]]
+    assert leaves and all("position" in n for n in leaves)
+    assert not [n for n in e.nodes if n["data"]["expanded"] and "position" in n]
+    ys = {n["data"]["id"]: n["position"]["y"] for n in leaves}
+    assert ys["op6179"] < ys["op6180"] < ys["op6181"]

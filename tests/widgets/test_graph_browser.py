@@ -1,6 +1,6 @@
 """The whole-model graph in a real browser: a 10^5-op comparison opens on its top blocks, clicks open and close
-blocks, a selection made elsewhere opens the path to it, dagre lays it out from the bundled extension (no
-request leaves the machine), and the drawn elements never pass the cap.
+blocks, a selection made elsewhere opens the path to it, the layout computed in Python draws no box over another
+(no request leaves the machine), and the drawn elements never pass the cap.
 
 Voila serves the notebook, Debian Chromium (playwright) renders and clicks it; skipped without them.
 """
@@ -47,6 +47,25 @@ def _settled(page) -> None:
         page.wait_for_timeout(150)
 
 
+#: Pairs of drawn nodes whose boxes overlap (neither holding the other), and nodes poking out of the open block
+#: that holds them: the layout computed in Python, checked on what Cytoscape.js draws (real sizes, borders and
+#: titles).
+_LAYOUT_FAULTS_JS = f"""() => {{
+  const cy = {CY};
+  const box = n => n.boundingBox({{includeLabels: n.isParent(), includeOverlays: false}});
+  const hit = (p, q) => p.x1 < q.x2 - 1 && q.x1 < p.x2 - 1 && p.y1 < q.y2 - 1 && q.y1 < p.y2 - 1;
+  const nodes = cy.nodes().toArray(), faults = [];
+  nodes.forEach((a, i) => nodes.slice(i + 1).forEach(b => {{
+    if (!a.ancestors().contains(b) && !b.ancestors().contains(a) && hit(box(a), box(b))) faults.push([a.id(), b.id()]);
+  }}));
+  nodes.filter(n => n.parent().length).forEach(n => {{
+    const p = n.parent()[0].boundingBox({{includeLabels: false}}), c = box(n);
+    if (c.x1 < p.x1 || c.x2 > p.x2 || c.y1 < p.y1 || c.y2 > p.y2) faults.push([n.id(), 'outside its block']);
+  }});
+  return faults;
+}}"""
+
+
 def _open_graph_page(context, url: str):
     """The Voila page with its graph drawn and laid out, and the list its console errors and warnings go to."""
     page = context.new_page()
@@ -72,7 +91,7 @@ def test_model_graph_expands_collapses_and_follows_the_selection(voila_url):
         assert page.evaluate(f"() => {CY}.nodes()[0].data('members')") == N_OPS
         failing = page.evaluate(f"() => {CY}.nodes()[0].data('failing')")
         assert f"{failing} of {N_OPS} ops fail" in text  # the overview counts what the block holds
-        # a click on the block opens it: its children drawn inside it, laid out top to bottom by dagre
+        # a click on the block opens it: its children drawn inside it, top to bottom
         start = time.monotonic()
         _click_node(page, "module:model")
         bs.wait_until(page, f"() => {CY}.nodes().length > 1", 30_000)
@@ -113,6 +132,7 @@ def test_a_selection_elsewhere_opens_the_path_to_it(voila_url):
             assert page.evaluate(f"(id) => {CY}.getElementById(id).hasClass('neighbour')", near)
         assert page.evaluate(f"() => {CY}.edges('.near').length") == 2
         assert "module:model.stage2.block4.layer4.sub9" in ids
+        assert page.evaluate(_LAYOUT_FAULTS_JS) == []  # four open blocks deep: nothing overlaps, nothing pokes out
         assert (
             page.evaluate(f"() => {CY}.getElementById('module:model.stage2.block4.layer4.sub9').data('failing')") >= 1
         )

@@ -140,24 +140,6 @@ def _squeezed(shape: Any) -> tuple[int, ...]:
     return tuple(d for d in shape if d != 1) if shape is not None else ()
 
 
-def _ms_tensor_cells(r: Any, paired: bool) -> list[Any]:
-    """Cosine, EucDist, MaxAbsErr, MaxRelativeErr and the two error ratios as msprobe writes them."""
-    if not paired or r.compare_mode != "tensor" or not r.numel:
-        return [_UNSUPPORTED] * 6
-    if _squeezed(r.target_shape) != _squeezed(r.bench_shape):  # msprobe squeezes both tensors first
-        return ["shape unmatched"] * 6
-    if "non-finite values:" in r.reason:  # what the measurement says when a payload holds NaN/inf
-        return [_NA] * 6
-    cosine = _rounded(r.cosine)
-    if isinstance(cosine, float) and cosine > 0.9999:
-        cosine = round(cosine, 6)
-    cells = [cosine, _NAN if _is_nan(r.euclidean) else float(r.euclidean), _rounded(r.max_abs_err)]
-    cells += [_rounded(r.max_rel_err), _rounded(r.thousandth_ratio), _rounded(r.five_thousandth_ratio)]
-    if r.numel == 1:  # a 0-d tensor once squeezed: no cosine, distance or ratios
-        cells[0] = cells[1] = cells[4] = cells[5] = _UNSUPPORTED
-    return cells
-
-
 def _ms_kind(value: Any) -> str:
     """msprobe's class of a statistic: nan, inf, -inf, num, device, na or other."""
     text = str(value)
@@ -192,12 +174,6 @@ def _ms_stat_diff(npu: Any, bench: Any) -> tuple[str, str]:
     else:
         text = "-inf"
     return text, text
-
-
-def _ms_md5(r: Any, paired: bool) -> list[str]:
-    """NPU MD5 and BENCH MD5 (the dumps' CRC-32), when the table carries them."""
-    npu, bench = getattr(r, "target_checksum", None), getattr(r, "bench_checksum", None)
-    return [npu if isinstance(npu, str) and npu else _NA, bench if paired and isinstance(bench, str) and bench else _NA]
 
 
 def _inf_or_nan(value: Any) -> bool:
@@ -292,41 +268,114 @@ def _ms_text(value: Any) -> str:
     return str(value)
 
 
-def _ms_row(r: Any, mode: str, checksums: bool, target_stats: list[Any], bench_stats: list[Any]) -> dict[str, Any]:
-    """One table row as msprobe's row of ``mode`` (values typed as msprobe holds them), not yet judged; its
-    statistics (:func:`_ms_stats`) are given."""
-    paired = bool(r.bench_name) and (
-        r.target_dtype == r.bench_dtype or {r.target_dtype, r.bench_dtype} <= _MS_PAIRED_FLOATS
-    )
-    row: dict[str, Any] = {"NPU Name": r.target_name, "Bench Name": r.bench_name if paired else _NA}
-    row["NPU Dtype"], row["Bench Dtype"] = _ms_dtype(r.target_dtype), _ms_dtype(r.bench_dtype) if paired else _NA
-    row["NPU Tensor Shape"] = shape_text(r.target_shape)
-    row["Bench Tensor Shape"] = (shape_text(r.bench_shape) or _NA) if paired else _NA
-    row["NPU Requires_grad"] = row["Bench Requires_grad"] = _NA  # not in nbprec's dump index
-    stats = target_stats + (bench_stats if paired else [_NA] * 4)
-    row.update(zip(MSPROBE_STATS, stats, strict=True))
+class _Rows:
+    """The rows of msprobe's table as the judging reads them: row ``i`` is a view of position ``i`` in the
+    columns (a dict of lists by msprobe's column names), so the cells are built a column at a time."""
+
+    __slots__ = ("_columns", "_i")
+
+    def __init__(self, columns: dict[str, list[Any]], i: int) -> None:
+        self._columns, self._i = columns, i
+
+    def __getitem__(self, name: str) -> Any:
+        return self._columns[name][self._i]
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self._columns[name][self._i] = value
+
+
+def _ms_tensor_columns(table: Columns, paired: list[bool]) -> list[list[Any]]:
+    """Cosine, EucDist, MaxAbsErr, MaxRelativeErr and the two error ratios of every row as msprobe writes them
+    (a row at a time, without a call per row)."""
+    n = len(table)
+    modes, numels, reasons = table["compare_mode"].tolist(), table["numel"].tolist(), table["reason"].tolist()
+    t_shapes, b_shapes = table["target_shape"].tolist(), table["bench_shape"].tolist()
+    names = ("cosine", "euclidean", "max_abs_err", "max_rel_err", "thousandth_ratio", "five_thousandth_ratio")
+    metric = [table[name].tolist() if name in table else [math.nan] * n for name in names]
+    out: list[list[Any]] = [[None] * n for _ in names]
+    for i in range(n):
+        numel = numels[i]
+        if not paired[i] or modes[i] != "tensor" or not numel:
+            cells = [_UNSUPPORTED] * 6
+        elif _squeezed(t_shapes[i]) != _squeezed(b_shapes[i]):  # msprobe squeezes both tensors first
+            cells = ["shape unmatched"] * 6
+        elif isinstance(reasons[i], str) and "non-finite values:" in reasons[i]:  # a payload holds NaN/inf
+            cells = [_NA] * 6
+        else:
+            cosine, euclidean, abs_err, rel_err, p1, p5 = (m[i] for m in metric)
+            cosine = _NAN if cosine != cosine else float(f"{cosine:.12f}")
+            if isinstance(cosine, float) and cosine > 0.9999:
+                cosine = round(cosine, 6)
+            cells = [cosine, _NAN if euclidean != euclidean else float(euclidean)]
+            cells += [_NAN if v != v else float(f"{v:.12f}") for v in (abs_err, rel_err, p1, p5)]
+            if numel == 1:  # a 0-d tensor once squeezed: no cosine, distance or ratios
+                cells[0] = cells[1] = cells[4] = cells[5] = _UNSUPPORTED
+        for column, cell in zip(out, cells, strict=True):
+            column[i] = cell
+    return out
+
+
+def _ms_columns(table: Columns, mode: str) -> dict[str, list[Any]]:
+    """msprobe's columns of ``mode`` (values typed as msprobe holds them), not yet judged; plus ``_call`` (the
+    call a row belongs to: msprobe judges a call's rows together), ``_level``, ``_messages`` and ``_match``."""
+    n = len(table)
+    names, benches = table["target_name"].tolist(), table["bench_name"].tolist()
+    t_dtypes, b_dtypes = table["target_dtype"].tolist(), table["bench_dtype"].tolist()
+    paired = [
+        bool(b) and (t == d or {t, d} <= _MS_PAIRED_FLOATS) for b, t, d in zip(benches, t_dtypes, b_dtypes, strict=True)
+    ]
+    na = [_NA] * n
+    cols: dict[str, list[Any]] = {
+        "NPU Name": names,
+        "Bench Name": [b if p else _NA for b, p in zip(benches, paired, strict=True)],
+    }
+    cols["NPU Dtype"] = [_ms_dtype(d) for d in t_dtypes]
+    cols["Bench Dtype"] = [_ms_dtype(d) if p else _NA for d, p in zip(b_dtypes, paired, strict=True)]
+    cols["NPU Tensor Shape"] = [shape_text(s) for s in table["target_shape"].tolist()]
+    cols["Bench Tensor Shape"] = [
+        (shape_text(s) or _NA) if p else _NA for s, p in zip(table["bench_shape"].tolist(), paired, strict=True)
+    ]
+    cols["NPU Requires_grad"], cols["Bench Requires_grad"] = na, list(na)  # not in nbprec's dump index
+    target, bench = _ms_stats(table, "target"), _ms_stats(table, "bench")
+    bench = [[v if p else _NA for v, p in zip(values, paired, strict=True)] for values in bench]
+    stats = [*target, *bench]
+    cols.update(zip(MSPROBE_STATS, stats, strict=True))
     if mode == "tensor":
-        row.update(zip(MSPROBE_TENSOR_METRICS, _ms_tensor_cells(r, paired), strict=True))
+        cols.update(zip(MSPROBE_TENSOR_METRICS, _ms_tensor_columns(table, paired), strict=True))
         # the payload files, named as msprobe names them ("-1": none; a row compared by statistics lacks one)
-        read = r.compare_mode not in ("statistics", "checksum")
-        files = [f"{r.target_name}.pt" if read else "-1", (f"{r.bench_name}.pt" if read else "-1") if paired else _NA]
-        row["Data_name"] = str(files)
+        reads = [m not in ("statistics", "checksum") for m in table["compare_mode"].tolist()]
+        cols["Data_name"] = [
+            str([f"{t}.pt" if read else "-1", (f"{b}.pt" if read else "-1") if p else _NA])
+            for t, b, p, read in zip(names, benches, paired, reads, strict=True)
+        ]
     elif mode == "statistics":
-        diffs = [_ms_stat_diff(a, b) for a, b in zip(stats[:4], stats[4:], strict=True)]
-        row.update(zip(MSPROBE_STAT_DIFFS, [d[0] for d in diffs] + [d[1] for d in diffs], strict=True))
+        diffs = [[_ms_stat_diff(a, b) for a, b in zip(stats[k], stats[k + 4], strict=True)] for k in range(4)]
+        cols.update(zip(MSPROBE_STAT_DIFFS[:4], ([d[0] for d in column] for column in diffs), strict=True))
+        cols.update(zip(MSPROBE_STAT_DIFFS[4:], ([d[1] for d in column] for column in diffs), strict=True))
     else:
-        npu, bench = _ms_md5(r, paired)
-        row["NPU MD5"], row["BENCH MD5"] = npu, bench
+        checksums = "target_checksum" in table
+        t_sums = table["target_checksum"].tolist() if checksums else [None] * n
+        b_sums = table["bench_checksum"].tolist() if "bench_checksum" in table else [None] * n
+        npu = [c if isinstance(c, str) and c else _NA for c in t_sums]
+        theirs = [c if p and isinstance(c, str) and c else _NA for c, p in zip(b_sums, paired, strict=True)]
+        cols["NPU MD5"], cols["BENCH MD5"] = npu, theirs
         if checksums:  # msprobe's test: equal, else a side without one (warning), else different (error)
-            row["_match"] = True if npu == bench else None if {npu, bench} & {_NA, _NAN, ""} else False
+            cols["_match"] = [
+                True if a == b else None if {a, b} & {_NA, _NAN, ""} else False
+                for a, b in zip(npu, theirs, strict=True)
+            ]
         else:  # nbprec's own verdict
-            row["_match"] = r.checksum_match if paired else None
+            flags = table["checksum_match"].tolist() if "checksum_match" in table else [None] * n
+            cols["_match"] = [f if p else None for f, p in zip(flags, paired, strict=True)]
     # requires_grad is not in nbprec's index: taken as consistent where paired (msprobe compares a tensor's
     # requires_grad with N/A, unequal, where there is no benchmark)
-    row["Requires_grad Consistent"], row["NPU_Stack_Info"] = paired, _NA
-    call = (getattr(r, "step", None), getattr(r, "rank", None), r.target_op)  # msprobe judges a call's rows together
-    row.update({"_call": call, "_level": 0, "_messages": []})
-    return row
+    cols["Requires_grad Consistent"], cols["NPU_Stack_Info"] = paired, list(na)
+    steps = table["step"].tolist() if "step" in table else [None] * n
+    ranks = table["rank"].tolist() if "rank" in table else [None] * n
+    cols["_call"] = list(zip(steps, ranks, table["target_op"].tolist(), strict=True))
+    cols["_level"] = [0] * n
+    cols["_messages"] = [[] for _ in range(n)]
+    return cols
 
 
 def _ms_texts(values: list[Any]) -> list[str]:
@@ -352,23 +401,16 @@ def msprobe_rows(comparison: Comparison) -> tuple[list[str], list[tuple[str, ...
 def msprobe_columns(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     """:func:`msprobe_rows` a column at a time: the header and each column's cells."""
     mode = msprobe_mode(comparison)
-    table = comparison.columns
-    target_stats = list(zip(*_ms_stats(table, "target"), strict=True))
-    bench_stats = list(zip(*_ms_stats(table, "bench"), strict=True))
-    checksums = "target_checksum" in table
-    rows = [
-        _ms_row(r, mode, checksums, list(t), list(b))
-        for r, t, b in zip(table.itertuples(), target_stats, bench_stats, strict=True)
-    ]
-    calls: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for row in rows:
-        calls.setdefault(row["_call"], []).append(row)
+    cols = _ms_columns(comparison.columns, mode)
+    calls: dict[tuple[Any, ...], list[_Rows]] = {}
+    for i, call in enumerate(cols["_call"]):
+        calls.setdefault(call, []).append(_Rows(cols, i))
     for call_rows in calls.values():
-        _judge_api(call_rows, mode)
+        _judge_api(call_rows, mode)  # type: ignore[arg-type] (rows read and written like dicts)
+    cols["Result"] = [_MS_LEVELS[level] for level in cols["_level"]]
+    cols["Err_message"] = [json.dumps(messages) for messages in cols["_messages"]]
     header = MSPROBE_HEADERS[mode]
-    for row in rows:
-        row["Result"], row["Err_message"] = _MS_LEVELS[row["_level"]], json.dumps(row["_messages"])
-    return header, [_ms_texts([row[column] for row in rows]) for column in header]
+    return header, [_ms_texts(cols[column]) for column in header]
 
 
 __all__ = [

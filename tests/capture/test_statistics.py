@@ -89,6 +89,18 @@ def test_float_statistics_agree_with_tensor_stats(statistics, dtype: str) -> Non
         _check(statistics(t), _reference(t), 1e-9, f"{dtype} case {i} {tuple(t.shape)}", constant=i == 9)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_long_tensors_across_many_blocks(statistics, dtype: str) -> None:
+    """Many of the kernel's blocks (2048 elements, 1024 of float64) and their halves, with odd tails, NaN/inf."""
+    gen = torch.Generator().manual_seed(2)
+    for n in (5 * 2048 + 1, 3 * 1024 + 1023, 100_003):
+        x = (torch.randn(n, generator=gen, dtype=torch.float64) * 3 + 1).to(getattr(torch, dtype))
+        _check(statistics(x), _reference(x), 1e-9, f"{dtype} {n}")
+        x[n // 3 :: 997] = math.nan
+        x[n // 2] = -math.inf
+        _check(statistics(x), _reference(x), 1e-9, f"{dtype} {n} with NaN/inf")
+
+
 @pytest.mark.parametrize("dtype", ["int64", "int32", "int16", "int8", "uint8", "bool"])
 def test_integer_and_bool_statistics(statistics, dtype: str) -> None:
     gen = torch.Generator().manual_seed(1)

@@ -4,9 +4,11 @@
 - ``nbprec.formats._zipdir``: the directory of a ``torch.save`` archive (the pure-Python twin in
   ``nbprec/formats/_pt.py`` does the same, slower);
 - ``nbprec.capture._stats``: the capture's one-pass tensor statistics (without it the capture computes
-  them with numpy, slower).
+  them with numpy, slower);
+- ``nbprec.capture._npyio`` (POSIX): the capture's payload files, written by C threads that never wait for
+  the GIL (without it a Python thread writes them, slower while the model runs).
 
-All three are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
+All four are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
 
 It also installs the prebuilt JupyterLab extension (``nbprec/labextension/``, built from ``jupyterlab-nbprec/`` by
@@ -14,6 +16,7 @@ It also installs the prebuilt JupyterLab extension (``nbprec/labextension/``, bu
 them (``<prefix>/share/jupyter/labextensions/``, ``<prefix>/etc/jupyter/``): no build step for users.
 """
 
+import os
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -26,6 +29,12 @@ UNIX_FLAGS = ["-O3", "-fopenmp-simd", "-fno-math-errno"]
 # Python's own CFLAGS carry -fwrapv (CPython relies on signed overflow wrapping; the kernel does not), which
 # costs the kernel's loops about 2% (measured on the msprobe pair of bench/compare.py).
 KERNEL_FLAGS = ["-fno-wrapv"]
+
+
+# The capture's payload writer uses POSIX threads, mmap and writev: elsewhere payloads are written from Python.
+POSIX_EXTENSIONS = (
+    [Extension("nbprec.capture._npyio", ["nbprec/capture/_npyio.c"], optional=True)] if os.name == "posix" else []
+)
 
 
 class BuildExt(build_ext):
@@ -72,6 +81,7 @@ setup(
         Extension("nbprec.compare._fused", ["nbprec/compare/_fused.c"], optional=True),
         Extension("nbprec.formats._zipdir", ["nbprec/formats/_zipdir.c"], optional=True),
         Extension("nbprec.capture._stats", ["nbprec/capture/_stats.c"], optional=True),
+        *POSIX_EXTENSIONS,
     ],
     cmdclass={"build_ext": BuildExt, "editable_wheel": EditableWheel},
 )

@@ -1,15 +1,20 @@
-"""Tensor payload files of a capture (mode ``"tensor"``): one ``.npy`` per tensor, written by a background thread.
+"""Tensor payload files of a capture (mode ``"tensor"``): one ``.npy`` per tensor, written in the background.
 
 The capture hands each payload over as a snapshot: its own copy of the tensor's values, taken when the op is
 recorded. A zero-copy view could not be handed to another thread safely: the model may change the tensor
 in place before the thread gets to it, and not only through ``add_``-style calls the capture sees
 (``F.batch_norm`` updates its running statistics inside the call, optimizers and ``.data`` write
 parameters, numpy views write anywhere). The copy is a ``memcpy`` into memory that is reused from payload
-to payload; what the thread then does (create the file, write the ``.npy`` header and the data into the
-page cache, close it) are system calls that release the GIL, so they run while the model goes on.
+to payload.
 
-At most ``max_pending`` bytes wait at a time (the capture waits for the thread beyond that), files are
-complete when :meth:`PayloadWriter.close` returns, and an error in the thread (a full disk) is raised in
+Where the compiled writer ``nbprec.capture._npyio`` (``_npyio.c``, POSIX) was built, the copies go into a ring
+of :data:`RING_BYTES` and C threads then create each file (one thread, in order) and write its header and
+data with one ``writev`` (the others), never taking the GIL: the model's thread and the writer do not wait
+for each other. Without it a Python thread does the same with ``os.write`` (it needs the GIL between system
+calls, so a busy model slows it down), with copy buffers reused by size.
+
+At most ``max_pending`` bytes wait at a time (the capture waits for the writer beyond that), files are
+complete when :meth:`PayloadWriter.close` returns, and an error while writing (a full disk) is raised in
 the capture's thread at the next save or at close, as a :class:`~nbprec.errors.CaptureError` naming the
 file. The ``.npy`` header (format 1.0, exactly what :func:`numpy.save` writes) is cached per dtype and
 shape.
@@ -19,10 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import io
 import os
 import queue
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +42,19 @@ MAX_PENDING = 256 << 20
 MAX_SPARE = 128 << 20
 #: Payloads smaller than this are copied into fresh memory (the allocator's own pools serve them well).
 _RECYCLE_FROM = 1 << 16
+#: Threads of the compiled writer filling files (one more creates them, in order).
+WRITER_THREADS = 1
+#: Bytes of the compiled writer's snapshot ring: payloads waiting for its threads at most, and the memory its
+#: snapshots touch however many there are (memory touched for the first time is slow to copy into).
+RING_BYTES = 64 << 20
+
+
+def load_native_writer() -> Any:
+    """The compiled writer's class (``nbprec.capture._npyio.Writer``), or None when it was not built."""
+    try:
+        return importlib.import_module("nbprec.capture._npyio").Writer
+    except ImportError:
+        return None
 
 
 def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
@@ -85,13 +105,25 @@ class PayloadWriter:
     folder
         The dump's tensor folder (it exists).
     max_pending
-        Bytes of payloads that may wait for the thread.
+        Bytes of payloads that may wait for the writer (the compiled writer's ring holds at most
+        :data:`RING_BYTES` of them).
     threaded
         False writes each file in :meth:`save` itself (tests, and platforms without threads).
+    native
+        Use the compiled writer when it was built (False: the Python thread, for tests).
     """
 
-    def __init__(self, folder: str | os.PathLike[str], max_pending: int = MAX_PENDING, threaded: bool = True) -> None:
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        max_pending: int = MAX_PENDING,
+        threaded: bool = True,
+        native: bool = True,
+    ) -> None:
         self._folder = os.fspath(folder)
+        writer = load_native_writer() if threaded and native else None
+        ring = min(max_pending, RING_BYTES)
+        self._native = None if writer is None else writer(os.fsencode(self._folder), WRITER_THREADS, ring)
         self._headers: dict[tuple[str, tuple[int, ...]], bytes] = {}
         self._max_pending = max_pending
         self._pending = 0
@@ -117,6 +149,13 @@ class PayloadWriter:
             header = self._headers[key] = npy_header(array.dtype, array.shape)
         path = f"{self._folder}/{file_name}"
         nbytes = array.nbytes
+        if self._native is not None:
+            try:
+                self._native.save(os.fsencode(file_name), header, array if nbytes else b"")
+            except OSError as exc:
+                raise capture_error(exc.filename or path, exc) from exc
+            self.bytes_written += len(header) + nbytes
+            return
         if not self._threaded:
             write_file(path, header, array.reshape(-1).view(np.uint8) if nbytes else b"")
             self.bytes_written += len(header) + nbytes
@@ -187,6 +226,12 @@ class PayloadWriter:
 
     def close(self) -> None:
         """Wait until every file is written; raise the thread's first error, if any."""
+        if self._native is not None:
+            try:
+                self._native.close()
+            except OSError as exc:
+                raise capture_error(exc.filename or self._folder, exc) from exc
+            return
         thread, self._thread = self._thread, None
         if thread is not None:
             assert self._queue is not None
@@ -197,4 +242,14 @@ class PayloadWriter:
         self._raise_pending()
 
 
-__all__ = ["MAX_PENDING", "MAX_SPARE", "PayloadWriter", "capture_error", "npy_header", "write_file"]
+__all__ = [
+    "MAX_PENDING",
+    "MAX_SPARE",
+    "RING_BYTES",
+    "WRITER_THREADS",
+    "PayloadWriter",
+    "capture_error",
+    "load_native_writer",
+    "npy_header",
+    "write_file",
+]

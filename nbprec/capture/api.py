@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from nbprec._gc import frozen_heap
 from nbprec._optional import require
 from nbprec.capture.apis import make_api_mode
 from nbprec.capture.hooks import install_module_hooks, remove_hooks
@@ -86,6 +88,7 @@ class Capture:
         self._recorder: Recorder | None = None
         self._mode_obj: Any = None
         self._handles: list[Any] = []
+        self._gc = contextlib.ExitStack()
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> Capture:
@@ -116,6 +119,7 @@ class Capture:
             overflow=self._overflow,
         )
         self._recorder = Recorder(torch, self._writer, options, self._step)
+        self._gc.enter_context(frozen_heap())  # the program's objects out of the collections the capture causes
         try:
             if self._model is not None:
                 self._handles = install_module_hooks(torch, self._model, self._recorder)
@@ -156,6 +160,7 @@ class Capture:
                 self._writer.close(error=error or first)
             except BaseException as exc:
                 first = first or exc
+        self._gc.close()
         if first is not None and error is None:
             raise first
 

@@ -75,6 +75,14 @@ class TensorMemo:
 
     def __init__(self) -> None:
         self._entries: dict[int, _Produced] = {}
+        entries = self._entries
+
+        def drop(ref: weakref.KeyedRef) -> None:  # one callback for every entry (it holds the dict, not self)
+            current = entries.get(ref.key)
+            if current is not None and current.ref is ref:
+                del entries[ref.key]
+
+        self._drop = drop
 
     def get(self, t: Any) -> _Produced | None:
         """The entry of tensor ``t`` (the same object), or None."""
@@ -86,15 +94,7 @@ class TensorMemo:
         entry = self.get(t)
         if entry is None:
             key = id(t)
-            entries = self._entries
-
-            def drop(_ref: Any, key: int = key) -> None:
-                current = entries.get(key)
-                if current is not None and current.ref is _ref:
-                    del entries[key]
-
-            entry = _Produced(weakref.ref(t, drop), t._version)
-            entries[key] = entry
+            entry = self._entries[key] = _Produced(weakref.KeyedRef(t, self._drop, key), t._version)
         return entry
 
     def clear(self) -> None:

@@ -11,7 +11,8 @@ from types import CodeType, FrameType
 
 class StackCollector:
     """Walks the interpreter stack, keeping user frames; formatted frames are cached per code line, and a
-    whole stack's JSON text per sequence of user code lines (a model's ops recur with the same stacks).
+    whole stack's JSON text per sequence of user code objects and instruction offsets (a model's ops recur
+    with the same stacks).
 
     Parameters
     ----------
@@ -46,30 +47,33 @@ class StackCollector:
             self._lines[key] = text
         return text
 
-    def _key(self, frame: FrameType | None) -> tuple[int, ...]:
-        """The user frames from ``frame`` outwards as ``(id(code), line, ...)``: innermost first.
+    def _key(self, frame: FrameType | None, lines: bool = False) -> tuple[int, ...]:
+        """The user frames from ``frame`` outwards as ``(id(code), place, ...)``: innermost first.
 
+        ``place`` is the frame's instruction offset (``f_lasti``, read as it is), or with ``lines`` its line
+        number (``f_lineno``, which decodes the code's line table: the slow part of a deep stack's walk).
         Code objects are keyed by ``id`` (hashing one hashes its whole body) and kept alive, so that an
         ``id`` is never reused.
         """
         key: list[int] = []
         files = self._files
         codes = self._codes
-        while frame is not None and len(key) < 2 * self._limit:
+        size = 2 * self._limit
+        while frame is not None and len(key) < size:
             code = frame.f_code
             keep = files.get(code.co_filename)
             if keep is None:
                 keep = self._is_user(code.co_filename)
             if keep:
                 key.append(id(code))
-                key.append(frame.f_lineno)
+                key.append(frame.f_lineno if lines else frame.f_lasti)
                 if id(code) not in codes:
                     codes[id(code)] = code
             frame = frame.f_back
         return tuple(key)
 
     def _frames(self, key: tuple[int, ...]) -> list[str]:
-        """The formatted frames of a :meth:`_key`, outermost first."""
+        """The formatted frames of a :meth:`_key` with ``lines``, outermost first."""
         codes = self._codes
         return [
             self._format(codes[ident].co_filename, line, codes[ident].co_name)
@@ -78,14 +82,16 @@ class StackCollector:
 
     def collect(self, start: FrameType | None = None) -> list[str]:
         """User frames of the current stack, outermost first."""
-        return self._frames(self._key(start if start is not None else sys._getframe(1)))
+        return self._frames(self._key(start if start is not None else sys._getframe(1), lines=True))
 
     def collect_json(self, start: FrameType | None = None) -> str:
-        """:meth:`collect`'s frames as a JSON list (the text the dump writer stores), cached per stack."""
-        key = self._key(start if start is not None else sys._getframe(1))
+        """:meth:`collect`'s frames as a JSON list (the text the dump writer stores), cached per stack: per
+        sequence of code objects and instruction offsets, so that line numbers are decoded only once."""
+        frame = start if start is not None else sys._getframe(1)
+        key = self._key(frame)
         text = self._json.get(key)
         if text is None:
-            frames = self._frames(key)
+            frames = self._frames(self._key(frame, lines=True))
             text = json.dumps(frames, ensure_ascii=False, separators=(",", ":"))
             try:
                 text.encode("utf-8")

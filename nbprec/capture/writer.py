@@ -125,22 +125,10 @@ class CaptureWriter(NativeDumpWriter):
         """A statistics tuple (:data:`~nbprec.stats.STAT_COLUMNS` order; None: unknown) as index fields."""
         if stats is None:
             return _UNKNOWN_STATS
-        lo, hi, mean, std, norm, abs_max, nan, inf, zero = stats
+        lo, hi, mean, std, norm = stats[:5]
         try:
             if (lo + hi + mean + std + norm) * 0.0 == 0.0:  # all finite (the common case): repr is JSON
-                return EncodedStats(
-                    (
-                        repr(lo),
-                        repr(hi),
-                        repr(mean),
-                        repr(std),
-                        repr(norm),
-                        repr(abs_max),
-                        repr(nan),
-                        repr(inf),
-                        repr(zero),
-                    )
-                )
+                return EncodedStats(tuple(map(repr, stats)))
         except TypeError:  # None: no finite value
             pass
         return EncodedStats(
@@ -173,7 +161,8 @@ class CaptureWriter(NativeDumpWriter):
         payload is copied before this returns unless ``owned`` (it is already a copy nothing else changes).
         """
         key = (step, name)
-        if key in self._seen:
+        seen = self._seen
+        if key in seen:
             raise CaptureError(f"{self._path}: tensor {name!r} written twice for step {step}, rank {rank}")
         if self._closed:
             raise CaptureError(f"{self._path}: the dump writer is closed")
@@ -181,8 +170,10 @@ class CaptureWriter(NativeDumpWriter):
         shape_text = self._shapes.get(shape)
         if shape_text is None:
             shape_text = self._shapes[shape] = "[" + ",".join(str(int(d)) for d in shape) + "]"
-        s = self.string
-        role_text, slot_text, dtype_text = s(role), s(slot), s(dtype)
+        strings = self._strings  # role, slot and dtype recur: their JSON texts are looked up, made once
+        role_text = strings.get(role) or self.string(role)
+        slot_text = strings.get(slot) or self.string(slot)
+        dtype_text = strings.get(dtype) or self.string(dtype)
         file_text = None
         if payload is not None and self._payloads is not None:
             rel = f"{TENSOR_DIR}/{safe_file_stem(name, len(self._rows))}.npy"
@@ -194,12 +185,15 @@ class CaptureWriter(NativeDumpWriter):
             f'"slot":{slot_text},"dtype":{dtype_text},"shape":{shape_text},"numel":{numel},{stats.fragment}'
             + ("}\n" if file_text is None else f',"file":{file_text}}}\n')
         )
-        self._seen.add(key)
+        seen.add(key)
         self._rows.append(
             (name_text, step, rank, order, op, role_text, slot_text, dtype_text, shape_text, numel, stats, file_text)
         )
         self._count += 1
-        self._maybe_flush()
+        now = time.monotonic()
+        if now - self._last_flush >= FLUSH_INTERVAL:
+            self._last_flush = now
+            self.flush()
 
     def edge(self, src: str, dst_op: str, dst_slot: str) -> None:
         """Record that op ``dst_op`` consumed tensor ``src`` as its input ``dst_slot``."""
@@ -239,12 +233,6 @@ class CaptureWriter(NativeDumpWriter):
     write_tensor_blocks = write_tensor
 
     # -- flushing and closing --------------------------------------------------------------------------
-    def _maybe_flush(self) -> None:
-        now = time.monotonic()
-        if now - self._last_flush >= FLUSH_INTERVAL:
-            self._last_flush = now
-            self.flush()
-
     def flush(self) -> None:
         """Hand every collected line to the operating system now (also done every FLUSH_INTERVAL seconds)."""
         with self._io(self._path):
@@ -274,7 +262,7 @@ class CaptureWriter(NativeDumpWriter):
             raise first
 
     def _write_columns(self) -> None:
-        """The column cache of the base writer, joined from the records' encoded pieces."""
+        """The column cache of the base writer, joined from the records' encoded pieces (transposed by ``zip``)."""
         rows = self._rows
         parts: list[str] = []
 
@@ -282,18 +270,21 @@ class CaptureWriter(NativeDumpWriter):
             parts.append(f'"{name}":[{",".join(values)}]')
 
         if rows:
-            column("name", (r[0] for r in rows))
-            for k, c in enumerate(("step", "rank", "order"), start=1):
-                column(c, (str(r[k]) for r in rows))
-            for k, c in enumerate(_OP_COLUMNS):
-                column(c, (r[4].fields[k] for r in rows))
-            for k, c in enumerate(_TAIL_COLUMNS[:4], start=5):
-                column(c, (r[k] for r in rows))
-            column("numel", (str(r[9]) for r in rows))
-            for k, c in enumerate(STAT_COLUMNS):
-                column(c, (r[10].fields[k] for r in rows))
+            names, steps, ranks, orders, ops, roles, slots, dtypes, shapes, numels, stats, files = zip(
+                *rows, strict=True
+            )
+            column("name", names)
+            for c, values in zip(("step", "rank", "order"), (steps, ranks, orders), strict=True):
+                column(c, map(str, values))
+            for c, values in zip(_OP_COLUMNS, zip(*[o.fields for o in ops], strict=True), strict=True):
+                column(c, values)
+            for c, values in zip(_TAIL_COLUMNS[:4], (roles, slots, dtypes, shapes), strict=True):
+                column(c, values)
+            column("numel", map(str, numels))
+            for c, values in zip(STAT_COLUMNS, zip(*[x.fields for x in stats], strict=True), strict=True):
+                column(c, values)
             if self._has_files:
-                column("file", ("null" if r[11] is None else r[11] for r in rows))
+                column("file", ["null" if f is None else f for f in files])
         index_bytes = (self._path / INDEX_FILE).stat().st_size
         text = f'{{"rows":{len(rows)},"index_bytes":{index_bytes},"columns":{{{",".join(parts)}}}}}'
         tmp = self._path / (COLUMNS_FILE + ".tmp")

@@ -1,7 +1,8 @@
-"""Capture robustness: errors inside the model, existing folders, bad paths, clean-up, seeding."""
+"""Capture robustness: errors inside the model, existing folders, bad paths, clean-up, seeding, the collector."""
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 from pathlib import Path
@@ -151,3 +152,28 @@ def test_seed_all_makes_runs_repeatable() -> None:
     assert torch.are_deterministic_algorithms_enabled()
     seed_all(7, deterministic=False)
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_the_capture_keeps_old_objects_out_of_the_collector_and_restores_it(tmp_path: Path) -> None:
+    """During a capture the objects alive at its start are frozen (gc.freeze); at its end they are not."""
+    from nbprec.capture import capture
+
+    seen: list[int] = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(gc.get_freeze_count())
+            return x * 2
+
+    assert gc.get_freeze_count() == 0
+    with capture(Probe(), tmp_path / "run"):
+        Probe()(torch.ones(2))
+    assert seen and seen[0] > 0 and gc.get_freeze_count() == 0
+    gc.freeze()  # a program that froze objects itself keeps them frozen, and nothing else is frozen
+    try:
+        frozen = gc.get_freeze_count()
+        with capture(Probe(), tmp_path / "run2"):
+            Probe()(torch.ones(2))
+        assert seen[-1] == frozen and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

@@ -5,10 +5,16 @@
  * float32, float16, bfloat16, the signed integers, uint8 and bool): no copy, no widening to float64 first.
  * Each block of BLOCK elements is read from memory once (float16, bfloat16 and the integers converted into an
  * L1-resident stack array) and fed to two vectorised loops (`omp simd` reductions): the minimum, the maximum
- * and the zero count in the lane type, then, in double, the sum, the sum of squares and the sum and sum of
- * squares around a shift (the first finite value: the standard deviation without the one-pass formula's
- * cancellation). Block totals are added with Neumaier's compensation, so the rounding error grows with
- * BLOCK/lanes, not with n.
+ * and the zero count in the lane type, then, in double, the sum and the sum of squares of the values less a
+ * shift c, the mean of the first block's finite values (read twice: it is in L1). From those two sums come
+ * the mean (c + sum/n), the variance (sum of squares/n - (sum/n)^2, without the one-pass formula's
+ * cancellation: the values less c are centred) and the sum of squares of the values themselves
+ * (sum of squares + 2c sum + n c^2). That last one cancels only if n c^2 is much larger than it, and since the
+ * first block's squares are part of it (B c^2 at least, B its finite count), its relative error stays below
+ * about 4e-16 n/B. Where n c^2 exceeds 10^4 times that sum (a tensor of at least 10^4 blocks whose first
+ * block's mean is far from the rest's values, or with few finite values there), the squares are summed again,
+ * exactly: a second pass, for such tensors only. Block totals are added with Neumaier's compensation, so the
+ * rounding error grows with BLOCK/lanes, not with n.
  *
  * A block whose sums are not finite holds a NaN or an inf (float64 inputs: or squares beyond 1e308): it is
  * redone one element at a time, counting NaN and inf and leaving them out of the value statistics, which
@@ -102,7 +108,7 @@ ALWAYS_INLINE void load_block(const char *base, int type, Py_ssize_t start, Py_s
 
 /* Running totals of one tensor. */
 typedef struct {
-    double sum, sum_c, sq, sq_c, dsum, dsum_c, dsq, dsq_c; /* sums with their Neumaier compensations */
+    double dsum, dsum_c, dsq, dsq_c; /* sums of (x - shift) and its squares, with their Neumaier compensations */
     double lo, hi, shift;
     Py_ssize_t nan, inf, zero;
 } Totals;
@@ -117,7 +123,7 @@ ALWAYS_INLINE void neumaier(double *total, double *comp, double x)
 /* One element at a time: NaN and inf counted and left out. */
 ALWAYS_INLINE void slow_block(const double *restrict v, Py_ssize_t m, Totals *t)
 {
-    double s = 0.0, q = 0.0, ds = 0.0, dq = 0.0, lo = t->lo, hi = t->hi;
+    double ds = 0.0, dq = 0.0, lo = t->lo, hi = t->hi;
     Py_ssize_t i, zero = 0;
     for (i = 0; i < m; i++) {
         double x = v[i];
@@ -127,8 +133,6 @@ ALWAYS_INLINE void slow_block(const double *restrict v, Py_ssize_t m, Totals *t)
             t->inf++;
         } else {
             double d = x - t->shift;
-            s += x;
-            q += x * x;
             ds += d;
             dq += d * d;
             lo = x < lo ? x : lo;
@@ -136,8 +140,6 @@ ALWAYS_INLINE void slow_block(const double *restrict v, Py_ssize_t m, Totals *t)
             zero += x == 0.0;
         }
     }
-    neumaier(&t->sum, &t->sum_c, s);
-    neumaier(&t->sq, &t->sq_c, q);
     neumaier(&t->dsum, &t->dsum_c, ds);
     neumaier(&t->dsq, &t->dsq_c, dq);
     t->lo = lo;
@@ -147,11 +149,11 @@ ALWAYS_INLINE void slow_block(const double *restrict v, Py_ssize_t m, Totals *t)
 
 /* The sums of one block, vectorised, in two loops over the block (read from memory once, then from L1): the
    minimum, maximum and zero count in the lane type (float for the 4- and 2-byte floats: twice the lanes of a
-   double), then the four sums in double. The sums run over the two halves of the block at once: two
+   double), then the two sums in double. The sums run over the two halves of the block at once: two
    independent chains of additions per sum, so that the loop waits on the adder's throughput, not on its
    latency. */
 typedef struct {
-    double s, q, ds, dq, lo, hi;
+    double ds, dq, lo, hi;
     Py_ssize_t zero;
 } BlockSums;
 
@@ -162,7 +164,7 @@ typedef struct {
         LANE buf[BLOCK];                                                                                        \
         const LANE *restrict v = (const LANE *)src;                                                             \
         LANE lo = (LANE)INFINITY, hi = (LANE)-INFINITY;                                                         \
-        double s = 0.0, q = 0.0, ds = 0.0, dq = 0.0, s2 = 0.0, q2 = 0.0, ds2 = 0.0, dq2 = 0.0;                  \
+        double ds = 0.0, dq = 0.0, ds2 = 0.0, dq2 = 0.0;                                                        \
         Py_ssize_t i, h = m / 2;                                                                                \
         int zero = 0;                                                                                           \
         if (CONVERTED) {                                                                                        \
@@ -176,26 +178,20 @@ typedef struct {
             hi = x > hi ? x : hi;                                                                               \
             zero += x == (LANE)0;                                                                               \
         }                                                                                                       \
-        _Pragma("omp simd reduction(+ : s, q, ds, dq, s2, q2, ds2, dq2)")                                       \
+        _Pragma("omp simd reduction(+ : ds, dq, ds2, dq2)")                                                   \
         for (i = 0; i < h; i++) {                                                                               \
-            double x = (double)v[i], d = x - shift, y = (double)v[h + i], e = y - shift;                        \
-            s += x;                                                                                             \
-            q += x * x;                                                                                         \
+            double d = (double)v[i] - shift, e = (double)v[h + i] - shift;                                      \
             ds += d;                                                                                            \
             dq += d * d;                                                                                        \
-            s2 += y;                                                                                            \
-            q2 += y * y;                                                                                        \
             ds2 += e;                                                                                           \
             dq2 += e * e;                                                                                       \
         }                                                                                                       \
         for (i = 2 * h; i < m; i++) { /* the odd element out */                                                 \
-            double x = (double)v[i], d = x - shift;                                                             \
-            s += x;                                                                                             \
-            q += x * x;                                                                                         \
+            double d = (double)v[i] - shift;                                                                    \
             ds += d;                                                                                            \
             dq += d * d;                                                                                        \
         }                                                                                                       \
-        out->s = s + s2, out->q = q + q2, out->ds = ds + ds2, out->dq = dq + dq2;                               \
+        out->ds = ds + ds2, out->dq = dq + dq2;                                                                 \
         out->zero = zero, out->lo = (double)lo, out->hi = (double)hi;                                           \
     }
 
@@ -229,9 +225,7 @@ ALWAYS_INLINE void stats_body(const char *base, int type, Py_ssize_t n, Totals *
         case TYPE_I8: block_i8(base, start, m, t->shift, &b); break;
         default: block_u8(base, start, m, t->shift, &b); break;
         }
-        if (isfinite(b.q) && isfinite(b.dq)) { /* no NaN, no inf in the block */
-            neumaier(&t->sum, &t->sum_c, b.s);
-            neumaier(&t->sq, &t->sq_c, b.q);
+        if (isfinite(b.dq)) { /* no NaN, no inf in the block (else neither sum is finite) */
             neumaier(&t->dsum, &t->dsum_c, b.ds);
             neumaier(&t->dsq, &t->dsq_c, b.dq);
             t->lo = b.lo < t->lo ? b.lo : t->lo;
@@ -260,41 +254,63 @@ typedef void (*stats_fn)(const char *, int, Py_ssize_t, Totals *);
 static stats_fn stats_impl = stats_base; /* chosen once at import; read-only afterwards */
 static const char *isa_name = "baseline";
 
-/* The first finite value (0 if none): the shift of the centred sums. */
-static double first_finite(const char *base, int type, Py_ssize_t n)
+/* The shift of the centred sums: the mean of the finite values among the first BLOCK (0 if none). */
+static double first_block_mean(const char *base, int type, Py_ssize_t n)
 {
-    double buf[BLOCK];
+    double buf[BLOCK], s = 0.0;
+    Py_ssize_t i, m = n < BLOCK ? n : BLOCK, k = 0;
+    load_block(base, type, 0, m, buf);
+    for (i = 0; i < m; i++)
+        if (isfinite(buf[i])) s += buf[i], k++;
+    return k ? s / (double)k : 0.0;
+}
+
+/* The sum of squares of the finite values, plainly (the rare second pass, see the top of the file). */
+static double sum_of_squares(const char *base, int type, Py_ssize_t n)
+{
+    double buf[BLOCK], sq = 0.0, comp = 0.0;
     Py_ssize_t start, i;
-    if (type >= TYPE_I64) {
-        load_block(base, type, 0, 1, buf);
-        return buf[0];
-    }
     for (start = 0; start < n; start += BLOCK) {
         Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK;
+        double q = 0.0;
         load_block(base, type, start, m, buf);
         for (i = 0; i < m; i++)
-            if (isfinite(buf[i])) return buf[i];
+            if (isfinite(buf[i])) q += buf[i] * buf[i];
+        neumaier(&sq, &comp, q);
     }
-    return 0.0;
+    return isfinite(sq) ? sq + comp : sq;
 }
 
 /* A compensated total; an overflowed one (inf) stays inf instead of becoming inf - inf. */
 static double total(double sum, double comp) { return isfinite(sum) ? sum + comp : sum; }
 
-static PyObject *build_result(const Totals *t, Py_ssize_t n)
+/* The statistics from the totals; `sq` is the sum of squares of the values themselves (see the top). */
+static PyObject *build_result(const Totals *t, Py_ssize_t n, double sq)
 {
     Py_ssize_t finite = n - t->nan - t->inf;
     if (finite <= 0) {
         return Py_BuildValue("(OOOOOOnnn)", Py_None, Py_None, Py_None, Py_None, Py_None, Py_None, t->nan, t->inf,
                              t->zero);
     }
-    double sum = total(t->sum, t->sum_c), sq = total(t->sq, t->sq_c);
     double dsum = total(t->dsum, t->dsum_c), dsq = total(t->dsq, t->dsq_c);
     double nf = (double)finite, dmean = dsum / nf;
     double var = isinf(dsq) ? dsq : dsq / nf - dmean * dmean; /* squares beyond 1e308: inf, as numpy has it */
     double abs_max = fabs(t->lo) > fabs(t->hi) ? fabs(t->lo) : fabs(t->hi);
-    return Py_BuildValue("(ddddddnnn)", t->lo, t->hi, sum / nf, sqrt(var > 0.0 ? var : 0.0), sqrt(sq), abs_max,
-                         t->nan, t->inf, t->zero);
+    return Py_BuildValue("(ddddddnnn)", t->lo, t->hi, t->shift + dmean, sqrt(var > 0.0 ? var : 0.0),
+                         sqrt(sq > 0.0 ? sq : 0.0), abs_max, t->nan, t->inf, t->zero);
+}
+
+/* The sum of squares of the values: from the centred sums when that is accurate to 1e-12 or so (always, but
+   for tensors with few finite values in their first block), else summed again. */
+static double squares(const Totals *t, const char *base, int type, Py_ssize_t n)
+{
+    Py_ssize_t finite = n - t->nan - t->inf;
+    double dsum = total(t->dsum, t->dsum_c), dsq = total(t->dsq, t->dsq_c), c = t->shift;
+    double nc2 = (double)finite * c * c, sq = dsq + 2.0 * c * dsum + nc2;
+    if (finite <= 0 || !isfinite(sq)) return finite <= 0 ? 0.0 : sum_of_squares(base, type, n);
+    /* the error is a few ulps of dsq + 2|c dsum| + nc2 <= 3 nc2 + 3 dsq: below 1e-11 of sq unless nc2 > 1e4 sq;
+       the first block's k finite values put k c^2 into sq, so nc2 / sq < finite / k: that takes 10^4 blocks */
+    return nc2 > 1e4 * sq ? sum_of_squares(base, type, n) : sq;
 }
 
 PyDoc_STRVAR(stats_doc,
@@ -328,19 +344,22 @@ static PyObject *py_stats(PyObject *self, PyObject *const *args, Py_ssize_t narg
     memset(&t, 0, sizeof t);
     t.lo = INFINITY;
     t.hi = -INFINITY;
+    double sq = 0.0;
     if (n > 0) {
         const char *base = (const char *)address;
         if (n >= NOGIL_FROM) {
             Py_BEGIN_ALLOW_THREADS;
-            t.shift = first_finite(base, (int)type, n);
+            t.shift = first_block_mean(base, (int)type, n);
             stats_impl(base, (int)type, n, &t);
+            sq = squares(&t, base, (int)type, n);
             Py_END_ALLOW_THREADS;
         } else {
-            t.shift = first_finite(base, (int)type, n);
+            t.shift = first_block_mean(base, (int)type, n);
             stats_impl(base, (int)type, n, &t);
+            sq = squares(&t, base, (int)type, n);
         }
     }
-    return build_result(&t, n);
+    return build_result(&t, n, sq);
 }
 
 static PyObject *py_isa(PyObject *self, PyObject *unused)

@@ -101,6 +101,18 @@ def test_long_tensors_across_many_blocks(statistics, dtype: str) -> None:
         _check(statistics(x), _reference(x), 1e-9, f"{dtype} {n} with NaN/inf")
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_norm_when_the_first_block_is_unlike_the_rest(statistics, dtype: str) -> None:
+    """The kernel centres its sums on the first block's mean and derives the sum of squares from them; a first
+    block holding one finite value far from the rest (the rest is NaN) takes its exact second pass."""
+    gen = torch.Generator().manual_seed(3)
+    for lead in (1e3, 30.0):
+        x = (torch.randn(100_003, generator=gen, dtype=torch.float64) * 1e-3).to(getattr(torch, dtype))
+        x[:2047] = math.nan
+        x[2047] = lead
+        _check(statistics(x), _reference(x), 1e-9, f"{dtype} first block {lead}")
+
+
 @pytest.mark.parametrize("dtype", ["int64", "int32", "int16", "int8", "uint8", "bool"])
 def test_integer_and_bool_statistics(statistics, dtype: str) -> None:
     gen = torch.Generator().manual_seed(1)

@@ -16,6 +16,16 @@ Both tools are timed **in-process against in-process** (each worker times its ow
 ``time.perf_counter``; interpreter start-up, imports and model building are outside every figure), and
 figures are **medians** of ``--repeat`` rounds. The machine's other load hits all of them alike.
 
+Dumps are written where a user's would be: a fresh folder under ``bench/out/`` in the checkout (``--dir``
+chooses another place, ``/tmp`` say), on its file system as it is. Each round's payload files (both tools'
+alike) are emptied once measured (truncated to 0 bytes, which hands their disk space and page-cache memory
+back) and removed when the bench ends, so that every round writes as a single capture would, on a machine
+whose memory is in use, without the earlier rounds' repetition in its way: gigabytes of dumps kept would
+fill the page cache and reach the kernel's dirty-page limits, and removing them would make the next round's
+file creations slow on ext4 without a journal (a new inode is never one freed in the last 30 s, and the
+kernel skips those one by one). The bench prints what creating a file costs in that folder when each model
+starts, since other programs' deletions there have the same effect.
+
 Printed per model: the medians and their ratios (capture / plain, nbprec / msprobe; "paired" is the median of
 each round's capture / that round's plain run, which a change in the machine's load between rounds moves
 less), tensor-mode payload throughput (MB of ``.npy`` files / whole captured step), and the **per-call hook
@@ -26,7 +36,7 @@ least 500 MB/s on MiniLM.
 
 Run::
 
-    .venv/bin/python bench/capture.py [--repeat 7] [--models tiny,wide,minilm] [--threads N]
+    .venv/bin/python bench/capture.py [--repeat 7] [--models tiny,wide,minilm] [--threads N] [--dir DIR]
         [--skip-msprobe] [--msprobe-tensor] [--msprobe-python bench/.venv-msprobe/bin/python]
 
 Models: ``tiny`` (the demo encoder: dim 32, 8 tokens; its ops are so small that per-op costs dominate),
@@ -85,6 +95,13 @@ def _folder_bytes(path: Path, suffixes: tuple[str, ...]) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.suffix in suffixes)
 
 
+def _empty_payloads(path: Path, suffixes: tuple[str, ...]) -> None:
+    """Truncate a measured dump's payload files to 0 bytes (see the module docstring); the files stay."""
+    for f in path.rglob("*"):
+        if f.suffix in suffixes and f.is_file():
+            os.truncate(f, 0)
+
+
 # -- workers ---------------------------------------------------------------------------------------------
 class NbprecWorker:
     """Runs the plain step and nbprec's captured steps."""
@@ -114,7 +131,7 @@ class NbprecWorker:
                 seen.add(json.loads(line)["op"])
             ops = len(seen)
         payload = _folder_bytes(path, (".npy",))
-        shutil.rmtree(path)
+        _empty_payloads(path, (".npy",))
         return {"seconds": seconds, "ops": ops, "records": records, "bytes": payload}
 
 
@@ -161,10 +178,12 @@ class MsprobeWorker:
         debugger.stop()
         debugger.step()
         seconds = time.perf_counter() - start
-        dumps = sorted(self.out.glob("step*/rank*/dump.json"))
+        steps = sorted(self.out.glob("step*"), key=lambda p: int(p.name[4:]) if p.name[4:].isdigit() else -1)
+        dumps = sorted(steps[-1].glob("rank*/dump.json")) if steps else []  # this run's step
         ops = len(json.loads(dumps[-1].read_text(encoding="utf-8"))["data"]) if dumps else 0
-        payload = _folder_bytes(self.out, (".pt", ".npy"))
-        shutil.rmtree(self.out, ignore_errors=True)
+        payload = _folder_bytes(steps[-1], (".pt", ".npy")) if steps else 0
+        if steps:
+            _empty_payloads(steps[-1], (".pt", ".npy"))
         return {"seconds": seconds, "ops": ops, "records": ops, "bytes": payload}
 
 
@@ -177,7 +196,7 @@ def worker_main(args: argparse.Namespace) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    tmp = Path(tempfile.mkdtemp(prefix=f"nbprec-bench-{args.worker}-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{args.worker}-", dir=args.tmp or None))  # --tmp: the driver removes it
     try:
         model, step = build(args.model)
         plain_before = []
@@ -200,18 +219,19 @@ def worker_main(args: argparse.Namespace) -> None:
                 break
             print(json.dumps(worker.run(what)), flush=True)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not args.tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # -- driver ------------------------------------------------------------------------------------------------
 class Worker:
     """The driver's end of one worker process."""
 
-    def __init__(self, python: str, kind: str, model: str, threads: int, warm: list[str]) -> None:
+    def __init__(self, python: str, kind: str, model: str, threads: int, warm: list[str], tmp: Path) -> None:
         import site
 
         cmd = [python, str(Path(__file__).resolve()), "--worker", kind, "--model", model, "--threads", str(threads)]
-        cmd += ["--warm", ",".join(warm), "--nbprec-site", site.getsitepackages()[0]]
+        cmd += ["--warm", ",".join(warm), "--nbprec-site", site.getsitepackages()[0], "--tmp", str(tmp)]
         env = dict(os.environ, PYTHONWARNINGS="ignore")
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
@@ -241,13 +261,23 @@ class Worker:
             self.proc.wait(timeout=60)
 
 
-def bench_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
+def file_creation_cost(folder: Path, count: int = 256) -> float:
+    """Microseconds to create (and close) one empty file in a new subfolder of ``folder``; the files are kept."""
+    probe = Path(tempfile.mkdtemp(prefix="probe-", dir=folder))
+    start = time.perf_counter()
+    for i in range(count):
+        os.close(os.open(probe / f"{i:06d}.npy", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
+    return (time.perf_counter() - start) / count * 1e6
+
+
+def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """Interleaved rounds of every measurement of one model; returns the medians."""
     tasks = ["statistics", "tensor"] if args.msprobe_tensor else ["statistics"]
-    workers = {"nbprec": Worker(sys.executable, "nbprec", name, args.threads, ["statistics", "tensor"])}
+    create_us = file_creation_cost(tmp)
+    workers = {"nbprec": Worker(sys.executable, "nbprec", name, args.threads, ["statistics", "tensor"], tmp)}
     if not args.skip_msprobe:
         for task in tasks:  # one process per msprobe task: its debugger is a singleton
-            workers[f"msprobe-{task}"] = Worker(args.msprobe_python, "msprobe", name, args.threads, [task])
+            workers[f"msprobe-{task}"] = Worker(args.msprobe_python, "msprobe", name, args.threads, [task], tmp)
     plan = [("nbprec", "plain"), ("nbprec", "statistics"), ("nbprec", "tensor")]
     plan += [(f"msprobe-{task}", task) for task in tasks if f"msprobe-{task}" in workers]
     results: dict[str, list[dict[str, Any]]] = {f"{w}:{what}": [] for w, what in plan}
@@ -262,6 +292,7 @@ def bench_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     med = {key: statistics.median(r["seconds"] for r in runs) for key, runs in results.items()}
     last = {key: runs[-1] for key, runs in results.items()}
     out = {"model": name, "median": med, "last": last, "info": {k: w.info for k, w in workers.items()}}
+    out["create_us"] = create_us
     out["all"] = {key: [round(r["seconds"], 5) for r in runs] for key, runs in results.items()}
     return out
 
@@ -284,7 +315,10 @@ def report(res: dict[str, Any]) -> None:
             f"{ops:5d} ops {last[key].get('records', 0):5d} records  hook cost {per_op:6.1f} us/op{extra}"
         )
 
-    print(f"{res['model']}: medians of {len(res['all']['nbprec:plain'])} interleaved rounds, {threads} thread(s)")
+    print(
+        f"{res['model']}: medians of {len(res['all']['nbprec:plain'])} interleaved rounds, {threads} thread(s); "
+        f"creating a file in the dump folder took {res['create_us']:.0f} us when the model started"
+    )
     print(f"  {'plain':20s} {plain * 1e3:8.1f} ms")
     line("nbprec statistics", "nbprec:statistics")
     line("nbprec tensor", "nbprec:tensor")
@@ -306,11 +340,13 @@ def main() -> None:
     parser.add_argument("--skip-msprobe", action="store_true", help="nbprec and the plain run only")
     parser.add_argument("--msprobe-tensor", action="store_true", help="also time msprobe's tensor task")
     parser.add_argument("--msprobe-python", default=str(MSPROBE_PYTHON), help="python of msprobe's virtualenv")
+    parser.add_argument("--dir", help="where the dumps go (default: a new folder under bench/out/); removed at the end")
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--worker", choices=("nbprec", "msprobe"), help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--warm", default="", help=argparse.SUPPRESS)
     parser.add_argument("--nbprec-site", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--tmp", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker_main(args)
@@ -327,13 +363,20 @@ def main() -> None:
         "plain = the nbprec worker's uncaptured step",
         flush=True,
     )
+    base = Path(args.dir) if args.dir else HERE / "out"
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="capture-", dir=base))
+    print(f"dumps written to {tmp} (payload files emptied once measured, all removed at the end)", flush=True)
     results = []
-    for name in [m for m in args.models.split(",") if m]:
-        res = bench_model(name, args)
-        report(res)
-        results.append(res)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1), encoding="utf-8")
+    try:
+        for name in [m for m in args.models.split(",") if m]:
+            res = bench_model(name, args, tmp)
+            report(res)
+            results.append(res)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1), encoding="utf-8")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -146,6 +146,7 @@ class Capture:
                 first = first or exc
         remove_hooks(self._handles)
         if self._recorder is not None:
+            self._recorder.module_stack.clear()  # left by an error: drop its frames (they hold locals)
             try:
                 if error is None:
                     with self._torch._C.DisableTorchFunction():

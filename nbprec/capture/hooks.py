@@ -8,6 +8,7 @@ column are worked out once, when the hooks are installed.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -17,10 +18,11 @@ from nbprec.capture.recorder import ModuleInfo, Recorder
 def _pre_hook(torch: Any, recorder: Recorder, info: ModuleInfo) -> Callable[..., None]:
     enter = recorder.module_enter
     disabled = torch._C.DisableTorchFunction
+    caller = sys._getframe
 
     def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         with disabled():
-            enter(info, args, kwargs)
+            enter(info, args, kwargs, caller(1))
 
     return hook
 

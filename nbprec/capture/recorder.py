@@ -6,6 +6,7 @@ which tensor each earlier op produced) so that a :class:`~nbprec.capture.api.Cap
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from nbprec.capture.naming import OpName, api_identity, module_api, parent_backw
 from nbprec.capture.overflow import OverflowCheck
 from nbprec.capture.select import Selection
 from nbprec.capture.signature import encode_call_json
-from nbprec.capture.stacks import StackCollector
+from nbprec.capture.stacks import StackCollector, StackKey
 from nbprec.capture.statistics import TensorStatistics
 from nbprec.capture.tensors import TensorArrays, call_tensors, iter_tensors
 from nbprec.capture.writer import CaptureWriter, EncodedOp, EncodedStats
@@ -114,7 +115,7 @@ class ModuleInfo:
 
 
 class _ModuleFrame:
-    __slots__ = ("edges", "enc", "inputs", "name", "order", "parent", "recorded", "selected")
+    __slots__ = ("call_frame", "edges", "enc", "inputs", "name", "order", "parent", "recorded", "selected", "stack_key")
 
     def __init__(self, name: OpName, parent: str | None, selected: bool, recorded: bool) -> None:
         self.name = name
@@ -125,6 +126,8 @@ class _ModuleFrame:
         self.edges: list[tuple[str, Any, int]] = []
         self.inputs: list[tuple[str, Any]] = []
         self.enc: EncodedOp | None = None
+        self.call_frame: Any = None  # the frame that called the module (alive while it runs), with stacks on
+        self.stack_key: StackKey = ()  # the user frames from there outwards
 
 
 @dataclass
@@ -254,8 +257,8 @@ class Recorder:
         return snap, edges
 
     # -- module calls (called by the module hooks) -----------------------------------------------------
-    def module_enter(self, info: ModuleInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """A module's forward starts."""
+    def module_enter(self, info: ModuleInfo, args: tuple[Any, ...], kwargs: dict[str, Any], caller: Any = None) -> None:
+        """A module's forward starts; ``caller`` is the frame that called its hooks (for call stacks)."""
         if not self.active:
             return
         api = info.api
@@ -276,6 +279,9 @@ class Recorder:
         else:
             selected, recorded = True, self.modules_on
         frame = _ModuleFrame(name, parent, selected, recorded)
+        if self.opt.stacks is not None and caller is not None:  # its stack; its ops' stack walks end there
+            frame.call_frame = caller
+            frame.stack_key = self._stack_key(caller)
         stack.append(frame)
         if selected and not self.opt.overflow:
             self._structure(op, parent)
@@ -286,7 +292,7 @@ class Recorder:
             if self.opt.overflow:
                 frame.inputs = inputs  # written only if the module overflows
             else:
-                self._write_stack(op)
+                self._write_stack(op, frame.stack_key if caller is not None else None)
                 frame.enc = self._encode(name)
                 self._write_tensors(name, "input", inputs, frame.order, edges_to=op, enc=frame.enc)
 
@@ -438,10 +444,21 @@ class Recorder:
             self._written_nodes.add(node)
             self.writer.module(node, parent)
 
-    def _write_stack(self, op: str) -> None:
+    def _stack_key(self, frame: Any) -> StackKey:
+        """The user frames from ``frame`` outwards: the walk ends at the innermost running module's caller."""
+        assert self.opt.stacks is not None
+        top = self.module_stack[-1] if self.module_stack else None
+        if top is None or top.call_frame is None:
+            return self.opt.stacks.key(frame)
+        return self.opt.stacks.key(frame, top.call_frame, top.stack_key)
+
+    def _write_stack(self, op: str, key: StackKey | None = None) -> None:
+        """Write ``op``'s call stack once: ``key``, or the current stack's."""
         if self.opt.stacks is not None and op not in self._written_stacks:
             self._written_stacks.add(op)
-            self.writer.stack(op, self.opt.stacks.collect_json())
+            if key is None:
+                key = self._stack_key(sys._getframe(1))
+            self.writer.stack(op, self.opt.stacks.text(key))
 
     def _write_edge(self, src: str, dst_op: str, slot: str) -> None:
         key = (src, dst_op, slot)

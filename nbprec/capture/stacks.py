@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import linecache
 import os
 import sys
 from types import CodeType, FrameType
+from typing import Any
+
+#: A stack as the collector keys it: ``(id(code), offset, ...)`` for each user frame, innermost first.
+StackKey = tuple[int, ...]
+
+_encode_string = json.encoder.encode_basestring  # type: ignore[attr-defined]  # what json.dumps uses, in C
 
 
 class StackCollector:
     """Walks the interpreter stack, keeping user frames; formatted frames are cached per code line, and a
     whole stack's JSON text per sequence of user code objects and instruction offsets (a model's ops recur
     with the same stacks).
+
+    A walk can stop at a frame whose key is known already (the frame that called a module the op runs in:
+    everything outward from it is that module call's stack), which keeps the walks of a deep model short.
 
     Parameters
     ----------
@@ -27,8 +37,11 @@ class StackCollector:
         self._limit = limit
         self._files: dict[str, bool] = {}
         self._lines: dict[tuple[str, int, str], str] = {}
-        self._json: dict[tuple[int, ...], str] = {}
+        self._json: dict[StackKey, str] = {}
         self._codes: dict[int, CodeType] = {}
+        self._places: dict[tuple[int, int], int] = {}  # (id(code), offset) -> line number
+        self._tables: dict[int, tuple[tuple[Any, ...], ...]] = {}  # id(code) -> its line table, column-wise
+        self._frame_texts: dict[tuple[int, int], str] = {}  # (id(code), offset) -> the frame as a JSON string
 
     def _is_user(self, filename: str) -> bool:
         keep = self._files.get(filename)
@@ -47,55 +60,88 @@ class StackCollector:
             self._lines[key] = text
         return text
 
-    def _key(self, frame: FrameType | None, lines: bool = False) -> tuple[int, ...]:
-        """The user frames from ``frame`` outwards as ``(id(code), place, ...)``: innermost first.
+    def key(self, frame: FrameType | None, stop: FrameType | None = None, outer: StackKey = ()) -> StackKey:
+        """The user frames from ``frame`` outwards as ``(id(code), offset, ...)``: innermost first.
 
-        ``place`` is the frame's instruction offset (``f_lasti``, read as it is), or with ``lines`` its line
-        number (``f_lineno``, which decodes the code's line table: the slow part of a deep stack's walk).
-        Code objects are keyed by ``id`` (hashing one hashes its whole body) and kept alive, so that an
-        ``id`` is never reused.
+        ``offset`` is the frame's instruction offset (``f_lasti``, read as it is: ``f_lineno`` would decode
+        the code's line table). Reaching ``stop``, the walk ends with ``outer``, the key of the frames from
+        ``stop`` outwards. Code objects are keyed by ``id`` (hashing one hashes its whole body) and kept
+        alive, so that an ``id`` is never reused.
         """
         key: list[int] = []
+        append = key.append
         files = self._files
         codes = self._codes
         size = 2 * self._limit
-        while frame is not None and len(key) < size:
+        while frame is not None:
+            if frame is stop:
+                key.extend(outer)
+                break
             code = frame.f_code
             keep = files.get(code.co_filename)
             if keep is None:
                 keep = self._is_user(code.co_filename)
             if keep:
-                key.append(id(code))
-                key.append(frame.f_lineno if lines else frame.f_lasti)
-                if id(code) not in codes:
-                    codes[id(code)] = code
+                ident = id(code)
+                append(ident)
+                append(frame.f_lasti)
+                if ident not in codes:
+                    codes[ident] = code
+                if len(key) >= size:
+                    break
             frame = frame.f_back
-        return tuple(key)
+        return tuple(key[:size])
 
-    def _frames(self, key: tuple[int, ...]) -> list[str]:
-        """The formatted frames of a :meth:`_key` with ``lines``, outermost first."""
+    def _line(self, ident: int, offset: int) -> int:
+        """The line number of the instruction at byte ``offset`` of code object ``ident`` (as ``f_lineno``):
+        PyCode_Addr2Line's answer, the first line before any instruction and -1 where there is none."""
+        line = self._places.get((ident, offset))
+        if line is None:
+            table = self._tables.get(ident)
+            if table is None:  # the code's line table, read once: range starts, ends and lines
+                table = self._tables[ident] = tuple(zip(*self._codes[ident].co_lines(), strict=True)) or ((), (), ())
+            starts, ends, lines = table
+            k = bisect.bisect_right(starts, offset) - 1
+            found = lines[k] if k >= 0 and offset < ends[k] else None
+            line = self._codes[ident].co_firstlineno if offset < 0 else -1 if found is None else found
+            self._places[(ident, offset)] = line
+        return line
+
+    def _frames(self, key: StackKey) -> list[str]:
+        """The formatted frames of a :meth:`key`, outermost first."""
         codes = self._codes
         return [
-            self._format(codes[ident].co_filename, line, codes[ident].co_name)
-            for ident, line in zip(key[-2::-2], key[::-2], strict=True)
+            self._format(codes[ident].co_filename, self._line(ident, offset), codes[ident].co_name)
+            for ident, offset in zip(key[-2::-2], key[::-2], strict=True)
         ]
+
+    def text(self, key: StackKey) -> str:
+        """A stack's frames as a JSON list (the text the dump writer stores), cached per key; each frame's JSON
+        string is made once, and a new stack joins them."""
+        text = self._json.get(key)
+        if text is None:
+            texts = self._frame_texts
+            parts = []
+            for place in zip(key[-2::-2], key[::-2], strict=True):
+                part = texts.get(place)
+                if part is None:
+                    code = self._codes[place[0]]
+                    frame = self._format(code.co_filename, self._line(*place), code.co_name)
+                    part = texts[place] = _encode_string(frame)
+                parts.append(part)
+            text = "[" + ",".join(parts) + "]"  # what json.dumps(frames, ensure_ascii=False) writes
+            if not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:  # file names that are not UTF-8: \u escapes
+                    text = json.dumps(self._frames(key), separators=(",", ":"))
+            self._json[key] = text
+        return text
 
     def collect(self, start: FrameType | None = None) -> list[str]:
         """User frames of the current stack, outermost first."""
-        return self._frames(self._key(start if start is not None else sys._getframe(1), lines=True))
+        return self._frames(self.key(start if start is not None else sys._getframe(1)))
 
     def collect_json(self, start: FrameType | None = None) -> str:
-        """:meth:`collect`'s frames as a JSON list (the text the dump writer stores), cached per stack: per
-        sequence of code objects and instruction offsets, so that line numbers are decoded only once."""
-        frame = start if start is not None else sys._getframe(1)
-        key = self._key(frame)
-        text = self._json.get(key)
-        if text is None:
-            frames = self._frames(self._key(frame, lines=True))
-            text = json.dumps(frames, ensure_ascii=False, separators=(",", ":"))
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:  # file names that are not UTF-8: \u escapes
-                text = json.dumps(frames, separators=(",", ":"))
-            self._json[key] = text
-        return text
+        """:meth:`collect`'s frames as a JSON list, cached per stack (:meth:`text`)."""
+        return self.text(self.key(start if start is not None else sys._getframe(1)))

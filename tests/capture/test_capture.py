@@ -115,6 +115,63 @@ def test_user_call_stacks(tiny_dumps: dict[str, Path]) -> None:
         assert not any(torch_dir in f or "nbprec/capture" in f for f in op_frames)
 
 
+def _user_frames() -> list[tuple[str, int, str]]:
+    """This file's frames of the current stack, outermost first, without this function's own."""
+    import traceback
+
+    return [(f.filename, f.lineno, f.name) for f in traceback.extract_stack()[:-1] if f.filename == __file__]
+
+
+def test_stacks_inside_nested_modules_match_a_full_walk(tmp_path: Path) -> None:
+    """An op's stack is walked only up to the module call it runs in (the rest is that call's stack): the
+    stacks written must be those of a full walk, through nested modules, helper functions and recursion."""
+    from nbprec.capture import capture
+
+    seen: dict[str, list[tuple[str, int, str]]] = {}
+
+    class Inner(torch.nn.Module):
+        def forward(self, x: torch.Tensor, depth: int) -> torch.Tensor:
+            if depth:
+                return self.forward(x, depth - 1)  # recursion inside one module call
+            seen.setdefault("inner", _user_frames())
+            return torch.tanh(x)
+
+    class Outer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = Inner()
+
+        def helper(self, x: torch.Tensor) -> torch.Tensor:
+            seen.setdefault("helper", _user_frames())
+            return torch.sigmoid(self.inner(x, 2))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.setdefault("outer", _user_frames())
+            return torch.relu(self.helper(x))
+
+    def run(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return model(x).sum()
+
+    model = Outer()
+    with capture(model, tmp_path / "run", mode="statistics"):
+        run(model, torch.ones(3))
+    stacks = nbprec.open(tmp_path / "run").stacks
+
+    def expected(frames: list[tuple[str, int, str]], call: str) -> None:
+        got = [f for f in stacks[call] if f.startswith(f'File "{__file__}"')]  # pytest's frames are user frames too
+        assert len(got) == len(frames), (call, got)
+        for text, (filename, line, name) in zip(got[:-1], frames[:-1], strict=False):
+            assert text.startswith(f'File "{filename}", line {line}, in {name}'), (call, text)
+        # the innermost frame: the op's own line, in the function that recorded the reference
+        assert got[-1].startswith(f'File "{frames[-1][0]}"') and f"in {frames[-1][2]}" in got[-1]
+
+    expected(seen["inner"], "Torch.tanh.0.forward")
+    expected(seen["helper"], "Torch.sigmoid.0.forward")
+    expected(seen["outer"], "Torch.relu.0.forward")
+    assert "torch.tanh(x)" in stacks["Torch.tanh.0.forward"][-1]
+    assert "return torch.relu(self.helper(x))" in stacks["Torch.relu.0.forward"][-1]
+
+
 def test_backward_gradients_are_the_ops_own(tmp_path: Path) -> None:
     from nbprec.capture import capture
     from nbprec.demo.tiny import build_tiny, train_step

@@ -364,8 +364,9 @@ class Comparison:
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         table = self._cols.copy()
+        texts: dict[str, str] = {}  # shapes recur: each one's JSON made once
         for column in _SHAPE_COLUMNS:
-            table[column] = np.array([_shape_json(s) for s in table[column].tolist()], dtype=object)
+            table[column] = np.array([_shape_json(s, texts) for s in table[column].tolist()], dtype=object)
         write_table_csv(table, folder / "tensors.csv", exact=True)  # names kept byte for byte, spreadsheet-safe
         unmatched = self._unmatched.copy()
         if "shape" in unmatched:
@@ -448,9 +449,16 @@ class Comparison:
         return explore(self, **kwargs)
 
 
-def _shape_json(shape: Any) -> str:
-    """A shape as ``save`` writes it: JSON of its list, '' when unknown."""
-    return "" if shape is None or (isinstance(shape, float) and shape != shape) else json.dumps(list(shape))
+def _shape_json(shape: Any, texts: dict[str, str]) -> str:
+    """A shape as ``save`` writes it: JSON of its list, '' when unknown; ``texts`` caches them by ``repr``
+    (shapes recur; ``repr`` tells ``(1, 2)`` from ``(1.0, 2)``, which compare equal)."""
+    if shape is None or (isinstance(shape, float) and shape != shape):
+        return ""
+    key = repr(shape)
+    text = texts.get(key)
+    if text is None:
+        text = texts[key] = json.dumps(list(shape))
+    return text
 
 
 def _value_counts(values: np.ndarray) -> dict[str, int]:

@@ -57,7 +57,8 @@ def synthetic(n: int) -> tuple[list[dict], list[dict], dict[str, str | None]]:
 
 def synthetic_dump(n: int) -> Any:
     """A statistics-only dump of ``n`` ops in a chain (input k equals output k-1), no recorded edges."""
-    from nbprec.dump import Dump, make_index
+    from nbprec.dump import Dump
+    from nbprec.dump_index import make_index
 
     rng = np.random.default_rng(0)
     stats = rng.standard_normal((n + 1, 4))

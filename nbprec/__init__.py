@@ -30,7 +30,7 @@ from nbprec.errors import (
 # process (nbprec.cli.run) before numpy is loaded.
 _LAZY: dict[str, str] = {
     "Dump": "nbprec.dump:Dump",
-    "INDEX_COLUMNS": "nbprec.dump:INDEX_COLUMNS",
+    "INDEX_COLUMNS": "nbprec.dump_index:INDEX_COLUMNS",
     "Problem": "nbprec.dump:Problem",
     "guess_format": "nbprec.formats:guess_format",
     "open": "nbprec.formats:open_dump",

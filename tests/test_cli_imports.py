@@ -143,3 +143,18 @@ def test_comparing_loads_no_masked_arrays(tmp_path):
         "print(json.dumps('numpy.ma' in sys.modules))\n"
     )
     assert _loaded(code) is False
+
+
+def test_every_public_name_of_nbprec_resolves_in_a_fresh_interpreter():
+    # the lazy table names modules and attributes as text: a module split or a rename would break it silently
+    code = (
+        "import json, nbprec\n"
+        "broken = []\n"
+        "for name in nbprec.__all__:\n"
+        "    try:\n"
+        "        getattr(nbprec, name)\n"
+        "    except Exception as exc:\n"
+        "        broken.append(f'{name}: {exc!r}')\n"
+        "print(json.dumps(broken))"
+    )
+    assert _loaded(code) == []

@@ -13,7 +13,8 @@ import pytest
 import nbprec
 from nbprec._optional import require
 from nbprec.dtypes import canonical_dtype, numpy_dtype
-from nbprec.dump import INDEX_COLUMNS, Dump, Problem, make_index
+from nbprec.dump import Dump, Problem
+from nbprec.dump_index import INDEX_COLUMNS, make_index
 from nbprec.errors import (
     DumpFormatError,
     EmptyDumpError,

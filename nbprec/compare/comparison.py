@@ -130,7 +130,7 @@ class Comparison:
     def unmatched_bench(self) -> Any:
         """Benchmark index rows that no target tensor matched (a DataFrame)."""
         if self._unmatched_frame is None:
-            from nbprec.dump import index_frame
+            from nbprec.dump_index import index_frame
 
             self._unmatched_frame = index_frame(self._unmatched) if len(self._unmatched.columns) else _empty_frame()
         return self._unmatched_frame

@@ -10,7 +10,6 @@ from typing import Any, Literal
 import numpy as np
 
 from nbprec._progress import ProgressCallback
-from nbprec.columns import Columns, group_codes, text_in
 from nbprec.compare.comparison import Comparison
 from nbprec.compare.culprit import random_by_call
 from nbprec.compare.executors import Executor, Results, local_executor
@@ -23,18 +22,24 @@ from nbprec.compare.metrics import (
     statistics_metrics,
     tensor_metrics,
 )
-from nbprec.compare.rules import Rule, bench_magnitude, column, get_rule, one_run, running_precision
+from nbprec.compare.pair_table import (
+    STAT_KEYS,
+    CompareMode,
+    choose_modes,
+    contradicted_statistics,
+    nonfinite_reasons,
+    op_input_scale,
+    pair_table,
+    recorded_problems,
+)
+from nbprec.compare.rules import Rule, column, get_rule, running_precision
 from nbprec.compare.tasks import ExtremeHints as _ExtremeHints
 from nbprec.compare.tasks import PairTask
 from nbprec.compare.workers import Job, batches, default_workers
-from nbprec.dtypes import FLOAT_DTYPES
 from nbprec.dump import Dump
 from nbprec.errors import ComparisonError, NbprecError
 
-CompareMode = Literal["auto", "tensor", "statistics", "checksum"]
 MODES: tuple[str, ...] = ("auto", "tensor", "statistics", "checksum")
-
-_STAT_KEYS = ("max", "min", "mean", "norm")
 
 
 def _as_dump(source: Dump | str | os.PathLike[str], step: int | None, rank: int | None, graph: Any = None) -> Dump:
@@ -83,78 +88,6 @@ def _auto_fusion(t_dump: Dump, b_dump: Dump, graph_model: Any, notes: list[str])
     return None
 
 
-_BASE_COLUMNS = ("step", "rank", "order", "op", "op_type", "api", "module", "direction", "role", "slot")
-
-
-def _take(values: np.ndarray, take: np.ndarray, missing: np.ndarray | None, fill: Any) -> np.ndarray:
-    """``values[take]``, with ``fill`` where ``missing``."""
-    out = values[take] if len(values) else np.full(len(take), fill, dtype=values.dtype)
-    if missing is not None:
-        out[missing] = fill
-    return out
-
-
-def _side(index: Columns, positions: np.ndarray, prefix: str) -> dict[str, Any]:
-    """Columns describing one side of each pair ('' / None / NaN where the position is -1), by column name."""
-    missing = positions < 0
-    missing = missing if missing.any() else None
-    take = np.where(positions >= 0, positions, 0)
-    out: dict[str, Any] = {}
-    out[f"{prefix}_name"] = _take(index["name"].astype(object), take, missing, "")
-    for name in ("op", "dtype"):
-        out[f"{prefix}_{name}"] = _take(index[name].astype(object), take, missing, "")
-    out[f"{prefix}_shape"] = _take(index["shape"], take, missing, None)
-    stats = {
-        key: _take(column(index, key, np.float64), take, missing, np.nan)
-        for key in (*_STAT_KEYS, "nan_count", "inf_count")
-    }
-    for key in _STAT_KEYS:
-        out[f"{prefix}_{key}"] = stats[key]
-    if (~np.isnan(column(index, "mean", np.float64))).any():  # the dump's own mean (a tensor comparison
-        out[f"{prefix}_recorded_mean"] = stats["mean"].copy()  # replaces _mean with the payload's)
-    checksums = index["checksum"]
-    if len(checksums) and any(checksums.tolist()):  # what msprobe's md5 layout shows beside the verdict
-        out[f"{prefix}_checksum"] = _take(checksums.astype(object), take, missing, "")
-    nans, infs = stats["nan_count"], stats["inf_count"]
-    counted = np.where(np.isnan(nans), 0.0, nans) + np.where(np.isnan(infs), 0.0, infs)
-    from_stats = _nonfinite_statistics(index, take, stats)  # counts unknown: the statistics tell
-    nonfinite = np.where(np.isnan(nans) & np.isnan(infs), from_stats.astype(np.float64), counted)
-    if missing is not None:
-        nonfinite[missing] = np.nan
-    out[f"{prefix}_nonfinite"] = nonfinite
-    return out
-
-
-def _nonfinite_statistics(index: Columns, take: np.ndarray, stats: dict[str, np.ndarray]) -> np.ndarray:
-    """Whether each tensor's recorded statistics say it holds NaN or inf.
-
-    An infinite max/min/mean/norm always does; a NaN one does for a non-empty float tensor when the dump
-    records that statistic (msprobe writes NaN for a tensor holding NaN; a statistic a dump never records is
-    NaN everywhere and says nothing).
-    """
-    four = np.stack([stats[k] for k in _STAT_KEYS])
-    infinite = np.isinf(four).any(axis=0)
-    recorded = [k for k in _STAT_KEYS if (~np.isnan(column(index, k, np.float64))).any()]  # recorded at all
-    if not recorded:
-        return infinite
-    floats = text_in(index["dtype"], FLOAT_DTYPES)[take] if len(index) else np.zeros(len(take), dtype=bool)
-    numel = index["numel"][take] if len(index) else np.zeros(len(take))
-    nan = np.stack([np.isnan(stats[k]) for k in recorded]).any(axis=0)
-    return infinite | (nan & floats & (numel != 0))
-
-
-def _nonfinite_reasons(reasons: np.ndarray, table: Columns, b_positions: np.ndarray) -> None:
-    """Rows whose target holds NaN/inf where the benchmark is finite: that is the reason (the rule fails them),
-    not a missing statistic."""
-    target = np.nan_to_num(table["target_nonfinite"], nan=0.0) > 0
-    bench = np.nan_to_num(table["bench_nonfinite"], nan=0.0) > 0
-    for i in np.flatnonzero(target & ~bench & (b_positions >= 0)):
-        old = str(reasons[i])
-        generic = not old or old.startswith(("statistics missing", "neither payloads"))  # what NaN statistics cause
-        kept = "" if generic else f"; {old}"
-        reasons[i] = f"target has non-finite values{kept}"
-
-
 #: How many of a dump's problems a comparison keeps as examples (all are counted).
 PROBLEM_EXAMPLES = 20
 
@@ -171,106 +104,6 @@ def _problem_summary(dump: Dump) -> dict[str, Any]:
     }
 
 
-def _contradicted_statistics(reasons: np.ndarray, table: Columns, recorded: dict[str, np.ndarray]) -> None:
-    """Rows whose dump records NaN/inf statistics while the payload read is finite: the statistics are wrong
-    (a damaged or edited dump.json); the payload is what was judged, and the reason says so."""
-    for side, label in (("target", "target"), ("bench", "benchmark")):
-        said = np.nan_to_num(recorded[side], nan=0.0) > 0
-        read = table[f"{side}_nonfinite"] == 0
-        for i in np.flatnonzero(said & read):
-            note = f"the {label} dump records non-finite statistics but its payload is finite: statistics not used"
-            reasons[i] = f"{reasons[i]}; {note}" if reasons[i] else note
-
-
-def _pair_table(t_idx: Columns, b_idx: Columns, pairs: Columns) -> Columns:
-    """Both sides' names, ops, dtypes, shapes and statistics, and the target's op fields, a row per pair."""
-    target = _side(t_idx, pairs["t"], "target")
-    columns = {"target_name": target.pop("target_name"), "target_op": target.pop("target_op")}
-    columns["match"] = pairs["match"]
-    columns.update(target)
-    columns.update(_side(b_idx, pairs["b"], "bench"))
-    for name in _BASE_COLUMNS:
-        columns[name] = t_idx[name]
-    columns["numel"] = t_idx["numel"]
-    return Columns(columns, len(pairs))
-
-
-def _op_input_scale(table: Columns) -> np.ndarray:
-    """Per row, the largest benchmark magnitude among its op's inputs (the scale rounding errors live at)."""
-    is_input = text_in(table["role"], ("input", "parameter"))
-    inputs = np.where(is_input, bench_magnitude(table), np.nan)
-    if not len(inputs):
-        return inputs
-    if one_run(table):  # one step and rank: group by op
-        codes, n_groups = group_codes(table["op"])
-    else:
-        codes, n_groups = group_codes(table["step"], table["rank"], table["op"])
-    largest = np.full(n_groups, np.nan)
-    np.fmax.at(largest, codes, inputs)  # fmax: NaN (not an input) is skipped, as groupby's max skips it
-    return largest[codes]
-
-
-def _mode_flags(index: Columns, take: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-    """(has a payload, has statistics, has a checksum) for each index row, or for the rows at ``take``."""
-    flags = (
-        index["has_data"].astype(bool),
-        ~np.isnan(column(index, "max", np.float64)),
-        np.array([bool(c) for c in index["checksum"].tolist()], dtype=bool),
-    )
-    if take is None:
-        return flags
-    return tuple(f[take] if len(f) else np.zeros(len(take), dtype=bool) for f in flags)
-
-
-def _choose_modes(
-    mode: CompareMode, t_idx: Columns, b_idx: Columns, b_pos: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(compare mode, reason) arrays, a row per target tensor (``b_pos``: its benchmark position or -1)."""
-    n = len(t_idx)
-    matched = b_pos >= 0
-    t_data, t_stats, t_sums = _mode_flags(t_idx)
-    b_data, b_stats, b_sums = _mode_flags(b_idx, np.where(matched, b_pos, 0))
-    both_data, both_stats, both_sums = t_data & b_data & matched, t_stats & b_stats & matched, t_sums & b_sums & matched
-    modes = np.full(n, "none", dtype=object)
-    reasons = np.full(n, "", dtype=object)
-    if mode in ("tensor", "auto"):
-        modes[both_data] = "tensor"
-    if mode == "tensor":
-        missing = np.where(t_data, "benchmark", "target")
-        reasons[~both_data] = [
-            f"no payload on the {side} side (statistics or checksum dump?)" for side in missing[~both_data]
-        ]
-    if mode in ("statistics", "auto"):
-        modes[(modes == "none") & both_stats] = "statistics"
-    if mode == "statistics":
-        reasons[~both_stats] = "statistics missing on one side"
-    if mode in ("checksum", "auto"):
-        modes[(modes == "none") & both_sums] = "checksum"
-    if mode == "checksum":
-        reasons[~both_sums] = "checksum missing on one side"
-    if mode == "auto":
-        reasons[modes == "none"] = "neither payloads, statistics nor checksums are available on both sides"
-    modes[~matched] = "none"
-    reasons[~matched] = "no benchmark counterpart"
-    return modes, reasons
-
-
-def _recorded_problems(reasons: np.ndarray, modes: np.ndarray, dump: Dump, side: str) -> None:
-    """Rows left uncompared whose tensor the reader recorded a problem for: that problem is the reason (an NPU
-    tensor whose declared size does not match its shape says so, not "no payload")."""
-    problems = dump.problem_list
-    if not problems or not (modes == "none").any():
-        return
-    by_name = {p.record: p.problem for p in problems if p.record}
-    if not by_name:
-        return
-    names = dump.columns["name"]
-    for i in np.flatnonzero(modes == "none"):
-        problem = by_name.get(names[i])
-        if problem is not None and reasons[i] != "no benchmark counterpart":
-            reasons[i] = f"{side} tensor unreadable: {problem}"
-
-
 def _measure(
     job: tuple[int, str, Mapping[str, Any], Mapping[str, Any]], t_dump: Dump, b_dump: Dump, hints: _ExtremeHints
 ) -> tuple[int, dict[str, Any], str]:
@@ -285,8 +118,8 @@ def _measure(
                 found["target_nonfinite"], found["bench_nonfinite"] = map(float, result.nonfinite)
             return i, found, result.reason
         if mode == "statistics":
-            t_stats = {k: t_row[k] for k in _STAT_KEYS}
-            b_stats = {k: b_row[k] for k in _STAT_KEYS}
+            t_stats = {k: t_row[k] for k in STAT_KEYS}
+            b_stats = {k: b_row[k] for k in STAT_KEYS}
             result = statistics_metrics(t_stats, b_stats)
             return i, dict(result.values), result.reason
         equal = checksum_equal(str(t_row["checksum"]), str(b_row["checksum"]))
@@ -418,8 +251,8 @@ def compare(
     n_rows = len(t_idx)
 
     b_positions = pairs["b"]
-    modes, reasons = _choose_modes(mode, t_idx, b_idx, b_positions)
-    _recorded_problems(reasons, modes, t_dump, "target")
+    modes, reasons = choose_modes(mode, t_idx, b_idx, b_positions)
+    recorded_problems(reasons, modes, t_dump, "target")
     jobs = [(i, modes[i], i, int(b_positions[i])) for i in np.flatnonzero(modes != "none").tolist()]
 
     numel = np.nan_to_num(column(t_idx, "numel", np.float64), nan=0.0)
@@ -431,7 +264,7 @@ def compare(
     results = _start(jobs, PairTask(_measure, t_dump, b_dump), numel, run_on, progress or None)
 
     try:  # while the workers measure: everything that does not need a metric
-        table = _pair_table(t_idx, b_idx, pairs)
+        table = pair_table(t_idx, b_idx, pairs)
         table["precision"] = running_precision(table)
         # the module call enclosing each op (the target's hierarchy): modules that enclose a failure are told
         # from the op inside them that caused it
@@ -446,7 +279,7 @@ def compare(
             random_call = np.empty(n_rows, dtype=object)
             random_call[:] = [by_op[op] for op in ops_column]
             table["random_call"] = random_call
-        table["op_input_scale"] = _op_input_scale(table)
+        table["op_input_scale"] = op_input_scale(table)
         unmatched_bench = b_idx.take(matched.unmatched_bench)
         meta = {
             "problems": {side: _problem_summary(d) for side, d in (("target", t_dump), ("bench", b_dump))},
@@ -496,8 +329,8 @@ def compare(
             elif not np.isnan(arr).all() or name in METRIC_COLUMNS:
                 table[name] = arr
         table["checksum_match"] = checksum_match
-        _nonfinite_reasons(reasons, table, b_positions)
-        _contradicted_statistics(reasons, table, recorded_nonfinite)
+        nonfinite_reasons(reasons, table, b_positions)
+        contradicted_statistics(reasons, table, recorded_nonfinite)
         table["reason"] = reasons
         return Comparison(table, unmatched_bench=unmatched_bench, rule=the_rule, meta=meta)
     finally:

@@ -307,7 +307,7 @@ def match_tensors(
     if mapping is not None:
         m.by_names(mapping, "mapping")
     if fusion is not None:
-        from nbprec.dump import index_frame
+        from nbprec.dump_index import index_frame
 
         frames = [x if not isinstance(x, Columns) else index_frame(x) for x in (target, bench)]
         fused = fusion(*frames)

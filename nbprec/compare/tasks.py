@@ -19,7 +19,8 @@ import numpy as np
 from nbprec._optional import require
 from nbprec.columns import Columns
 from nbprec.compare.workers import Job, Result
-from nbprec.dump import Dump, index_columns
+from nbprec.dump import Dump
+from nbprec.dump_index import index_columns
 from nbprec.errors import ComparisonError
 
 #: The measuring function of the engine: ``measure((row, mode, target row, bench row), target, bench, hints)``.

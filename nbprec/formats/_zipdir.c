@@ -2,7 +2,7 @@
  * nbprec.formats._zipdir: where the entries of a stored (uncompressed) zip archive start, in C.
  *
  * A torch.save file is a zip archive of a few entries; reading one tensor needs the archive's directory and
- * the local headers of the entries used. nbprec/formats/_pt.py does this in Python too (_zip_entries_py,
+ * the local headers of the entries used. nbprec/formats/_ptzip.py does this in Python too (_zip_entries_py,
  * also the fall-back when this module is not built); this is the same algorithm, about 40 us cheaper per
  * file, which adds up over dumps of 10^5 files. Both must return the same result for every input: the tests
  * hold them to that, on well-formed, ZIP64 and damaged archives.

@@ -46,7 +46,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from nbprec.dtypes import NUMPY_DTYPES
-from nbprec.dump import Dump, Problem, make_index
+from nbprec.dump import Dump, Problem
+from nbprec.dump_index import make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._dumpdata import CANN_DTYPES, parse_header
 from nbprec.formats._files import open_regular

@@ -46,7 +46,8 @@ import numpy as np
 
 from nbprec._optional import require
 from nbprec.dtypes import NUMPY_DTYPES
-from nbprec.dump import Dump, Problem, index_columns
+from nbprec.dump import Dump, Problem
+from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._files import inside, open_regular, printable, real_folder
 from nbprec.formats._layout import RANK_RE, STEP_RE, find_dump_files, read_json_file, run_name
@@ -54,7 +55,8 @@ from nbprec.formats._probe import find_first_file
 from nbprec.formats._pt import read_pt_open
 from nbprec.formats._torch import torch_to_numpy
 from nbprec.formats.base import DumpReader, take_run_option
-from nbprec.formats.msprobe_index import DumpSourceReader, parse_op_key
+from nbprec.formats.msprobe_index import DumpSourceReader
+from nbprec.formats.msprobe_keys import parse_op_key
 
 _PROBE_BYTES = 8192
 

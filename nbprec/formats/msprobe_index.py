@@ -19,7 +19,7 @@ import stat
 from array import array
 from itertools import repeat
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -30,67 +30,17 @@ from nbprec.formats._files import PayloadFolder, inside, printable, real_folder
 from nbprec.formats._jsonstream import JsonObjectStream
 from nbprec.formats._layout import DumpSource, read_json_file
 from nbprec.formats.msprobe_columns import BATCH, ROLES, TensorColumns
+from nbprec.formats.msprobe_keys import parse_op_key
 
 # section of an op entry -> role; rows follow this order (inputs, parameters, outputs, as msprobe's compare CSV)
 _SECTIONS = dict(input_args="input", input_kwargs="input", input="input", parameters="parameter", output="output")
 _SECTION_RANK = {section: i for i, section in enumerate(_SECTIONS)}
-_MODULE_PREFIXES = ("Module.", "Cell.")
-_DIRECTIONS = ("forward", "backward")
 _SLOTS = tuple(str(i) for i in range(256))  # the slots of list arguments, one object each
 _NO_TYPE = object()
 _CALL_KEYS = tuple(tuple(f"{role}.{slot}" for slot in _SLOTS) for role in ROLES)  # keys of dump.calls
 _SCALARS = (bool, int, float)
 _OP_COLUMNS = ("api", "op_type", "direction", "module")
 TENSOR_DIR = "dump_tensor_data"
-
-
-class _OpKey(NamedTuple):
-    """What an msprobe op key says: API/module, call index and direction."""
-
-    api: str
-    op_type: str
-    call: int
-    direction: str
-    module: str | None  # module path for module calls, None for API calls
-    grads: bool  # a ``parameters_grad`` entry
-
-
-def parse_op_key(key: str) -> _OpKey | None:
-    """Split an msprobe op key into its parts; ``None`` if it does not follow msprobe's naming.
-
-    API calls are ``{api}.{call}.{direction}``; module calls ``Module.{path}.{Class}.{direction}.{call}``
-    (``parameters_grad`` in place of the direction for parameter gradients; ``Cell`` for MindSpore).
-
-    Examples
-    --------
-    >>> parse_op_key("Functional.linear.0.forward").api
-    'Functional.linear'
-    >>> parse_op_key("Module.enc.layers.0.linear1.Linear.forward.0").module
-    'enc.layers.0.linear1'
-    """
-    head, dot, last = key.rpartition(".")
-    if not dot:
-        return None
-    if last in _DIRECTIONS:  # an API call: api.call.direction
-        api, dot, call = head.rpartition(".")
-        if dot and _is_index(call):
-            return _OpKey(api, api.partition(".")[2], int(call), last, None, False)
-        return None
-    if _is_index(last) and key.startswith(_MODULE_PREFIXES):  # Module.path.Class.direction.call
-        rest, dot, kind = head.rpartition(".")
-        if dot and (kind in _DIRECTIONS or kind == "parameters_grad"):
-            prefix, dot, op_type = rest.rpartition(".")
-            if dot:
-                kind_of, _, module = prefix.partition(".")
-                grads = kind == "parameters_grad"
-                return _OpKey(f"{kind_of}.{op_type}", op_type, int(last), "backward" if grads else kind, module, grads)
-    return None
-
-
-def _is_index(text: str) -> bool:
-    """Whether ``text`` is a call index: ASCII digits, few enough for an int64 (``"²"`` is a digit ``int``
-    refuses, and 5000 digits would make ``int`` raise)."""
-    return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
 
 
 def _repeats(values: list) -> list[int]:
@@ -530,4 +480,4 @@ class DumpSourceReader:
         self._tensors = TensorColumns(self._tensor_problem)
 
 
-__all__ = ["DumpSourceReader", "checked_data_dir", "parse_op_key"]
+__all__ = ["DumpSourceReader", "checked_data_dir"]

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from nbprec.dtypes import canonical_dtype, numpy_dtype
-from nbprec.dump import INDEX_COLUMNS
+from nbprec.dump_index import INDEX_COLUMNS
 from nbprec.errors import CaptureError
 from nbprec.formats.native_blocks import write_blocks
 from nbprec.formats.native_read import (

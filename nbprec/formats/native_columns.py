@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from nbprec.dump import _DEFAULTS, _INT_COLUMNS, INDEX_COLUMNS, Problem, _floats
+from nbprec.dump import Problem
+from nbprec.dump_index import _DEFAULTS, _INT_COLUMNS, INDEX_COLUMNS, _floats
 from nbprec.errors import DumpFormatError
 from nbprec.formats._files import MAX_SIDE_FILE
 from nbprec.formats._jsonstream import JsonObjectStream

@@ -21,7 +21,8 @@ import numpy as np
 
 from nbprec.columns import group_codes
 from nbprec.dtypes import numpy_dtype
-from nbprec.dump import Dump, Problem, index_columns
+from nbprec.dump import Dump, Problem
+from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError, NbprecError
 from nbprec.formats._files import NPY_HEADER_ERRORS, PayloadFolder, open_regular, read_regular, real_folder
 from nbprec.formats._payload import MAP_FROM, payload_array

@@ -50,7 +50,8 @@ from typing import Any
 import numpy as np
 
 from nbprec.dtypes import LOW_PRECISION_FLOATS, NUMPY_DTYPES, canonical_dtype
-from nbprec.dump import Dump, Problem, make_index
+from nbprec.dump import Dump, Problem
+from nbprec.dump_index import make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._files import NPY_HEADER_ERRORS, open_regular, read_regular
 from nbprec.formats._probe import find_first_file

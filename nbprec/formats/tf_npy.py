@@ -26,7 +26,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
-from nbprec.dump import Dump, Problem, make_index
+from nbprec.dump import Dump, Problem
+from nbprec.dump_index import make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._files import NPY_HEADER_ERRORS, inside, open_regular, printable, real_folder
 from nbprec.formats._payload import payload_array

@@ -6,7 +6,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from nbprec.dump import Dump, make_index
+from nbprec.dump import Dump
+from nbprec.dump_index import make_index
 
 
 def mlp_dump(

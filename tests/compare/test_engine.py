@@ -242,7 +242,7 @@ def test_rollup_from_a_table_equals_the_comparisons_own(make_mlp_dump):
 def test_a_key_shared_by_two_tensors_on_one_side_pairs_neither():
     """Each matching pass pairs only keys that are unique on both sides: an ambiguous key is left to the next
     pass (here none), never paired with the first of its candidates."""
-    from nbprec.dump import make_index
+    from nbprec.dump_index import make_index
 
     def rows(names_and_calls):
         return make_index(
@@ -265,7 +265,8 @@ def test_table_columns_per_step_rank_and_op(tmp_path):
     """The table's index-derived columns on two steps, with a benchmark tensor missing: the side columns, the
     non-finite counts (from counts, or from the extremes when counts are unknown), the running precision
     (restarting at each step) and each op's input scale."""
-    from nbprec.dump import Dump, make_index
+    from nbprec.dump import Dump
+    from nbprec.dump_index import make_index
 
     def rec(step, op, order, role, dtype, low, high, **counts):
         name = f"s{step}.{op}.{role}"

@@ -30,7 +30,8 @@ from nbprec.compare.executors import (
     local_executor,
 )
 from nbprec.compare.workers import BatchLimits, batches
-from nbprec.dump import Dump, make_index
+from nbprec.dump import Dump
+from nbprec.dump_index import make_index
 from nbprec.errors import ComparisonError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"

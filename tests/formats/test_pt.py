@@ -182,21 +182,21 @@ def test_truncated_archives_never_crash(tmp_path, cut):
 
 def test_the_c_directory_reader_is_built():
     # `make install` compiles it (setup.py); without it every .pt file costs about 40 us more to open
-    from nbprec.formats import _pt
+    from nbprec.formats import _ptzip
 
-    assert _pt._zip_entries_c is not None, "nbprec.formats._zipdir was not built: reinstall with a C compiler"
+    assert _ptzip._zip_entries_c is not None, "nbprec.formats._zipdir was not built: reinstall with a C compiler"
 
 
 def _outcome(reader, path, whole_below=0):
     """What a directory reader makes of a file: its result, or 'refused' (the archive is not understood)."""
     import os
 
-    from nbprec.formats import _pt
+    from nbprec.formats import _ptzip
 
     fd = os.open(path, os.O_RDONLY)
     try:
         return reader(fd, os.fstat(fd).st_size, whole_below)
-    except (_pt._Unsupported, ValueError):
+    except (_ptzip._Unsupported, ValueError):
         return "refused"
     finally:
         os.close(fd)
@@ -243,20 +243,20 @@ def _damaged_archives(tmp_path) -> list:
 
 
 def test_the_c_and_python_directory_readers_agree_on_good_and_damaged_archives(tmp_path):
-    from nbprec.formats import _pt
+    from nbprec.formats import _ptzip
 
-    if _pt._zip_entries_c is None:
+    if _ptzip._zip_entries_c is None:
         pytest.skip("nbprec.formats._zipdir is not built")
     paths = _damaged_archives(tmp_path)
     outcomes = {"refused": 0, "read": 0}
     for path in paths:
-        python = _outcome(_pt._zip_entries_py, path)
-        c = _outcome(_pt._zip_entries_c, path)
+        python = _outcome(_ptzip._zip_entries_py, path)
+        c = _outcome(_ptzip._zip_entries_c, path)
         assert c == python, path.name
         outcomes["refused" if c == "refused" else "read"] += 1
         # read whole (one read for a small file): the same entries, and the whole file as the head
-        python_whole = _outcome(_pt._zip_entries_py, path, 1 << 30)
-        assert _outcome(_pt._zip_entries_c, path, 1 << 30) == python_whole, path.name
+        python_whole = _outcome(_ptzip._zip_entries_py, path, 1 << 30)
+        assert _outcome(_ptzip._zip_entries_c, path, 1 << 30) == python_whole, path.name
         if c == "refused":
             assert python_whole == "refused", path.name
         else:
@@ -274,7 +274,7 @@ def test_a_hostile_directory_size_is_refused_without_reading_it(tmp_path):
     refuse it from the end record, before reading or allocating the claimed size."""
     import struct
 
-    from nbprec.formats import _pt
+    from nbprec.formats import _ptzip
 
     path = tmp_path / "hostile.pt"
     size = 80 << 20
@@ -284,11 +284,11 @@ def test_a_hostile_directory_size_is_refused_without_reading_it(tmp_path):
         f.write(struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, size - 22, 0, 0))
     import os
 
-    readers = [_pt._zip_entries_py] + ([_pt._zip_entries_c] if _pt._zip_entries_c is not None else [])
+    readers = [_ptzip._zip_entries_py] + ([_ptzip._zip_entries_c] if _ptzip._zip_entries_c is not None else [])
     for reader in readers:
         fd = os.open(path, os.O_RDONLY)
         try:
-            with pytest.raises((_pt._Unsupported, ValueError), match="central directory of more than 64 MiB"):
+            with pytest.raises((_ptzip._Unsupported, ValueError), match="central directory of more than 64 MiB"):
                 reader(fd, size)
         finally:
             os.close(fd)

@@ -1,0 +1,186 @@
+"""The table of matched pairs before anything is measured: both sides' columns side by side, how each pair
+will be compared (payloads, statistics or checksums) and, for a pair that is not, or whose dump contradicts
+itself, the reason the result gives."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+
+from nbprec.columns import Columns, group_codes, text_in
+from nbprec.compare.rules import bench_magnitude, column, one_run
+from nbprec.dtypes import FLOAT_DTYPES
+from nbprec.dump import Dump
+
+CompareMode = Literal["auto", "tensor", "statistics", "checksum"]
+STAT_KEYS = ("max", "min", "mean", "norm")
+
+_BASE_COLUMNS = ("step", "rank", "order", "op", "op_type", "api", "module", "direction", "role", "slot")
+
+
+def _take(values: np.ndarray, take: np.ndarray, missing: np.ndarray | None, fill: Any) -> np.ndarray:
+    """``values[take]``, with ``fill`` where ``missing``."""
+    out = values[take] if len(values) else np.full(len(take), fill, dtype=values.dtype)
+    if missing is not None:
+        out[missing] = fill
+    return out
+
+
+def _side(index: Columns, positions: np.ndarray, prefix: str) -> dict[str, Any]:
+    """Columns describing one side of each pair ('' / None / NaN where the position is -1), by column name."""
+    missing = positions < 0
+    missing = missing if missing.any() else None
+    take = np.where(positions >= 0, positions, 0)
+    out: dict[str, Any] = {}
+    out[f"{prefix}_name"] = _take(index["name"].astype(object), take, missing, "")
+    for name in ("op", "dtype"):
+        out[f"{prefix}_{name}"] = _take(index[name].astype(object), take, missing, "")
+    out[f"{prefix}_shape"] = _take(index["shape"], take, missing, None)
+    stats = {
+        key: _take(column(index, key, np.float64), take, missing, np.nan)
+        for key in (*STAT_KEYS, "nan_count", "inf_count")
+    }
+    for key in STAT_KEYS:
+        out[f"{prefix}_{key}"] = stats[key]
+    if (~np.isnan(column(index, "mean", np.float64))).any():  # the dump's own mean (a tensor comparison
+        out[f"{prefix}_recorded_mean"] = stats["mean"].copy()  # replaces _mean with the payload's)
+    checksums = index["checksum"]
+    if len(checksums) and any(checksums.tolist()):  # what msprobe's md5 layout shows beside the verdict
+        out[f"{prefix}_checksum"] = _take(checksums.astype(object), take, missing, "")
+    nans, infs = stats["nan_count"], stats["inf_count"]
+    counted = np.where(np.isnan(nans), 0.0, nans) + np.where(np.isnan(infs), 0.0, infs)
+    from_stats = _nonfinite_statistics(index, take, stats)  # counts unknown: the statistics tell
+    nonfinite = np.where(np.isnan(nans) & np.isnan(infs), from_stats.astype(np.float64), counted)
+    if missing is not None:
+        nonfinite[missing] = np.nan
+    out[f"{prefix}_nonfinite"] = nonfinite
+    return out
+
+
+def _nonfinite_statistics(index: Columns, take: np.ndarray, stats: dict[str, np.ndarray]) -> np.ndarray:
+    """Whether each tensor's recorded statistics say it holds NaN or inf.
+
+    An infinite max/min/mean/norm always does; a NaN one does for a non-empty float tensor when the dump
+    records that statistic (msprobe writes NaN for a tensor holding NaN; a statistic a dump never records is
+    NaN everywhere and says nothing).
+    """
+    four = np.stack([stats[k] for k in STAT_KEYS])
+    infinite = np.isinf(four).any(axis=0)
+    recorded = [k for k in STAT_KEYS if (~np.isnan(column(index, k, np.float64))).any()]  # recorded at all
+    if not recorded:
+        return infinite
+    floats = text_in(index["dtype"], FLOAT_DTYPES)[take] if len(index) else np.zeros(len(take), dtype=bool)
+    numel = index["numel"][take] if len(index) else np.zeros(len(take))
+    nan = np.stack([np.isnan(stats[k]) for k in recorded]).any(axis=0)
+    return infinite | (nan & floats & (numel != 0))
+
+
+def nonfinite_reasons(reasons: np.ndarray, table: Columns, b_positions: np.ndarray) -> None:
+    """Rows whose target holds NaN/inf where the benchmark is finite: that is the reason (the rule fails them),
+    not a missing statistic."""
+    target = np.nan_to_num(table["target_nonfinite"], nan=0.0) > 0
+    bench = np.nan_to_num(table["bench_nonfinite"], nan=0.0) > 0
+    for i in np.flatnonzero(target & ~bench & (b_positions >= 0)):
+        old = str(reasons[i])
+        generic = not old or old.startswith(("statistics missing", "neither payloads"))  # what NaN statistics cause
+        kept = "" if generic else f"; {old}"
+        reasons[i] = f"target has non-finite values{kept}"
+
+
+def contradicted_statistics(reasons: np.ndarray, table: Columns, recorded: dict[str, np.ndarray]) -> None:
+    """Rows whose dump records NaN/inf statistics while the payload read is finite: the statistics are wrong
+    (a damaged or edited dump.json); the payload is what was judged, and the reason says so."""
+    for side, label in (("target", "target"), ("bench", "benchmark")):
+        said = np.nan_to_num(recorded[side], nan=0.0) > 0
+        read = table[f"{side}_nonfinite"] == 0
+        for i in np.flatnonzero(said & read):
+            note = f"the {label} dump records non-finite statistics but its payload is finite: statistics not used"
+            reasons[i] = f"{reasons[i]}; {note}" if reasons[i] else note
+
+
+def pair_table(t_idx: Columns, b_idx: Columns, pairs: Columns) -> Columns:
+    """Both sides' names, ops, dtypes, shapes and statistics, and the target's op fields, a row per pair."""
+    target = _side(t_idx, pairs["t"], "target")
+    columns = {"target_name": target.pop("target_name"), "target_op": target.pop("target_op")}
+    columns["match"] = pairs["match"]
+    columns.update(target)
+    columns.update(_side(b_idx, pairs["b"], "bench"))
+    for name in _BASE_COLUMNS:
+        columns[name] = t_idx[name]
+    columns["numel"] = t_idx["numel"]
+    return Columns(columns, len(pairs))
+
+
+def op_input_scale(table: Columns) -> np.ndarray:
+    """Per row, the largest benchmark magnitude among its op's inputs (the scale rounding errors live at)."""
+    is_input = text_in(table["role"], ("input", "parameter"))
+    inputs = np.where(is_input, bench_magnitude(table), np.nan)
+    if not len(inputs):
+        return inputs
+    if one_run(table):  # one step and rank: group by op
+        codes, n_groups = group_codes(table["op"])
+    else:
+        codes, n_groups = group_codes(table["step"], table["rank"], table["op"])
+    largest = np.full(n_groups, np.nan)
+    np.fmax.at(largest, codes, inputs)  # fmax: NaN (not an input) is skipped, as groupby's max skips it
+    return largest[codes]
+
+
+def _mode_flags(index: Columns, take: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """(has a payload, has statistics, has a checksum) for each index row, or for the rows at ``take``."""
+    flags = (
+        index["has_data"].astype(bool),
+        ~np.isnan(column(index, "max", np.float64)),
+        np.array([bool(c) for c in index["checksum"].tolist()], dtype=bool),
+    )
+    if take is None:
+        return flags
+    return tuple(f[take] if len(f) else np.zeros(len(take), dtype=bool) for f in flags)
+
+
+def choose_modes(mode: CompareMode, t_idx: Columns, b_idx: Columns, b_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(compare mode, reason) arrays, a row per target tensor (``b_pos``: its benchmark position or -1)."""
+    n = len(t_idx)
+    matched = b_pos >= 0
+    t_data, t_stats, t_sums = _mode_flags(t_idx)
+    b_data, b_stats, b_sums = _mode_flags(b_idx, np.where(matched, b_pos, 0))
+    both_data, both_stats, both_sums = t_data & b_data & matched, t_stats & b_stats & matched, t_sums & b_sums & matched
+    modes = np.full(n, "none", dtype=object)
+    reasons = np.full(n, "", dtype=object)
+    if mode in ("tensor", "auto"):
+        modes[both_data] = "tensor"
+    if mode == "tensor":
+        missing = np.where(t_data, "benchmark", "target")
+        reasons[~both_data] = [
+            f"no payload on the {side} side (statistics or checksum dump?)" for side in missing[~both_data]
+        ]
+    if mode in ("statistics", "auto"):
+        modes[(modes == "none") & both_stats] = "statistics"
+    if mode == "statistics":
+        reasons[~both_stats] = "statistics missing on one side"
+    if mode in ("checksum", "auto"):
+        modes[(modes == "none") & both_sums] = "checksum"
+    if mode == "checksum":
+        reasons[~both_sums] = "checksum missing on one side"
+    if mode == "auto":
+        reasons[modes == "none"] = "neither payloads, statistics nor checksums are available on both sides"
+    modes[~matched] = "none"
+    reasons[~matched] = "no benchmark counterpart"
+    return modes, reasons
+
+
+def recorded_problems(reasons: np.ndarray, modes: np.ndarray, dump: Dump, side: str) -> None:
+    """Rows left uncompared whose tensor the reader recorded a problem for: that problem is the reason (an NPU
+    tensor whose declared size does not match its shape says so, not "no payload")."""
+    problems = dump.problem_list
+    if not problems or not (modes == "none").any():
+        return
+    by_name = {p.record: p.problem for p in problems if p.record}
+    if not by_name:
+        return
+    names = dump.columns["name"]
+    for i in np.flatnonzero(modes == "none"):
+        problem = by_name.get(names[i])
+        if problem is not None and reasons[i] != "no benchmark counterpart":
+            reasons[i] = f"{side} tensor unreadable: {problem}"

@@ -320,6 +320,15 @@ def report(res: dict[str, Any]) -> None:
         f"creating a file in the dump folder took {res['create_us']:.0f} us when the model started"
     )
     print(f"  {'plain':20s} {plain * 1e3:8.1f} ms")
+    # both tools run the same model code; their ratios are only comparable on the same torch and thread count
+    sides = {k: (i.get("torch"), i.get("threads")) for k, i in res["info"].items()}
+    for worker, info in res["info"].items():
+        print(
+            f"  {worker + ' worker':26s} torch {info.get('torch')}, {info.get('threads')} thread(s), "
+            f"warm-up step before any capture {info.get('plain_before_capture', float('nan')) * 1e3:.1f} ms"
+        )
+    if len(set(sides.values())) > 1:
+        print(f"  WARNING: workers differ in torch version or threads ({sides}): nbprec/msprobe is not a fair ratio")
     line("nbprec statistics", "nbprec:statistics")
     line("nbprec tensor", "nbprec:tensor")
     for task in ("statistics", "tensor"):

@@ -20,8 +20,11 @@
  * range), and a block where many are far takes log_ratio for every term (kl_block). Blocks holding a value
  * that is not a positive normal double are redone with the C library's log.
  *
- * On x86-64 with GCC or Clang the kernels are compiled twice, for AVX2+FMA and for the baseline, and the
- * faster one is picked at import time when the CPU has AVX2 and FMA.
+ * On x86-64 with GCC or Clang the kernels are compiled three times, for AVX-512 (on 256-bit vectors), for
+ * AVX2+FMA and for the baseline, and the fastest the CPU runs is picked at import time. The AVX-512 build
+ * keeps AVX2's vector width (512-bit vectors were slower on AMD Zen 4, which splits them in two) and gains
+ * the 32 vector registers, the mask registers and the direct conversions: 8% faster than the AVX2 build on
+ * the msprobe pair's bfloat16/float32 tensors (Zen 4).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -43,6 +46,7 @@ static const Py_ssize_t ITEMSIZE[N_TYPES] = {8, 4, 2, 2};
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define NBPREC_DISPATCH 1
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define TARGET_AVX512 __attribute__((target("avx2,fma,avx512f,avx512dq,avx512vl,avx512bw")))
 #else
 #define NBPREC_DISPATCH 0
 #define TARGET_AVX2
@@ -417,7 +421,7 @@ ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_
     *near_state = near_first;
 }
 
-/* Two builds of each kernel: AVX2+FMA (x86-64) and the baseline. */
+/* Three builds of each kernel: AVX-512 and AVX2+FMA (x86-64), and the baseline. */
 static void minmax_base(const char *b, int t, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nan)
 {
     minmax_body(b, t, n, lo, hi, nan);
@@ -434,6 +438,15 @@ TARGET_AVX2 static void minmax_avx2(const char *b, int t, Py_ssize_t n, double *
 }
 TARGET_AVX2 static void pair_avx2(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
                                   double *tot, int *near)
+{
+    pair_body(xb, xt, yb, yt, n, p, tot, near);
+}
+TARGET_AVX512 static void minmax_avx512(const char *b, int t, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nan)
+{
+    minmax_body(b, t, n, lo, hi, nan);
+}
+TARGET_AVX512 static void pair_avx512(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
+                                      double *tot, int *near)
 {
     pair_body(xb, xt, yb, yt, n, p, tot, near);
 }
@@ -638,7 +651,65 @@ static PyObject *py_log_ratio(PyObject *self, PyObject *args)
     return PyFloat_FromDouble(log_ratio(a, b));
 }
 
+/* The builds this CPU runs, fastest first (set at import). */
+static const char *isa_names[3] = {NULL, NULL, NULL};
+static minmax_fn isa_minmax[3];
+static pair_fn isa_pair[3];
+static int n_isas = 0;
+
+static void add_isa(const char *name, minmax_fn minmax, pair_fn pair)
+{
+    isa_names[n_isas] = name;
+    isa_minmax[n_isas] = minmax;
+    isa_pair[n_isas] = pair;
+    n_isas++;
+}
+
+PyDoc_STRVAR(available_isas_doc, "available_isas() -> tuple\n\nThe kernel builds this CPU can run, fastest first.");
+
+static PyObject *py_available_isas(PyObject *self, PyObject *unused)
+{
+    PyObject *out = PyTuple_New(n_isas);
+    int k;
+    (void)self;
+    (void)unused;
+    if (out == NULL) return NULL;
+    for (k = 0; k < n_isas; k++) {
+        PyObject *name = PyUnicode_FromString(isa_names[k]);
+        if (name == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, k, name);
+    }
+    return out;
+}
+
+PyDoc_STRVAR(use_isa_doc,
+             "use_isa(name) -> str\n\n"
+             "Run the kernels of build `name` (one of available_isas()) from now on, and return the build in use\n"
+             "before. For tests that check every build against the others; not thread-safe against running kernels.");
+
+static PyObject *py_use_isa(PyObject *self, PyObject *args)
+{
+    const char *name, *before = isa_name;
+    int k;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "s:use_isa", &name)) return NULL;
+    for (k = 0; k < n_isas; k++) {
+        if (strcmp(name, isa_names[k]) == 0) {
+            minmax_impl = isa_minmax[k];
+            pair_impl = isa_pair[k];
+            isa_name = isa_names[k];
+            return PyUnicode_FromString(before);
+        }
+    }
+    return PyErr_Format(PyExc_ValueError, "use_isa: %s is not a build this CPU runs (see available_isas())", name);
+}
+
 static PyMethodDef methods[] = {
+    {"available_isas", py_available_isas, METH_NOARGS, available_isas_doc},
+    {"use_isa", py_use_isa, METH_VARARGS, use_isa_doc},
     {"min_max", py_min_max, METH_VARARGS, min_max_doc},
     {"pair_sums", (PyCFunction)(void (*)(void))py_pair_sums, METH_FASTCALL, pair_sums_doc},
     {"pair_accumulate", (PyCFunction)(void (*)(void))py_pair_accumulate, METH_FASTCALL, pair_accumulate_doc},
@@ -655,14 +726,20 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__fused(void)
 {
     PyObject *mod;
+    n_isas = 0;
 #if NBPREC_DISPATCH
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        minmax_impl = minmax_avx2;
-        pair_impl = pair_avx2;
-        isa_name = "avx2+fma";
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
+            add_isa("avx512", minmax_avx512, pair_avx512);
+        add_isa("avx2+fma", minmax_avx2, pair_avx2);
     }
 #endif
+    add_isa("baseline", minmax_base, pair_base);
+    minmax_impl = isa_minmax[0];
+    pair_impl = isa_pair[0];
+    isa_name = isa_names[0];
     mod = PyModule_Create(&module);
     if (mod == NULL) return NULL;
     if (PyModule_AddStringConstant(mod, "ISA", isa_name) < 0 || PyModule_AddIntConstant(mod, "BLOCK", BLOCK) < 0 ||

@@ -89,6 +89,48 @@ def test_compiled_and_numpy_kernels_agree(case, chunk):
     assert not bad, bad
 
 
+_BUILDS = FUSED.available_isas() if FUSED is not None else ()
+
+
+@pytest.fixture
+def build_in_use():
+    """Runs the test under one kernel build (``use_isa``) and puts back the one chosen at import."""
+    chosen, used = FUSED.ISA, []
+
+    def use(build: str) -> None:
+        assert FUSED.use_isa(build) == chosen
+        used.append(build)
+
+    yield use
+    assert FUSED.use_isa(chosen) == used[-1]
+
+
+def test_the_fastest_build_the_cpu_runs_is_chosen():
+    if FUSED is None:
+        pytest.skip("the compiled kernel is not built")
+    assert _BUILDS[-1] == "baseline"
+    assert _BUILDS[0] == FUSED.ISA
+    with pytest.raises(ValueError, match="not a build this CPU runs"):
+        FUSED.use_isa("sse9")
+
+
+_BUILD_CASES = ("bf16 vs fp32", "fp16 vs fp32", "every float16 bit pattern", "nan and inf in the target")
+
+
+@needs_fused
+@pytest.mark.parametrize("build", _BUILDS)
+@pytest.mark.parametrize("case", _BUILD_CASES)
+def test_every_build_the_cpu_runs_agrees_with_numpy(case, build, build_in_use):
+    # the build chosen at import is checked on every case above; the others (baseline, AVX2 under AVX-512) here
+    x, y = _cases()[case]
+    build_in_use(build)
+    with np.errstate(all="ignore"):
+        want = tensor_metrics(x, y, kernel="numpy")
+        got = tensor_metrics(x, y, kernel="c")
+    bad = {c: (got[c], want[c]) for c in METRIC_COLUMNS if not _agree(got[c], want[c], c)}
+    assert not bad, bad
+
+
 def _extremes(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
     with np.errstate(invalid="ignore"):
         xs, ys = np.asarray(x, np.float64), np.asarray(y, np.float64)

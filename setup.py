@@ -6,9 +6,10 @@
 - ``nbprec.capture._stats``: the capture's one-pass tensor statistics (without it the capture computes
   them with numpy, slower);
 - ``nbprec.capture._npyio`` (POSIX): the capture's payload files, written by C threads that never wait for
-  the GIL (without it a Python thread writes them, slower while the model runs).
+  the GIL (without it a Python thread writes them, slower while the model runs);
+- ``nbprec._floattext``: float64 values as ``repr`` writes them, for the CSV exports (without it, ``repr``).
 
-All four are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
+All five are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
 
 It also installs the prebuilt JupyterLab extension (``nbprec/labextension/``, built from ``jupyterlab-nbprec/`` by
@@ -81,6 +82,7 @@ setup(
         Extension("nbprec.compare._fused", ["nbprec/compare/_fused.c"], optional=True),
         Extension("nbprec.formats._zipdir", ["nbprec/formats/_zipdir.c"], optional=True),
         Extension("nbprec.capture._stats", ["nbprec/capture/_stats.c"], optional=True),
+        Extension("nbprec._floattext", ["nbprec/_floattext.c"], optional=True),
         *POSIX_EXTENSIONS,
     ],
     cmdclass={"build_ext": BuildExt, "editable_wheel": EditableWheel},

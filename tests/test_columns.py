@@ -108,6 +108,19 @@ def test_a_comparison_from_a_frame_is_the_comparison_from_its_columns():
     assert again.summary() == comp.summary() and again.verdict() == comp.verdict()
 
 
+def test_a_column_is_plain_unless_a_cell_starts_as_a_formula():
+    from nbprec.safe_text import csv_cell, plain_cells
+
+    names = [f"Functional.linear.{i}.forward" for i in range(1000)]
+    assert plain_cells(names) and plain_cells([*names, "-1.5e-3", "+2", None, 3.5])
+    for odd in ("=cmd|' /C calc'!A0", "+A1", "-x", "@SUM(1)", "\tx", "'quoted", "caf\u00e9", "cr\rhere", "two\nlines"):
+        for position in (0, 500, 1000):  # the first line, one in the middle, the last
+            cells = [*names[:position], odd, *names[position:]]
+            assert not plain_cells(cells), (odd, position)  # so each cell goes through csv_cell:
+            changed = [csv_cell(c) for c in cells] != cells
+            assert changed or odd in ("'quoted", "caf\u00e9", "cr\rhere", "two\nlines")  # (a false alarm, or quoted)
+
+
 def test_joined_rows_are_what_the_csv_writer_writes(tmp_path):
     """write_csv_columns joins rows itself in the usual case (QUOTE_MINIMAL): the same text as csv.writer, cells
     with commas, quotes and line breaks quoted, whatever the row ending."""
@@ -116,10 +129,10 @@ def test_joined_rows_are_what_the_csv_writer_writes(tmp_path):
 
     from nbprec.safe_text import write_csv_columns
 
-    cells = ["plain", "a,b", 'say "hi"', "two\nlines", "cr\rhere", "", "[2, 8]", "=SUM(1)", "\udcff"]
+    cells = ["plain", "a,b", 'say "hi"', "two\nlines", "cr\rhere", "", "[2, 8]", "=SUM(1)", "\udcff", "x;y"]
     header = ["name", "value,with comma", "x"]
     columns = [cells, list(reversed(cells)), [str(i) for i in range(len(cells))]]
-    for ending in ("\n", "\r\n"):
+    for ending in ("\n", "\r\n", ";"):
         for quoting in (csv.QUOTE_MINIMAL, csv.QUOTE_ALL):
             ours, theirs = io.StringIO(), io.StringIO()
             write_csv_columns(ours, header, columns, ending, quoting)

@@ -32,6 +32,7 @@ from nbprec.compare.msprobe_layout import (  # noqa: F401 (re-exported: where us
     shape_text,
 )
 from nbprec.errors import ComparisonError
+from nbprec.floattext import float_texts
 from nbprec.safe_text import (  # noqa: F401 (re-exported)
     FORMULA_STARTS,
     csv_cell,
@@ -87,7 +88,7 @@ def _num(value: Any) -> str:
 
 def _nums(values: np.ndarray) -> list[str]:
     """A float column as msaccucmp writes it: ``repr``, ``NaN`` where missing."""
-    return ["NaN" if v != v else repr(v) for v in np.asarray(values, dtype=np.float64).tolist()]
+    return float_texts(values, "NaN")
 
 
 #: msaccucmp writes a mean or standard deviation below this as 0 (its StandardDeviation algorithm)

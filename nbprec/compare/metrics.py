@@ -102,7 +102,8 @@ STAT_METRIC_COLUMNS: tuple[str, ...] = (
     "norm_rel_diff",
 )
 
-#: Which kernel ``tensor_metrics(kernel="auto")`` uses: ``"c (avx512)"``, ``"c (avx2+fma)"``, ``"c (baseline)"`` or ``"numpy"``.
+#: Which kernel ``tensor_metrics(kernel="auto")`` uses: ``"c (avx512)"``, ``"c (avx2+fma)"``, ``"c (baseline)"`` or
+#: ``"numpy"``.
 KERNEL = f"c ({FUSED.ISA})" if FUSED is not None else "numpy"
 
 DEFAULT_CHUNK_SIZE = 1 << 16  # elements per chunk: 512 KiB per float64 buffer (cache-sized)

@@ -16,6 +16,7 @@ import numpy as np
 
 from nbprec.columns import Columns
 from nbprec.dtypes import FLOAT_DTYPES
+from nbprec.floattext import float_texts
 
 if TYPE_CHECKING:
     from nbprec.compare.comparison import Comparison
@@ -379,16 +380,21 @@ def _ms_columns(table: Columns, mode: str) -> dict[str, list[Any]]:
 
 
 def _ms_texts(values: list[Any]) -> list[str]:
-    """A column's cells as msprobe's CSV writes them (:func:`_ms_text`), without a call per cell."""
-    out = []
-    for value in values:
-        kind = type(value)
-        if kind is str:
-            out.append(value)
-        elif kind is float or isinstance(value, float):
-            out.append(_ms_text(value) if value != value or math.isinf(value) else repr(float(value)))
-        else:
-            out.append(str(value))
+    """A column's cells as msprobe's CSV writes them (:func:`_ms_text`), without a call per cell: the numbers
+    formatted together (repr's text, NaN empty), the strings as they are."""
+    kinds = list(map(type, values))
+    at = [i for i, kind in enumerate(kinds) if kind is float]
+    out = list(values)
+    if at:
+        numbers = np.array([values[i] for i in at], dtype=np.float64)
+        for i, text in zip(at, float_texts(numbers, ""), strict=True):
+            out[i] = text
+        for j in np.flatnonzero(np.isinf(numbers)).tolist():  # msprobe's ' inf'
+            out[at[j]] = _ms_text(values[at[j]])
+    if len(at) < len(values):  # anything else: a call each
+        for i, kind in enumerate(kinds):
+            if kind is not float and kind is not str:
+                out[i] = _ms_text(values[i])
     return out
 
 

@@ -73,7 +73,11 @@ def plain_cells(values: list[Any]) -> bool:
     """Whether :func:`csv_cell` leaves every string among ``values`` as it is and none holds a carriage return
     (so no row needs quoting as a whole): ASCII, no line starting as a formula, in one pass over the joined text
     rather than a call per cell. A cell holding a line feed makes it say False (then map cell by cell)."""
-    cells = [v for v in values if isinstance(v, str)]
+    return _plain_text([v for v in values if isinstance(v, str)])
+
+
+def _plain_text(cells: list[str]) -> bool:
+    """:func:`plain_cells` of strings."""
     text = "\n".join(cells)
     return (
         text.isascii()
@@ -139,7 +143,7 @@ def write_table_csv(table: Any, path: str | Path, *, exact: bool = False) -> Pat
     if not hasattr(table, "to_csv"):  # Columns
         header, cells = list(table.columns), [_csv_texts(values, exact) for _, values in table.items()]
         text = [column for (_, values), column in zip(table.items(), cells, strict=True) if values.dtype == object]
-        how = csv.QUOTE_ALL if any("\r" in c for column in text for c in column) else csv.QUOTE_MINIMAL
+        how = csv.QUOTE_ALL if any("\r" in "".join(column) for column in text) else csv.QUOTE_MINIMAL
         with Path(path).open("w", newline="", encoding="utf-8", errors=errors) as fh:
             write_csv_columns(fh, header, cells, "\n", how)
         return Path(path)
@@ -194,6 +198,8 @@ def _csv_texts(values: np.ndarray, exact: bool) -> list[str]:
     if values.dtype.kind in "biu":
         return values.astype(str).tolist()
     items = values.tolist()
+    if set(map(type, items)) == {str}:  # a text column: as it is, unless a cell needs changing
+        return items if _plain_text(items) else [csv_cell(v, exact) for v in items]
     plain = plain_cells(items)
     return [
         ("" if v is None or (isinstance(v, float) and v != v) else str(v))

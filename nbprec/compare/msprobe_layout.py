@@ -190,12 +190,12 @@ def _percent(value: Any) -> float:
         return 0.0
 
 
-def _extreme(rows: list[dict[str, Any]], column: str, lowest: bool) -> float:
-    """The smallest (default 1) or largest (default 0) number of ``column`` over ``rows``, as msprobe takes it:
+def _extreme(values: list[Any], rows: list[int], lowest: bool) -> float:
+    """The smallest (default 1) or largest (default 0) number among ``values`` at ``rows``, as msprobe takes it:
     percentages count, other text is skipped."""
     best = 1.0 if lowest else 0.0
-    for row in rows:
-        value = row[column]
+    for i in rows:
+        value = values[i]
         if isinstance(value, str):
             if not value.endswith("%"):
                 continue
@@ -204,55 +204,73 @@ def _extreme(rows: list[dict[str, Any]], column: str, lowest: bool) -> float:
     return best
 
 
-def _flag(row: dict[str, Any], level: int, message: str) -> None:
-    row["_level"] = max(row["_level"], level)
-    row["_messages"].append(_MS_MESSAGES[message])
+def _judge(cols: dict[str, list[Any]], mode: str) -> None:
+    """msprobe's Result and Err_message (``cols["_level"]``, ``cols["_messages"]``) of every row, the rows of one
+    API or module call judged together, as msprobe does. Each check runs over every call before the next one
+    starts, so that a row's messages come in msprobe's order of checks."""
+    names, levels, messages = cols["NPU Name"], cols["_level"], cols["_messages"]
 
+    def flag(i: int, level: int, message: str) -> None:
+        levels[i] = max(levels[i], level)
+        messages[i].append(_MS_MESSAGES[message])
 
-def _judge_api(rows: list[dict[str, Any]], mode: str) -> None:
-    """msprobe's Result and Err_message for the rows of one API or module call, its checks in its order."""
-    outputs = [row for row in rows if ".output." in row["NPU Name"]]
-    inputs = [row for row in rows if ".output." not in row["NPU Name"]]
-    parts = inputs[0]["NPU Name"].split(".") if inputs else []
-    api = parts[1] if len(parts) > 1 else ""
-    by_api = api not in _MS_NOT_JUDGED and api not in _MS_OUTPUTS_ONLY
-    judged = [] if api in _MS_NOT_JUDGED else outputs if api in _MS_OUTPUTS_ONLY else inputs + outputs
+    by_call: dict[tuple[Any, ...], list[int]] = {}
+    for i, call in enumerate(cols["_call"]):
+        by_call.setdefault(call, []).append(i)
+    calls = []  # (inputs, outputs, judged by the API's own checks, rows judged) of each call
+    for rows in by_call.values():
+        outputs = [i for i in rows if ".output." in names[i]]
+        inputs = [i for i in rows if ".output." not in names[i]]
+        parts = names[inputs[0]].split(".") if inputs else []
+        api = parts[1] if len(parts) > 1 else ""
+        by_api = api not in _MS_NOT_JUDGED and api not in _MS_OUTPUTS_ONLY
+        judged = [] if api in _MS_NOT_JUDGED else outputs if api in _MS_OUTPUTS_ONLY else inputs + outputs
+        calls.append((inputs, outputs, by_api, judged))
     if mode == "checksum":
-        for row in judged:
-            if row["_match"] is None:
-                _flag(row, 1, "crc_missing")
-            elif not row["_match"]:
-                _flag(row, 2, "crc")
+        match = cols["_match"]
+        for *_, judged in calls:
+            for i in judged:
+                if match[i] is None:
+                    flag(i, 1, "crc_missing")
+                elif not match[i]:
+                    flag(i, 2, "crc")
         return
-    for row in judged:
-        if not (_inf_or_nan(row["Bench max"]) or _inf_or_nan(row["Bench min"])) and (
-            _inf_or_nan(row["NPU max"]) or _inf_or_nan(row["NPU min"])
-        ):
-            _flag(row, 2, "inf_nan")
-    ratio, norm = "One Thousandth Err Ratio", "NormRelativeErr"
-    thousandth = by_api and outputs and mode == "tensor"
-    if thousandth and _extreme(inputs, ratio, True) > 0.9 and _extreme(outputs, ratio, True) < 0.1:
-        _flag(outputs[0], 2, "thousandth")
-    if by_api and mode == "statistics" and abs(_extreme(inputs, norm, False)) < 0.1:
-        for row in outputs:
-            if abs(_percent(row[norm])) > 0.5:
-                _flag(row, 2, "norm")
-    for row in judged:
-        bench = row["Bench Name"]  # fused-weight names (qkv, gate_up) are exempt
-        judge = bench and bench != _NA and "qkv" not in bench and "gate_up" not in bench
-        if judge and row["NPU Dtype"] != row["Bench Dtype"]:
-            _flag(row, 2, "dtype")
-    for row in judged:
-        if row["Bench Name"] not in ("", _NA) and row["NPU Tensor Shape"] != row["Bench Tensor Shape"]:
-            _flag(row, 2, "shape")
-    if by_api and outputs and mode == "tensor":
-        lowest_in = _extreme(inputs, "Cosine", True)
-        if lowest_in > 0.9 and lowest_in - _extreme(outputs, "Cosine", True) > 0.1:
-            _flag(outputs[0], 1, "cosine")
-    if by_api and outputs and mode == "statistics":
-        largest_in, largest_out = abs(_extreme(inputs, norm, False)), abs(_extreme(outputs, norm, False))
-        if (largest_out > 0.1) if largest_in == 0 else (largest_out / largest_in > 10):
-            _flag(outputs[0], 1, "norm_growth")
+    bench_bad = [_inf_or_nan(a) or _inf_or_nan(b) for a, b in zip(cols["Bench max"], cols["Bench min"], strict=True)]
+    npu_bad = [_inf_or_nan(a) or _inf_or_nan(b) for a, b in zip(cols["NPU max"], cols["NPU min"], strict=True)]
+    for *_, judged in calls:
+        for i in judged:
+            if npu_bad[i] and not bench_bad[i]:
+                flag(i, 2, "inf_nan")
+    ratio, norm = cols.get("One Thousandth Err Ratio", []), cols.get("NormRelativeErr", [])  # (by mode)
+    for inputs, outputs, by_api, _ in calls:
+        thousandth = by_api and outputs and mode == "tensor"
+        if thousandth and _extreme(ratio, inputs, True) > 0.9 and _extreme(ratio, outputs, True) < 0.1:
+            flag(outputs[0], 2, "thousandth")
+        if by_api and mode == "statistics" and abs(_extreme(norm, inputs, False)) < 0.1:
+            for i in outputs:
+                if abs(_percent(norm[i])) > 0.5:
+                    flag(i, 2, "norm")
+    benches, npu_dtypes, bench_dtypes = cols["Bench Name"], cols["NPU Dtype"], cols["Bench Dtype"]
+    for *_, judged in calls:
+        for i in judged:
+            bench = benches[i]  # fused-weight names (qkv, gate_up) are exempt
+            judge = bench and bench != _NA and "qkv" not in bench and "gate_up" not in bench
+            if judge and npu_dtypes[i] != bench_dtypes[i]:
+                flag(i, 2, "dtype")
+    npu_shapes, bench_shapes = cols["NPU Tensor Shape"], cols["Bench Tensor Shape"]
+    for *_, judged in calls:
+        for i in judged:
+            if benches[i] not in ("", _NA) and npu_shapes[i] != bench_shapes[i]:
+                flag(i, 2, "shape")
+    for inputs, outputs, by_api, _ in calls:
+        if by_api and outputs and mode == "tensor":
+            lowest_in = _extreme(cols["Cosine"], inputs, True)
+            if lowest_in > 0.9 and lowest_in - _extreme(cols["Cosine"], outputs, True) > 0.1:
+                flag(outputs[0], 1, "cosine")
+        if by_api and outputs and mode == "statistics":
+            largest_in, largest_out = abs(_extreme(norm, inputs, False)), abs(_extreme(norm, outputs, False))
+            if (largest_out > 0.1) if largest_in == 0 else (largest_out / largest_in > 10):
+                flag(outputs[0], 1, "norm_growth")
 
 
 def _ms_text(value: Any) -> str:
@@ -267,22 +285,6 @@ def _ms_text(value: Any) -> str:
             return " inf" if value > 0 else " -inf"
         return repr(float(value))
     return str(value)
-
-
-class _Rows:
-    """The rows of msprobe's table as the judging reads them: row ``i`` is a view of position ``i`` in the
-    columns (a dict of lists by msprobe's column names), so the cells are built a column at a time."""
-
-    __slots__ = ("_columns", "_i")
-
-    def __init__(self, columns: dict[str, list[Any]], i: int) -> None:
-        self._columns, self._i = columns, i
-
-    def __getitem__(self, name: str) -> Any:
-        return self._columns[name][self._i]
-
-    def __setitem__(self, name: str, value: Any) -> None:
-        self._columns[name][self._i] = value
 
 
 def _ms_tensor_columns(table: Columns, paired: list[bool]) -> list[list[Any]]:
@@ -408,13 +410,11 @@ def msprobe_columns(comparison: Comparison) -> tuple[list[str], list[list[str]]]
     """:func:`msprobe_rows` a column at a time: the header and each column's cells."""
     mode = msprobe_mode(comparison)
     cols = _ms_columns(comparison.columns, mode)
-    calls: dict[tuple[Any, ...], list[_Rows]] = {}
-    for i, call in enumerate(cols["_call"]):
-        calls.setdefault(call, []).append(_Rows(cols, i))
-    for call_rows in calls.values():
-        _judge_api(call_rows, mode)  # type: ignore[arg-type] (rows read and written like dicts)
+    _judge(cols, mode)
     cols["Result"] = [_MS_LEVELS[level] for level in cols["_level"]]
-    cols["Err_message"] = [json.dumps(messages) for messages in cols["_messages"]]
+    texts: dict[tuple[str, ...], str] = {}  # a handful of distinct message lists: each one's JSON made once
+    keys = list(map(tuple, cols["_messages"]))
+    cols["Err_message"] = [texts.get(key) or texts.setdefault(key, json.dumps(list(key))) for key in keys]
     header = MSPROBE_HEADERS[mode]
     return header, [_ms_texts(cols[column]) for column in header]
 

@@ -107,7 +107,7 @@ class Comparison:
         self.meta = dict(meta or {})
         self._verdict: Verdict | None = None
         self._runs: RunSummary | None = None
-        self._presence: Columns | None = None  # rule-independent (see nbprec.compare.runs.presence)
+        self._presence: Columns | None = None  # rule-independent (see nbprec.compare.presence.presence)
 
     @property
     def _data(self) -> Any:

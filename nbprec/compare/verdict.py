@@ -10,7 +10,7 @@ runs can be compared at all, judged under the dtype-aware default rule whatever 
 - ``different_models``: a quarter or more of the paired tensors differ in shape (two models paired by position);
 - ``missing_rank`` / ``missing_step``: a rank or step (or a rank at some steps) that one side holds and the
   other does not: said once, at the top, instead of as rows without a counterpart (see
-  :mod:`nbprec.compare.runs`);
+  :mod:`nbprec.compare.presence`);
 - ``unaligned``: ops whose calls found no counterpart (in the steps and ranks both sides hold).
 
 Examples
@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nbprec.columns import Columns, text_in
+from nbprec.compare.presence import BOTH, missing_by_kind, presence
 from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, column, get_rule
-from nbprec.compare.runs import BOTH, first_failing_position, is_collective, missing_by_kind, op_at, presence, where
+from nbprec.compare.runs import first_failing_position, is_collective, op_at, where
 
 if TYPE_CHECKING:
     from nbprec.compare.comparison import Comparison

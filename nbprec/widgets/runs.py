@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nbprec.compare.runs import BOTH, RunSummary
+from nbprec.compare.presence import BOTH
+from nbprec.compare.runs import RunSummary
 from nbprec.widgets.base import View
 from nbprec.widgets.model import OpsModel, Run, Selection
 from nbprec.widgets.static import esc, html_table

@@ -18,7 +18,8 @@ import pytest
 import nbprec
 from nbprec.cli import main
 from nbprec.compare.culprit import first_failing
-from nbprec.compare.runs import COLLECTIVE_NOTE, first_failing_across, presence
+from nbprec.compare.presence import presence
+from nbprec.compare.runs import COLLECTIVE_NOTE, first_failing_across
 from nbprec.report import sections
 
 MULTI = Path(__file__).resolve().parents[1] / "fixtures" / "multirank"

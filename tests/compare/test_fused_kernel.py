@@ -131,6 +131,49 @@ def test_every_build_the_cpu_runs_agrees_with_numpy(case, build, build_in_use):
     assert not bad, bad
 
 
+def _min_max_cases() -> dict[str, np.ndarray]:
+    """Arrays for min_max: every bit pattern of the 16-bit types, edge values, sizes across its 16,384-value
+    parts, NaN alone."""
+    rng = np.random.default_rng(7)
+    every16 = np.arange(1 << 16, dtype=np.uint16)
+    edges = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 6e-8, -6e-8, 65504.0, -65504.0, 3.4e38, -3.4e38]
+    wide = rng.standard_normal(40_000) * 1e3
+    wide[[5, 16_383, 16_384, 39_999]] = [np.nan, -np.inf, 7e3, np.nan]
+    return {
+        "every float16 pattern": every16.view(np.float16),
+        "every bfloat16 pattern": every16.view(ml_dtypes.bfloat16),
+        "float32 edges": np.array(edges * 3, dtype=np.float32),
+        "float16 edges": np.array([v for v in edges if abs(v) < 7e4] * 3, dtype=np.float16),
+        "float32 across parts": wide.astype(np.float32),
+        "bfloat16 across parts": wide.astype(ml_dtypes.bfloat16),
+        "float64 across parts": wide,
+        "negative only": -np.abs(wide[:20_000]).astype(np.float16) - 1,
+        "nan only": np.full(33_000, np.nan, dtype=np.float32),
+        "empty": np.zeros(0, dtype=np.float16),
+    }
+
+
+_TYPE_CODES = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 2,
+               np.dtype(ml_dtypes.bfloat16): 3}  # fmt: skip
+
+
+@needs_fused
+@pytest.mark.parametrize("build", _BUILDS)
+@pytest.mark.parametrize("case", list(_min_max_cases()))
+def test_min_max_gives_numpys_extremes_ignoring_nan_and_counts_nan(case, build, build_in_use):
+    x = _min_max_cases()[case]
+    build_in_use(build)
+    lo, hi, nans = FUSED.min_max(x.view(np.uint8), _TYPE_CODES[x.dtype])
+    with np.errstate(invalid="ignore"):
+        wide = x.astype(np.float64)
+    finite = wide[~np.isnan(wide)]
+    assert nans == int(np.isnan(wide).sum())
+    if finite.size:
+        assert (lo, hi) == (finite.min(), finite.max())
+    else:
+        assert (lo, hi) == (math.inf, -math.inf)
+
+
 def _extremes(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
     with np.errstate(invalid="ignore"):
         xs, ys = np.asarray(x, np.float64), np.asarray(y, np.float64)

@@ -226,6 +226,25 @@ def test_result_is_a_fresh_contiguous_array():
     assert not np.shares_memory(out, storage)
 
 
+@pytest.mark.parametrize("kind", ["object", "big-endian", "strided input"])
+def test_any_array_converts_as_its_values_do(kind):
+    # the copies work on whole C0 runs over the raw buffers; arrays that have none (objects), other byte
+    # orders and views that are not contiguous go through too, value for value
+    for fmt, layout, shape in [("FRACTAL_NZ", "ND", (2, 33, 17)), ("NC1HWC0", "NHWC", (2, 3, 5, 19))]:
+        x = np.random.default_rng(9).standard_normal(shape)
+        if kind == "object":
+            x = x.astype(object)
+        elif kind == "big-endian":
+            x = x.astype(">f8")
+        stored = from_origin(x, fmt, layout)
+        assert stored.dtype == x.dtype
+        data = np.repeat(stored.ravel(), 2)[::2] if kind == "strided input" else stored.ravel()
+        back = to_origin(data, fmt, stored.shape, shape, layout)
+        assert back.dtype == x.dtype and back.shape == shape
+        assert (back == x).all()
+        assert (to_origin(stored.astype(np.float64).ravel(), fmt, stored.shape, shape, layout) == x).all()
+
+
 def test_empty_tensors():
     assert to_origin(np.empty(0, np.float16), "FRACTAL_NZ", (0, 1, 16, 16), (5, 0), "ND").shape == (5, 0)
     assert from_origin(np.empty((0, 3, 2, 2), np.float16), "NC1HWC0", "NCHW").shape == (0, 1, 2, 2, 16)

@@ -10,6 +10,7 @@ nbprec hang or exhaust memory (see ``docs/security.md``, section *Readers*):
   against a limit, so a 50 GB sparse file is refused rather than read;
 - :func:`inside` resolves symbolic links and says whether a file's real path lies inside one of the dump's
   folders, so that a payload symlinked to ``/etc/shadow`` is not read;
+- :class:`ConfinedFiles` opens payloads with both checks, resolving each payload folder once;
 - :class:`PayloadFolder` lists a tensor folder once and says, per payload, whether it can be read (a regular
   file, or a link to one inside the dump) or why not, for the problems a reader records when it opens a dump.
 
@@ -148,6 +149,42 @@ def inside(path: str | os.PathLike[str], roots: Iterable[str]) -> bool:
     return any(real.startswith(root) for root in roots)
 
 
+class ConfinedFiles:
+    """Opens payload files whose real path lies inside ``roots`` (real folders as :func:`real_folder` gives
+    them), resolving each payload folder once: a payload that is not a symbolic link itself lies where its
+    folder does, so most opens take no path resolution at all (``O_NOFOLLOW``); a link is resolved and
+    followed only when it leads inside.
+    """
+
+    def __init__(self, roots: Iterable[str]) -> None:
+        self.roots = list(roots)
+        self._inside: dict[str, bool] = {}  # payload folder -> whether its real path is inside the dump
+
+    def open(self, path: str, record: str | None = None) -> tuple[int, int]:
+        """``(file descriptor, size)`` of the regular file ``path``, as :func:`open_regular` gives them.
+
+        Raises :class:`~nbprec.errors.DumpFormatError` naming the file when it is missing, lies outside the
+        roots (a link leading out), is not a regular file or cannot be opened.
+        """
+        folder = os.path.dirname(path)
+        folder_inside = self._inside.get(folder)
+        if folder_inside is None:
+            folder_inside = self._inside[folder] = inside(os.path.join(folder, "."), self.roots)
+        try:
+            if folder_inside:
+                try:  # not a symbolic link itself: it lies in its folder, inside the dump
+                    return open_regular(path, record, nofollow=True)
+                except OSError as exc:
+                    if exc.errno != errno.ELOOP or isinstance(exc, FileNotFoundError):
+                        raise
+            if not inside(path, self.roots):
+                where = printable(os.path.realpath(path))
+                raise DumpFormatError(path, f"payload lies outside the dump (at {where}): not read", record)
+            return open_regular(path, record)
+        except FileNotFoundError:
+            raise DumpFormatError(path, "payload file missing", record) from None
+
+
 class PayloadFolder:
     """One listing of a tensor folder: which names are regular files, and what the others are."""
 
@@ -194,6 +231,7 @@ class PayloadFolder:
 __all__ = [
     "MAX_SIDE_FILE",
     "NPY_HEADER_ERRORS",
+    "ConfinedFiles",
     "PayloadFolder",
     "file_kind",
     "inside",

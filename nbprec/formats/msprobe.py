@@ -35,7 +35,6 @@ Index conventions
 
 from __future__ import annotations
 
-import errno
 import functools
 import os
 from collections.abc import Callable, Mapping
@@ -49,7 +48,7 @@ from nbprec.dtypes import NUMPY_DTYPES
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
-from nbprec.formats._files import inside, open_regular, printable, real_folder
+from nbprec.formats._files import ConfinedFiles, open_regular, real_folder
 from nbprec.formats._layout import RANK_RE, STEP_RE, find_dump_files, read_json_file, run_name
 from nbprec.formats._probe import find_first_file
 from nbprec.formats._pt import read_pt_open
@@ -122,26 +121,7 @@ class PayloadLoader:
 
     def __init__(self, roots: list[str]) -> None:
         self.roots = list(roots)
-        self._inside: dict[str, bool] = {}  # payload folder -> whether its real path is inside the dump
-
-    def _open(self, path: str, name: str) -> tuple[int, int]:
-        """(fd, size) of the payload ``path``, a regular file whose real path lies inside the dump."""
-        folder = os.path.dirname(path)
-        if folder not in self._inside:
-            self._inside[folder] = inside(os.path.join(folder, "."), self.roots)
-        try:
-            if self._inside[folder]:
-                try:  # not a symbolic link itself: it lies in its folder, inside the dump
-                    return open_regular(path, name, nofollow=True)
-                except OSError as exc:
-                    if exc.errno != errno.ELOOP or isinstance(exc, FileNotFoundError):
-                        raise
-            if not inside(path, self.roots):
-                where = printable(os.path.realpath(path))
-                raise DumpFormatError(path, f"payload lies outside the dump (at {where}): not read", name)
-            return open_regular(path, name)
-        except FileNotFoundError:
-            raise DumpFormatError(path, "payload file missing", name) from None
+        self._files = ConfinedFiles(self.roots)
 
     def __call__(self, row: Mapping[str, Any]) -> np.ndarray:
         path, name = str(row["file"]), str(row["name"])
@@ -151,7 +131,7 @@ class PayloadLoader:
             if problem:
                 raise _mismatch(row, problem)
 
-        fd, size = self._open(path, name)
+        fd, size = self._files.open(path, name)
         try:
             array = read_pt_open(fd, size, path, check=check, record=name)
         finally:

@@ -29,7 +29,7 @@ from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import make_index
 from nbprec.errors import DumpFormatError, EmptyDumpError
-from nbprec.formats._files import NPY_HEADER_ERRORS, inside, open_regular, printable, real_folder
+from nbprec.formats._files import NPY_HEADER_ERRORS, ConfinedFiles, inside, open_regular, printable, real_folder
 from nbprec.formats._payload import payload_array
 from nbprec.formats.base import DumpReader
 
@@ -181,17 +181,13 @@ def select_occurrences(timestamps: list[tuple[int, str]], occurrence: Occurrence
 def _make_loader(root: str) -> Callable[[Mapping[str, Any]], np.ndarray]:
     """The payload loader of a dump whose real folder is ``root``: regular files inside it only."""
 
+    files = ConfinedFiles([root])
+
     def load(row: Mapping[str, Any]) -> np.ndarray:
         file, name = str(row["file"]), str(row["name"])
         if row["dtype"] == "object":
             raise DumpFormatError(file, "holds Python objects (a pickle); nbprec never unpickles files", name)
-        if not inside(file, [root]):
-            where = printable(os.path.realpath(file))
-            raise DumpFormatError(file, f"payload lies outside the dump (at {where}): not read", name)
-        try:
-            fd, size = open_regular(file, name)
-        except FileNotFoundError:
-            raise DumpFormatError(file, "payload file missing", name) from None
+        fd, size = files.open(file, name)
         try:
             offset = int(row.get("offset", -1))
             if offset >= 0:  # a C-order payload of a native dtype at a known offset: read it directly

@@ -7,6 +7,9 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
+#: Young containers left by a :func:`paused_gc` block above which they skip the young collections' scan.
+PROMOTE_FROM = 10_000
+
 
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
@@ -15,6 +18,13 @@ def paused_gc() -> Iterator[None]:
     Parsing a large dump index or graph makes millions of containers that hold no cycles; the collector,
     triggered by the allocations alone, would scan them again and again (a third to a half of the time).
     Memory is unaffected: what is dropped is freed by reference counting.
+
+    What the block made and kept (a parsed graph: tens of thousands of objects) would still be scanned once,
+    by the first collection after it (the young generation's count grew while the collector was off: 12 ms
+    for a 780 KB GE graph). When the block left more than :data:`PROMOTE_FROM` young containers, they are
+    moved to the oldest generation without that scan instead (``gc.freeze`` then ``gc.unfreeze``, unless
+    the program froze objects itself), where full collections see them; cycles among them are collected
+    there, later than a young collection would have.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -22,6 +32,9 @@ def paused_gc() -> Iterator[None]:
         yield
     finally:
         if enabled:
+            if gc.get_count()[0] > PROMOTE_FROM and gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 

@@ -1,0 +1,73 @@
+"""The collector helpers: paused_gc restores the collector's state, and what a large block keeps skips the
+young collections' scan without escaping full collections."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from nbprec._gc import PROMOTE_FROM, frozen_heap, paused_gc
+
+
+@pytest.fixture
+def collector_on():
+    was = gc.isenabled()
+    gc.enable()
+    gc.collect()
+    yield
+    gc.unfreeze()
+    (gc.enable if was else gc.disable)()
+
+
+class Node:
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+def test_paused_gc_restores_the_state_it_found(collector_on):
+    with paused_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    with paused_gc():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
+
+
+def _oldest_holds(obj: object) -> bool:
+    return any(o is obj for o in gc.get_objects(generation=2))
+
+
+def test_what_a_large_block_keeps_moves_to_the_oldest_generation(collector_on):
+    with paused_gc():
+        kept = [[i] for i in range(3 * PROMOTE_FROM)]
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle made in the block
+        gone = weakref.ref(a)
+        del a, b
+    assert _oldest_holds(kept[0]) and _oldest_holds(kept[-1])  # no young collection scans them
+    assert gone() is not None  # young collections no longer see the cycle ...
+    gc.collect(1)
+    assert gone() is not None
+    gc.collect()  # ... a full one does
+    assert gone() is None
+
+
+def test_a_small_block_or_a_program_that_froze_objects_is_left_alone(collector_on):
+    with paused_gc():
+        few = [[] for _ in range(PROMOTE_FROM // 10)]
+    assert not _oldest_holds(few[0])
+    gc.freeze()
+    with paused_gc():
+        many = [[] for _ in range(2 * PROMOTE_FROM)]
+    assert gc.get_freeze_count() > 0  # the program's frozen objects stay frozen
+    assert not _oldest_holds(many[0])
+
+
+def test_frozen_heap_keeps_older_objects_out_of_scans_for_the_block(collector_on):
+    old = [[] for _ in range(1000)]
+    with frozen_heap():
+        assert gc.get_freeze_count() >= len(old)
+    assert gc.get_freeze_count() == 0

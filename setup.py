@@ -7,9 +7,11 @@
   them with numpy, slower);
 - ``nbprec.capture._npyio`` (POSIX): the capture's payload files, written by C threads that never wait for
   the GIL (without it a Python thread writes them, slower while the model runs);
-- ``nbprec._floattext``: float64 values as ``repr`` writes them, for the CSV exports (without it, ``repr``).
+- ``nbprec._floattext``: float64 values as ``repr`` writes them, for the CSV exports (without it, ``repr``);
+- ``nbprec.graph._textformat``: GE graphs in protobuf text format parsed in C (without it, by the Python
+  tokeniser of ``nbprec/graph/ge_parse.py``, which also gives every error).
 
-All five are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
+All six are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
 
 It also installs the prebuilt JupyterLab extension (``nbprec/labextension/``, built from ``jupyterlab-nbprec/`` by
@@ -83,6 +85,7 @@ setup(
         Extension("nbprec.formats._zipdir", ["nbprec/formats/_zipdir.c"], optional=True),
         Extension("nbprec.capture._stats", ["nbprec/capture/_stats.c"], optional=True),
         Extension("nbprec._floattext", ["nbprec/_floattext.c"], optional=True),
+        Extension("nbprec.graph._textformat", ["nbprec/graph/_textformat.c"], optional=True),
         *POSIX_EXTENSIONS,
     ],
     cmdclass={"build_ext": BuildExt, "editable_wheel": EditableWheel},

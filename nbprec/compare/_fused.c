@@ -45,8 +45,9 @@ static const Py_ssize_t ITEMSIZE[N_TYPES] = {8, 4, 2, 2};
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define NBPREC_DISPATCH 1
-#define TARGET_AVX2 __attribute__((target("avx2,fma")))
-#define TARGET_AVX512 __attribute__((target("avx2,fma,avx512f,avx512dq,avx512vl,avx512bw")))
+#define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define TARGET_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512dq,avx512vl,avx512bw")))
+#include <immintrin.h>
 #else
 #define NBPREC_DISPATCH 0
 #define TARGET_AVX2
@@ -86,7 +87,24 @@ static float bits_to_float(uint32_t b) { float f; memcpy(&f, &b, sizeof f); retu
 
 /* ---- conversion of one block to double ---------------------------------------------------------- */
 
-ALWAYS_INLINE void load_block(const char *base, int type, Py_ssize_t start, Py_ssize_t m, double *restrict out)
+#if NBPREC_DISPATCH
+/* float16 to double with the F16C conversion (exact: subnormals included; NaN stays NaN, quieted), eight
+   values at a time: a third of the bit-by-bit conversion's time on the NPU dumps' float16 tensors. */
+TARGET_AVX2 static inline void load_f16_hw(const uint16_t *src, Py_ssize_t m, double *restrict out)
+{
+    Py_ssize_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+        __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i)));
+        _mm256_storeu_pd(out + i, _mm256_cvtps_pd(_mm256_castps256_ps128(f)));
+        _mm256_storeu_pd(out + i + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)));
+    }
+    for (; i < m; i++) out[i] = (double)_cvtsh_ss(src[i]);
+}
+#endif
+
+/* `hw_f16`, a constant at each call, is true in the builds for CPUs with F16C (see load_f16_hw). */
+ALWAYS_INLINE void load_block(const char *base, int type, Py_ssize_t start, Py_ssize_t m, double *restrict out,
+                              int hw_f16)
 {
     Py_ssize_t i;
     if (type == TYPE_F64) {
@@ -100,6 +118,14 @@ ALWAYS_INLINE void load_block(const char *base, int type, Py_ssize_t start, Py_s
         const uint16_t *src = (const uint16_t *)base + start;
         for (i = 0; i < m; i++) out[i] = (double)bits_to_float((uint32_t)src[i] << 16);
     } else {
+#if NBPREC_DISPATCH
+        if (hw_f16) {
+            load_f16_hw((const uint16_t *)base + start, m, out);
+            return;
+        }
+#else
+        (void)hw_f16;
+#endif
         /* float16 by bits: the sign-extended half shifted left by 42 puts exponent and mantissa where a
            double keeps them, the mask clears the sign-extension copies, and 2^1008 moves the exponent bias
            from 15 to 1023 (exact for normals and subnormals). Exponent 31 (inf, NaN) gets the double's
@@ -224,7 +250,7 @@ ALWAYS_INLINE void minmax_body(const char *base, int type, Py_ssize_t n, double 
             uint16_t bits[2];
             minmax_keys16((const uint16_t *)base, n, type == TYPE_F16 ? 0x7c00u : 0x7f80u, &bits[0], &bits[1],
                           &count);
-            load_block((const char *)bits, type, 0, 2, block);
+            load_block((const char *)bits, type, 0, 2, block, 0);
         }
         *out_nan = count;
         if (count == n) { /* nothing but NaN (or nothing): no extremes */
@@ -238,7 +264,7 @@ ALWAYS_INLINE void minmax_body(const char *base, int type, Py_ssize_t n, double 
     for (start = 0; start < n; start += BLOCK) {
         Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK;
         double blo = INFINITY, bhi = -INFINITY, bnan = 0.0;
-        load_block(base, type, start, m, block);
+        load_block(base, type, start, m, block, 0);
 #pragma omp simd reduction(min : blo) reduction(max : bhi) reduction(+ : bnan)
         for (i = 0; i < m; i++) {
             double v = block[i];
@@ -380,7 +406,7 @@ ALWAYS_INLINE double max_nan(double a, double b) { return (a != a || b != b) ? N
 /* Each block is converted once and read by three loops from L1: the plain sums, the relative error, the KL
    terms. One loop holding every accumulator would need more vector registers than AVX2 has (16). */
 ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
-                             double *restrict tot, int *near_state)
+                             double *restrict tot, int *near_state, int hw_f16)
 {
     double x[BLOCK], y[BLOCK], s[BLOCK];
     Py_ssize_t start, i;
@@ -397,8 +423,8 @@ ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_
             for (off = 0; off < mm * ITEMSIZE[xt]; off += 64) __builtin_prefetch(xb + next * ITEMSIZE[xt] + off);
             for (off = 0; off < mm * ITEMSIZE[yt]; off += 64) __builtin_prefetch(yb + next * ITEMSIZE[yt] + off);
         }
-        load_block(xb, xt, start, m, x);
-        load_block(yb, yt, start, m, y);
+        load_block(xb, xt, start, m, x, hw_f16);
+        load_block(yb, yt, start, m, y, hw_f16);
 #pragma omp simd reduction(+ : sxx, syy, sxy, sdd, sad, cx, cxx, cy, cyy) reduction(max : mad)
         for (i = 0; i < m; i++) {
             double xi = x[i], yi = y[i];
@@ -487,7 +513,7 @@ static void minmax_base(const char *b, int t, Py_ssize_t n, double *lo, double *
 static void pair_base(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p, double *tot,
                       int *near)
 {
-    pair_body(xb, xt, yb, yt, n, p, tot, near);
+    pair_body(xb, xt, yb, yt, n, p, tot, near, 0);
 }
 #if NBPREC_DISPATCH
 TARGET_AVX2 static void minmax_avx2(const char *b, int t, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nan)
@@ -497,7 +523,7 @@ TARGET_AVX2 static void minmax_avx2(const char *b, int t, Py_ssize_t n, double *
 TARGET_AVX2 static void pair_avx2(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
                                   double *tot, int *near)
 {
-    pair_body(xb, xt, yb, yt, n, p, tot, near);
+    pair_body(xb, xt, yb, yt, n, p, tot, near, 1);
 }
 TARGET_AVX512 static void minmax_avx512(const char *b, int t, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nan)
 {
@@ -506,7 +532,7 @@ TARGET_AVX512 static void minmax_avx512(const char *b, int t, Py_ssize_t n, doub
 TARGET_AVX512 static void pair_avx512(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
                                       double *tot, int *near)
 {
-    pair_body(xb, xt, yb, yt, n, p, tot, near);
+    pair_body(xb, xt, yb, yt, n, p, tot, near, 1);
 }
 #endif
 
@@ -787,7 +813,7 @@ PyMODINIT_FUNC PyInit__fused(void)
     n_isas = 0;
 #if NBPREC_DISPATCH
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
             add_isa("avx512", minmax_avx512, pair_avx512);

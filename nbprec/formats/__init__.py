@@ -14,6 +14,7 @@ from typing import Any
 
 from nbprec.dump import Dump
 from nbprec.errors import DumpFormatError, EmptyDumpError, UnknownFormatError
+from nbprec.formats._probe import shared_listings
 from nbprec.formats.base import DumpReader
 
 #: format name -> "module:ReaderClass", in probing order (most specific first).
@@ -62,9 +63,10 @@ def check_dump_path(path: str | os.PathLike[str]) -> Path:
 def guess_format(path: str | os.PathLike[str]) -> str:
     """Name of the first reader that recognises ``path``; raises :class:`UnknownFormatError` if none does."""
     p = check_dump_path(path)
-    for name in READERS:
-        if reader_class(name).guess_can_open(p):
-            return name
+    with shared_listings():  # the readers' probes list each folder once between them
+        for name in READERS:
+            if reader_class(name).guess_can_open(p):
+                return name
     raise UnknownFormatError(
         path,
         "not recognised as any dump format nbprec reads "

@@ -7,10 +7,54 @@ and descend only into sub-folders.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+_shared = threading.local()  # .listings: folder -> its entries, while shared_listings() is active
+
+
+@contextlib.contextmanager
+def shared_listings() -> Iterator[None]:
+    """Within the block (in this thread), :func:`find_first_file` lists each folder once: the readers'
+    guesses, probing one folder in turn, share its listing (five probes of a flat folder of 800 files took
+    5 ms, most of it listing it again)."""
+    outer = getattr(_shared, "listings", None)
+    if outer is None:
+        _shared.listings = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _shared.listings = None
+
+
+def _entries(folder: Path) -> list[tuple[str, str, bool, bool]]:
+    """``(name, path, is a folder (not followed), is a file)`` of each entry of ``folder``, listed once in a
+    :func:`shared_listings` block; raises OSError."""
+    listings = getattr(_shared, "listings", None)
+    if listings is None:
+        return _scan(folder)
+    key = os.fspath(folder)
+    if key not in listings:
+        listings[key] = _scan(folder)
+    return listings[key]
+
+
+def _scan(folder: Path) -> list[tuple[str, str, bool, bool]]:
+    with os.scandir(folder) as entries:
+        return [(e.name, e.path, d, not d and _is_file(e)) for e in entries for d in (e.is_dir(follow_symlinks=False),)]
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    """Whether an entry is a file or a link to one (a link loop or a dangling link is not)."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
 
 
 def find_first_file(
@@ -35,14 +79,14 @@ def find_first_file(
         next_level = []
         for folder in level:
             try:
-                with os.scandir(folder) as entries:
-                    for entry in entries:
-                        if entry.is_dir(follow_symlinks=False):
-                            if depth < max_depth and fnmatch.fnmatch(entry.name, dir_pattern):
-                                next_level.append(Path(entry.path))
-                        elif match(entry.name) and entry.is_file():
-                            return Path(entry.path)
+                entries = _entries(folder)
             except OSError:
                 continue
+            for name, path, is_dir, is_file in entries:
+                if is_dir:
+                    if depth < max_depth and fnmatch.fnmatch(name, dir_pattern):
+                        next_level.append(Path(path))
+                elif match(name) and is_file:
+                    return Path(path)
         level = sorted(next_level)
     return None

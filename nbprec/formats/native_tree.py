@@ -12,6 +12,7 @@ from the folder's, the folder's is used and a problem says so), and each payload
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,10 +39,12 @@ def _is_run(path: Path) -> bool:
 
 def _subfolders(path: Path, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
     """Subfolders named ``{prefix}{N}``, with their numbers, in number order."""
-    try:
-        found = [(int(m.group(1)), p) for p in path.iterdir() if (m := pattern.fullmatch(p.name)) and p.is_dir()]
+    try:  # names first: a flat folder of many files makes no Path objects
+        with os.scandir(path) as entries:
+            named = [(int(m.group(1)), e.name) for e in entries if (m := pattern.fullmatch(e.name)) and e.is_dir()]
     except OSError:
         return []
+    found = [(number, path / name) for number, name in named]
     return sorted(found, key=lambda item: (item[0], item[1].name))
 
 

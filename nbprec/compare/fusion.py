@@ -136,26 +136,26 @@ class FusionMatcher:
             src, index = data[0]
         return src, int(index)
 
-    def __call__(self, target: pd.DataFrame, bench: pd.DataFrame) -> pd.DataFrame:
-        """Pairs of positions (columns ``t``, ``b``) of target and benchmark index rows."""
+    #: ``match_tensors`` may hand this hook the indexes as :class:`~nbprec.columns.Columns` (no pandas frames).
+    takes_columns = True
+
+    def __call__(self, target: Any, bench: Any) -> pd.DataFrame:
+        """Pairs of positions (columns ``t``, ``b``) of target and benchmark index rows (``Dump.columns`` or
+        ``Dump.index`` DataFrames)."""
+        b_steps, b_ranks = bench["step"].tolist(), bench["rank"].tolist()
         b_keys: dict[tuple[int, int, str, str], int] = {}
         for pos, (step, rank, op, slot, role) in enumerate(
-            zip(bench["step"], bench["rank"], bench["op"], bench["slot"], bench["role"], strict=True)
+            zip(b_steps, b_ranks, bench["op"].tolist(), bench["slot"].tolist(), bench["role"].tolist(), strict=True)
         ):
             if role in ("output", "gradient"):
                 b_keys.setdefault((step, rank, benchmark_key(op), str(slot)), pos)
         # one step and rank in the benchmark (a TensorFlow dump of one step): every target step meets it
-        single = (
-            (bench["step"].iat[0], bench["rank"].iat[0])
-            if len(bench) and bench[["step", "rank"]].nunique().max() == 1
-            else None
-        )
+        single = (b_steps[0], b_ranks[0]) if b_steps and len(set(b_steps)) == 1 and len(set(b_ranks)) == 1 else None
         recorded = _recorded_origins(target)
         t_list, b_list = [], []
         originals: dict[str, set[str]] = {}
-        for pos, (step, rank, op, role, slot) in enumerate(
-            zip(target["step"], target["rank"], target["op"], target["role"], target["slot"], strict=True)
-        ):
+        columns = ("step", "rank", "op", "role", "slot")
+        for pos, (step, rank, op, role, slot) in enumerate(zip(*(target[c].tolist() for c in columns), strict=True)):
             try:
                 k = int(slot)
             except ValueError:
@@ -231,14 +231,15 @@ class FusionMatcher:
         return out
 
 
-def _recorded_origins(target: pd.DataFrame) -> dict[tuple[str, int], tuple[str, int]]:
+def _recorded_origins(target: Any) -> dict[tuple[str, int], tuple[str, int]]:
     """(NPU op, output slot) -> (framework op, output index) from a CANN dump's ``original_op`` columns."""
     if "origin_name" not in target.columns:
         return {}
-    rows = target[(target["origin_name"] != "") & target["role"].isin(("output", "gradient"))]
+    columns = ("op", "slot", "origin_name", "origin_index", "role")
     return {
         (op, int(slot)): (name, int(index) if index >= 0 else int(slot))
-        for op, slot, name, index in rows[["op", "slot", "origin_name", "origin_index"]].itertuples(index=False)
+        for op, slot, name, index, role in zip(*(target[c].tolist() for c in columns), strict=True)
+        if name != "" and role in ("output", "gradient")
     }
 
 

@@ -294,7 +294,8 @@ def match_tensors(
         User pairs (columns ``target``, ``bench``; tensor or op names), applied first; see :func:`read_mapping`.
     fusion
         A fusion-record hook returning name pairs, applied after the mapping; it is given both indexes as
-        DataFrames (pandas is imported for it).
+        DataFrames (pandas is imported for it), or as :class:`~nbprec.columns.Columns` when it has a true
+        ``takes_columns`` attribute.
     by_order
         Whether to align the remaining op streams by order (on by default).
 
@@ -307,10 +308,12 @@ def match_tensors(
     if mapping is not None:
         m.by_names(mapping, "mapping")
     if fusion is not None:
-        from nbprec.dump_index import index_frame
+        if getattr(fusion, "takes_columns", False):  # nbprec's own hook: no frames to build
+            fused = fusion(t_cols, b_cols)
+        else:
+            from nbprec.dump_index import index_frame
 
-        frames = [x if not isinstance(x, Columns) else index_frame(x) for x in (target, bench)]
-        fused = fusion(*frames)
+            fused = fusion(*(x if not isinstance(x, Columns) else index_frame(x) for x in (target, bench)))
         if {"t", "b"} <= set(fused.columns):
             m.by_positions(fused, "fusion")
         else:

@@ -115,6 +115,20 @@ def test_split_framework_op_is_one_to_many(tmp_path: Path) -> None:
     assert set(comp.table.drop_duplicates("op")["relation"]) == {"one-to-many"}
 
 
+def test_fusion_matcher_reads_columns_and_frames_alike(case: NpuDemo) -> None:
+    # match_tensors hands nbprec's matcher the indexes as Columns; a user calling it gets the same from frames
+    from nbprec.graph.ge import read_ge_model
+
+    npu, tf = nbprec.open(case.npu), nbprec.open(case.tf)
+    pairs = {}
+    for form, (t, b) in {"columns": (npu.columns, tf.columns), "frames": (npu.index, tf.index)}.items():
+        matcher = FusionMatcher(read_ge_model(case.graph))
+        found = matcher(t, b)
+        pairs[form] = (sorted(zip(found["t"].tolist(), found["b"].tolist(), strict=True)), matcher.absorbed)
+    assert pairs["columns"] == pairs["frames"]
+    assert len(pairs["columns"][0]) == len(npu.columns)  # every NPU tensor of the demo is matched
+
+
 def test_benchmark_key_follows_tensorflow_file_names() -> None:
     assert benchmark_key("scope/op.x:0") == "scope_op_x_0"
     assert FusionMatcher(None).ground_truth(["a"]) == ["*"]

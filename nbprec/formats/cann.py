@@ -45,9 +45,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from nbprec.columns import Columns
 from nbprec.dtypes import NUMPY_DTYPES
 from nbprec.dump import Dump, Problem
-from nbprec.dump_index import make_index
+from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._dumpdata import CANN_DTYPES, parse_header
 from nbprec.formats._files import open_regular
@@ -315,22 +316,39 @@ class CannDumpReader(DumpReader):
         return Dump(index, path=path, format=self.name, loader=load_tensor, problems=problems, meta=meta)
 
 
-def _build_index(rows: list[dict[str, Any]], run: str) -> Any:
-    """The dump index: common columns from :func:`make_index`, then this format's own, and the order."""
-    import pandas as pd
-
-    index = make_index(rows, run=run)  # takes the common columns (every row has the same keys)
+def _build_index(rows: list[dict[str, Any]], run: str) -> Columns:
+    """The dump index: common columns from :func:`index_columns`, then this format's own, and the order."""
+    index = index_columns(rows, run=run)  # takes the common columns (every row has the same keys)
     columns = dict(zip(rows[0], zip(*map(dict.values, rows), strict=True), strict=True)) if rows else {}
-    extra = pd.DataFrame({c: list(columns.get(c, ())) for c in _EXTRA_COLUMNS}, index=index.index)
-    extra["storage_shape"] = extra["storage_shape"].map(tuple).astype(object) if len(extra) else extra["storage_shape"]
-    index = pd.concat([index, extra], axis=1)
-    # execution order within each step and device: by timestamp, then task id (ops are the files)
-    keys = index[["step", "rank", "timestamp", "task_id", "op"]].drop_duplicates(["step", "rank", "op"])
-    keys = keys.sort_values(["step", "rank", "timestamp", "task_id"], kind="stable")
-    keys["order"] = keys.groupby(["step", "rank"]).cumcount()
-    order = {(s, r, o): n for s, r, o, n in keys[["step", "rank", "op", "order"]].itertuples(index=False)}
-    index["order"] = [order[k] for k in zip(index["step"], index["rank"], index["op"], strict=True)]
+    for name in _EXTRA_COLUMNS:
+        values = list(columns.get(name, ()))
+        if name in _INT_EXTRAS:
+            index[name] = np.array(values, dtype=np.int64)
+        else:  # text, and storage shapes as tuples
+            index[name] = _objects([tuple(v) for v in values] if name == "storage_shape" else values)
+    # execution order within each step and device: by timestamp, then task id (ops are the files), then the
+    # order their files were read
+    first: dict[tuple, tuple] = {}  # (step, rank, op) -> what sorts it
+    keys = list(zip(index["step"].tolist(), index["rank"].tolist(), index["op"].tolist(), strict=True))
+    for key, timestamp, task in zip(keys, columns.get("timestamp", ()), columns.get("task_id", ()), strict=True):
+        if key not in first:
+            first[key] = (key[0], key[1], timestamp, task, len(first))
+    order: dict[tuple, int] = {}
+    counts: dict[tuple, int] = {}
+    for key, (step, rank, *_) in sorted(first.items(), key=lambda item: item[1]):
+        order[key] = counts.get((step, rank), 0)
+        counts[(step, rank)] = order[key] + 1
+    index["order"] = np.array([order[k] for k in keys], dtype=np.int64)
     return index
+
+
+_INT_EXTRAS = frozenset({"origin_index", "task_id", "stream_id", "timestamp", "offset", "nbytes"})
+
+
+def _objects(values: list) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 def _select_occurrences(files: list[DumpFile], occurrence: str, problems: list[Problem]) -> list[DumpFile]:

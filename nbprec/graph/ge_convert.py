@@ -10,6 +10,7 @@ what cannot be resolved is a problem of the model, naming the op.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from nbprec.graph.ge_data import GeGraph, GeInput, GeModel, GeOp, GeTensorDesc, ge_dtype
@@ -89,6 +90,19 @@ def _plain(value: Any, depth: int = 0) -> Any:
     return {k: _plain(v[0], depth + 1) if len(v) == 1 else [_plain(x, depth + 1) for x in v] for k, v in value.items()}
 
 
+def _dtype(value: Any) -> str:
+    """:func:`ge_dtype`, remembered for the few names a graph's descriptors repeat."""
+    try:
+        return _dtype_of(value)
+    except TypeError:  # unhashable: as written
+        return ge_dtype(value)
+
+
+@functools.lru_cache(maxsize=256, typed=True)  # typed: True is not the dtype number 1
+def _dtype_of(value: Any) -> str:
+    return ge_dtype(value)
+
+
 class _Converter:
     """One conversion: collects the graphs (attribute subgraphs included) and the problems."""
 
@@ -106,7 +120,10 @@ class _Converter:
 
     def attrs(self, msg: dict[str, list[Any]], where: str, op: str, depth: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for entry in msg.get("attr", ()):
+        entries = msg.get("attr")
+        if not entries:
+            return out
+        for entry in entries:
             if not isinstance(entry, dict):
                 self.problems.append(f"{where}: an attribute entry is not a message ({entry!r}); left out")
                 continue
@@ -116,12 +133,20 @@ class _Converter:
         return out
 
     def value(self, av: dict[str, list[Any]], where: str, op: str, key: str, depth: int) -> Any:
-        kind = next((k for k in reversed(av) if k in _ATTR_ONEOF and av[k]), None)
-        if kind is None:
-            return None
-        raw = av[kind][-1]
-        if kind in ("s", "bt"):
-            return str(raw)
+        if len(av) == 1:  # the usual AttrDef: one field set
+            kind, values = next(iter(av.items()))
+            if kind not in _ATTR_ONEOF or not values:
+                return None
+        else:
+            kind = next((k for k in reversed(av) if k in _ATTR_ONEOF and av[k]), None)
+            if kind is None:
+                return None
+            values = av[kind]
+        raw = values[-1]
+        if kind == "s" or kind == "bt":
+            return raw if type(raw) is str else str(raw)
+        if kind == "i" and type(raw) is int:
+            return raw
         if kind == "i":
             return self._typed(_int, raw, where)
         if kind == "f":
@@ -179,7 +204,7 @@ class _Converter:
         extra = {k: _plain(v[-1]) for k, v in raw.items() if k not in _DESC_FIELDS and v}
         return GeTensorDesc(
             name=str(_last(raw, "name", "")),
-            dtype=ge_dtype(_last(raw, "dtype")),
+            dtype=_dtype(_last(raw, "dtype")),
             layout=str(_last(raw, "layout", "")),
             shape=tuple(dims)
             if all(type(d) is int for d in dims)

@@ -55,16 +55,16 @@ static const Py_ssize_t ITEMSIZE[N_TYPES] = {8, 4, 2, 2};
 
 #if defined(__GNUC__) || defined(__clang__)
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
-#define CTZ(v) __builtin_ctz(v)
+#define CTZ64(v) __builtin_ctzll(v)
 #else
 #define ALWAYS_INLINE static inline
-static int ctz_portable(unsigned v) /* trailing zero bits of v != 0 */
+static int ctz64_portable(uint64_t v) /* trailing zero bits of v != 0 */
 {
     int n = 0;
     for (; !(v & 1u); v >>= 1) n++;
     return n;
 }
-#define CTZ(v) ctz_portable(v)
+#define CTZ64(v) ctz64_portable(v)
 #endif
 
 /* Parameters of one pair_sums call (the KL offsets/floors and the shifts of the centred sums). */
@@ -102,7 +102,7 @@ TARGET_AVX2 static inline void load_f16_hw(const uint16_t *src, Py_ssize_t m, do
 }
 #endif
 
-/* `hw_f16`, a constant at each call, is true in the builds for CPUs with F16C (see load_f16_hw). */
+/* `hw_f16`, a constant at each call, is true in the builds for CPUs with AVX2 and F16C (see load_f16_hw). */
 ALWAYS_INLINE void load_block(const char *base, int type, Py_ssize_t start, Py_ssize_t m, double *restrict out,
                               int hw_f16)
 {
@@ -367,8 +367,8 @@ ALWAYS_INLINE void kl_block_near(const double *restrict x, const double *restric
 }
 
 /* What to add to kl_block_near's kt for one term whose |s| is beyond NEAR: its exact value less the short
-   series' one. Not vectorised on purpose (kl_far_terms calls it for the few terms that need it, rather than
-   computing a log of every term of the block). */
+   series' one. kl_far_terms gathers the few terms that need it and runs it over them in a vectorised loop,
+   rather than computing a log of every term of the block. */
 ALWAYS_INLINE double kl_far_correction(double x, double y, double s, const Params *p)
 {
     double tx = x - p->off_x, ty = y - p->off_y;
@@ -377,25 +377,65 @@ ALWAYS_INLINE double kl_far_correction(double x, double y, double s, const Param
     return kx * (log_ratio(kx, ky) - two_atanh_near(s));
 }
 
-/* The corrections of a block's terms beyond NEAR (their s kept in s_in), and how many there were, in the
-   order of the terms. The test of 16 terms at a time becomes a bit mask (vectorised compares) whose set bits
-   are visited: one unpredictable branch per group instead of one per term. */
-ALWAYS_INLINE double kl_far_terms(const double *x, const double *y, const double *s_in, Py_ssize_t m,
-                                  const Params *p, Py_ssize_t *out_count)
+/* Which of a block's terms are beyond NEAR (or NaN): bit j % 64 of bits[j / 64] for term j. */
+static void far_bits_base(const double *s, Py_ssize_t m, uint64_t *bits)
 {
+    Py_ssize_t j;
+    for (j = 0; j < BLOCK / 64; j++) bits[j] = 0;
+    for (j = 0; j < m; j++) bits[j >> 6] |= (uint64_t)!(fabs(s[j]) <= NEAR) << (j & 63);
+}
+
+#if NBPREC_DISPATCH
+/* far_bits_base four terms at a time: a compare and a move of its sign bits (a block with a few far terms
+   spent more time finding them, term by term, than correcting them). */
+TARGET_AVX2 static void far_bits_avx2(const double *s, Py_ssize_t m, uint64_t *bits)
+{
+    const __m256d near = _mm256_set1_pd(NEAR);
+    const __m256d magnitude = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL));
+    Py_ssize_t j;
+    for (j = 0; j < BLOCK / 64; j++) bits[j] = 0;
+    for (j = 0; j + 4 <= m; j += 4) {
+        __m256d a = _mm256_and_pd(_mm256_loadu_pd(s + j), magnitude);
+        bits[j >> 6] |= (uint64_t)_mm256_movemask_pd(_mm256_cmp_pd(a, near, _CMP_NLE_UQ)) << (j & 63);
+    }
+    for (; j < m; j++) bits[j >> 6] |= (uint64_t)!(fabs(s[j]) <= NEAR) << (j & 63);
+}
+#endif
+
+/* The corrections of a block's terms beyond NEAR (their s kept in s_in), and how many there were: the far
+   terms are found as bit masks (far_bits_*; `wide`, a constant at each call, says the AVX2 one may be used),
+   gathered in order, and corrected in one vectorised loop (the scalar loop of one correction at a time, with
+   a term-by-term search, cost the msprobe pair of bench/compare.py 10% of nbprec.compare's time: about 1% of
+   its terms are far, next to each side's minimum). */
+ALWAYS_INLINE double kl_far_terms(const double *x, const double *y, const double *s_in, Py_ssize_t m,
+                                  const Params *p, Py_ssize_t *out_count, int wide)
+{
+    uint64_t bits[BLOCK / 64];
+    double fx[BLOCK], fy[BLOCK], fs[BLOCK];
     double kt = 0;
-    Py_ssize_t i, j, count = 0;
-    for (i = 0; i < m; i += 16) {
-        Py_ssize_t g = m - i < 16 ? m - i : 16;
-        unsigned mask = 0;
-        for (j = 0; j < g; j++) mask |= (unsigned)!(fabs(s_in[i + j]) <= NEAR) << j;
+    Py_ssize_t w, j, count = 0;
+#if NBPREC_DISPATCH
+    if (wide)
+        far_bits_avx2(s_in, m, bits);
+    else
+        far_bits_base(s_in, m, bits);
+#else
+    (void)wide;
+    far_bits_base(s_in, m, bits);
+#endif
+    for (w = 0; w < BLOCK / 64; w++) { /* the far terms, gathered in order */
+        uint64_t mask = bits[w];
         while (mask) {
-            j = i + CTZ(mask);
+            j = w * 64 + CTZ64(mask);
             mask &= mask - 1;
-            kt += kl_far_correction(x[j], y[j], s_in[j], p);
+            fx[count] = x[j];
+            fy[count] = y[j];
+            fs[count] = s_in[j];
             count++;
         }
     }
+#pragma omp simd reduction(+ : kt)
+    for (j = 0; j < count; j++) kt += kl_far_correction(fx[j], fy[j], fs[j], p); /* vectorised, branch-free */
     *out_count = count;
     return kt;
 }
@@ -470,7 +510,7 @@ ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_
             kl_block_near(x, y, m, p, s, &ksx, &ksy, &kt, &far);
             if (far) {
                 Py_ssize_t count;
-                kt += kl_far_terms(x, y, s, m, p, &count);
+                kt += kl_far_terms(x, y, s, m, p, &count, hw_f16);
                 near_first = count <= m * FAR_SHARE;
             }
         } else { /* many terms far from 1 in the last block: the general loop, counting whether that lasts */

@@ -152,6 +152,7 @@ def progress(done, total):
     if not said:
         said.append(done)
         print(json.dumps({"running": children(), "done": done, "total": total}), flush=True)
+        time.sleep(30)  # the run cannot end before Ctrl-C comes (it did on a loaded machine): it comes here
 
 try:
     nbprec.compare(sys.argv[1], sys.argv[2], workers=3, parallel="processes", progress=progress)

@@ -51,7 +51,7 @@ import numpy as np
 
 from nbprec.dtypes import LOW_PRECISION_FLOATS, NUMPY_DTYPES, canonical_dtype
 from nbprec.dump import Dump, Problem
-from nbprec.dump_index import make_index
+from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._files import NPY_HEADER_ERRORS, open_regular, read_regular
 from nbprec.formats._probe import find_first_file
@@ -427,8 +427,10 @@ class PtdbgDumpReader(DumpReader):
                 path, f"the .pkl files list no tensors ({len(pkls)} files, {len(collector.problems)} problems{first})"
             )
         unknown_shape = np.array([bool(r.pop("_shape_unknown")) for r in collector.rows], dtype=bool)
-        index = make_index(collector.rows, run=run or _run_name(path))
-        index.loc[unknown_shape, "numel"] = -1
+        index = index_columns(collector.rows, run=run or _run_name(path))  # Columns: no pandas frame to build
+        numel = index["numel"].copy()
+        numel[unknown_shape] = -1
+        index["numel"] = numel
         meta = {
             "pkl_files": [str(p) for p in pkls],
             "overflow_ops": list(collector.overflow_ops),

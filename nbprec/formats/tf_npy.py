@@ -27,7 +27,7 @@ import numpy as np
 
 from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
 from nbprec.dump import Dump, Problem
-from nbprec.dump_index import make_index
+from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._files import NPY_HEADER_ERRORS, ConfinedFiles, inside, open_regular, printable, real_folder
 from nbprec.formats._payload import payload_array
@@ -308,7 +308,7 @@ class TfNpyDumpReader(DumpReader):
         if op_types:
             for r in records:
                 r["op_type"] = op_types.get(Path(r["file"]).name, "")
-        index = make_index(records, run=path.name)
+        index = index_columns(records, run=path.name)  # Columns: Dump.index makes the frame when asked
         index["offset"] = np.array([r["offset"] for r in records], dtype=np.int64)
         meta: dict[str, Any] = {"task": "tensor", "framework": "tensorflow", "occurrence": occurrence}
         raw_bfloat16 = sum(1 for r in records if r["raw_bfloat16"])

@@ -113,7 +113,8 @@ static int scalar(const Text *t, PyObject *text, Py_ssize_t i, PyObject *scalar_
     if (d < t->n && is_digit(CH(t, d)) && CH(t, d) != '0' && c != '-') {
         long long v = 0;
         int digits = 0;
-        for (j = d; j < t->n && is_digit(CH(t, j)); j++, digits++) v = v * 10 + (long long)(CH(t, j) - '0');
+        for (j = d; j < t->n && is_digit(CH(t, j)); j++, digits++)
+            if (digits < 18) v = v * 10 + (long long)(CH(t, j) - '0'); /* longer ones: Python's int() */
         if (digits <= 18 && !(j < t->n && (is_word(CH(t, j)) || CH(t, j) == '.'))) {
             *value = PyLong_FromLongLong(v);
             if (*value == NULL) return -1;

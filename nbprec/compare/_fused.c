@@ -15,16 +15,16 @@
  *
  * KL's logarithm, log(kx / ky), dominates the cost. Most terms of nearly equal tensors have kx / ky near 1,
  * where log(kx / ky) = 2 atanh(s) with s = (kx - ky) / (kx + ky) small: four terms of the series, no
- * exponent work (kl_block_near). The few terms farther from 1 are then corrected one by one with log_ratio,
- * a branch-free logarithm of a ratio exact to a few ulp (exponents, mantissas, 2 atanh(s) over the whole
- * range), and a block where many are far takes log_ratio for every term (kl_block). Blocks holding a value
- * that is not a positive normal double are redone with the C library's log.
+ * exponent work (kl_block_near). The few terms farther from 1 are then gathered and corrected in one
+ * vectorised loop with log_ratio, a branch-free logarithm of a ratio exact to a few ulp (exponents, mantissas,
+ * 2 atanh(s) over the whole range), and a block where many are far takes log_ratio for every term (kl_block).
+ * Blocks holding a value that is not a positive normal double are redone with the C library's log.
  *
  * On x86-64 with GCC or Clang the kernels are compiled three times, for AVX-512 (on 256-bit vectors), for
- * AVX2+FMA and for the baseline, and the fastest the CPU runs is picked at import time. The AVX-512 build
- * keeps AVX2's vector width (512-bit vectors were slower on AMD Zen 4, which splits them in two) and gains
- * the 32 vector registers, the mask registers and the direct conversions: 8% faster than the AVX2 build on
- * the msprobe pair's bfloat16/float32 tensors (Zen 4).
+ * AVX2+FMA (both with F16C, which converts float16) and for the baseline, and the fastest the CPU runs is
+ * picked at import time. The AVX-512 build keeps AVX2's vector width (512-bit vectors were slower on AMD Zen 4,
+ * which splits them in two) and gains the 32 vector registers, the mask registers and the direct conversions:
+ * 8% faster than the AVX2 build on the msprobe pair's bfloat16/float32 tensors (Zen 4).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -102,9 +102,10 @@ TARGET_AVX2 static inline void load_f16_hw(const uint16_t *src, Py_ssize_t m, do
 }
 #endif
 
-/* `hw_f16`, a constant at each call, is true in the builds for CPUs with AVX2 and F16C (see load_f16_hw). */
+/* `avx2`, a constant at each call, is true in the builds for CPUs with AVX2 and F16C: the helpers compiled for
+   them (load_f16_hw, far_bits_avx2) may be called. */
 ALWAYS_INLINE void load_block(const char *base, int type, Py_ssize_t start, Py_ssize_t m, double *restrict out,
-                              int hw_f16)
+                              int avx2)
 {
     Py_ssize_t i;
     if (type == TYPE_F64) {
@@ -119,12 +120,12 @@ ALWAYS_INLINE void load_block(const char *base, int type, Py_ssize_t start, Py_s
         for (i = 0; i < m; i++) out[i] = (double)bits_to_float((uint32_t)src[i] << 16);
     } else {
 #if NBPREC_DISPATCH
-        if (hw_f16) {
+        if (avx2) {
             load_f16_hw((const uint16_t *)base + start, m, out);
             return;
         }
 #else
-        (void)hw_f16;
+        (void)avx2;
 #endif
         /* float16 by bits: the sign-extended half shifted left by 42 puts exponent and mantissa where a
            double keeps them, the mask clears the sign-extension copies, and 2^1008 moves the exponent bias
@@ -403,24 +404,24 @@ TARGET_AVX2 static void far_bits_avx2(const double *s, Py_ssize_t m, uint64_t *b
 #endif
 
 /* The corrections of a block's terms beyond NEAR (their s kept in s_in), and how many there were: the far
-   terms are found as bit masks (far_bits_*; `wide`, a constant at each call, says the AVX2 one may be used),
+   terms are found as bit masks (far_bits_*; `avx2`, a constant at each call, says the AVX2 one may be used),
    gathered in order, and corrected in one vectorised loop (the scalar loop of one correction at a time, with
    a term-by-term search, cost the msprobe pair of bench/compare.py 10% of nbprec.compare's time: about 1% of
    its terms are far, next to each side's minimum). */
 ALWAYS_INLINE double kl_far_terms(const double *x, const double *y, const double *s_in, Py_ssize_t m,
-                                  const Params *p, Py_ssize_t *out_count, int wide)
+                                  const Params *p, Py_ssize_t *out_count, int avx2)
 {
     uint64_t bits[BLOCK / 64];
     double fx[BLOCK], fy[BLOCK], fs[BLOCK];
     double kt = 0;
     Py_ssize_t w, j, count = 0;
 #if NBPREC_DISPATCH
-    if (wide)
+    if (avx2)
         far_bits_avx2(s_in, m, bits);
     else
         far_bits_base(s_in, m, bits);
 #else
-    (void)wide;
+    (void)avx2;
     far_bits_base(s_in, m, bits);
 #endif
     for (w = 0; w < BLOCK / 64; w++) { /* the far terms, gathered in order */
@@ -446,7 +447,7 @@ ALWAYS_INLINE double max_nan(double a, double b) { return (a != a || b != b) ? N
 /* Each block is converted once and read by three loops from L1: the plain sums, the relative error, the KL
    terms. One loop holding every accumulator would need more vector registers than AVX2 has (16). */
 ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
-                             double *restrict tot, int *near_state, int hw_f16)
+                             double *restrict tot, int *near_state, int avx2)
 {
     double x[BLOCK], y[BLOCK], s[BLOCK];
     Py_ssize_t start, i;
@@ -463,8 +464,8 @@ ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_
             for (off = 0; off < mm * ITEMSIZE[xt]; off += 64) __builtin_prefetch(xb + next * ITEMSIZE[xt] + off);
             for (off = 0; off < mm * ITEMSIZE[yt]; off += 64) __builtin_prefetch(yb + next * ITEMSIZE[yt] + off);
         }
-        load_block(xb, xt, start, m, x, hw_f16);
-        load_block(yb, yt, start, m, y, hw_f16);
+        load_block(xb, xt, start, m, x, avx2);
+        load_block(yb, yt, start, m, y, avx2);
 #pragma omp simd reduction(+ : sxx, syy, sxy, sdd, sad, cx, cxx, cy, cyy) reduction(max : mad)
         for (i = 0; i < m; i++) {
             double xi = x[i], yi = y[i];
@@ -510,7 +511,7 @@ ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_
             kl_block_near(x, y, m, p, s, &ksx, &ksy, &kt, &far);
             if (far) {
                 Py_ssize_t count;
-                kt += kl_far_terms(x, y, s, m, p, &count, hw_f16);
+                kt += kl_far_terms(x, y, s, m, p, &count, avx2);
                 near_first = count <= m * FAR_SHARE;
             }
         } else { /* many terms far from 1 in the last block: the general loop, counting whether that lasts */

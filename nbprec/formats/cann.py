@@ -140,6 +140,7 @@ def _tensor_rows(
     op += found.suffix
     rows = []
     offset = header.payload_start
+    file, module = str(found.path), _scope(op)  # the same for every tensor of the file
     tensors = [("input", i, t) for i, t in enumerate(message.input)]
     tensors += [("output", i, t) for i, t in enumerate(message.output)]
     for role, slot, tensor in tensors:
@@ -161,7 +162,7 @@ def _tensor_rows(
             )
             has_data = False
         if note:
-            problems.append(Problem(str(found.path), note, name))
+            problems.append(Problem(file, note, name))
         rows.append(
             {
                 "name": name,
@@ -169,13 +170,13 @@ def _tensor_rows(
                 "rank": found.rank,
                 "op": op,
                 "op_type": found.op_type,
-                "module": _scope(op),
+                "module": module,
                 "role": role,
                 "slot": str(slot),
                 "dtype": dtype,
                 "shape": plan.shape,
                 "numel": math.prod(plan.shape),
-                "file": str(found.path),
+                "file": file,
                 "has_data": has_data,
                 "storage_format": plan.storage_format,
                 "storage_shape": plan.storage_shape,

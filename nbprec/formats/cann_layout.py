@@ -111,9 +111,8 @@ def plan_layout(
         origin_shape = tuple(hint_shape) if hint_shape is not None else origin_shape
     if origin_format not in ORIGIN_LAYOUTS:
         origin_format = ""
-    kept = TensorLayout(storage_shape, storage_format, storage_shape, storage_format, numel)
     if keep_storage:
-        return kept
+        return TensorLayout(storage_shape, storage_format, storage_shape, storage_format, numel)
     plain = storage_format in ORIGIN_LAYOUTS
     if plain and (not origin_format or origin_format == storage_format or origin_shape is None):
         same_count = origin_shape is not None and math.prod(origin_shape) == numel

@@ -59,14 +59,15 @@ def _pair(root: Path) -> tuple[Path, Path]:
     return paths[0], paths[1]
 
 
-def _compare_loaded(target: Path, bench: Path, out: Path) -> dict:
-    """``nbprec compare TARGET BENCH -o OUT`` in a fresh interpreter: its status, what it printed, and the heavy
-    packages it loaded."""
+def _compare_loaded(target: Path, bench: Path, out: Path, *options: str) -> dict:
+    """``nbprec compare TARGET BENCH -o OUT [OPTIONS]`` in a fresh interpreter: its status, what it printed, and
+    the heavy packages it loaded."""
+    arguments = ["compare", str(target), str(bench), "-o", str(out), "--no-progress", *options]
     code = (
         "import contextlib, io, json, sys\n"
         "from nbprec.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()) as text:\n"
-        f"    status = main(['compare', {str(target)!r}, {str(bench)!r}, '-o', {str(out)!r}, '--no-progress'])\n"
+        f"    status = main({arguments!r})\n"
         f"{_HEAVY}\n"
         "print(json.dumps({'status': status, 'heavy': heavy, 'text': text.getvalue()}))\n"
     )
@@ -106,6 +107,17 @@ def test_comparing_msprobe_dumps_of_two_steps_needs_no_pandas(tmp_path):
     runs = pd.read_csv(out / "runs.csv")
     pd.testing.assert_frame_equal(runs, pd.read_csv(_written(comp.runs().table, tmp_path / "runs.csv")))
     assert (runs["status"] != "").all() and runs["first_failing_order"].isna().any()  # missing orders left empty
+
+
+def test_comparing_an_npu_dump_with_its_graph_needs_no_pandas(tmp_path):
+    """A CANN dump, its GE graph (fusion matching, storage formats) and a TensorFlow dump: the graph package is
+    needed, pandas and the other layers are not."""
+    from nbprec.demo.npu import make_npu_demo
+
+    case = make_npu_demo(tmp_path / "npu-demo", batch=1)
+    result = _compare_loaded(case.npu, case.tf, tmp_path / "cli", "--graph", str(case.graph))
+    assert [m for m in result["heavy"] if not m.startswith("nbprec.graph")] == []
+    assert result["status"] == 0 and case.faulty_op in result["text"]
 
 
 def _written(frame: object, path: Path) -> Path:

@@ -28,12 +28,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    import pandas as pd
+from nbprec.columns import Columns
 
 #: Producers an input is followed through to reach the op whose output the benchmark holds.
 PASS_THROUGH_TYPES = frozenset({"Cast", "TransData", "TransDataRNN", "TransDataV2"})
@@ -139,9 +138,9 @@ class FusionMatcher:
     #: ``match_tensors`` may hand this hook the indexes as :class:`~nbprec.columns.Columns` (no pandas frames).
     takes_columns = True
 
-    def __call__(self, target: Any, bench: Any) -> pd.DataFrame:
+    def __call__(self, target: Any, bench: Any) -> Columns:
         """Pairs of positions (columns ``t``, ``b``) of target and benchmark index rows (``Dump.columns`` or
-        ``Dump.index`` DataFrames)."""
+        ``Dump.index`` DataFrames), as :class:`~nbprec.columns.Columns` (no pandas)."""
         b_steps, b_ranks = bench["step"].tolist(), bench["rank"].tolist()
         b_keys: dict[tuple[int, int, str, str], int] = {}
         for pos, (step, rank, op, slot, role) in enumerate(
@@ -178,9 +177,7 @@ class FusionMatcher:
                 originals.setdefault(op, set()).add(origin[0])
         self._ground_truth = self._originals(originals)
         self.absorbed = {name: op for op, names in self._ground_truth.items() if len(names) > 1 for name in names}
-        import pandas as pd
-
-        return pd.DataFrame({"t": np.array(t_list, dtype=np.int64), "b": np.array(b_list, dtype=np.int64)})
+        return Columns({"t": np.array(t_list, dtype=np.int64), "b": np.array(b_list, dtype=np.int64)}, len(t_list))
 
     def _originals(self, matched: Mapping[str, set[str]]) -> dict[str, tuple[str, ...]]:
         """Each NPU op's original framework ops: the graph's fusion record (matched or not), else the origins

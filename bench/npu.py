@@ -37,13 +37,18 @@ untimed warm-up of each (so the page cache is warm for all three); see ``bench/t
 (c) A plain read pass: every byte of every file of both dumps read with 8 MiB ``readinto`` calls (what
     ``cat`` does; :func:`timing.read_files`).
 
+(d) The command line as a user runs it, whole process against whole process: ``nbprec compare NPU TF --graph G
+    -o OUT`` (start-up, imports and every output file included) against a fresh process doing the plain read of
+    (c), interleaved, medians (``--skip-cli`` skips it).
+
 Prints the throughput (MB/s of dump bytes: the files of both dumps), the ratios msaccucmp / nbprec (target
->= 20) and nbprec / plain read (target <= 3), the machine and the sizes. nbprec is byte-compiled first.
+>= 20) and nbprec / plain read (target <= 3), the command line against the read process, the machine and the
+sizes. nbprec is byte-compiled first.
 
 Usage::
 
     .venv/bin/python bench/npu.py [--size-mb 500] [--runs 5] [--seed 0] [--data DIR] [--quick]
-        [--skip-msaccucmp]
+        [--skip-msaccucmp] [--skip-cli]
 """
 
 from __future__ import annotations
@@ -261,6 +266,7 @@ def main() -> None:
     parser.add_argument("--data", help="folder for the case (default: a cached folder in the temp dir)")
     parser.add_argument("--quick", action="store_true", help="a toy network and a few MB (checks the script)")
     parser.add_argument("--skip-msaccucmp", action="store_true", help="skip part (b)")
+    parser.add_argument("--skip-cli", action="store_true", help="skip part (d), the command line")
     args = parser.parse_args()
     args.size_mb = args.size_mb or (3.0 if args.quick else 500.0)
     args.runs = max(5, args.runs)
@@ -335,8 +341,36 @@ def main() -> None:
         lines.append(f"  agreement: {len(diff)} cosines, |msaccucmp - nbprec| max {np.nanmax(diff):.1e}")
     else:
         lines.append(f"  msaccucmp / nbprec   = skipped: {why}")
+    if not args.skip_cli:
+        lines += command_line(npu_dir, tf_dir, graph, files, mb, args.runs)
     lines.append("===============================================================")
     print("\n".join(lines), flush=True)
+
+
+def command_line(npu_dir: Path, tf_dir: Path, graph: Path, files: list[Path], mb: float, runs: int) -> list[str]:
+    """Part (d): ``nbprec compare`` as a whole process against a plain-read process, interleaved; the summary
+    lines."""
+    nbprec_bin = str(Path(sys.executable).parent / "nbprec")
+    with tempfile.TemporaryDirectory(prefix="nbprec-bench-npu-cli-") as out:
+        cmd = [nbprec_bin, "compare", str(npu_dir), str(tf_dir), "--graph", str(graph), "-o", out, "--no-progress"]
+        runners = {
+            "nbprec command": lambda: timing.whole_process(cmd, ok=(0, 1)),  # 1: failing ops found
+            "plain read process": lambda: timing.plain_read(files)["process_seconds"],
+        }
+        for runner in runners.values():  # warm-up
+            runner()
+        print("(d) the command line, whole processes:", flush=True)
+        times = timing.interleave(runners, runs)
+    med = {name: timing.median(t) for name, t in times.items()}
+    ratio = med["nbprec command"] / med["plain read process"]
+    return [
+        f"whole process (the parent's clock around each process; the command writes all its files), medians of {runs}:",
+        *(
+            f"  {name:<20} {med[name]:8.3f} s  {mb / med[name]:8.0f} MB/s   (runs {timing.runs_text(times[name])})"
+            for name in runners
+        ),
+        f"  command / read process = {ratio:6.2f}",
+    ]
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ def test_bench_npu_quick_prints_its_ratios(tmp_path: Path) -> None:
     assert re.search(r"nbprec / plain read\s+=\s+[0-9.]+\s+target <= 3: (met|MISSED)", out), out
     assert re.search(r"plain read\s+[0-9.]+ s\s+[0-9]+ MB/s", out) and re.search(r"nbprec\.compare\s+[0-9.]+ s", out)
     assert re.search(r"machine: \d+ cores", out) and "NPU dump files" in out
+    assert re.search(r"nbprec command\s+[0-9.]+ s", out) and re.search(r"plain read process\s+[0-9.]+ s", out)
+    assert re.search(r"command / read process =\s+[0-9.]+", out), out
     if msaccucmp_root()[0] is not None:  # mindstudio-probe installed: part (b) ran and agrees with nbprec
         assert re.search(r"msaccucmp / nbprec\s+=\s+[0-9.]+\s+target >= 20: (met|MISSED)", out), out
         cosine = re.search(r"agreement: (\d+) cosines, \|msaccucmp - nbprec\| max ([0-9.e+-]+)", out)
@@ -29,5 +31,6 @@ def test_bench_npu_quick_prints_its_ratios(tmp_path: Path) -> None:
     else:
         assert "msaccucmp / nbprec   = skipped: mindstudio-probe is not installed" in out
     # the case is cached: a second run reuses it instead of writing it again
-    again = subprocess.run(cmd + ["--skip-msaccucmp"], capture_output=True, text=True, timeout=600, check=False)
+    again = subprocess.run(cmd + ["--skip-msaccucmp", "--skip-cli"], capture_output=True, text=True, timeout=600,
+                           check=False)  # fmt: skip
     assert again.returncode == 0 and f"cached at {data}" in again.stdout, again.stdout[-2000:] + again.stderr[-2000:]

@@ -123,9 +123,14 @@ def test_executor_must_be_an_executor(make_mlp_dump):
 
 
 _INTERRUPTED_RUN = """
-import json, os, sys, time
+import json, os, signal, sys, time
 import nbprec
 from nbprec.compare import engine
+
+# A process started with SIGINT ignored keeps it ignored, and so would this one (the test suite run as a
+# background job by a shell without job control: it failed so in .ci/run): Ctrl-C must raise
+# KeyboardInterrupt here, as in a terminal
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 real = engine.tensor_metrics
 
@@ -152,7 +157,7 @@ def progress(done, total):
     if not said:
         said.append(done)
         print(json.dumps({"running": children(), "done": done, "total": total}), flush=True)
-        time.sleep(30)  # the run cannot end before Ctrl-C comes (it did on a loaded machine): it comes here
+        time.sleep(30)  # the run cannot end before Ctrl-C comes: it comes here
 
 try:
     nbprec.compare(sys.argv[1], sys.argv[2], workers=3, parallel="processes", progress=progress)

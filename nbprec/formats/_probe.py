@@ -45,8 +45,12 @@ def _entries(folder: Path) -> list[tuple[str, str, bool, bool]]:
 
 
 def _scan(folder: Path) -> list[tuple[str, str, bool, bool]]:
+    found = []
     with os.scandir(folder) as entries:
-        return [(e.name, e.path, d, not d and _is_file(e)) for e in entries for d in (e.is_dir(follow_symlinks=False),)]
+        for entry in entries:
+            is_dir = entry.is_dir(follow_symlinks=False)
+            found.append((entry.name, entry.path, is_dir, not is_dir and _is_file(entry)))
+    return found
 
 
 def _is_file(entry: os.DirEntry) -> bool:

@@ -30,6 +30,7 @@ from nbprec.compare.msprobe_layout import (  # noqa: F401 (re-exported: where us
     msprobe_mode,
     msprobe_rows,
     shape_text,
+    shape_texts,
 )
 from nbprec.errors import ComparisonError
 from nbprec.floattext import float_texts
@@ -134,7 +135,7 @@ def _msaccucmp_columns(table: Columns) -> list[list[str]]:
             f"{o}:{'output' if r in ('output', 'gradient') else 'input'}:{s}"
             for o, r, s in zip(op, role, slot, strict=True)
         ],
-        [shape_text(s) for s in table["target_shape"].tolist()],
+        shape_texts(table["target_shape"].tolist()),
         np.where(nonfinite, "YES", "NO").tolist(),
         *(_nums(table[c]) for c in ("cosine", "max_abs_err", "accumulated_rel_err", "rel_euclidean", "kl_divergence")),
         _std_cells(table),

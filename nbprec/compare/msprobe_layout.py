@@ -67,6 +67,23 @@ def shape_text(value: Any) -> str:
     return "" if value is None else str(list(value))
 
 
+def shape_texts(values: list[Any]) -> list[str]:
+    """:func:`shape_text` of each shape, each distinct shape formatted once (a model's tensors share a few)."""
+    texts: dict[Any, str] = {}
+    out = []
+    for value in values:
+        try:
+            text = texts.get(value)
+        except TypeError:  # an unhashable shape (a list): formatted each time
+            text = None
+        if text is None:
+            text = shape_text(value)
+            if isinstance(value, tuple):
+                texts[value] = text
+        out.append(text)
+    return out
+
+
 def msprobe_mode(comparison: Comparison) -> str:
     """The msprobe compare mode whose layout fits ``comparison``.
 
@@ -132,9 +149,30 @@ def _ms_stats(table: Columns, side: str) -> list[list[Any]]:
     return out
 
 
-def _rounded(value: Any) -> Any:
-    """msprobe's rounding of a metric: 12 decimals (``'Nan'`` when not computed)."""
-    return _NAN if _is_nan(value) else float(f"{value:.12f}")
+def decimals_rounded(values: np.ndarray, decimals: int) -> np.ndarray:
+    """``float(f"{v:.{decimals}f}")`` of every value (msprobe's rounding, correctly rounded), without a call per
+    value where that is exact: ``rint(v * 10**decimals) / 10**decimals``.
+
+    The product is within half an ulp of ``v * 10**decimals``; where it lies further than an ulp from a
+    half-integer, its nearest integer is the exact value's, and dividing that integer (below 2^52, so exact)
+    by ``10**decimals`` rounds to the double nearest the decimal text. Values near a tie, beyond 2^52 once
+    scaled or not finite are formatted and read back one by one.
+
+    Examples
+    --------
+    >>> decimals_rounded(np.array([0.1234567890125, 2.5e-13, -7.0]), 12).tolist()
+    [0.123456789012, 0.0, -7.0]
+    """
+    x = np.asarray(values, dtype=np.float64)
+    scale = 10.0**decimals
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = x * scale
+        out = np.rint(scaled) / scale
+        tie_distance = np.abs(scaled - np.floor(scaled) - 0.5)
+        exact = (np.abs(scaled) < 2.0**52) & (tie_distance > np.spacing(np.abs(scaled)))
+    for i in np.flatnonzero(~exact).tolist():
+        out[i] = float(f"{x[i]:.{decimals}f}")
+    return out
 
 
 def _squeezed(shape: Any) -> tuple[int, ...]:
@@ -288,33 +326,39 @@ def _ms_text(value: Any) -> str:
 
 
 def _ms_tensor_columns(table: Columns, paired: list[bool]) -> list[list[Any]]:
-    """Cosine, EucDist, MaxAbsErr, MaxRelativeErr and the two error ratios of every row as msprobe writes them
-    (a row at a time, without a call per row)."""
+    """Cosine, EucDist, MaxAbsErr, MaxRelativeErr and the two error ratios of every row as msprobe writes them:
+    12 decimals (a cosine above 0.9999 then 6), ``'Nan'`` where not computed; ``'unsupported'`` without a
+    benchmark or a payload comparison, ``'shape unmatched'`` when the squeezed shapes differ, ``'N/A'`` when a
+    payload holds NaN/inf. The numbers are rounded a column at a time (:func:`decimals_rounded`)."""
     n = len(table)
     modes, numels, reasons = table["compare_mode"].tolist(), table["numel"].tolist(), table["reason"].tolist()
     t_shapes, b_shapes = table["target_shape"].tolist(), table["bench_shape"].tolist()
     names = ("cosine", "euclidean", "max_abs_err", "max_rel_err", "thousandth_ratio", "five_thousandth_ratio")
-    metric = [table[name].tolist() if name in table else [math.nan] * n for name in names]
-    out: list[list[Any]] = [[None] * n for _ in names]
-    for i in range(n):
+    metric = [np.asarray(table[name], dtype=np.float64) if name in table else np.full(n, np.nan) for name in names]
+    cosine = decimals_rounded(metric[0], 12)
+    high = np.flatnonzero(cosine > 0.9999)
+    cosine[high] = decimals_rounded(cosine[high], 6)
+    numbers = [cosine, metric[1], *(decimals_rounded(m, 12) for m in metric[2:])]
+    out: list[list[Any]] = []
+    for column in numbers:
+        cells = column.tolist()
+        for i in np.flatnonzero(np.isnan(column)).tolist():
+            cells[i] = _NAN
+        out.append(cells)
+    for i in range(n):  # rows whose cells are words, not numbers
         numel = numels[i]
         if not paired[i] or modes[i] != "tensor" or not numel:
-            cells = [_UNSUPPORTED] * 6
-        elif _squeezed(t_shapes[i]) != _squeezed(b_shapes[i]):  # msprobe squeezes both tensors first
-            cells = ["shape unmatched"] * 6
+            text = _UNSUPPORTED
+        elif t_shapes[i] != b_shapes[i] and _squeezed(t_shapes[i]) != _squeezed(b_shapes[i]):  # msprobe squeezes
+            text = "shape unmatched"
         elif isinstance(reasons[i], str) and "non-finite values:" in reasons[i]:  # a payload holds NaN/inf
-            cells = [_NA] * 6
+            text = _NA
         else:
-            cosine, euclidean, abs_err, rel_err, p1, p5 = (m[i] for m in metric)
-            cosine = _NAN if cosine != cosine else float(f"{cosine:.12f}")
-            if isinstance(cosine, float) and cosine > 0.9999:
-                cosine = round(cosine, 6)
-            cells = [cosine, _NAN if euclidean != euclidean else float(euclidean)]
-            cells += [_NAN if v != v else float(f"{v:.12f}") for v in (abs_err, rel_err, p1, p5)]
             if numel == 1:  # a 0-d tensor once squeezed: no cosine, distance or ratios
-                cells[0] = cells[1] = cells[4] = cells[5] = _UNSUPPORTED
-        for column, cell in zip(out, cells, strict=True):
-            column[i] = cell
+                out[0][i] = out[1][i] = out[4][i] = out[5][i] = _UNSUPPORTED
+            continue
+        for column in out:
+            column[i] = text
     return out
 
 
@@ -334,9 +378,9 @@ def _ms_columns(table: Columns, mode: str) -> dict[str, list[Any]]:
     }
     cols["NPU Dtype"] = [_ms_dtype(d) for d in t_dtypes]
     cols["Bench Dtype"] = [_ms_dtype(d) if p else _NA for d, p in zip(b_dtypes, paired, strict=True)]
-    cols["NPU Tensor Shape"] = [shape_text(s) for s in table["target_shape"].tolist()]
+    cols["NPU Tensor Shape"] = shape_texts(table["target_shape"].tolist())
     cols["Bench Tensor Shape"] = [
-        (shape_text(s) or _NA) if p else _NA for s, p in zip(table["bench_shape"].tolist(), paired, strict=True)
+        (s or _NA) if p else _NA for s, p in zip(shape_texts(table["bench_shape"].tolist()), paired, strict=True)
     ]
     cols["NPU Requires_grad"], cols["Bench Requires_grad"] = na, list(na)  # not in nbprec's dump index
     target, bench = _ms_stats(table, "target"), _ms_stats(table, "bench")
@@ -385,15 +429,23 @@ def _ms_texts(values: list[Any]) -> list[str]:
     """A column's cells as msprobe's CSV writes them (:func:`_ms_text`), without a call per cell: the numbers
     formatted together (repr's text, NaN empty), the strings as they are."""
     kinds = list(map(type, values))
-    at = [i for i, kind in enumerate(kinds) if kind is float]
-    out = list(values)
-    if at:
+    if kinds.count(str) == len(kinds):  # names, dtypes, shapes, verdicts: as they are
+        return values
+    floats = kinds.count(float)
+    if floats == len(kinds):  # statistics and metrics of compared tensors: numbers only
+        at = None
+        numbers = np.array(values, dtype=np.float64)
+        out = float_texts(numbers, "")
+    else:
+        at = [i for i, kind in enumerate(kinds) if kind is float]
         numbers = np.array([values[i] for i in at], dtype=np.float64)
+        out = list(values)
         for i, text in zip(at, float_texts(numbers, ""), strict=True):
             out[i] = text
-        for j in np.flatnonzero(np.isinf(numbers)).tolist():  # msprobe's ' inf'
-            out[at[j]] = _ms_text(values[at[j]])
-    if len(at) < len(values):  # anything else: a call each
+    for j in np.flatnonzero(np.isinf(numbers)).tolist():  # msprobe's ' inf'
+        i = j if at is None else at[j]
+        out[i] = _ms_text(values[i])
+    if floats + kinds.count(str) < len(kinds):  # anything else: a call each
         for i, kind in enumerate(kinds):
             if kind is not float and kind is not str:
                 out[i] = _ms_text(values[i])
@@ -429,4 +481,5 @@ __all__ = [
     "msprobe_mode",
     "msprobe_rows",
     "shape_text",
+    "shape_texts",
 ]

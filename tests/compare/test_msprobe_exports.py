@@ -257,3 +257,37 @@ def test_agrees_with_msprobe_on_unmatched_and_non_finite_statistics(tmp_path):
     assert rows.loc["Functional.dropout.1.forward.output.0", "Bench Name"] == "N/A"
     assert rows.loc["Functional.linear.0.forward.output.0", "NPU max"] == " inf"
     assert rows.loc["Functional.linear.2.forward.output.0", "NormRelativeErr"] == "inf"
+
+
+@pytest.mark.parametrize("decimals", [12, 6])
+def test_decimals_rounded_is_msprobes_rounding_exactly(decimals):
+    """The vectorised rounding gives the bits of ``float(f"{v:.{d}f}")`` (what msprobe's ``round`` gives):
+    random values over many scales, half-way values at the last decimal (ties and near-ties, which the fast
+    path must leave to the exact one), signed zeros, values too large to scale exactly, NaN and inf."""
+    from nbprec.compare.msprobe_layout import decimals_rounded
+
+    rng = np.random.default_rng(7)
+    step = 10.0**-decimals
+    values = np.concatenate(
+        [
+            rng.random(50_000),
+            rng.standard_normal(50_000) * 10.0 ** rng.integers(-16, 9, 50_000),
+            (np.arange(-20_000, 20_000) + 0.5) * step,  # halves of the last decimal
+            np.nextafter((np.arange(0, 20_000) + 0.5) * step, np.inf),
+            [0.0, -0.0, -1e-300, 4503.599627370496, 4503.6, 1e20, -7.0, np.nan, np.inf, -np.inf],
+        ]
+    )
+    got = decimals_rounded(values, decimals)
+    want = np.array([float(f"{v:.{decimals}f}") for v in values.tolist()])
+    both_nan = np.isnan(got) & np.isnan(want)
+    assert ((got == want) | both_nan).all()
+    assert (np.signbit(got) == np.signbit(want))[~both_nan].all()  # -0.0 stays -0.0, as the text makes it
+
+
+def test_shape_texts_are_shape_text_each():
+    from nbprec.compare.msprobe_layout import shape_text, shape_texts
+
+    shapes = [(2, 8), (2, 8), None, (), [3], (1,), (2, 8), [3]]
+    assert shape_texts(shapes) == [shape_text(s) for s in shapes] == [
+        "[2, 8]", "[2, 8]", "", "[]", "[3]", "[1]", "[2, 8]", "[3]"
+    ]  # fmt: skip

@@ -28,6 +28,7 @@ import math
 import ml_dtypes
 import numpy as np
 
+from nbprec.formats import _payload
 from nbprec.formats._payload import MappedPages
 
 try:  # the compiled one-pass kernel; absent when the package was installed without a C compiler
@@ -386,6 +387,44 @@ def _fused_pass(fx: Flat, fy: Flat, params: tuple, chunk: int) -> Sums:
     acc = Sums.from_state(state)
     acc.shift_x, acc.shift_y = params[4], params[5]
     return acc
+
+
+def in_place_pair(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, int, np.ndarray, int] | None:
+    """``(x bytes, x code, y bytes, y code)`` when the compiled kernel reads both sides whole, in place, in one
+    call (C-contiguous, of a :data:`FUSED_TYPES` dtype, too small to hand pages back: the usual pair), else
+    None (then :class:`Flat` sides and :func:`fused_sums` take them)."""
+    x_code, y_code = FUSED_TYPES.get(x.dtype), FUSED_TYPES.get(y.dtype)
+    if (
+        x_code is None
+        or y_code is None
+        or not (x.flags.c_contiguous and y.flags.c_contiguous)
+        or x.nbytes >= _payload.RELEASE_FROM  # (read here: tests make it small)
+        or y.nbytes >= _payload.RELEASE_FROM
+    ):
+        return None
+    return x.reshape(-1).view(np.uint8), x_code, y.reshape(-1).view(np.uint8), y_code
+
+
+def _direct_pass(pair: tuple[np.ndarray, int, np.ndarray, int], params: tuple) -> Sums:
+    """The sums of a pair :func:`in_place_pair` accepted: one call of the compiled kernel."""
+    acc = Sums.from_sums(FUSED.pair_sums(*pair, *params))
+    acc.shift_x, acc.shift_y = params[4], params[5]
+    return acc
+
+
+def direct_sums(
+    pair: tuple[np.ndarray, int, np.ndarray, int], eps_b: float, hints: tuple | None
+) -> tuple[Sums, bool | None] | None:
+    """:func:`fused_sums` of a pair :func:`in_place_pair` accepted, given usable ``hints`` (None without them:
+    the caller then takes :func:`fused_sums`, which finds the extremes first)."""
+    if not _usable_hints(hints):
+        return None
+    acc = _direct_pass(pair, _pair_params(hints, eps_b))
+    held = (acc.min_x, acc.max_x, acc.min_y, acc.max_y) == tuple(hints)  # right, NaN aside
+    found = acc.extremes()
+    if found == tuple(hints):
+        return acc, True
+    return _direct_pass(pair, _pair_params(found, eps_b)), held
 
 
 def fused_sums(fx: Flat, fy: Flat, eps_b: float, chunk: int, hints: tuple | None = None) -> tuple[Sums, bool | None]:

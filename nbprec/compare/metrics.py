@@ -51,9 +51,11 @@ from nbprec.compare._kernels import (
     Scratch,
     Sums,
     accumulate,
+    direct_sums,
     dot,
     flat_pair,
     fused_sums,
+    in_place_pair,
     kl_offset_floor,
     parts,
     to_f64,
@@ -188,12 +190,22 @@ def _central_m2(side: Flat, mean: float, buf: np.ndarray, chunk: int) -> float:
     return total
 
 
-def _std(side: Flat, s: float, ss: float, n: int, chunk: int, shift: float = 0.0) -> float:
-    """Population std from the sum and sum of squares of ``v - shift``, with an exact pass when they cancel."""
+def _one_pass_std(s: float, ss: float, n: int) -> float | None:
+    """Population std from the sum and sum of squares of ``v - shift``; None when they cancel (the relative
+    error of the variance would be above about 1e-12), which needs :func:`_std`'s exact pass."""
     mean = s / n
     var = ss / n - mean * mean
-    if not var >= 1e-4 * (ss / n) and math.isfinite(var):  # relative error of var above ~1e-12
-        var = _central_m2(side, shift + mean, np.empty(min(n, chunk)), chunk) / n
+    if not var >= 1e-4 * (ss / n) and math.isfinite(var):
+        return None
+    return math.sqrt(max(var, 0.0)) if not math.isnan(var) else math.nan
+
+
+def _std(side: Flat, s: float, ss: float, n: int, chunk: int, shift: float = 0.0) -> float:
+    """Population std from the sum and sum of squares of ``v - shift``, with an exact pass when they cancel."""
+    std = _one_pass_std(s, ss, n)
+    if std is not None:
+        return std
+    var = _central_m2(side, shift + s / n, np.empty(min(n, chunk)), chunk) / n
     return math.sqrt(max(var, 0.0)) if not math.isnan(var) else math.nan
 
 
@@ -361,21 +373,32 @@ def tensor_metrics(
         reasons.append(f"shape mismatch {x.shape} vs {y.shape}: compared flattened")
     if x.dtype.kind == "c" or y.dtype.kind == "c":
         reasons.append("complex tensors: compared magnitudes")
-    fx, fy = flat_pair(x, y)  # no copy of either side, whatever its layout
     n, chunk = x.size, max(1, int(chunk_size))
     eps_b = _eps_bench(y.dtype)
-    with np.errstate(all="ignore"):
-        held = None
-        if kernel == "numpy" or FUSED is None:
-            acc = _numpy_sums(fx, fy, eps_b, chunk)
-            values = _finish(acc)
-            values["target_std"] = _std(fx, acc.sx, acc.sxx, n, chunk)
-            values["bench_std"] = _std(fy, acc.sy, acc.syy, n, chunk)
-        else:
-            acc, held = fused_sums(fx, fy, eps_b, chunk, extremes)
-            values = _finish(acc)
-            values["target_std"] = _std(fx, acc.cx, acc.cxx, n, chunk, acc.shift_x)
-            values["bench_std"] = _std(fy, acc.cy, acc.cyy, n, chunk, acc.shift_y)
+    fast = None  # the usual pair (contiguous, in memory or mapped, extremes known): one kernel call, no Flat
+    if kernel != "numpy" and FUSED is not None and extremes is not None:
+        pair = in_place_pair(x, y)
+        if pair is not None:
+            fast = direct_sums(pair, eps_b, extremes)
+    if fast is not None:
+        acc, held = fast
+        values = _finish(acc)
+        stds = _one_pass_std(acc.cx, acc.cxx, n), _one_pass_std(acc.cy, acc.cyy, n)
+        values["target_std"], values["bench_std"] = stds
+    if fast is None or None in stds or not math.isfinite(acc.sxx + acc.syy):  # the general way
+        fx, fy = flat_pair(x, y)  # no copy of either side, whatever its layout
+        with np.errstate(all="ignore"):
+            held = None
+            if kernel == "numpy" or FUSED is None:
+                acc = _numpy_sums(fx, fy, eps_b, chunk)
+                values = _finish(acc)
+                values["target_std"] = _std(fx, acc.sx, acc.sxx, n, chunk)
+                values["bench_std"] = _std(fy, acc.sy, acc.syy, n, chunk)
+            else:
+                acc, held = fused_sums(fx, fy, eps_b, chunk, extremes) if fast is None else fast
+                values = _finish(acc)
+                values["target_std"] = _std(fx, acc.cx, acc.cxx, n, chunk, acc.shift_x)
+                values["bench_std"] = _std(fy, acc.cy, acc.cyy, n, chunk, acc.shift_y)
     counts = (0, 0)  # NaN/inf counted from the payloads (only when the sums say there are some)
     if not math.isfinite(acc.sxx + acc.syy):
         nonfinite, n_x, n_y = _nonfinite_reason(fx, fy, chunk)

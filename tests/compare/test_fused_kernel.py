@@ -7,6 +7,7 @@ must agree to the last few digits on every dtype, layout and edge case, and the 
 
 from __future__ import annotations
 
+import importlib
 import math
 import threading
 import time
@@ -427,3 +428,34 @@ def test_hints_on_sides_that_are_converted_and_on_a_side_with_nan():
     got, plain = tensor_metrics(x, y, extremes=hints), tensor_metrics(x, y)
     assert got.extremes_held is True and got.reason == plain.reason  # right NaN aside; read twice all the same
     assert all(got[c] == plain[c] or (math.isnan(got[c]) and math.isnan(plain[c])) for c in METRIC_COLUMNS)
+
+
+@needs_fused
+def test_the_direct_path_of_the_usual_pair_gives_the_general_paths_bits(monkeypatch):
+    """A contiguous pair with its extremes known goes to the kernel in one call without the general path's
+    machinery (:func:`nbprec.compare._kernels.in_place_pair`); with that path switched off, every case (NaN,
+    inf, zeros, a layer-norm-like side whose variance cancels, wrong extremes) gives the same result, bit for
+    bit, reason and held flag included."""
+    metrics = importlib.import_module("nbprec.compare.metrics")
+    floats = {"float16", "float32", "float64", "bfloat16"}
+    cases = {k: (x, y) for k, (x, y) in _cases().items() if {x.dtype.name, y.dtype.name} <= floats}
+    rng = np.random.default_rng(9)
+    ln = (1.0 + rng.standard_normal(4096) * 1e-6).astype(np.float32)
+    cases["variance cancels"] = (ln.astype(ml_dtypes.bfloat16), ln)
+    taken = []
+    original = metrics.in_place_pair
+    monkeypatch.setattr(metrics, "in_place_pair", lambda x, y: taken.append(1) or original(x, y))
+    for label, (x, y) in cases.items():
+        for extremes in (_extremes(x, y), (-1.0, 1.0, -1.0, 1.0)):
+            with np.errstate(all="ignore"):
+                direct = tensor_metrics(x, y, extremes=extremes)
+                monkeypatch.setattr(metrics, "in_place_pair", lambda x, y: None)
+                general = tensor_metrics(x, y, extremes=extremes)
+                monkeypatch.setattr(metrics, "in_place_pair", lambda x, y: taken.append(1) or original(x, y))
+            assert (direct.reason, direct.extremes_held, direct.nonfinite) == (
+                general.reason, general.extremes_held, general.nonfinite,
+            ), label  # fmt: skip
+            for column in METRIC_COLUMNS:
+                a, b = direct[column], general[column]
+                assert a == b or (math.isnan(a) and math.isnan(b)), (label, column, a, b)
+    assert taken and original(*cases["bf16 vs fp32"]) is not None

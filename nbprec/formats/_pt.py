@@ -187,8 +187,10 @@ def _read_storage(
     """
     try:
         head, entries = _zip_entries(fd, file_size)
-        pkl = next((n for n in entries if n.endswith(b"/data.pkl") or n == b"data.pkl"), None)
-        if pkl is None:
+        for pkl in entries:  # torch.save writes it first
+            if pkl.endswith(b"/data.pkl") or pkl == b"data.pkl":
+                break
+        else:
             return None
         prefix = pkl[: -len(b"data.pkl")]
         order = entries.get(prefix + b"byteorder")

@@ -136,8 +136,8 @@ class PayloadLoader:
             array = read_pt_open(fd, size, path, check=check, record=name)
         finally:
             os.close(fd)
-        if array is not None:
-            return _as_recorded(array, row)
+        if array is not None:  # of the dtype and shape `check` passed
+            return array
         torch = require("torch", "reading msprobe .pt tensors")
         try:  # memory-mapped: the payload is not copied into a fresh storage (zip-format files only)
             obj = torch.load(path, weights_only=True, map_location="cpu", mmap=True)

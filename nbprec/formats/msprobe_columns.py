@@ -190,8 +190,13 @@ class TensorColumns:
         cache = self._dtypes
         try:
             dtypes = list(map(cache.__getitem__, raw))
-        except (KeyError, TypeError):  # a dtype not seen yet (or not hashable: a hostile list)
-            dtypes = [self._dtype(d) for d in raw]
+        except (KeyError, TypeError):  # dtypes not seen yet: each distinct spelling once, then the map again
+            for spelling in {d for d in raw if type(d) is str} - cache.keys():
+                self._dtype(spelling)
+            try:
+                dtypes = list(map(cache.__getitem__, raw))
+            except (KeyError, TypeError):  # not all strings (None, a number, a hostile list)
+                dtypes = [self._dtype(d) for d in raw]
         known = self._known_dtypes
         if not known.issuperset(dtypes):
             for i, dtype in enumerate(dtypes):
@@ -211,7 +216,11 @@ class TensorColumns:
     def _shape_column(self, raw: list, first: int, found: list) -> None:
         cache = self._shape_ids
         if {list}.issuperset(map(type, raw)) and {int}.issuperset(map(type, chain.from_iterable(raw))):
-            ids = list(map(cache.get, map(tuple, raw), repeat(_UNSEEN)))  # sizes are ints, never bools: cacheable
+            shapes = list(map(tuple, raw))  # sizes are ints, never bools: cacheable
+            for shape in dict.fromkeys(shapes):  # each new shape once, in order of appearance
+                if shape not in cache:
+                    self._shape_id(list(shape))
+            ids = list(map(cache.get, shapes, repeat(_UNSEEN)))
         else:
             ids = [self._shape_id(s) for s in raw]
         if _UNSEEN in ids:

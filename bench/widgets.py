@@ -658,6 +658,15 @@ def graph_click_figures(n_ops: int = 100_000, repeat: int = 3) -> None:
     print(f"  select an op elsewhere (reveal)           {statistics.median(reveal) * 1e3:6.0f} ms")
 
 
+def _source_list(text: str) -> tuple[str, ...]:
+    """The comparisons a ``--sources`` value names (comma-separated; empty: none).
+
+    >>> _source_list("msprobe, 5000,"), _source_list("")
+    (('msprobe', '5000'), ())
+    """
+    return tuple(s.strip() for s in text.split(",") if s.strip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=100_000)
@@ -669,7 +678,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="a folder with another nbprec package, timed interleaved")
     parser.add_argument("--repeat", type=int, default=1, help="page loads per comparison (medians)")
     parser.add_argument("--sources", default="msprobe,5000,50000", help="comparisons: msprobe and/or op counts")
-    parser.add_argument("--lab-sources", default="msprobe,5000", help="comparisons timed in JupyterLab")
+    parser.add_argument("--lab-sources", default="msprobe,5000", help="comparisons timed in JupyterLab ('': none)")
     args = parser.parse_args()
     if args.graph:
         graph_click_figures(args.ops, repeat=max(args.repeat, 3))
@@ -681,10 +690,11 @@ def main() -> None:
         kernel_figures(args.ops)
         interaction_figures(args.ops)
     if args.browser or args.browser_only:
-        browser_dashboard_figures(
-            tuple(args.sources.split(",")), shots=args.screenshots, baseline=args.baseline, repeat=args.repeat
-        )
-        lab_dashboard_figures(tuple(args.lab_sources.split(",")), baseline=args.baseline, repeat=args.repeat)
+        sources, lab_sources = _source_list(args.sources), _source_list(args.lab_sources)
+        if sources:
+            browser_dashboard_figures(sources, shots=args.screenshots, baseline=args.baseline, repeat=args.repeat)
+        if lab_sources:  # --lab-sources "": Voila only
+            lab_dashboard_figures(lab_sources, baseline=args.baseline, repeat=args.repeat)
 
 
 if __name__ == "__main__":

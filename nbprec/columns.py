@@ -287,24 +287,23 @@ def factorize(values: Any) -> tuple[np.ndarray, list]:
 
 def factorize_here(values: np.ndarray) -> tuple[np.ndarray, list]:
     """:func:`factorize` without pandas (a dict of the values seen)."""
-    seen: dict[Any, int] = {}
-    out = np.empty(len(values), dtype=np.int64)
-    for i, value in enumerate(values.tolist()):
+    items = values.tolist()
+    codes: dict[Any, int] = {}  # each distinct value (in order of first appearance) -> its code
+    uniques = []
+    for value in dict.fromkeys(items):  # each NaN object is its own key, found again by identity
         if value is None or value != value:
-            out[i] = -1
+            codes[value] = -1
         else:
-            code = seen.get(value)
-            if code is None:
-                code = seen[value] = len(seen)
-            out[i] = code
-    return out, list(seen)
+            codes[value] = len(uniques)
+            uniques.append(value)
+    return np.fromiter(map(codes.__getitem__, items), np.int64, len(items)), uniques
 
 
 def text_in(values: np.ndarray, choices: Iterable[str]) -> np.ndarray:
     """Whether each value of a text (``object``) column is one of ``choices`` (``np.isin`` for text, without
     sorting the column)."""
     wanted = frozenset(choices)
-    return np.fromiter((v in wanted for v in values.tolist()), bool, len(values))
+    return np.fromiter(map(wanted.__contains__, values.tolist()), bool, len(values))
 
 
 __all__ = ["Columns", "as_columns", "distinct", "factorize", "group_codes", "text_in", "text_table"]

@@ -79,6 +79,10 @@ def test_codes_are_pandas_groups_and_factors():
     mine, uniques = factorize_here(op)
     theirs, their_uniques = pd.factorize(op, use_na_sentinel=True)
     assert (mine == theirs).all() and uniques == list(their_uniques) and (factorize(op)[0] == theirs).all()
+    mixed = np.array([2.5, None, float("nan"), "a", 2.5, np.float64("nan"), "a", 1, True, 1.0], dtype=object)
+    mine, uniques = factorize_here(mixed)  # NaN objects, None, and values equal across types (1, True, 1.0)
+    theirs, their_uniques = pd.factorize(mixed, use_na_sentinel=True)
+    assert mine.tolist() == theirs.tolist() == [0, -1, -1, 1, 0, -1, 1, 2, 2, 2] and uniques == list(their_uniques)
     assert text_in(op, ("op1", "op2")).tolist() == pd.Series(op).isin(["op1", "op2"]).tolist()
 
 

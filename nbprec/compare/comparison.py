@@ -364,7 +364,7 @@ class Comparison:
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         table = self._cols.copy()
-        texts: dict[str, str] = {}  # shapes recur: each one's JSON made once
+        texts: dict[Any, str] = {}  # shapes recur: each one's JSON made once
         for column in _SHAPE_COLUMNS:
             table[column] = np.array([_shape_json(s, texts) for s in table[column].tolist()], dtype=object)
         write_table_csv(table, folder / "tensors.csv", exact=True)  # names kept byte for byte, spreadsheet-safe
@@ -449,9 +449,14 @@ class Comparison:
         return explore(self, **kwargs)
 
 
-def _shape_json(shape: Any, texts: dict[str, str]) -> str:
+def _shape_json(shape: Any, texts: dict[Any, str]) -> str:
     """A shape as ``save`` writes it: JSON of its list, '' when unknown; ``texts`` caches them by ``repr``
     (shapes recur; ``repr`` tells ``(1, 2)`` from ``(1.0, 2)``, which compare equal)."""
+    if type(shape) is tuple and all(type(d) is int for d in shape):  # the usual shape: keyed by itself
+        text = texts.get(shape)
+        if text is None:
+            text = texts[shape] = "[" + ", ".join(map(str, shape)) + "]"  # json.dumps's text of a list of ints
+        return text
     if shape is None or (isinstance(shape, float) and shape != shape):
         return ""
     key = repr(shape)

@@ -119,7 +119,10 @@ def _default_status(comp: Comparison) -> np.ndarray:
 
 def _texts(table: Columns, name: str) -> np.ndarray:
     """A text column with every value as ``str`` (missing values as '')."""
-    return np.array(["" if v is None or v != v else str(v) for v in table[name].tolist()], dtype=object)
+    values = table[name].tolist()
+    if list(map(type, values)).count(str) < len(values):  # not all text already: None, NaN, numbers
+        values = ["" if v is None or v != v else str(v) for v in values]
+    return np.array(values, dtype=object)
 
 
 def _distinct(values: np.ndarray) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 
 import ml_dtypes
 import numpy as np
@@ -144,6 +145,17 @@ def test_save_load_round_trip(tmp_path, make_mlp_dump):
     (tmp_path / "junk").mkdir()
     with pytest.raises(ComparisonError, match="not a saved nbprec comparison"):
         Comparison.load(tmp_path / "junk")
+
+
+def test_saved_shapes_are_the_json_of_their_lists():
+    """Shapes as ``save`` writes them: ``json.dumps`` of the list (ints through a cache keyed by the tuple,
+    anything else, bools and floats included, which compare equal to ints, through ``json.dumps``)."""
+    from nbprec.compare.comparison import _shape_json
+
+    texts: dict = {}
+    for shape in [(2, 8), (), (2, 8), (True, 8), (2.0, 8), [3, 4], (10**20,), (2, 8)]:
+        assert _shape_json(shape, texts) == json.dumps(list(shape)), shape
+    assert _shape_json(None, texts) == _shape_json(float("nan"), texts) == ""
 
 
 def test_exports_in_three_layouts(tmp_path, make_mlp_dump):

@@ -408,9 +408,11 @@ def msprobe_one_size(args: argparse.Namespace, python: Path, tmp: Path, hidden: 
     files = dump_files(target, bench)
     files_mb = sum(f.stat().st_size for f in files) / MB
     n_api = len(json.loads(t_json.read_text())["data"])
+    label = f"hidden {hidden}" if not args.msprobe_dumps else f"the pair in {root}"  # (given: its size unknown)
+    made = f"in {time.perf_counter() - start:.1f} s" if not args.msprobe_dumps else "(given)"
     print(
-        f"-- hidden {hidden}: msprobe dumped {n_api} API calls per run (L1, forward), {mb:.0f} MB of .pt payloads "
-        f"over both runs ({files_mb:.0f} MB of files) in {time.perf_counter() - start:.1f} s",
+        f"-- {label}: msprobe dumped {n_api} API calls per run (L1, forward), {mb:.0f} MB of .pt payloads "
+        f"over both runs ({files_mb:.0f} MB of files) {made}",
         flush=True,
     )
     work = tmp / f"out_h{hidden}"
@@ -433,7 +435,7 @@ def msprobe_one_size(args: argparse.Namespace, python: Path, tmp: Path, hidden: 
     runners, runs = nbprec_sides(target, bench, files, work, args.workers)
     runners = {"msprobe compare CLI": msprobe_cli, "msprobe compare function": msprobe_function, **runners}
     times = timing.interleave(runners, args.runs, label=f"h{hidden} ")
-    res: dict = {"hidden": hidden, "apis": n_api, "mb": mb, "files_mb": files_mb}
+    res: dict = {"label": label, "apis": n_api, "mb": mb, "files_mb": files_mb}
     read_figures(res, times, runs)
     res.update(
         msprobe_cli_s=timing.median(times["msprobe compare CLI"]),
@@ -518,7 +520,7 @@ def summary(res: dict, runs: int) -> None:
         ratio_fn = b["msprobe_fn_s"] / b["api_s"]
         ratio_fn_csv = b["msprobe_fn_s"] / b["api_csv_s"]
         lines += [
-            f"(b) msprobe-written dumps (L1 tensor, bf16 vs fp32), hidden {b['hidden']}: {b['apis']} API calls per "
+            f"(b) msprobe-written dumps (L1 tensor, bf16 vs fp32), {b['label']}: {b['apis']} API calls per "
             f"run, {b['mb']:.0f} MB of .pt over both ({b['files_mb']:.0f} MB of files)",
             *_nbprec_lines(b),
             f"      msprobe compare -o OUT  {b['msprobe_cli_s']:8.2f} s  {b['mb'] / b['msprobe_cli_s']:8.1f} MB/s"

@@ -450,8 +450,9 @@ class Comparison:
 
 
 def _shape_json(shape: Any, texts: dict[Any, str]) -> str:
-    """A shape as ``save`` writes it: JSON of its list, '' when unknown; ``texts`` caches them by ``repr``
-    (shapes recur; ``repr`` tells ``(1, 2)`` from ``(1.0, 2)``, which compare equal)."""
+    """A shape as ``save`` writes it: JSON of its list, '' when unknown. ``texts`` caches them (shapes recur): a
+    tuple of ints by itself, anything else by its ``repr``, which tells ``(1, 2)`` from ``(1.0, 2)`` and
+    ``(True, 2)``, which compare equal to it."""
     if type(shape) is tuple and all(type(d) is int for d in shape):  # the usual shape: keyed by itself
         text = texts.get(shape)
         if text is None:

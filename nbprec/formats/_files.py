@@ -160,18 +160,23 @@ class ConfinedFiles:
         self.roots = list(roots)
         self._inside: dict[str, bool] = {}  # payload folder -> whether its real path is inside the dump
 
+    def folder_inside(self, path: str) -> bool:
+        """Whether the real path of ``path``'s folder lies inside the roots (resolved once per folder): a file
+        there that is not a symbolic link itself lies inside too."""
+        folder = os.path.dirname(path)
+        found = self._inside.get(folder)
+        if found is None:
+            found = self._inside[folder] = inside(os.path.join(folder, "."), self.roots)
+        return found
+
     def open(self, path: str, record: str | None = None) -> tuple[int, int]:
         """``(file descriptor, size)`` of the regular file ``path``, as :func:`open_regular` gives them.
 
         Raises :class:`~nbprec.errors.DumpFormatError` naming the file when it is missing, lies outside the
         roots (a link leading out), is not a regular file or cannot be opened.
         """
-        folder = os.path.dirname(path)
-        folder_inside = self._inside.get(folder)
-        if folder_inside is None:
-            folder_inside = self._inside[folder] = inside(os.path.join(folder, "."), self.roots)
         try:
-            if folder_inside:
+            if self.folder_inside(path):
                 try:  # not a symbolic link itself: it lies in its folder, inside the dump
                     return open_regular(path, record, nofollow=True)
                 except OSError as exc:

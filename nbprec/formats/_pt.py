@@ -27,6 +27,7 @@ import functools
 import math
 import os
 import pickletools
+import stat
 import struct
 import zlib
 from collections.abc import Callable
@@ -38,7 +39,7 @@ import numpy as np
 from nbprec.dtypes import NUMPY_DTYPES
 from nbprec.errors import DumpFormatError
 from nbprec.formats._files import open_regular
-from nbprec.formats._payload import payload_array
+from nbprec.formats._payload import MAP_FROM, payload_array
 from nbprec.formats._ptzip import _entry_bytes, _Unsupported, _zip_entries
 
 #: torch storage class -> canonical dtype
@@ -174,19 +175,10 @@ def _planned(path: str | Path, description: tuple, check: DescriptionCheck | Non
     return last + 1
 
 
-def _read_storage(
-    fd: int, path: str | Path, file_size: int, check: DescriptionCheck | None
-) -> tuple[tuple, np.ndarray] | None:
-    """(description, raw storage as a flat array of its dtype) by parsing the archive here, or None when the
-    file is not a plain stored (uncompressed) little-endian one-tensor archive.
-
-    ``torch.save`` streams its entries (sizes in data descriptors after the data), so they are located
-    through the central directory at the end of the file; the small records (pickle, byte order) and the
-    storage's local header sit in the first KiB, read once. The storage is mapped or read only after the
-    description passed ``check`` and fits in the storage, whose declared size must fit in the file.
-    """
+def _tensor_entry(fd: int, file_size: int, head: bytes, entries: dict) -> tuple[tuple, tuple[int, int]] | None:
+    """(description, (storage offset, storage bytes)) of a plain little-endian one-tensor archive whose first
+    bytes are ``head`` and whose directory is ``entries``; None for any other archive."""
     try:
-        head, entries = _zip_entries(fd, file_size)
         for pkl in entries:  # torch.save writes it first
             if pkl.endswith(b"/data.pkl") or pkl == b"data.pkl":
                 break
@@ -202,6 +194,62 @@ def _read_storage(
             return None
     except (_Unsupported, KeyError, UnicodeError, struct.error, ValueError, IndexError, EOFError, TypeError):
         return None
+    return description, storage
+
+
+def read_small_pt(path: str, dtype: np.dtype | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The tensor of a small plain archive ``path`` (under :data:`~nbprec.formats._payload.MAP_FROM` bytes, a
+    regular file, not a symbolic link, contiguous), when it is a tensor of ``dtype`` and ``shape``; None for
+    anything else, which :func:`read_pt_tensor` then reads (or refuses) with its checks and messages. The usual
+    payload of a dump with many small tensors in the fewest steps: one open, one read."""
+    try:
+        fd = os.open(path, _SMALL_FLAGS)
+    except (OSError, ValueError):
+        return None
+    try:
+        info = os.fstat(fd)
+        if not (stat.S_ISREG(info.st_mode) and 0 < info.st_size < MAP_FROM):
+            return None
+        head, entries = _zip_entries(fd, info.st_size)
+    except (OSError, _Unsupported):
+        return None
+    finally:
+        os.close(fd)
+    found = _tensor_entry(-1, info.st_size, head, entries)  # (no read past the head: it is the whole file)
+    if found is None:
+        return None
+    (_key, dtype_name, offset, size, stride), (start, nbytes) = found
+    np_dtype = NUMPY_DTYPES.get(dtype_name)
+    if np_dtype is None or np_dtype != dtype or size != shape or start + nbytes > len(head):
+        return None
+    numel, last, contiguous = _geometry(offset, size, stride)
+    if not contiguous or numel == 0 or nbytes % np_dtype.itemsize or not 0 <= last < nbytes // np_dtype.itemsize:
+        return None
+    return np.frombuffer(head, np_dtype, numel, start + offset * np_dtype.itemsize).reshape(size)
+
+
+_SMALL_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _read_storage(
+    fd: int, path: str | Path, file_size: int, check: DescriptionCheck | None
+) -> tuple[tuple, np.ndarray] | None:
+    """(description, raw storage as a flat array of its dtype) by parsing the archive here, or None when the
+    file is not a plain stored (uncompressed) little-endian one-tensor archive.
+
+    ``torch.save`` streams its entries (sizes in data descriptors after the data), so they are located
+    through the central directory at the end of the file; the small records (pickle, byte order) and the
+    storage's local header sit in the first KiB, read once. The storage is mapped or read only after the
+    description passed ``check`` and fits in the storage, whose declared size must fit in the file.
+    """
+    try:
+        head, entries = _zip_entries(fd, file_size)
+    except _Unsupported:
+        return None
+    found = _tensor_entry(fd, file_size, head, entries)
+    if found is None:
+        return None
+    description, storage = found
     _planned(path, description, check, storage[1])
     np_dtype = NUMPY_DTYPES[description[1]]
     count = storage[1] // np_dtype.itemsize

@@ -50,8 +50,9 @@ from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._files import ConfinedFiles, open_regular, real_folder
 from nbprec.formats._layout import RANK_RE, STEP_RE, find_dump_files, read_json_file, run_name
+from nbprec.formats._payload import MAP_FROM
 from nbprec.formats._probe import find_first_file
-from nbprec.formats._pt import read_pt_open
+from nbprec.formats._pt import read_pt_open, read_small_pt
 from nbprec.formats._torch import torch_to_numpy
 from nbprec.formats.base import DumpReader, take_run_option
 from nbprec.formats.msprobe_index import DumpSourceReader
@@ -125,6 +126,11 @@ class PayloadLoader:
 
     def __call__(self, row: Mapping[str, Any]) -> np.ndarray:
         path, name = str(row["file"]), str(row["name"])
+        dtype, numel = NUMPY_DTYPES.get(row.get("dtype", "")), row.get("numel", -1)
+        if dtype is not None and 0 <= numel * dtype.itemsize < MAP_FROM and self._files.folder_inside(path):
+            array = read_small_pt(path, dtype, tuple(row.get("shape", ())))  # the usual small payload
+            if array is not None:
+                return array
 
         def check(dtype: str, shape: tuple[int, ...]) -> None:
             problem = _recorded_problem(NUMPY_DTYPES.get(dtype, dtype), shape, row)

@@ -20,6 +20,7 @@ from nbprec.errors import (
     DumpFormatError,
     EmptyDumpError,
     MissingDependencyError,
+    NbprecError,
     TensorDataUnavailableError,
 )
 from nbprec.formats.msprobe import MsprobeDumpReader, parse_op_key
@@ -504,3 +505,40 @@ def test_torch_to_numpy_handles_grad_and_refuses_what_numpy_lacks():
         torch_to_numpy(half_complex)
     with pytest.raises(NbprecError, match=r"expected a torch\.Tensor"):
         torch_to_numpy([1, 2])
+
+
+def test_payloads_read_in_one_step_or_the_checked_way_give_the_same_tensors_and_errors(run_copy, tmp_path):
+    """Small payloads are read in one open (``read_small_pt``); any payload that path leaves (a symbolic link, a
+    swapped file of another dtype or shape) goes the checked way, with its messages: a link inside the dump is
+    followed, one leading out is refused, a swapped file is named as belonging to another tensor."""
+    import importlib
+
+    msprobe = importlib.import_module("nbprec.formats.msprobe")
+    dump = nbprec.open(run_copy)
+    positions = [i for i in range(len(dump)) if dump.columns["has_data"][i]]
+    fast = [dump.tensor(i) for i in positions]
+    original = msprobe.read_small_pt
+    msprobe.read_small_pt = lambda *args: None  # the checked way only
+    try:
+        checked = [nbprec.open(run_copy).tensor(i) for i in positions]
+    finally:
+        msprobe.read_small_pt = original
+    for a, b in zip(fast, checked, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    files = [Path(dump.columns["file"][i]) for i in positions]
+    shapes = [tuple(dump.columns["shape"][i]) for i in positions]
+    other = next(j for j in range(1, len(files)) if shapes[j] != shapes[0])
+    inside_link = files[0].with_name("elsewhere.pt")
+    files[0].rename(inside_link)
+    os.symlink(inside_link, files[0])  # a link to a file inside the dump: followed
+    assert nbprec.open(run_copy).tensor(positions[0]).tobytes() == fast[0].tobytes()
+    outside = tmp_path / "outside.pt"
+    shutil.copy(inside_link, outside)
+    files[0].unlink()
+    os.symlink(outside, files[0])  # a link out of the dump: refused (when the dump is opened, or read)
+    with pytest.raises(NbprecError, match="lies outside the dump"):
+        nbprec.open(run_copy).tensor(positions[0])
+    files[0].unlink()
+    shutil.copy(files[other], files[0])  # another tensor's file under this name
+    with pytest.raises(DumpFormatError, match=r"dump\.json says"):
+        nbprec.open(run_copy).tensor(positions[0])

@@ -292,3 +292,45 @@ def test_a_hostile_directory_size_is_refused_without_reading_it(tmp_path):
                 reader(fd, size)
         finally:
             os.close(fd)
+
+
+def test_the_small_archive_path_reads_what_the_general_one_reads_or_leaves_it(tmp_path):
+    """``read_small_pt`` (the one-open path of small msprobe payloads) gives the general reader's array, bit
+    for bit, for plain contiguous tensors of the expected dtype and shape, and None (the general reader then
+    decides, with its checks and messages) for everything else."""
+    import os
+
+    from nbprec.dtypes import NUMPY_DTYPES
+    from nbprec.formats._pt import read_small_pt
+
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    plain = {
+        "float32": base,
+        "bfloat16": (base / 7).to(torch.bfloat16),
+        "float16": (base / 7).to(torch.float16),
+        "int64": base.to(torch.int64),
+        "bool": base > 5,
+        "offset view": base[2:],  # a contiguous view whose storage starts before it
+        "scalar": torch.tensor(2.5),
+    }
+    for name, t in plain.items():
+        path = tmp_path / f"{name}.pt"
+        torch.save(t, path)
+        want = read_pt_tensor(path)
+        got = read_small_pt(str(path), want.dtype, tuple(t.shape))
+        assert got is not None and got.dtype == want.dtype and got.shape == want.shape, name
+        assert got.tobytes() == want.tobytes() and not got.flags.writeable, name
+    path = tmp_path / "float32.pt"
+    f32 = NUMPY_DTYPES["float32"]
+    assert read_small_pt(str(path), NUMPY_DTYPES["float16"], (4, 6)) is None  # another dtype than recorded
+    assert read_small_pt(str(path), f32, (6, 4)) is None  # another shape
+    torch.save(base.t(), tmp_path / "strided.pt")
+    torch.save(torch.zeros(0, 3), tmp_path / "empty.pt")
+    torch.save(torch.zeros(300_000), tmp_path / "large.pt")  # 1.2 MB: mapped by the general reader
+    torch.save({"a": torch.ones(2)}, tmp_path / "dict.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a zip")
+    os.symlink(path, tmp_path / "link.pt")
+    os.mkfifo(tmp_path / "fifo.pt")
+    for name, shape in [("strided", (6, 4)), ("empty", (0, 3)), ("large", (300_000,)), ("dict", (2,)),
+                        ("junk", (2,)), ("link", (4, 6)), ("fifo", (4, 6)), ("missing", (4, 6))]:  # fmt: skip
+        assert read_small_pt(str(tmp_path / f"{name}.pt"), f32, shape) is None, name

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -57,6 +58,30 @@ def _as_dump(source: Dump | str | os.PathLike[str], step: int | None, rank: int 
     if step is not None or rank is not None:
         dump = dump.select(step=step, rank=rank)
     return dump
+
+
+#: Results put into the table's columns at a time (a column each, rather than a value each).
+_RESULT_BATCH = 4096
+
+
+def _fill(values: dict[str, np.ndarray], checksum_match: np.ndarray, held: list[tuple[int, dict[str, Any]]]) -> None:
+    """Put the measured values of ``held`` (row, result) into their columns, a column at a time, and empty it."""
+    if not held:
+        return
+    rows = np.fromiter((i for i, _ in held), np.int64, len(held))
+    results = [result for _, result in held]
+    keys = set().union(*results)
+    for key in keys & values.keys():
+        try:  # the usual batch: every result has the key (pairs measured in the same mode)
+            values[key][rows] = list(map(itemgetter(key), results))
+        except KeyError:
+            picked = [(i, r[key]) for i, r in zip(rows.tolist(), results, strict=True) if key in r]
+            values[key][[i for i, _ in picked]] = [v for _, v in picked]
+    if "checksum_match" in keys:
+        for i, result in zip(rows.tolist(), results, strict=True):
+            if "checksum_match" in result:
+                checksum_match[i] = result["checksum_match"]
+    held.clear()
 
 
 def _graph_model(graph: Any) -> Any:
@@ -307,16 +332,16 @@ def compare(
         measured_columns = (*METRIC_COLUMNS, *STAT_METRIC_COLUMNS, "target_nonfinite", "bench_nonfinite")
         values: dict[str, np.ndarray] = {c: np.full(n_rows, np.nan) for c in measured_columns}
         checksum_match = np.full(n_rows, None, dtype=object)
+        held: list[tuple[int, dict[str, Any]]] = []  # results not yet in the columns (a bounded batch)
         for i, result, reason in results:
-            for key, value in result.items():
-                if key == "checksum_match":
-                    checksum_match[i] = value
-                elif key in values:
-                    values[key][i] = value
+            held.append((i, result))
+            if len(held) >= _RESULT_BATCH:
+                _fill(values, checksum_match, held)
             if reason:
                 reasons[i] = reason
                 if reason.startswith(("could not", "element count")):
                     modes[i] = "none" if not result else modes[i]
+        _fill(values, checksum_match, held)
     finally:
         results.close()
 

@@ -307,3 +307,25 @@ def test_table_columns_per_step_rank_and_op(tmp_path):
     assert list(table["precision"]) == ["float32", "bfloat16", "bfloat16", "bfloat16", "float32", "float32"]
     assert list(table["op_input_scale"]) == [3.0, 3.0, 5.0, 5.0, 1.0, 1.0]
     assert table.loc["s0.B.output", "status"] == "fail"  # inf where the benchmark has none (it has nothing)
+
+
+@pytest.mark.parametrize(
+    ("target", "bench", "options"),
+    [
+        ("bf16_tensor_mix", "fp32_tensor_mix", {}),
+        ("bf16_statistics_mix", "fp32_statistics_mix", {"step": 0}),
+        ("bf16_md5_L1", "fp32_md5_L1", {"mode": "checksum"}),
+    ],
+)
+def test_results_go_into_the_table_the_same_in_batches_of_any_size(monkeypatch, target, bench, options):
+    """Measured values are put into the columns a batch of results at a time: batches of 3 (results of
+    different modes and key sets mixed, checksums included) give the table one large batch gives."""
+    import importlib
+    from pathlib import Path
+
+    engine = importlib.import_module("nbprec.compare.engine")
+    fixtures = Path(__file__).parents[1] / "fixtures" / "msprobe"
+    whole = compare(fixtures / target, fixtures / bench, workers=1, **options)
+    monkeypatch.setattr(engine, "_RESULT_BATCH", 3)
+    batched = compare(fixtures / target, fixtures / bench, workers=1, **options)
+    pd.testing.assert_frame_equal(batched.table, whole.table)

@@ -127,9 +127,12 @@ class Sums:
     @classmethod
     def from_sums(cls, sums: tuple) -> Sums:
         """The sums ``_fused.pair_sums`` returns (a tuple in :data:`FUSED_SUMS` order, the count first)."""
+        if len(sums) != len(FUSED_SUMS):
+            raise ValueError(f"pair_sums gave {len(sums)} sums, expected {len(FUSED_SUMS)}")
         acc = cls.__new__(cls)
-        acc.__dict__.update(zip(FUSED_SUMS, sums, strict=True))
-        acc.shift_x = acc.shift_y = 0.0
+        state = dict(zip(FUSED_SUMS, sums, strict=False))  # (lengths checked above)
+        state["shift_x"] = state["shift_y"] = 0.0
+        acc.__dict__ = state
         return acc
 
     def extremes(self) -> tuple[float, float, float, float]:

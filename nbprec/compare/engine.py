@@ -138,7 +138,7 @@ def _measure(
             extremes = hints.extremes(t_row, b_row)
             result = tensor_metrics(t_dump.tensor(t_row), b_dump.tensor(b_row), extremes=extremes)
             hints.record(result.extremes_held)
-            found = dict(result.values)
+            found = result.values  # (made for this call: extended in place)
             if result.nonfinite is not None:  # the payloads' own NaN/inf counts override what statistics said
                 found["target_nonfinite"], found["bench_nonfinite"] = map(float, result.nonfinite)
             return i, found, result.reason

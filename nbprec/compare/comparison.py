@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import functools
-import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from nbprec._version import __version__
 from nbprec.columns import Columns, as_columns
 from nbprec.compare.culprit import OpIndex, judge_ops, ops_frame
 from nbprec.compare.rules import STATUS_FAIL, Rule, Threshold, get_rule, preset_names
@@ -21,13 +18,9 @@ from nbprec.compare.runs import (
     op_at,
     summarize_runs,
 )
+from nbprec.compare.saved import read_saved, write_saved
 from nbprec.compare.verdict import Verdict, verdict
-from nbprec.errors import ComparisonError
-from nbprec.safe_text import restore_frame, visible_text, write_table_csv
-
-_SAVE_FORMAT = "nbprec-comparison"
-_SHAPE_COLUMNS = ("target_shape", "bench_shape")
-
+from nbprec.safe_text import visible_text
 
 #: Text columns of few distinct values, kept as pandas categoricals.
 CATEGORY_COLUMNS = ("compare_mode", "precision", "match", "role")
@@ -358,70 +351,16 @@ class Comparison:
         worst = self.worst_ops(10)[cols]
         return visible_text(head + worst.to_html(index=False, float_format=lambda v: f"{v:.6g}", escape=True))
 
-    # -- persistence -------------------------------------------------------------------------------
+    # -- persistence (the folder format: nbprec.compare.saved) -----------------------------------------
     def save(self, path: str | Path) -> Path:
         """Save to a folder (``comparison.json`` + CSV tables) that :meth:`load` reads back."""
-        folder = Path(path)
-        folder.mkdir(parents=True, exist_ok=True)
-        table = self._cols.copy()
-        texts: dict[Any, str] = {}  # shapes recur: each one's JSON made once
-        for column in _SHAPE_COLUMNS:
-            table[column] = np.array([_shape_json(s, texts) for s in table[column].tolist()], dtype=object)
-        write_table_csv(table, folder / "tensors.csv", exact=True)  # names kept byte for byte, spreadsheet-safe
-        unmatched = self._unmatched.copy()
-        if "shape" in unmatched:
-            unmatched["shape"] = np.array([json.dumps(list(s)) for s in unmatched["shape"].tolist()], dtype=object)
-        write_table_csv(unmatched, folder / "unmatched_bench.csv", exact=True)
-        header = {
-            "format": _SAVE_FORMAT,
-            "nbprec_version": __version__,
-            "meta": self.meta,
-            "rule": _rule_to_dict(self.rule),
-        }
-        (folder / "comparison.json").write_text(json.dumps(header, indent=1, default=str), encoding="utf-8")
-        return folder
+        return write_saved(Path(path), self._cols, self._unmatched, self.meta, self.rule)
 
     @classmethod
     def load(cls, path: str | Path) -> Comparison:
         """Read a comparison written by :meth:`save`."""
-        import pandas as pd
-
-        folder = Path(path)
-        try:
-            header = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ComparisonError(f"{folder / 'comparison.json'}: not a saved nbprec comparison ({exc})") from exc
-        if header.get("format") != _SAVE_FORMAT:
-            raise ComparisonError(
-                f"{folder / 'comparison.json'}: format is {header.get('format')!r}, not {_SAVE_FORMAT}"
-            )
-        text_cols = {"target_name", "bench_name", "target_op", "bench_op", "op", "module", "slot", "reason"}
-        text_cols |= {"ground_truth", "relation", "fusion_pass", "parent", "target_checksum", "bench_checksum"}
-        table = pd.read_csv(
-            folder / "tensors.csv",
-            dtype=dict.fromkeys(text_cols, str),
-            keep_default_na=False,
-            na_values=[""],
-            encoding_errors="surrogateescape",
-        )
-        table = restore_frame(table)
-        for column in text_cols & set(table.columns):
-            values = table[column]  # an all-empty text column comes back from CSV as float64 NaN
-            table[column] = (values.astype(object) if values.dtype.kind == "f" else values).fillna("")
-        for column in ("target_dtype", "bench_dtype", "op_type", "api", "direction", "role", "match", "compare_mode"):
-            if column in table:
-                table[column] = table[column].astype(object).fillna("").astype(str)
-        for column in _SHAPE_COLUMNS:
-            table[column] = [tuple(json.loads(s)) if isinstance(s, str) and s else None for s in table[column]]
-        if "checksum_match" in table:
-            table["checksum_match"] = table["checksum_match"].map(
-                {True: True, False: False, "True": True, "False": False}
-            )
-        unmatched_path = folder / "unmatched_bench.csv"
-        unmatched = pd.DataFrame()
-        if unmatched_path.stat().st_size > 1:
-            unmatched = restore_frame(pd.read_csv(unmatched_path, encoding_errors="surrogateescape"))
-        return cls(table, unmatched_bench=unmatched, rule=_rule_from_dict(header["rule"]), meta=header.get("meta"))
+        table, unmatched, rule, meta = read_saved(Path(path))
+        return cls(table, unmatched_bench=unmatched, rule=rule, meta=meta)
 
     # -- exports -----------------------------------------------------------------------------------
     def to_csv(self, path: str | Path, layout: str = "nbprec") -> Path:
@@ -449,24 +388,6 @@ class Comparison:
         return explore(self, **kwargs)
 
 
-def _shape_json(shape: Any, texts: dict[Any, str]) -> str:
-    """A shape as ``save`` writes it: JSON of its list, '' when unknown. ``texts`` caches them (shapes recur): a
-    tuple of ints by itself, anything else by its ``repr``, which tells ``(1, 2)`` from ``(1.0, 2)`` and
-    ``(True, 2)``, which compare equal to it."""
-    if type(shape) is tuple and all(type(d) is int for d in shape):  # the usual shape: keyed by itself
-        text = texts.get(shape)
-        if text is None:
-            text = texts[shape] = "[" + ", ".join(map(str, shape)) + "]"  # json.dumps's text of a list of ints
-        return text
-    if shape is None or (isinstance(shape, float) and shape != shape):
-        return ""
-    key = repr(shape)
-    text = texts.get(key)
-    if text is None:
-        text = texts[key] = json.dumps(list(shape))
-    return text
-
-
 def _value_counts(values: np.ndarray) -> dict[str, int]:
     """How often each value occurs, the most frequent first (ties in order of first appearance), as
     ``value_counts()`` gives them."""
@@ -486,20 +407,3 @@ def _empty_frame() -> Any:
 def _at(row: Any) -> list[int] | None:
     """[step, rank] of an op row, or None."""
     return None if row is None else [int(row["step"]), int(row["rank"])]
-
-
-def _rule_to_dict(rule: Rule) -> dict[str, Any]:
-    data = asdict(rule)
-    data["thresholds"] = [asdict(t) for t in rule.thresholds]
-    return data
-
-
-def _rule_from_dict(data: dict[str, Any]) -> Rule:
-    thresholds = tuple(Threshold(**t) for t in data.get("thresholds", []))
-    return Rule(
-        name=data["name"],
-        thresholds=thresholds,
-        combine=data.get("combine", "all"),
-        dtype_aware=bool(data.get("dtype_aware", False)),
-        description=data.get("description", ""),
-    )

@@ -145,12 +145,15 @@ def test_save_load_round_trip(tmp_path, make_mlp_dump):
     (tmp_path / "junk").mkdir()
     with pytest.raises(ComparisonError, match="not a saved nbprec comparison"):
         Comparison.load(tmp_path / "junk")
+    (folder / "unmatched_bench.csv").unlink()  # a folder copied in part
+    with pytest.raises(ComparisonError, match=r"unmatched_bench\.csv: missing; .*save the comparison again"):
+        Comparison.load(folder)
 
 
 def test_saved_shapes_are_the_json_of_their_lists():
     """Shapes as ``save`` writes them: ``json.dumps`` of the list (ints through a cache keyed by the tuple,
     anything else, bools and floats included, which compare equal to ints, through ``json.dumps``)."""
-    from nbprec.compare.comparison import _shape_json
+    from nbprec.compare.saved import shape_json as _shape_json
 
     texts: dict = {}
     for shape in [(2, 8), (), (2, 8), (True, 8), (2.0, 8), [3, 4], (10**20,), (2, 8)]:

@@ -105,6 +105,28 @@ def open_regular(path: str | os.PathLike[str], record: str | None = None, *, nof
     return fd, info.st_size
 
 
+def open_plain_file(path: str) -> tuple[int, int] | None:
+    """``(file descriptor, size)`` of ``path`` when it is a regular file and not a symbolic link (opened as
+    :func:`open_regular` opens), else None: missing, a link, not a regular file, not openable. For fast paths
+    that leave every other case to :func:`open_regular`'s checks and messages; always None where links cannot
+    be refused at open (no ``O_NOFOLLOW``)."""
+    if not _NOFOLLOW:
+        return None
+    try:
+        fd = os.open(path, _FLAGS | _NOFOLLOW)
+    except (OSError, ValueError):
+        return None
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return None
+    return fd, info.st_size
+
+
 def read_fd(fd: int, size: int, offset: int = 0) -> bytes:
     """``size`` bytes at ``offset`` of the open file ``fd`` (fewer when the file ends first)."""
     parts = []

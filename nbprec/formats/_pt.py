@@ -27,7 +27,6 @@ import functools
 import math
 import os
 import pickletools
-import stat
 import struct
 import zlib
 from collections.abc import Callable
@@ -38,7 +37,7 @@ import numpy as np
 
 from nbprec.dtypes import NUMPY_DTYPES
 from nbprec.errors import DumpFormatError
-from nbprec.formats._files import open_regular
+from nbprec.formats._files import open_plain_file, open_regular
 from nbprec.formats._payload import MAP_FROM, payload_array
 from nbprec.formats._ptzip import _entry_bytes, _Unsupported, _zip_entries
 
@@ -197,25 +196,27 @@ def _tensor_entry(fd: int, file_size: int, head: bytes, entries: dict) -> tuple[
     return description, storage
 
 
-def read_small_pt(path: str, dtype: np.dtype | None, shape: tuple[int, ...]) -> np.ndarray | None:
+def read_small_pt(path: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray | None:
     """The tensor of a small plain archive ``path`` (under :data:`~nbprec.formats._payload.MAP_FROM` bytes, a
     regular file, not a symbolic link, contiguous), when it is a tensor of ``dtype`` and ``shape``; None for
     anything else, which :func:`read_pt_tensor` then reads (or refuses) with its checks and messages. The usual
     payload of a dump with many small tensors in the fewest steps: one open, one read."""
-    try:
-        fd = os.open(path, _SMALL_FLAGS)
-    except (OSError, ValueError):
+    opened = open_plain_file(path)
+    if opened is None:
         return None
+    fd, file_size = opened
     try:
-        info = os.fstat(fd)
-        if not (stat.S_ISREG(info.st_mode) and 0 < info.st_size < MAP_FROM):
+        if not 0 < file_size < MAP_FROM:
             return None
-        head, entries = _zip_entries(fd, info.st_size)
+        head, entries = _zip_entries(fd, file_size)
     except (OSError, _Unsupported):
         return None
     finally:
         os.close(fd)
-    found = _tensor_entry(-1, info.st_size, head, entries)  # (no read past the head: it is the whole file)
+    try:  # (the head is the whole file: nothing is read past it, and fd is closed)
+        found = _tensor_entry(-1, file_size, head, entries)
+    except OSError:
+        return None
     if found is None:
         return None
     (_key, dtype_name, offset, size, stride), (start, nbytes) = found
@@ -226,9 +227,6 @@ def read_small_pt(path: str, dtype: np.dtype | None, shape: tuple[int, ...]) -> 
     if not contiguous or numel == 0 or nbytes % np_dtype.itemsize or not 0 <= last < nbytes // np_dtype.itemsize:
         return None
     return np.frombuffer(head, np_dtype, numel, start + offset * np_dtype.itemsize).reshape(size)
-
-
-_SMALL_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
 def _read_storage(

@@ -13,7 +13,9 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
+from nbprec.cli._choices import COMPARE_MODES, DUMP_FORMATS, RULE_PRESETS
 from nbprec.cli.comparing import _cmd_compare, _cmd_isolate
 from nbprec.cli.dumps import _cmd_info, _cmd_ni
 from nbprec.cli.overflow import _cmd_overflow
@@ -25,20 +27,34 @@ from nbprec.errors import NbprecError
 _OWN_COMMANDS = frozenset({"info", "demo", "compare", "isolate", "overflow", "report", "serve", "ni"})
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: nbprec's version and the metric kernel in use, which is looked up (numpy and the kernel
+    imported) only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show the version and the metric kernel, and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
+        from nbprec import __version__
+        from nbprec.compare.metrics import KERNEL
+
+        print(f"nbprec {__version__} (metric kernel: {KERNEL})")
+        parser.exit()
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser of the ``nbprec`` command; given the ``command`` the arguments name (one of this
-    module's own), the parser of the other packages' subcommands is left out (their imports are not paid)."""
-    from nbprec import __version__
-    from nbprec.compare.metrics import KERNEL
-    from nbprec.formats import READERS
-
+    module's own), the parser of the other packages' subcommands is left out (their imports are not paid).
+    Building it imports no library module (the choices are :mod:`nbprec.cli._choices`): the help, the version
+    and the commands that need no arrays start without numpy."""
     parser = argparse.ArgumentParser(prog="nbprec", description="Find where a neural network loses precision.")
-    parser.add_argument("--version", action="version", version=f"nbprec {__version__} (metric kernel: {KERNEL})")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     info = sub.add_parser("info", help="describe one or more dumps: format, steps, ranks, counts, problems")
     info.add_argument("paths", nargs="+", metavar="PATH", help="dump folder or file")
-    info.add_argument("--format", choices=list(READERS), help="reader to use (guessed when omitted)")
+    info.add_argument("--format", choices=DUMP_FORMATS, help="reader to use (guessed when omitted)")
     info.add_argument("--json", action="store_true", help="print the summary as JSON")
     info.add_argument("--max-problems", type=int, default=20, help="problems to list (default 20)")
     info.set_defaults(func=_cmd_info)
@@ -49,17 +65,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     demo.add_argument("--report", action="store_true", help="end by writing the demo report (DIR/report.html)")
     demo.set_defaults(func=_cmd_demo)
 
-    from nbprec.compare.engine import MODES
-    from nbprec.compare.rules import preset_names
-
     cmp = sub.add_parser("compare", help="compare a target dump with a benchmark dump, name the first failing op")
     cmp.add_argument("target", metavar="TARGET", help="target dump (NPU / low precision)")
     cmp.add_argument("bench", metavar="BENCH", help="benchmark dump (CPU/GPU float32)")
     cmp.add_argument("-o", "--output", metavar="DIR", help="write the tables (nbprec, msaccucmp, msprobe CSV) here")
-    cmp.add_argument("--rule", choices=preset_names(), default="default", help="pass/fail rule (default: dtype-aware)")
+    cmp.add_argument("--rule", choices=RULE_PRESETS, default="default", help="pass/fail rule (default: dtype-aware)")
     cmp.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
     cmp.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
-    cmp.add_argument("--mode", choices=list(MODES), default="auto", help="compare payloads, statistics or checksums")
+    cmp.add_argument("--mode", choices=COMPARE_MODES, default="auto", help="compare payloads, statistics or checksums")
     cmp.add_argument("--mapping", metavar="FILE", help="CSV/YAML of target,bench name pairs that override matching")
     cmp.add_argument("--graph", metavar="GE_GRAPH", help="target's GE graph (ge_proto_*_Build.txt): fusion records")
     cmp.add_argument("--step", type=int, help="compare this step only")
@@ -82,7 +95,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ovf.add_argument("--bench", metavar="PATH", help="benchmark dump: say whether the overflow changed the results")
     ovf.add_argument("--headroom", action="store_true", help="also predict overflow/underflow if cast to fp16/bf16/fp8")
     ovf.add_argument("--dtype", help="judge every float tensor against this dtype's maximum (e.g. float16)")
-    ovf.add_argument("--rule", choices=preset_names(), default=None, help="comparison rule for the impact verdict")
+    ovf.add_argument("--rule", choices=RULE_PRESETS, default=None, help="comparison rule for the impact verdict")
     ovf.add_argument("--device-type", default="cuda", help="torch.autocast device type in the snippet (default cuda)")
     ovf.add_argument("--loss-scale", type=float, help="loss scale the gradients were recorded with (default: run meta)")
     ovf.add_argument("--no-payload", action="store_true", help="use the index statistics only (faster)")
@@ -95,7 +108,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     rep.add_argument("bench", nargs="?", metavar="BENCH", help="benchmark dump (CPU/GPU float32)")
     rep.add_argument("-o", "--output", metavar="HTML", help="the HTML file to write (the .ipynb goes next to it)")
     rep.add_argument("--notebook", metavar="IPYNB", help="where to write the executed notebook")
-    rep.add_argument("--rule", choices=preset_names(), default="default", help="pass/fail rule (default: dtype-aware)")
+    rep.add_argument("--rule", choices=RULE_PRESETS, default="default", help="pass/fail rule (default: dtype-aware)")
     rep.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
     rep.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
     rep.add_argument("--title", default="", help="report title")
@@ -109,7 +122,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     srv.add_argument("target", metavar="TARGET", help="target dump")
     srv.add_argument("bench", metavar="BENCH", help="benchmark dump")
     srv.add_argument("--port", type=int, help="TCP port (default: a free one)")
-    srv.add_argument("--rule", choices=preset_names(), default="default", help="pass/fail rule (default: dtype-aware)")
+    srv.add_argument("--rule", choices=RULE_PRESETS, default="default", help="pass/fail rule (default: dtype-aware)")
     srv.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
     srv.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
     srv.set_defaults(func=_cmd_serve)

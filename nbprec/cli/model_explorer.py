@@ -6,14 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from nbprec.cli._choices import EXPLORER_DEFAULT_METRICS, EXPLORER_METRICS, RULE_PRESETS
 from nbprec.cli._text import _rule_arg
 
 
 def add_model_explorer_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``model-explorer`` to the ``nbprec`` command's subparsers (see :func:`nbprec.cli.build_parser`)."""
-    from nbprec.compare.rules import preset_names
-    from nbprec.graph.model_explorer import DEFAULT_METRICS, METRICS
-
     parser = subparsers.add_parser(
         "model-explorer",
         help="export per-op verdicts and metrics as Model Explorer node data for the model's graph",
@@ -34,14 +32,12 @@ def add_model_explorer_parser(subparsers: Any) -> argparse.ArgumentParser:
     where.add_argument("--ge", metavar="GE_GRAPH", help="GE graph (ge_proto_*_Build.txt): the graph and its fusion")
     parser.add_argument(
         "--metrics",
-        default=",".join(DEFAULT_METRICS),
-        help=f"comma-separated, from {', '.join(METRICS)} (default {','.join(DEFAULT_METRICS)})",
+        default=",".join(EXPLORER_DEFAULT_METRICS),
+        help=f"comma-separated, from {', '.join(EXPLORER_METRICS)} (default {','.join(EXPLORER_DEFAULT_METRICS)})",
     )
     parser.add_argument("--name", default="nbprec", help="file name stem (default nbprec)")
     parser.add_argument("--no-graph-json", action="store_true", help="do not write the graph JSON")
-    parser.add_argument(
-        "--rule", choices=preset_names(), default="default", help="pass/fail rule (default: dtype-aware)"
-    )
+    parser.add_argument("--rule", choices=RULE_PRESETS, default="default", help="pass/fail rule (default: dtype-aware)")
     parser.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
     parser.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
     parser.add_argument("--step", type=int, help="export this step (default: the first)")

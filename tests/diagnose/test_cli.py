@@ -72,3 +72,21 @@ def test_the_installed_command_line(logs):
         [sys.executable, "-m", "nbprec", "diagnose", logs.ge_line("graph", 5, 4)], capture_output=True, text=True
     )
     assert out.returncode == 1 and "ge-graph-memory" in out.stdout
+
+
+def test_diagnosing_a_log_file_imports_no_numpy(logs, tmp_path):
+    """The parser is built without the library (nbprec.cli._choices), and diagnosing needs no arrays: the
+    command starts as fast as the interpreter and its own modules allow."""
+    path = tmp_path / "train.log"
+    path.write_bytes(logs.log_bytes([*logs.NOISE, logs.ge_line("graph", 27917287424, 27917287423)]))
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from nbprec.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        f"    status = main(['diagnose', {str(path)!r}])\n"
+        "print(json.dumps({'status': status, 'numpy': 'numpy' in sys.modules, 'text': out.getvalue()}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["numpy"] is False
+    assert result["status"] == 1 and f"ge-graph-memory  {path}:{len(logs.NOISE) + 1}" in result["text"]

@@ -1,0 +1,78 @@
+"""The ``nbprec`` command's parser is built without the library: the help, the version and the commands that need
+no arrays start without numpy; the choices it offers are the library's own lists."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from nbprec.cli import _choices, build_parser, main
+
+
+def run_fresh(arguments: list[str], stdin: str = "") -> dict:
+    """``nbprec.cli.main(arguments)`` in a fresh interpreter: its exit status, its output, and whether numpy was
+    imported."""
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from nbprec.cli import main\n"
+        "out = io.StringIO()\n"
+        "try:\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        f"        status = main({arguments!r})\n"
+        "except SystemExit as exc:\n"
+        "    status = exc.code\n"
+        "print(json.dumps({'status': status, 'numpy': 'numpy' in sys.modules, 'text': out.getvalue()}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], input=stdin, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [["--help"], ["compare", "--help"], ["diagnose", "--help"], ["model-explorer", "--help"], ["config", "--help"]],
+)
+def test_help_is_printed_without_importing_numpy(arguments):
+    result = run_fresh(arguments)
+    assert result["status"] == 0 and result["numpy"] is False
+    assert result["text"].startswith("usage: nbprec")
+
+
+def test_the_choices_appear_in_the_help():
+    text = run_fresh(["compare", "--help"])["text"]
+    assert "{auto,tensor,statistics,checksum}" in text
+    assert "{" + ",".join(_choices.RULE_PRESETS) + "}" in text
+    explorer = run_fresh(["model-explorer", "--help"])["text"]
+    assert ", ".join(_choices.EXPLORER_METRICS) in " ".join(explorer.split())
+
+
+def test_version_names_the_kernel_in_use(capsys):
+    from nbprec import __version__
+    from nbprec.compare.metrics import KERNEL
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"nbprec {__version__} (metric kernel: {KERNEL})\n"
+
+
+def test_the_choices_are_the_librarys_lists():
+    from nbprec.compare.engine import MODES
+    from nbprec.compare.rules import preset_names
+    from nbprec.formats import READERS
+    from nbprec.graph.model_explorer import DEFAULT_METRICS, METRICS
+
+    assert tuple(READERS) == _choices.DUMP_FORMATS
+    assert tuple(MODES) == _choices.COMPARE_MODES
+    assert tuple(preset_names()) == _choices.RULE_PRESETS
+    assert tuple(METRICS) == _choices.EXPLORER_METRICS
+    assert tuple(DEFAULT_METRICS) == _choices.EXPLORER_DEFAULT_METRICS
+
+
+def test_a_choice_outside_the_list_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser("compare").parse_args(["compare", "T", "B", "--mode", "bytes"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'bytes'" in capsys.readouterr().err

@@ -215,6 +215,37 @@ def _ms_stat_diff(npu: Any, bench: Any) -> tuple[str, str]:
     return text, text
 
 
+def _ms_stat_diffs(npu: list[Any], bench: list[Any]) -> tuple[list[str], list[str]]:
+    """:func:`_ms_stat_diff` of every row of one statistic, as two columns (diffs, relative errors). The usual
+    rows, two finite floats, are computed and written at once (the same float64 operations, and ``repr``'s
+    text); every other row goes through :func:`_ms_stat_diff`."""
+    n = len(npu)
+    plain = np.fromiter(
+        (type(a) is float and type(b) is float for a, b in zip(npu, bench, strict=True)), dtype=bool, count=n
+    )
+    a = np.array([v if type(v) is float else np.nan for v in npu], dtype=np.float64)
+    b = np.array([v if type(v) is float else np.nan for v in bench], dtype=np.float64)
+    with np.errstate(all="ignore"):
+        diff = a - b
+        relative = np.abs(diff / b * 100)
+    zero = b == 0
+    fast = plain & np.isfinite(a) & np.isfinite(b)  # an overflow is "inf" either way
+    same = fast & (a == b) & (np.signbit(a) == np.signbit(b))  # equal texts: equal values of one sign
+    differ = fast & ~same
+    diffs, relatives = ["0"] * n, ["0"] * n
+    rows = np.flatnonzero(differ)
+    for row, text in zip(rows.tolist(), float_texts(diff[rows]), strict=True):
+        diffs[row] = text
+    rows = np.flatnonzero(differ & ~zero)
+    for row, text in zip(rows.tolist(), float_texts(relative[rows]), strict=True):
+        relatives[row] = text + "%"
+    for row in np.flatnonzero(differ & zero).tolist():
+        relatives[row] = "inf"
+    for row in np.flatnonzero(~fast).tolist():
+        diffs[row], relatives[row] = _ms_stat_diff(npu[row], bench[row])
+    return diffs, relatives
+
+
 def _inf_or_nan(value: Any) -> bool:
     if isinstance(value, float):
         return not math.isfinite(value)
@@ -396,9 +427,9 @@ def _ms_columns(table: Columns, mode: str) -> dict[str, list[Any]]:
             for t, b, p, read in zip(names, benches, paired, reads, strict=True)
         ]
     elif mode == "statistics":
-        diffs = [[_ms_stat_diff(a, b) for a, b in zip(stats[k], stats[k + 4], strict=True)] for k in range(4)]
-        cols.update(zip(MSPROBE_STAT_DIFFS[:4], ([d[0] for d in column] for column in diffs), strict=True))
-        cols.update(zip(MSPROBE_STAT_DIFFS[4:], ([d[1] for d in column] for column in diffs), strict=True))
+        diffs = [_ms_stat_diffs(stats[k], stats[k + 4]) for k in range(4)]
+        cols.update(zip(MSPROBE_STAT_DIFFS[:4], (column[0] for column in diffs), strict=True))
+        cols.update(zip(MSPROBE_STAT_DIFFS[4:], (column[1] for column in diffs), strict=True))
     else:
         checksums = "target_checksum" in table
         t_sums = table["target_checksum"].tolist() if checksums else [None] * n

@@ -291,3 +291,25 @@ def test_shape_texts_are_shape_text_each():
     assert shape_texts(shapes) == [shape_text(s) for s in shapes] == [
         "[2, 8]", "[2, 8]", "", "[]", "[3]", "[1]", "[2, 8]", "[3]"
     ]  # fmt: skip
+
+
+def test_statistic_diffs_of_a_column_are_each_rows_diff():
+    """The column-at-a-time statistic diffs give :func:`_ms_stat_diff`'s texts on every kind of cell: finite
+    floats over many scales (equal, of opposite zeros, one a zero benchmark, overflowing differences and relative
+    errors), NaN and inf, ints and bools of integer tensors, and msprobe's text cells."""
+    from nbprec.compare.msprobe_layout import _ms_stat_diff, _ms_stat_diffs
+
+    rng = np.random.default_rng(11)
+    scale = 10.0 ** rng.integers(-30, 30, 4000)
+    npu = (rng.standard_normal(4000) * scale).tolist()
+    bench = [v * (1 + rng.standard_normal() * 1e-3) if i % 3 else v for i, v in enumerate(npu)]  # a third equal
+    special = [0.0, -0.0, 1e308, -1e308, 1e-300, 2.5, math.nan, math.inf, -math.inf, 3, 0, True, False]
+    special += ["None", "Nan", "N/A", "inf", "-inf", "cpu", "Diff", 5e-324]
+    for a in special:
+        for b in special:
+            npu.append(a)
+            bench.append(b)
+    want = [_ms_stat_diff(a, b) for a, b in zip(npu, bench, strict=True)]
+    diffs, relatives = _ms_stat_diffs(npu, bench)
+    assert list(zip(diffs, relatives, strict=True)) == want
+    assert sum(d == "0" for d in diffs) > 1000 and any(r.endswith("%") for r in relatives)

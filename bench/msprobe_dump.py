@@ -10,9 +10,12 @@ is a singleton) under task ``tensor``, level ``L1``, one forward pass, so the du
     OUT/fp32/step0/rank0/dump.json + dump_tensor_data/*.pt
     OUT/bf16/step0/rank0/dump.json + dump_tensor_data/*.pt
 
+``--task statistics`` writes msprobe's statistics dumps instead (``summary_mode`` ``statistics``: dump.json only,
+each tensor's Max, Min, Mean and Norm).
+
 Usage::
 
-    bench/.venv-msprobe/bin/python bench/msprobe_dump.py --out DIR [--layers 8] [--hidden 1024]
+    bench/.venv-msprobe/bin/python bench/msprobe_dump.py --out DIR [--layers 8] [--hidden 1024] [--task statistics]
 """
 
 from __future__ import annotations
@@ -93,14 +96,16 @@ def dump_one(args: argparse.Namespace) -> None:
     out = Path(args.out) / args.dtype
     out.mkdir(parents=True, exist_ok=True)
     config = {
-        "task": "tensor",
+        "task": args.task,
         "dump_path": str(out),
         "rank": [],
         "step": [],
         "level": "L1",
         "async_dump": False,
-        "tensor": {"scope": [], "list": [], "data_mode": ["all"]},
+        args.task: {"scope": [], "list": [], "data_mode": ["all"]},
     }
+    if args.task == "statistics":
+        config["statistics"]["summary_mode"] = "statistics"
     config_path = Path(args.out) / f"config_{args.dtype}.json"
     config_path.write_text(json.dumps(config, indent=1))
     debugger = PrecisionDebugger(config_path=str(config_path))
@@ -121,6 +126,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--task", choices=("tensor", "statistics"), default="tensor", help="msprobe's dump task")
     args = parser.parse_args()
     if args.dtype:
         dump_one(args)
@@ -128,7 +134,7 @@ def main() -> None:
     procs = []
     for dtype in ("fp32", "bf16"):  # in parallel: each is mostly single-threaded hook overhead
         cmd = [sys.executable, str(Path(__file__).resolve()), "--dtype", dtype]
-        for key in ("out", "layers", "hidden", "heads", "batch", "seq", "seed"):
+        for key in ("out", "layers", "hidden", "heads", "batch", "seq", "seed", "task"):
             cmd += [f"--{key}", str(getattr(args, key))]
         procs.append((dtype, subprocess.Popen(cmd)))
     failed = [dtype for dtype, proc in procs if proc.wait() != 0]

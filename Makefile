@@ -16,7 +16,8 @@ PYTEST_ARGS ?=
 install: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py nbprec/compare/_fused.c nbprec/formats/_zipdir.c nbprec/capture/_stats.c \
-		nbprec/capture/_npyio.c nbprec/_floattext.c nbprec/graph/_textformat.c nbprec/labextension/package.json
+		nbprec/capture/_npyio.c nbprec/_floattext.c nbprec/graph/_textformat.c nbprec/formats/_msprobescan.c \
+		nbprec/labextension/package.json
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
 	@touch $(STAMP)

@@ -3,6 +3,8 @@
 - ``nbprec.compare._fused``: the one-pass metric kernel;
 - ``nbprec.formats._zipdir``: the directory of a ``torch.save`` archive (the pure-Python twin in
   ``nbprec/formats/_pt.py`` does the same, slower);
+- ``nbprec.formats._msprobescan``: the usual msprobe ``dump.json`` read into its index columns in C (without
+  it, or for anything unusual, by the Python reader of ``nbprec/formats/msprobe_index.py``);
 - ``nbprec.capture._stats``: the capture's one-pass tensor statistics (without it the capture computes
   them with numpy, slower);
 - ``nbprec.capture._npyio`` (POSIX): the capture's payload files, written by C threads that never wait for
@@ -11,7 +13,7 @@
 - ``nbprec.graph._textformat``: GE graphs in protobuf text format parsed in C (without it, by the Python
   tokeniser of ``nbprec/graph/ge_parse.py``, which also gives every error).
 
-All six are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
+All seven are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
 
 It also installs the prebuilt JupyterLab extension (``nbprec/labextension/``, built from ``jupyterlab-nbprec/`` by
@@ -83,6 +85,7 @@ setup(
     ext_modules=[
         Extension("nbprec.compare._fused", ["nbprec/compare/_fused.c"], optional=True),
         Extension("nbprec.formats._zipdir", ["nbprec/formats/_zipdir.c"], optional=True),
+        Extension("nbprec.formats._msprobescan", ["nbprec/formats/_msprobescan.c"], optional=True),
         Extension("nbprec.capture._stats", ["nbprec/capture/_stats.c"], optional=True),
         Extension("nbprec._floattext", ["nbprec/_floattext.c"], optional=True),
         Extension("nbprec.graph._textformat", ["nbprec/graph/_textformat.c"], optional=True),

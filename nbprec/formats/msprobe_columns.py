@@ -131,23 +131,41 @@ class TensorColumns:
         entries = self.entries
         if not entries:
             return
+        stats = [_floats(_field(entries, key)) for key in _STAT_KEYS]
+        self._take(ops, _field(entries, "data_name"), _field(entries, "dtype"), _field(entries, "shape"), stats,
+                   _field(entries, "md5"))  # fmt: skip
+        entries.clear()
+
+    def extend(self, ops: list[str], fields: tuple, rows: slice) -> None:
+        """Take the columns of the tensors at ``rows`` of a whole dump.json's fields, as
+        :func:`nbprec.formats._msprobescan.scan` gives them (``(op_of, roles, slots, data_names, dtypes, shapes,
+        md5s, stats)``: bytes of int64, bytes, lists, and an (n, 4) float64 array of Min, Max, Mean, Norm), in
+        the batches :meth:`flush` takes entries in."""
+        op_of, roles, slots, data_names, dtypes, shapes, md5s, stats = fields
+        self.op_of.frombytes(op_of[rows.start * 8 : rows.stop * 8])
+        self.roles.extend(roles[rows])
+        self.slots.extend(slots[rows])
+        columns = [np.ascontiguousarray(stats[rows, k]) for k in range(len(_STAT_KEYS))]
+        self._take(ops, data_names[rows], dtypes[rows], shapes[rows], columns, md5s[rows])
+
+    def _take(self, ops: list[str], data_names: list, dtypes: list, shapes: list, stats: list, md5: list) -> None:
+        """The columns of a batch of tensors whose op, role and slot are added, from their fields' raw values
+        (``stats``: a float64 array per key of :data:`_STAT_KEYS`)."""
         first = len(self.names)
         found: list[tuple[int, int, str]] = []  # (row, field, problem): said in row order, as read
-        names, has_file = self._names(_field(entries, "data_name"), first, ops, found)
-        self._dtype_column(_field(entries, "dtype"), first, found)
-        self._shape_column(_field(entries, "shape"), first, found)
-        md5 = _field(entries, "md5")
+        names, has_file = self._names(data_names, first, ops, found)
+        self._dtype_column(dtypes, first, found)
+        self._shape_column(shapes, first, found)
         if any(md5):
             self.checksums.extend(m if type(m) is str else str(m or "") for m in md5)
         else:  # no checksum in the batch (tensor and statistics modes): one shared ''
-            self.checksums.extend(repeat("", len(entries)))
-        for values, key in zip(self.stats, _STAT_KEYS, strict=True):
-            values.append(_floats(_field(entries, key)))
+            self.checksums.extend(repeat("", len(md5)))
+        for values, column in zip(self.stats, stats, strict=True):
+            values.append(column)
         self.names.extend(names)
         self.payload.extend(has_file)
         for row, _field_code, problem in sorted(found):
             self._problem(problem, self.names[row])
-        entries.clear()
 
     def _names(self, data_names: list, first: int, ops: list[str], found: list) -> tuple[list[str], bytes]:
         """Each entry's name (its data_name without ``.pt``, else derived from op, role and slot) and whether

@@ -26,11 +26,16 @@ import numpy as np
 from nbprec._gc import paused_gc
 from nbprec.dump import Problem
 from nbprec.errors import DumpFormatError
-from nbprec.formats._files import PayloadFolder, inside, printable, real_folder
+from nbprec.formats._files import PayloadFolder, inside, open_plain_file, printable, read_fd, real_folder
 from nbprec.formats._jsonstream import JsonObjectStream
 from nbprec.formats._layout import DumpSource, read_json_file
 from nbprec.formats.msprobe_columns import BATCH, ROLES, TensorColumns
 from nbprec.formats.msprobe_keys import parse_op_key
+
+try:
+    from nbprec.formats._msprobescan import scan as _scan
+except ImportError:  # built without a C compiler: the Python reader reads every dump.json
+    _scan = None
 
 # section of an op entry -> role; rows follow this order (inputs, parameters, outputs, as msprobe's compare CSV)
 _SECTIONS = dict(input_args="input", input_kwargs="input", input="input", parameters="parameter", output="output")
@@ -41,6 +46,8 @@ _CALL_KEYS = tuple(tuple(f"{role}.{slot}" for slot in _SLOTS) for role in ROLES)
 _SCALARS = (bool, int, float)
 _OP_COLUMNS = ("api", "op_type", "direction", "module")
 TENSOR_DIR = "dump_tensor_data"
+#: dump.json files the C scanner reads, whole (larger ones are read in chunks, in bounded memory).
+SCAN_BELOW = 1 << 26
 
 
 def _repeats(values: list) -> list[int]:
@@ -97,6 +104,27 @@ def _read_object(path: Path) -> Any:
             stream.end()
             return content
     return read_json_file(path)
+
+
+def _scanned(path: Path) -> tuple | None:
+    """The C scanner's reading of ``dump.json`` (see nbprec/formats/_msprobescan.c), or None: not built, not a
+    plain regular file, larger than :data:`SCAN_BELOW`, or not the usual layout (the Python reader then reads it
+    in bounded memory, and words every problem)."""
+    if _scan is None:
+        return None
+    opened = open_plain_file(str(path))
+    if opened is None:
+        return None
+    fd, size = opened
+    try:
+        if not 0 < size < SCAN_BELOW:
+            return None
+        text = read_fd(fd, size)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return _scan(text, _SLOTS)
 
 
 def checked_data_dir(recorded: str) -> str:
@@ -170,6 +198,12 @@ class DumpSourceReader:
         """The index columns of this dump.json's tensors (for ``make_index(typed=True)``) and its meta."""
         path = self.source.dump_json
         self._construct()
+        scanned = _scanned(path)
+        if scanned is not None:
+            with paused_gc():
+                if self._add_scanned(scanned):
+                    meta = scanned[0]
+                    return self._frame(meta.get("dump_data_dir")), meta
         meta: dict[str, Any] = {}
         has_data_object = False
         with JsonObjectStream(path) as stream, paused_gc():
@@ -222,29 +256,14 @@ class DumpSourceReader:
         add_key, add_order, add_call, add_kind = (
             ops.append, self._op_order.append, self._op_call.append, self._op_kind.append
         )  # fmt: skip
-        hierarchy_get, api_kinds, sections_get = self.hierarchy.get, self._api_kinds, self._section_orders.get
+        sections_get = self._section_orders.get
         tensor_types, slots, n_slots = self._tensor_types, _SLOTS, len(_SLOTS)
         calls_setdefault, call_keys = self.calls.setdefault, _CALL_KEYS
+        op_key = self._op_key
         order = -1
         for key, body in stream.members():
             order += 1  # the op's position in data, counting entries that are skipped
-            head, _, last = key.rpartition(".")
-            api, dot, call = head.rpartition(".")
-            grads = False
-            if (
-                (last == "forward" or last == "backward")
-                and dot
-                and call.isdigit()
-                and len(call) <= 18
-                and call.isascii()
-            ):
-                parent = hierarchy_get(key)  # an API call ({api}.{call}.{direction}), in this module call
-                kind = api_kinds.get((api, last, parent))
-                if kind is None:
-                    kind = self._api_kind(api, last, parent)
-                call = int(call)
-            else:
-                kind, call, grads = self._other_kind(key)
+            kind, call, grads = op_key(key)
             if type(body) is not dict:
                 self._problem(f"op entry is a {type(body).__name__}, expected an object; skipped", key)
                 continue
@@ -296,6 +315,68 @@ class DumpSourceReader:
             if len(entries) >= BATCH:
                 tensors.flush(ops)
         self._n_ops = order + 1
+
+    def _add_scanned(self, scanned: tuple) -> bool:
+        """The ops and tensors of a dump.json the C scanner read (:func:`_scanned`), added as :meth:`_add_ops`
+        adds them: ops in order, each op's tensors in row order, the tensors' columns in the same batches, the
+        same problems in the same order. False, with nothing added, when the scanner took a key for parameter
+        gradients that this reader does not, or the other way round: the caller then reads the file itself."""
+        _meta, keys, grads, op_of, roles, ranks, slots, data_names, dtypes, shapes, md5s, stats, calls, others = scanned
+        for key, scanned_grads in zip(keys, grads, strict=True):
+            if scanned_grads or "parameters_grad" in key:
+                info = parse_op_key(key)
+                if bool(scanned_grads) != (info is not None and info.grads):
+                    return False
+        ops = np.frombuffer(op_of, dtype=np.int64)
+        rank = np.frombuffer(ranks, dtype=np.uint8)
+        stats = np.frombuffer(stats, dtype=np.float64).reshape(-1, 4)
+        if len(ops) > 1:  # an op's sections are read in the file's order, its rows are in row order
+            place = ops * 8 + rank
+            if (place[1:] < place[:-1]).any():
+                order = np.argsort(place, kind="stable")
+                take = order.tolist()
+                ops, stats = ops[order], stats[order]
+                roles = bytes(np.frombuffer(roles, dtype=np.uint8)[order])
+                slots, data_names, dtypes, shapes, md5s = (
+                    [column[i] for i in take] for column in (slots, data_names, dtypes, shapes, md5s)
+                )
+                calls = sorted(calls, key=lambda call: (call[0], call[4]))
+        slots = list(map(self._strings.setdefault, slots, slots))
+        fields = (ops.tobytes(), roles, slots, data_names, dtypes, shapes, md5s, stats)
+        per_op = np.bincount(ops, minlength=len(keys)).tolist() if len(ops) else [0] * len(keys)
+        tensors = self._tensors
+        start = pending = 0
+        for order, key in enumerate(keys):
+            kind, call, is_grads = self._op_key(key)
+            self._ops.append(key)
+            self._op_order.append(order)
+            self._op_call.append(call)
+            self._op_kind.append(kind)
+            pending += per_op[order]
+            if not is_grads and pending >= BATCH:  # where _add_ops takes a batch
+                tensors.extend(self._ops, fields, slice(start, start + pending))
+                start, pending = start + pending, 0
+        if pending:
+            tensors.extend(self._ops, fields, slice(start, start + pending))
+        for op, role, slot, value, _rank in calls:
+            name = _CALL_KEYS[role][slot] if type(slot) is int else self._intern(f"{ROLES[role]}.{slot}")
+            self.calls.setdefault(keys[op], {})[name] = value
+        self.non_tensor += others
+        self._n_ops = len(keys)
+        return True
+
+    def _op_key(self, key: str) -> tuple[int, int, bool]:
+        """(op-kind code, call index, parameter gradients?) of an op key. The usual key, an API call
+        (``{api}.{call}.{direction}``), is looked up per API, direction and calling module call."""
+        head, _, last = key.rpartition(".")
+        api, dot, call = head.rpartition(".")
+        if (last == "forward" or last == "backward") and dot and call.isdigit() and len(call) <= 18 and call.isascii():
+            parent = self.hierarchy.get(key)
+            kind = self._api_kinds.get((api, last, parent))
+            if kind is None:
+                kind = self._api_kind(api, last, parent)
+            return kind, int(call), False
+        return self._other_kind(key)
 
     def _api_kind(self, api: str, direction: str, parent: Any) -> int:
         """The op-kind code of an API call of ``api`` in ``direction`` called from the module call ``parent``."""

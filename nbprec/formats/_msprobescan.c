@@ -1,0 +1,879 @@
+/*
+ * nbprec.formats._msprobescan: the usual msprobe dump.json scanned in C into the columns of its index, about
+ * three times faster than decoding it with the json module and walking the dicts in Python (a dump of many
+ * small tensors spends more time opening its dump.json than reading its payloads).
+ *
+ * This is a fast path for the usual layout, never an authority: the top object holds scalar members and one
+ * "data" object; each op entry is an object of known sections (input_args, input_kwargs, input, parameters,
+ * output, each at most once), or for a `parameters_grad` key, parameter name -> tensor (or a one-element
+ * list of it); a section is a list of arguments (tensor entries, scalar entries, bare values, lists of them) or
+ * an object of named ones. Strings are plain ASCII. Anything else (escapes and non-ASCII bytes in a string that
+ * is kept, objects of arguments inside arguments, unknown or repeated sections, a repeated field, a statistic that is not a number,
+ * integers beyond 18 digits, invalid JSON, text after the object) makes scan() return None, and the caller
+ * reads the file with its Python reader (nbprec/formats/msprobe_index.py), which words every problem. So
+ * whatever this returns, the Python reader builds the same index from it (the tests hold the two to that on
+ * every fixture and on generated dumps).
+ *
+ * scan(buffer, slot_names) -> None or (meta, keys, grads, op_of, roles, ranks, slots, data_names, dtypes, shapes,
+ * md5s, stats, calls, non_tensor), slot_names being the 256 names of list positions ("0" to "255"):
+ *   meta        the top object's scalar members (dict);
+ *   keys        the op keys of data, in order (list of str);
+ *   grads       per op: 1 when its entry was read as parameter gradients (bytes);
+ *   op_of       per tensor: its op's position (bytes of int64);
+ *   roles       per tensor: 0 input, 1 parameter, 2 output, 3 gradient (bytes);
+ *   ranks       per tensor: the place of its section in row order (0 input_args, 1 input_kwargs, 2 input,
+ *               3 parameters, 4 output; 0 for a gradient): the sections are read in the file's order, and the
+ *               reader puts each op's tensors (and calls) in row order (bytes);
+ *   slots       per tensor: slot_names[i] for the i-th argument of a list, else the argument's name (list);
+ *   data_names, dtypes, md5s  per tensor: the field's str, or None (missing or null) (lists);
+ *   shapes      per tensor: the shape as a list of ints, or None (list);
+ *   stats       per tensor: Min, Max, Mean, Norm as float64, NaN for a missing or null one (bytes, 4 a tensor);
+ *   calls       (op, role, slot, value, rank) of each scalar argument whose value is a bool, int or float;
+ *               slot is the argument's position (int) in a list or its name (str);
+ *   non_tensor  the number of arguments that are not tensors.
+ *
+ * Nesting that is only skipped (values of fields no column holds) is followed by recursion bounded at
+ * MAX_DEPTH levels; deeper text makes scan() return None.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define BAIL 1 /* not the usual layout: scan() returns None */
+#define MAX_DEPTH 64
+#define MAX_TRAILING (1 << 20) /* whitespace after the top object, as the Python reader allows */
+#define N_SLOTS 256
+
+typedef struct {
+    const char *p, *end;
+} Cur;
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} Buf;
+
+static int buf_add(Buf *b, const void *item, size_t size)
+{
+    if (b->len + size > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->len + size) cap *= 2;
+        char *grown = PyMem_Realloc(b->data, cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, item, size);
+    b->len += size;
+    return 0;
+}
+
+typedef struct {
+    PyObject *slot_names;                                          /* tuple of N_SLOTS str (borrowed) */
+    PyObject *keys, *slots, *data_names, *dtypes, *shapes, *md5s; /* lists */
+    PyObject *calls, *meta;
+    Buf op_of, roles, ranks, grads, stats;
+    Py_ssize_t non_tensor, op;
+    int rank; /* the rank of the section being read (its place in row order) */
+    PyObject *last_dtype; /* the previous dtype string: most tensors share a handful */
+} Out;
+
+/* -- tokens ------------------------------------------------------------------------------------------ */
+
+static void ws(Cur *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
+}
+
+static int next_is(Cur *c, char ch)
+{
+    ws(c);
+    return c->p < c->end && *c->p == ch;
+}
+
+static int expect(Cur *c, char ch)
+{
+    if (!next_is(c, ch)) return BAIL;
+    c->p++;
+    return 0;
+}
+
+/* A string of plain ASCII (no escape, no control character): its text. */
+static int plain_string(Cur *c, const char **s, Py_ssize_t *n)
+{
+    const char *p;
+    if (!next_is(c, '"')) return BAIL;
+    p = ++c->p;
+    while (p < c->end && *p != '"') {
+        unsigned char ch = (unsigned char)*p;
+        if (ch == '\\' || ch < 0x20 || ch >= 0x80) return BAIL;
+        p++;
+    }
+    if (p >= c->end) return BAIL;
+    *s = c->p;
+    *n = p - c->p;
+    c->p = p + 1;
+    return 0;
+}
+
+static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
+
+/* A JSON number (json's grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][-+]?[0-9]+)?) or NaN, Infinity, -Infinity,
+   which the json module accepts too. *is_int: no fraction, no exponent; *constant: one of the three names. */
+static int number(Cur *c, const char **s, Py_ssize_t *n, int *is_int, int *constant)
+{
+    const char *p = c->p, *start;
+    ws(c);
+    p = start = c->p;
+    *is_int = 1;
+    *constant = 0;
+    if (c->end - p >= 3 && memcmp(p, "NaN", 3) == 0) {
+        p += 3;
+        *constant = 1;
+    } else if (c->end - p >= 8 && memcmp(p, "Infinity", 8) == 0) {
+        p += 8;
+        *constant = 1;
+    } else if (c->end - p >= 9 && memcmp(p, "-Infinity", 9) == 0) {
+        p += 9;
+        *constant = 1;
+    } else {
+        if (p < c->end && *p == '-') p++;
+        if (p >= c->end || !is_digit(*p)) return BAIL;
+        if (*p == '0')
+            p++;
+        else
+            while (p < c->end && is_digit(*p)) p++;
+        if (p < c->end && *p == '.') {
+            *is_int = 0;
+            p++;
+            if (p >= c->end || !is_digit(*p)) return BAIL;
+            while (p < c->end && is_digit(*p)) p++;
+        }
+        if (p < c->end && (*p == 'e' || *p == 'E')) {
+            *is_int = 0;
+            p++;
+            if (p < c->end && (*p == '+' || *p == '-')) p++;
+            if (p >= c->end || !is_digit(*p)) return BAIL;
+            while (p < c->end && is_digit(*p)) p++;
+        }
+    }
+    *s = start;
+    *n = p - start;
+    c->p = p;
+    return 0;
+}
+
+/* The double a number's text reads as (what float() of it gives); BAIL for text too long to copy. */
+static int to_double(const char *s, Py_ssize_t n, int constant, double *out)
+{
+    char text[64];
+    char *endp;
+    if (constant) {
+        *out = s[0] == 'N' ? Py_NAN : (s[0] == '-' ? -Py_HUGE_VAL : Py_HUGE_VAL);
+        return 0;
+    }
+    if (n >= (Py_ssize_t)sizeof(text)) return BAIL;
+    memcpy(text, s, (size_t)n);
+    text[n] = '\0';
+    *out = PyOS_string_to_double(text, &endp, NULL);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return BAIL;
+    }
+    return endp == text + n ? 0 : BAIL;
+}
+
+/* An integer's text as int64; BAIL beyond 18 digits (the json module would make a larger int). */
+static int to_int64(const char *s, Py_ssize_t n, long long *out)
+{
+    long long v = 0;
+    int negative = s[0] == '-';
+    Py_ssize_t i = negative;
+    if (n - negative > 18) return BAIL;
+    for (; i < n; i++) v = v * 10 + (s[i] - '0');
+    *out = negative ? -v : v;
+    return 0;
+}
+
+static int literal(Cur *c, const char *word, Py_ssize_t n)
+{
+    if (c->end - c->p < n || memcmp(c->p, word, (size_t)n) != 0) return BAIL;
+    c->p += n;
+    return 0;
+}
+
+/* The elements of a list: calls element(c, index, ctx) with the cursor at each one, which must consume it. */
+typedef int (*ElementFn)(Cur *c, Py_ssize_t index, void *ctx);
+
+static int elements(Cur *c, ElementFn element, void *ctx)
+{
+    Py_ssize_t i;
+    int rc;
+    if (expect(c, '[')) return BAIL;
+    if (next_is(c, ']')) {
+        c->p++;
+        return 0;
+    }
+    for (i = 0;; i++) {
+        if ((rc = element(c, i, ctx))) return rc;
+        ws(c);
+        if (c->p < c->end && *c->p == ',') {
+            c->p++;
+            continue;
+        }
+        return expect(c, ']');
+    }
+}
+
+static int skip_value(Cur *c, int depth);
+
+static int skip_element(Cur *c, Py_ssize_t index, void *ctx)
+{
+    (void)index;
+    return skip_value(c, *(int *)ctx + 1);
+}
+
+/* Skip any JSON value, checking it as strictly as the json module reads it (escapes, numbers, literals);
+   non-ASCII bytes and nesting beyond MAX_DEPTH make it BAIL. */
+static int skip_value(Cur *c, int depth)
+{
+    const char *s;
+    Py_ssize_t n;
+    int is_int, constant;
+    if (depth > MAX_DEPTH) return BAIL;
+    ws(c);
+    if (c->p >= c->end) return BAIL;
+    switch (*c->p) {
+    case '"': {
+        const char *p = c->p + 1;
+        while (p < c->end && *p != '"') {
+            unsigned char ch = (unsigned char)*p;
+            if (ch < 0x20 || ch >= 0x80) return BAIL;
+            if (ch == '\\') {
+                p++;
+                if (p >= c->end) return BAIL;
+                if (*p == 'u') {
+                    int k;
+                    for (k = 1; k <= 4; k++)
+                        if (p + k >= c->end || !((p[k] >= '0' && p[k] <= '9') || (p[k] >= 'a' && p[k] <= 'f') ||
+                                                 (p[k] >= 'A' && p[k] <= 'F')))
+                            return BAIL;
+                    p += 4;
+                } else if (!strchr("\"\\/bfnrt", *p) || *p == '\0') {
+                    return BAIL;
+                }
+            }
+            p++;
+        }
+        if (p >= c->end) return BAIL;
+        c->p = p + 1;
+        return 0;
+    }
+    case '{':
+        c->p++;
+        if (next_is(c, '}')) {
+            c->p++;
+            return 0;
+        }
+        for (;;) {
+            if (skip_value(c, depth + 1) || !(c->p[-1] == '"') || expect(c, ':') || skip_value(c, depth + 1))
+                return BAIL;
+            ws(c);
+            if (c->p < c->end && *c->p == ',') {
+                c->p++;
+                if (!next_is(c, '"')) return BAIL;
+                continue;
+            }
+            return expect(c, '}');
+        }
+    case '[':
+        return elements(c, skip_element, &depth);
+    case 't':
+        return literal(c, "true", 4);
+    case 'f':
+        return literal(c, "false", 5);
+    case 'n':
+        return literal(c, "null", 4);
+    default:
+        return number(c, &s, &n, &is_int, &constant);
+    }
+}
+
+/* The members of an object: calls member(key, n, ctx) with the cursor at each value, which must consume it. */
+typedef int (*MemberFn)(Cur *c, const char *key, Py_ssize_t n, void *ctx);
+
+static int members(Cur *c, MemberFn member, void *ctx)
+{
+    const char *key;
+    Py_ssize_t n;
+    int rc;
+    if (expect(c, '{')) return BAIL;
+    if (next_is(c, '}')) {
+        c->p++;
+        return 0;
+    }
+    for (;;) {
+        if ((rc = plain_string(c, &key, &n)) || (rc = expect(c, ':')) || (rc = member(c, key, n, ctx))) return rc;
+        ws(c);
+        if (c->p < c->end && *c->p == ',') {
+            c->p++;
+            continue;
+        }
+        return expect(c, '}');
+    }
+}
+
+static int key_is(const char *key, Py_ssize_t n, const char *word)
+{
+    return (size_t)n == strlen(word) && memcmp(key, word, (size_t)n) == 0;
+}
+
+/* -- one argument entry ------------------------------------------------------------------------------ */
+
+enum { F_TYPE = 1, F_DTYPE = 2, F_SHAPE = 4, F_MIN = 8, F_MAX = 16, F_MEAN = 32, F_NORM = 64, F_DATA = 128, F_MD5 = 256,
+       F_VALUE = 512 };
+enum { V_OTHER, V_BOOL, V_INT, V_FLOAT };
+
+typedef struct {
+    Out *out;
+    int seen;
+    const char *type;
+    Py_ssize_t type_n;
+    PyObject *dtype, *shape, *data_name, *md5; /* new references or NULL (missing or null) */
+    double stats[4];                           /* Min, Max, Mean, Norm */
+    int value_kind;
+    const char *value_text;
+    Py_ssize_t value_n;
+    int value_constant, value_true;
+} Entry;
+
+static void entry_clear(Entry *e)
+{
+    Py_CLEAR(e->dtype);
+    Py_CLEAR(e->shape);
+    Py_CLEAR(e->data_name);
+    Py_CLEAR(e->md5);
+}
+
+/* A string field's value (str) or null (NULL); anything else BAILs. */
+static int string_or_null(Cur *c, PyObject **value)
+{
+    const char *s;
+    Py_ssize_t n;
+    int rc;
+    if (next_is(c, 'n')) return literal(c, "null", 4);
+    if ((rc = plain_string(c, &s, &n))) return rc;
+    *value = PyUnicode_FromStringAndSize(s, n);
+    return *value == NULL ? -1 : 0;
+}
+
+/* One size of a shape, appended to the list ctx. */
+static int size_element(Cur *c, Py_ssize_t index, void *ctx)
+{
+    const char *s;
+    Py_ssize_t n;
+    int is_int, constant, rc;
+    long long size;
+    PyObject *item;
+    (void)index;
+    rc = number(c, &s, &n, &is_int, &constant);
+    if (!rc && (!is_int || constant)) rc = BAIL; /* a size that is not an integer: the reader's problem */
+    if (!rc) rc = to_int64(s, n, &size);
+    if (rc) return rc;
+    item = PyLong_FromLongLong(size);
+    if (item == NULL) return -1;
+    rc = PyList_Append((PyObject *)ctx, item);
+    Py_DECREF(item);
+    return rc;
+}
+
+static int shape_field(Cur *c, PyObject **value)
+{
+    PyObject *list;
+    int rc;
+    if (next_is(c, 'n')) return literal(c, "null", 4);
+    list = PyList_New(0);
+    if (list == NULL) return -1;
+    if ((rc = elements(c, size_element, list))) {
+        Py_DECREF(list);
+        return rc;
+    }
+    *value = list;
+    return 0;
+}
+
+static int statistic(Cur *c, double *value)
+{
+    const char *s;
+    Py_ssize_t n;
+    int is_int, constant, rc;
+    if (next_is(c, 'n')) {
+        *value = Py_NAN;
+        return literal(c, "null", 4);
+    }
+    if ((rc = number(c, &s, &n, &is_int, &constant))) return rc;
+    if (is_int && !constant && n - (s[0] == '-') > 18) return BAIL;
+    return to_double(s, n, constant, value);
+}
+
+static int entry_member(Cur *c, const char *key, Py_ssize_t n, void *ctx)
+{
+    Entry *e = ctx;
+    static const char *const stat_names[4] = {"Min", "Max", "Mean", "Norm"};
+    int field = 0, k;
+    if (key_is(key, n, "type"))
+        field = F_TYPE;
+    else if (key_is(key, n, "dtype"))
+        field = F_DTYPE;
+    else if (key_is(key, n, "shape"))
+        field = F_SHAPE;
+    else if (key_is(key, n, "data_name"))
+        field = F_DATA;
+    else if (key_is(key, n, "md5"))
+        field = F_MD5;
+    else if (key_is(key, n, "value"))
+        field = F_VALUE;
+    else
+        for (k = 0; k < 4; k++)
+            if (key_is(key, n, stat_names[k])) field = F_MIN << k;
+    if (!field) return skip_value(c, 1);
+    if (e->seen & field) return BAIL; /* a repeated field: json keeps the last one; the Python reader decides */
+    e->seen |= field;
+    switch (field) {
+    case F_TYPE:
+        return plain_string(c, &e->type, &e->type_n); /* a type that is not a string: BAIL */
+    case F_DTYPE:
+        return string_or_null(c, &e->dtype);
+    case F_SHAPE:
+        return shape_field(c, &e->shape);
+    case F_DATA:
+        return string_or_null(c, &e->data_name);
+    case F_MD5:
+        return string_or_null(c, &e->md5);
+    case F_VALUE: {
+        int is_int, constant;
+        ws(c);
+        if (c->p < c->end && (*c->p == 't' || *c->p == 'f')) {
+            e->value_kind = V_BOOL;
+            e->value_true = *c->p == 't';
+            return e->value_true ? literal(c, "true", 4) : literal(c, "false", 5);
+        }
+        if (c->p < c->end && (*c->p == '-' || is_digit(*c->p) || *c->p == 'N' || *c->p == 'I')) {
+            int rc = number(c, &e->value_text, &e->value_n, &is_int, &constant);
+            e->value_kind = is_int && !constant ? V_INT : V_FLOAT;
+            e->value_constant = constant;
+            return rc;
+        }
+        e->value_kind = V_OTHER;
+        return skip_value(c, 1);
+    }
+    default:
+        for (k = 0; k < 4; k++)
+            if (field == (F_MIN << k)) return statistic(c, &e->stats[k]);
+    }
+    return BAIL;
+}
+
+static int ends_with(const char *s, Py_ssize_t n, const char *suffix)
+{
+    size_t m = strlen(suffix);
+    return (size_t)n >= m && memcmp(s + n - m, suffix, m) == 0;
+}
+
+/* Whether the entry is a tensor; BAIL for an object that is neither a tensor nor a scalar entry (nested
+   arguments, which the Python reader walks). */
+static int entry_is_tensor(const Entry *e, int *tensor)
+{
+    if (e->seen & F_TYPE) {
+        *tensor = ends_with(e->type, e->type_n, "Tensor") || ends_with(e->type, e->type_n, "Parameter") ||
+                  ends_with(e->type, e->type_n, "ndarray");
+        return 0;
+    }
+    if ((e->seen & (F_DTYPE | F_SHAPE)) == (F_DTYPE | F_SHAPE)) {
+        *tensor = 1;
+        return 0;
+    }
+    return BAIL;
+}
+
+static int add_ref(PyObject *list, PyObject *value)
+{
+    return PyList_Append(list, value != NULL ? value : Py_None);
+}
+
+static int add_tensor(Out *o, Entry *e, int role, PyObject *slot)
+{
+    int64_t op = o->op;
+    uint8_t r = (uint8_t)role;
+    PyObject *dtype = e->dtype;
+    if (dtype != NULL && o->last_dtype != NULL && PyUnicode_Compare(dtype, o->last_dtype) == 0) dtype = o->last_dtype;
+    if (dtype != NULL && dtype != o->last_dtype) { /* a new dtype: kept for the next tensors */
+        Py_INCREF(dtype);
+        Py_XSETREF(o->last_dtype, dtype);
+    }
+    uint8_t rank = (uint8_t)o->rank;
+    if (buf_add(&o->op_of, &op, sizeof op) || buf_add(&o->roles, &r, 1) || buf_add(&o->ranks, &rank, 1) ||
+        buf_add(&o->stats, e->stats, sizeof e->stats) ||
+        PyList_Append(o->slots, slot) || add_ref(o->data_names, e->data_name) || add_ref(o->dtypes, dtype) ||
+        add_ref(o->shapes, e->shape) || add_ref(o->md5s, e->md5))
+        return -1;
+    return 0;
+}
+
+/* A scalar argument's value as a Python object (new reference), or NULL with no error for one that is not a
+   bool, int or float. Sets *rc to BAIL or -1 when it cannot be made. */
+static PyObject *scalar_value(const Entry *e, int *rc)
+{
+    *rc = 0;
+    if (!(e->seen & F_VALUE)) return NULL;
+    if (e->value_kind == V_BOOL) return Py_NewRef(e->value_true ? Py_True : Py_False);
+    if (e->value_kind == V_INT) {
+        long long v;
+        if ((*rc = to_int64(e->value_text, e->value_n, &v))) return NULL;
+        PyObject *obj = PyLong_FromLongLong(v);
+        if (obj == NULL) *rc = -1;
+        return obj;
+    }
+    if (e->value_kind == V_FLOAT) {
+        double v;
+        if ((*rc = to_double(e->value_text, e->value_n, e->value_constant, &v))) return NULL;
+        PyObject *obj = PyFloat_FromDouble(v);
+        if (obj == NULL) *rc = -1;
+        return obj;
+    }
+    return NULL;
+}
+
+static int add_call(Out *o, int role, PyObject *slot, const Entry *e)
+{
+    int rc;
+    PyObject *value = scalar_value(e, &rc), *call;
+    if (value == NULL) return rc;
+    call = Py_BuildValue("(niONi)", o->op, role, slot, value, o->rank);
+    if (call == NULL) return -1;
+    rc = PyList_Append(o->calls, call);
+    Py_DECREF(call);
+    return rc;
+}
+
+/* One argument object at `slot` (a list position, or a name): a tensor, or a scalar entry. */
+static int argument(Cur *c, Out *o, int role, PyObject *slot, PyObject *call_slot)
+{
+    Entry e;
+    int rc, tensor = 0;
+    memset(&e, 0, sizeof e);
+    e.out = o;
+    e.stats[0] = e.stats[1] = e.stats[2] = e.stats[3] = Py_NAN;
+    rc = members(c, entry_member, &e);
+    if (!rc) rc = entry_is_tensor(&e, &tensor);
+    if (!rc) {
+        if (tensor) {
+            rc = add_tensor(o, &e, role, slot);
+        } else {
+            o->non_tensor++;
+            rc = add_call(o, role, call_slot, &e);
+        }
+    }
+    entry_clear(&e);
+    return rc;
+}
+
+/* -- sections ---------------------------------------------------------------------------------------- */
+
+static int argument_list(Cur *c, Out *o, int role, PyObject *prefix, int depth);
+
+typedef struct {
+    Out *out;
+    int role;
+} Named;
+
+/* A member of an object of named arguments (input_kwargs, parameters, a parameters_grad entry). */
+static int named_member(Cur *c, const char *key, Py_ssize_t n, void *ctx)
+{
+    Named *named = ctx;
+    Out *o = named->out;
+    PyObject *name;
+    int rc;
+    /* an object whose own fields say it is an argument (type, or dtype and shape) is a leaf to the Python
+       reader: these names BAIL, whatever comes after them */
+    if (n == 0 || key_is(key, n, "type") || key_is(key, n, "dtype") || key_is(key, n, "shape")) return BAIL;
+    ws(c);
+    if (c->p >= c->end) return BAIL;
+    name = PyUnicode_FromStringAndSize(key, n);
+    if (name == NULL) return -1;
+    if (*c->p == '[' && named->role == 3) { /* a gradient as a one-element list */
+        c->p++;
+        rc = next_is(c, '{') ? argument(c, o, named->role, name, name) : BAIL;
+        if (!rc) rc = expect(c, ']');
+    } else if (*c->p == '{') {
+        rc = argument(c, o, named->role, name, name);
+    } else if (*c->p == '[' && named->role != 3) {
+        rc = argument_list(c, o, named->role, name, 1);
+    } else if (*c->p == '[') {
+        rc = BAIL; /* a gradient's list of more than one element */
+    } else {
+        o->non_tensor++; /* a bare value */
+        rc = skip_value(c, 1);
+    }
+    Py_DECREF(name);
+    return rc;
+}
+
+typedef struct {
+    Out *out;
+    int role;
+    PyObject *prefix; /* NULL for a section's own list */
+    int depth;
+} Arguments;
+
+/* One element of a list of arguments: a tensor or scalar entry, a nested list, or a bare value. The elements
+   of a section's list are named by their positions ("0" to "255", and the position is their call slot); those
+   of a nested list `prefix.0`, `prefix.1` ..., as the Python reader names them. */
+static int argument_element(Cur *c, Py_ssize_t i, void *ctx)
+{
+    Arguments *a = ctx;
+    PyObject *slot, *call_slot;
+    int rc;
+    ws(c);
+    if (c->p >= c->end) return BAIL;
+    if (a->prefix == NULL) {
+        if (i >= N_SLOTS) return BAIL;
+        slot = Py_NewRef(PyTuple_GET_ITEM(a->out->slot_names, i));
+        call_slot = PyLong_FromSsize_t(i);
+    } else {
+        slot = PyUnicode_FromFormat("%U.%zd", a->prefix, i);
+        call_slot = Py_XNewRef(slot);
+    }
+    if (slot == NULL || call_slot == NULL) {
+        Py_XDECREF(slot);
+        Py_XDECREF(call_slot);
+        return -1;
+    }
+    if (*c->p == '{') {
+        rc = argument(c, a->out, a->role, slot, call_slot);
+    } else if (*c->p == '[') {
+        rc = argument_list(c, a->out, a->role, slot, a->depth + 1);
+    } else {
+        a->out->non_tensor++;
+        rc = skip_value(c, 1);
+    }
+    Py_DECREF(slot);
+    Py_DECREF(call_slot);
+    return rc;
+}
+
+static int argument_list(Cur *c, Out *o, int role, PyObject *prefix, int depth)
+{
+    Arguments a = {o, role, prefix, depth};
+    return depth > MAX_DEPTH ? BAIL : elements(c, argument_element, &a);
+}
+
+typedef struct {
+    Out *out;
+    int seen; /* the sections read, as bits of their ranks */
+} Sections;
+
+static int section_member(Cur *c, const char *key, Py_ssize_t n, void *ctx)
+{
+    static const char *const names[5] = {"input_args", "input_kwargs", "input", "parameters", "output"};
+    static const int roles[5] = {0, 0, 0, 1, 2};
+    Sections *s = ctx;
+    int k;
+    for (k = 0; k < 5; k++)
+        if (key_is(key, n, names[k])) break;
+    if (k == 5 || (s->seen >> k & 1)) return BAIL; /* unknown or repeated */
+    s->seen |= 1 << k;
+    s->out->rank = k;
+    ws(c);
+    if (c->p < c->end && *c->p == '[') return argument_list(c, s->out, roles[k], NULL, 0);
+    if (c->p < c->end && *c->p == '{') {
+        Named named = {s->out, roles[k]};
+        return members(c, named_member, &named);
+    }
+    return BAIL;
+}
+
+/* -- ops and the top object -------------------------------------------------------------------------- */
+
+/* Whether an op key names parameter gradients: Module. or Cell., then .parameters_grad.<digits> at its end
+   (the Python reader checks this against its own parsing of the key before it uses the scan). */
+static int grads_key(const char *key, Py_ssize_t n)
+{
+    static const char tail[] = ".parameters_grad.";
+    Py_ssize_t end = n, t = (Py_ssize_t)strlen(tail);
+    while (end > 0 && is_digit(key[end - 1])) end--;
+    if (end == n || end < t) return 0;
+    if (memcmp(key + end - t, tail, (size_t)t) != 0) return 0;
+    return (n > 7 && memcmp(key, "Module.", 7) == 0) || (n > 5 && memcmp(key, "Cell.", 5) == 0);
+}
+
+static int op_member(Cur *c, const char *key, Py_ssize_t n, void *ctx)
+{
+    Out *o = ctx;
+    PyObject *name = PyUnicode_FromStringAndSize(key, n);
+    uint8_t grads = (uint8_t)grads_key(key, n);
+    int rc;
+    if (name == NULL) return -1;
+    rc = PyList_Append(o->keys, name);
+    Py_DECREF(name);
+    if (rc < 0 || buf_add(&o->grads, &grads, 1)) return -1;
+    if (!next_is(c, '{')) return BAIL; /* an op entry that is not an object: the reader's problem */
+    o->rank = 0;
+    if (grads) {
+        Named named = {o, 3};
+        rc = members(c, named_member, &named);
+    } else {
+        Sections sections = {o, 0};
+        rc = members(c, section_member, &sections);
+    }
+    o->op++;
+    return rc;
+}
+
+typedef struct {
+    Out *out;
+    int has_data;
+} Top;
+
+static int top_member(Cur *c, const char *key, Py_ssize_t n, void *ctx)
+{
+    Top *top = ctx;
+    Out *o = top->out;
+    PyObject *name, *value = NULL;
+    const char *s;
+    Py_ssize_t len;
+    int rc = 0, is_int, constant;
+    ws(c);
+    if (c->p >= c->end) return BAIL;
+    if (key_is(key, n, "data")) {
+        if (top->has_data || *c->p != '{') return BAIL;
+        top->has_data = 1;
+        return members(c, op_member, o);
+    }
+    switch (*c->p) { /* the top object's scalar members are its meta; objects and lists are skipped */
+    case '{':
+    case '[':
+        return skip_value(c, 1);
+    case '"':
+        if ((rc = plain_string(c, &s, &len))) return rc;
+        value = PyUnicode_FromStringAndSize(s, len);
+        break;
+    case 't':
+    case 'f': {
+        int is_true = *c->p == 't';
+        if ((rc = is_true ? literal(c, "true", 4) : literal(c, "false", 5))) return rc;
+        value = Py_NewRef(is_true ? Py_True : Py_False);
+        break;
+    }
+    case 'n':
+        rc = literal(c, "null", 4);
+        value = Py_NewRef(Py_None);
+        break;
+    default: {
+        double d;
+        long long v;
+        if ((rc = number(c, &s, &len, &is_int, &constant))) return rc;
+        if (is_int && !constant) {
+            if ((rc = to_int64(s, len, &v))) return rc;
+            value = PyLong_FromLongLong(v);
+        } else {
+            if ((rc = to_double(s, len, constant, &d))) return rc;
+            value = PyFloat_FromDouble(d);
+        }
+    }
+    }
+    if (value == NULL) return -1;
+    if (rc) {
+        Py_DECREF(value);
+        return rc;
+    }
+    name = PyUnicode_FromStringAndSize(key, n);
+    rc = name == NULL ? -1 : PyDict_SetItem(o->meta, name, value);
+    Py_XDECREF(name);
+    Py_DECREF(value);
+    return rc < 0 ? -1 : 0;
+}
+
+static PyObject *buf_bytes(Buf *b) { return PyBytes_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len); }
+
+PyDoc_STRVAR(scan_doc, "scan(buffer, slot_names) -> None or the columns of an msprobe dump.json\n\n"
+                       "See nbprec/formats/_msprobescan.c.");
+
+static PyObject *py_scan(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *slot_names, *result = NULL;
+    Out o;
+    Top top;
+    Cur c;
+    int rc;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*O!:scan", &view, &PyTuple_Type, &slot_names)) return NULL;
+    if (PyTuple_GET_SIZE(slot_names) != N_SLOTS) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError, "slot_names must hold %d names", N_SLOTS);
+    }
+    memset(&o, 0, sizeof o);
+    o.slot_names = slot_names;
+    o.keys = PyList_New(0);
+    o.slots = PyList_New(0);
+    o.data_names = PyList_New(0);
+    o.dtypes = PyList_New(0);
+    o.shapes = PyList_New(0);
+    o.md5s = PyList_New(0);
+    o.calls = PyList_New(0);
+    o.meta = PyDict_New();
+    c.p = view.buf;
+    c.end = c.p + view.len;
+    top.out = &o;
+    top.has_data = 0;
+    if (!o.keys || !o.slots || !o.data_names || !o.dtypes || !o.shapes || !o.md5s || !o.calls || !o.meta)
+        rc = -1;
+    else
+        rc = members(&c, top_member, &top);
+    if (!rc && !top.has_data) rc = BAIL;
+    if (!rc) {
+        const char *after = c.p;
+        ws(&c);
+        if (c.p != c.end || c.end - after > MAX_TRAILING) rc = BAIL; /* text after the object */
+    }
+    if (!rc)
+        result = Py_BuildValue("(OONNNNOOOOONOn)", o.meta, o.keys, buf_bytes(&o.grads), buf_bytes(&o.op_of),
+                               buf_bytes(&o.roles), buf_bytes(&o.ranks), o.slots, o.data_names, o.dtypes, o.shapes,
+                               o.md5s, buf_bytes(&o.stats), o.calls, o.non_tensor);
+    else if (rc == BAIL)
+        result = Py_NewRef(Py_None);
+    PyBuffer_Release(&view);
+    Py_XDECREF(o.keys);
+    Py_XDECREF(o.slots);
+    Py_XDECREF(o.data_names);
+    Py_XDECREF(o.dtypes);
+    Py_XDECREF(o.shapes);
+    Py_XDECREF(o.md5s);
+    Py_XDECREF(o.calls);
+    Py_XDECREF(o.meta);
+    Py_XDECREF(o.last_dtype);
+    PyMem_Free(o.op_of.data);
+    PyMem_Free(o.roles.data);
+    PyMem_Free(o.ranks.data);
+    PyMem_Free(o.grads.data);
+    PyMem_Free(o.stats.data);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", py_scan, METH_VARARGS, scan_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_msprobescan", "The usual msprobe dump.json scanned into index columns (see its source).",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__msprobescan(void) { return PyModule_Create(&module); }

@@ -417,7 +417,12 @@ static int statistic(Cur *c, double *value)
         return literal(c, "null", 4);
     }
     if ((rc = number(c, &s, &n, &is_int, &constant))) return rc;
-    if (is_int && !constant && n - (s[0] == '-') > 18) return BAIL;
+    if (is_int && !constant) { /* json makes an int, numpy its double: -0 is 0.0 */
+        long long v;
+        if ((rc = to_int64(s, n, &v))) return rc;
+        *value = (double)v;
+        return 0;
+    }
     return to_double(s, n, constant, value);
 }
 

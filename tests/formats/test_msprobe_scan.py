@@ -238,6 +238,18 @@ def test_what_the_scanner_leaves_the_python_reader_reads_alone(tmp_path, case):
     assert_same_index(path)
 
 
+def test_integer_statistics_are_read_as_the_python_reader_reads_them(tmp_path):
+    """An integer statistic is an int to json and a double to numpy: ``-0`` is 0.0 (not -0.0), and an int of
+    17 or 18 digits is rounded to the nearest double either way."""
+    entry = '{"type": "torch.Tensor", "dtype": "torch.int64", "shape": [3], "Max": MAX, "Min": -0, "Mean": null}'
+    args = ", ".join(entry.replace("MAX", v) for v in ("123456789012345679", "-98765432109876543", "0", "-0"))
+    path = _write(tmp_path, "ints", '{"data": {"Functional.f.0.forward": {"output": [' + args + "]}}}")
+    assert msprobe_index._scanned(path) is not None
+    assert_same_index(path)
+    frame = _read(path, True)[0]
+    assert not np.signbit(frame["min"]).any() and frame["max"][0] == float(123456789012345679)
+
+
 def test_damaged_files_are_left_to_the_python_reader(tmp_path):
     """Truncated and corrupted copies of a real dump.json: the scanner never reads what the Python reader would
     refuse, and the reader's error or index is the same either way."""

@@ -24,6 +24,17 @@ def compare_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    """``nbprec compare``, with Python's cyclic garbage collector paused: the command's imports and its
+    comparison make no garbage cycles to speak of (about a thousand unreachable objects in all, whether 1,550 or
+    10,015 pairs are compared), and the collector's scans of everything they allocate cost 5 ms of start-up and
+    2-26 ms of the comparison."""
+    from nbprec._gc import paused_gc
+
+    with paused_gc():
+        return _compare_and_write(args)
+
+
+def _compare_and_write(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from nbprec._beside import beside

@@ -3,7 +3,8 @@
 The layout is ``msprobe compare``'s CSV (mindstudio-probe 26.2.0, PyTorch) in the comparison's mode (real data,
 statistics or md5), every cell computed by msprobe's formulas and rounding and every row judged by msprobe's
 checks, so that it can be diffed against msprobe's own; docs/compare.md ("CSV exports") says what nbprec's
-table cannot supply. :func:`nbprec.compare.exports.write_csv` writes it (``layout="msprobe"``).
+table cannot supply. :func:`nbprec.compare.exports.write_csv` writes it (``layout="msprobe"``). The statistics
+cells and their differences are :mod:`nbprec.compare.msprobe_stats`'.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nbprec.columns import Columns
-from nbprec.dtypes import FLOAT_DTYPES
+from nbprec.compare.msprobe_stats import NA as _NA
+from nbprec.compare.msprobe_stats import NAN as _NAN
+from nbprec.compare.msprobe_stats import stat_diffs, stats_cells
 from nbprec.floattext import float_texts
 
 if TYPE_CHECKING:
@@ -38,7 +41,7 @@ MSPROBE_HEADERS = {
     "checksum": [*MSPROBE_BASIC, "NPU MD5", "BENCH MD5", *_MSPROBE_TAIL],
 }
 
-_NA, _NAN, _UNSUPPORTED = "N/A", "Nan", "unsupported"
+_UNSUPPORTED = "unsupported"
 #: dtypes msprobe pairs although they differ; other differing dtypes it leaves without a benchmark
 _MS_PAIRED_FLOATS = frozenset({"float16", "float32", "float64", "bfloat16"})
 #: APIs (the name's second part) msprobe judges not at all, or by their outputs only
@@ -107,46 +110,8 @@ def msprobe_mode(comparison: Comparison) -> str:
     return next((m for m in ("tensor", "statistics", "checksum") if m in present), "tensor")
 
 
-def _is_nan(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and value != value)
-
-
 def _ms_dtype(dtype: Any) -> str:
     return f"torch.{dtype}" if isinstance(dtype, str) and dtype else _NA
-
-
-def _ms_stat_cell(value: float, i: int, dtype: str, floating: bool, finite_extremes: bool) -> Any:
-    """One statistic (``i``: 0 max, 1 min, 2 mean, 3 norm) as msprobe holds it (see :func:`_ms_stats`)."""
-    if value != value:
-        return _NAN if floating and (i < 2 or not finite_extremes) else "None"
-    if dtype == "bool":
-        return str(bool(value))
-    if dtype.startswith(("int", "uint")) and float(value).is_integer():
-        return int(value)
-    return float(value)
-
-
-def _ms_stats(table: Columns, side: str) -> list[list[Any]]:
-    """One side's max, min, mean and L2 norm of every row, as msprobe holds them: ints for integer tensors,
-    ``'True'`` / ``'False'`` for bool, ``'None'`` where the dump records none (an empty tensor; mean and norm of
-    integer tensors, or of a float tensor whose extremes are finite), ``'Nan'`` for NaN. Four lists, a value a
-    row; the common case (a float tensor's finite statistic) takes no call per value."""
-    dtypes = [d if isinstance(d, str) else "" for d in table[f"{side}_dtype"].tolist()]
-    values = [np.asarray(table[f"{side}_{key}"], dtype=np.float64) for key in ("max", "min", "mean", "norm")]
-    if f"{side}_recorded_mean" in table:  # the dump's own Mean, as msprobe shows it
-        values[2] = np.asarray(table[f"{side}_recorded_mean"], dtype=np.float64)
-    numel = np.array([math.prod(s) if s is not None else 1 for s in table[f"{side}_shape"].tolist()], dtype=np.float64)
-    floating = np.array([d in FLOAT_DTYPES and "float8" not in d for d in dtypes], dtype=bool) & (numel > 0)
-    finite_extremes = np.isfinite(values[0]) & np.isfinite(values[1])
-    plain_dtype = np.array([d in FLOAT_DTYPES for d in dtypes], dtype=bool)  # not bool, not an integer type
-    out = []
-    for i, column in enumerate(values):
-        cells = column.tolist()
-        special = np.flatnonzero(np.isnan(column) | ~plain_dtype)
-        for r in special.tolist():
-            cells[r] = _ms_stat_cell(cells[r], i, dtypes[r], bool(floating[r]), bool(finite_extremes[r]))
-        out.append(cells)
-    return out
 
 
 def decimals_rounded(values: np.ndarray, decimals: int) -> np.ndarray:
@@ -177,73 +142,6 @@ def decimals_rounded(values: np.ndarray, decimals: int) -> np.ndarray:
 
 def _squeezed(shape: Any) -> tuple[int, ...]:
     return tuple(d for d in shape if d != 1) if shape is not None else ()
-
-
-def _ms_kind(value: Any) -> str:
-    """msprobe's class of a statistic: nan, inf, -inf, num, device, na or other."""
-    text = str(value)
-    low = text.lower()
-    if _is_nan(value) or low == "nan":
-        return "nan"
-    if low in ("inf", "-inf"):
-        return low
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return "num"
-    if any(device in low for device in ("npu", "cpu", "cuda")):
-        return "device"
-    return "na" if text == _NA else "other"
-
-
-def _ms_stat_diff(npu: Any, bench: Any) -> tuple[str, str]:
-    """msprobe's ``<stat> diff`` (NPU - bench) and relative error (``|diff / bench * 100|%``) of one statistic."""
-    if str(npu) == str(bench):
-        return "0", "0"
-    kinds = (_ms_kind(npu), _ms_kind(bench))
-    if kinds == ("num", "num"):
-        diff = float(npu) - float(bench)
-        return str(diff), "inf" if float(bench) == 0 else f"{abs(diff / float(bench) * 100)}%"
-    if "na" in kinds:
-        text = _NA
-    elif {"device", "other"} & set(kinds):
-        text = _NA if kinds == ("device", "device") else "Diff"
-    elif "nan" in kinds:
-        text = _NAN
-    elif kinds[0] == "inf" or kinds[1] == "-inf":
-        text = "inf"
-    else:
-        text = "-inf"
-    return text, text
-
-
-def _ms_stat_diffs(npu: list[Any], bench: list[Any]) -> tuple[list[str], list[str]]:
-    """:func:`_ms_stat_diff` of every row of one statistic, as two columns (diffs, relative errors). The usual
-    rows, two finite floats, are computed and written at once (the same float64 operations, and ``repr``'s
-    text); every other row goes through :func:`_ms_stat_diff`."""
-    n = len(npu)
-    plain = np.fromiter(
-        (type(a) is float and type(b) is float for a, b in zip(npu, bench, strict=True)), dtype=bool, count=n
-    )
-    a = np.array([v if type(v) is float else np.nan for v in npu], dtype=np.float64)
-    b = np.array([v if type(v) is float else np.nan for v in bench], dtype=np.float64)
-    with np.errstate(all="ignore"):
-        diff = a - b
-        relative = np.abs(diff / b * 100)
-    zero = b == 0
-    fast = plain & np.isfinite(a) & np.isfinite(b)  # an overflow is "inf" either way
-    same = fast & (a == b) & (np.signbit(a) == np.signbit(b))  # equal texts: equal values of one sign
-    differ = fast & ~same
-    diffs, relatives = ["0"] * n, ["0"] * n
-    rows = np.flatnonzero(differ)
-    for row, text in zip(rows.tolist(), float_texts(diff[rows]), strict=True):
-        diffs[row] = text
-    rows = np.flatnonzero(differ & ~zero)
-    for row, text in zip(rows.tolist(), float_texts(relative[rows]), strict=True):
-        relatives[row] = text + "%"
-    for row in np.flatnonzero(differ & zero).tolist():
-        relatives[row] = "inf"
-    for row in np.flatnonzero(~fast).tolist():
-        diffs[row], relatives[row] = _ms_stat_diff(npu[row], bench[row])
-    return diffs, relatives
 
 
 def _inf_or_nan(value: Any) -> bool:
@@ -414,7 +312,7 @@ def _ms_columns(table: Columns, mode: str) -> dict[str, list[Any]]:
         (s or _NA) if p else _NA for s, p in zip(shape_texts(table["bench_shape"].tolist()), paired, strict=True)
     ]
     cols["NPU Requires_grad"], cols["Bench Requires_grad"] = na, list(na)  # not in nbprec's dump index
-    target, bench = _ms_stats(table, "target"), _ms_stats(table, "bench")
+    target, bench = stats_cells(table, "target"), stats_cells(table, "bench")
     bench = [[v if p else _NA for v, p in zip(values, paired, strict=True)] for values in bench]
     stats = [*target, *bench]
     cols.update(zip(MSPROBE_STATS, stats, strict=True))
@@ -427,7 +325,7 @@ def _ms_columns(table: Columns, mode: str) -> dict[str, list[Any]]:
             for t, b, p, read in zip(names, benches, paired, reads, strict=True)
         ]
     elif mode == "statistics":
-        diffs = [_ms_stat_diffs(stats[k], stats[k + 4]) for k in range(4)]
+        diffs = [stat_diffs(stats[k], stats[k + 4]) for k in range(4)]
         cols.update(zip(MSPROBE_STAT_DIFFS[:4], (column[0] for column in diffs), strict=True))
         cols.update(zip(MSPROBE_STAT_DIFFS[4:], (column[1] for column in diffs), strict=True))
     else:

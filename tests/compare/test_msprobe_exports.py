@@ -294,10 +294,10 @@ def test_shape_texts_are_shape_text_each():
 
 
 def test_statistic_diffs_of_a_column_are_each_rows_diff():
-    """The column-at-a-time statistic diffs give :func:`_ms_stat_diff`'s texts on every kind of cell: finite
+    """The column-at-a-time statistic diffs give :func:`_stat_diff`'s texts on every kind of cell: finite
     floats over many scales (equal, of opposite zeros, one a zero benchmark, overflowing differences and relative
     errors), NaN and inf, ints and bools of integer tensors, and msprobe's text cells."""
-    from nbprec.compare.msprobe_layout import _ms_stat_diff, _ms_stat_diffs
+    from nbprec.compare.msprobe_stats import _stat_diff, stat_diffs
 
     rng = np.random.default_rng(11)
     scale = 10.0 ** rng.integers(-30, 30, 4000)
@@ -309,7 +309,7 @@ def test_statistic_diffs_of_a_column_are_each_rows_diff():
         for b in special:
             npu.append(a)
             bench.append(b)
-    want = [_ms_stat_diff(a, b) for a, b in zip(npu, bench, strict=True)]
-    diffs, relatives = _ms_stat_diffs(npu, bench)
+    want = [_stat_diff(a, b) for a, b in zip(npu, bench, strict=True)]
+    diffs, relatives = stat_diffs(npu, bench)
     assert list(zip(diffs, relatives, strict=True)) == want
     assert sum(d == "0" for d in diffs) > 1000 and any(r.endswith("%") for r in relatives)

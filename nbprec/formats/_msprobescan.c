@@ -7,12 +7,13 @@
  * "data" object; each op entry is an object of known sections (input_args, input_kwargs, input, parameters,
  * output, each at most once), or for a `parameters_grad` key, parameter name -> tensor (or a one-element
  * list of it); a section is a list of arguments (tensor entries, scalar entries, bare values, lists of them) or
- * an object of named ones. Strings are plain ASCII. Anything else (escapes and non-ASCII bytes in a string that
- * is kept, objects of arguments inside arguments, unknown or repeated sections, a repeated field, a statistic that is not a number,
- * integers beyond 18 digits, invalid JSON, text after the object) makes scan() return None, and the caller
- * reads the file with its Python reader (nbprec/formats/msprobe_index.py), which words every problem. So
- * whatever this returns, the Python reader builds the same index from it (the tests hold the two to that on
- * every fixture and on generated dumps).
+ * an object of named ones. Strings are plain ASCII. Anything else makes scan() return None: escapes and
+ * non-ASCII bytes in a string that is kept, objects of arguments inside arguments, unknown or repeated sections,
+ * a repeated field, a statistic that is not a number, integers beyond 18 digits, invalid JSON, text after the
+ * object. The file is then read by the Python reader (nbprec/formats/msprobe_index.py), which words every
+ * problem; nbprec/formats/msprobe_scan.py calls scan() and puts its output in row order. So whatever this
+ * returns, the Python reader builds the same index from it (tests/formats/test_msprobe_scan.py holds the two
+ * to that on every fixture, on generated dumps and on damaged files).
  *
  * scan(buffer, slot_names) -> None or (meta, keys, grads, op_of, roles, ranks, slots, data_names, dtypes, shapes,
  * md5s, stats, calls, non_tensor), slot_names being the 256 names of list positions ("0" to "255"):
@@ -127,7 +128,7 @@ static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
    which the json module accepts too. *is_int: no fraction, no exponent; *constant: one of the three names. */
 static int number(Cur *c, const char **s, Py_ssize_t *n, int *is_int, int *constant)
 {
-    const char *p = c->p, *start;
+    const char *p, *start;
     ws(c);
     p = start = c->p;
     *is_int = 1;
@@ -238,6 +239,30 @@ static int skip_element(Cur *c, Py_ssize_t index, void *ctx)
     return skip_value(c, *(int *)ctx + 1);
 }
 
+static int is_hex(char ch) { return is_digit(ch) || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F'); }
+
+/* Skip a string, checking its escapes as the json module does; non-ASCII bytes make it BAIL. */
+static int skip_string(Cur *c)
+{
+    const char *p;
+    if (!next_is(c, '"')) return BAIL;
+    for (p = c->p + 1; p < c->end && *p != '"'; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if (ch < 0x20 || ch >= 0x80) return BAIL;
+        if (ch != '\\') continue;
+        if (++p >= c->end) return BAIL;
+        if (*p == 'u') {
+            if (c->end - p < 5 || !is_hex(p[1]) || !is_hex(p[2]) || !is_hex(p[3]) || !is_hex(p[4])) return BAIL;
+            p += 4;
+        } else if (*p == '\0' || !strchr("\"\\/bfnrt", *p)) {
+            return BAIL;
+        }
+    }
+    if (p >= c->end) return BAIL;
+    c->p = p + 1;
+    return 0;
+}
+
 /* Skip any JSON value, checking it as strictly as the json module reads it (escapes, numbers, literals);
    non-ASCII bytes and nesting beyond MAX_DEPTH make it BAIL. */
 static int skip_value(Cur *c, int depth)
@@ -249,31 +274,8 @@ static int skip_value(Cur *c, int depth)
     ws(c);
     if (c->p >= c->end) return BAIL;
     switch (*c->p) {
-    case '"': {
-        const char *p = c->p + 1;
-        while (p < c->end && *p != '"') {
-            unsigned char ch = (unsigned char)*p;
-            if (ch < 0x20 || ch >= 0x80) return BAIL;
-            if (ch == '\\') {
-                p++;
-                if (p >= c->end) return BAIL;
-                if (*p == 'u') {
-                    int k;
-                    for (k = 1; k <= 4; k++)
-                        if (p + k >= c->end || !((p[k] >= '0' && p[k] <= '9') || (p[k] >= 'a' && p[k] <= 'f') ||
-                                                 (p[k] >= 'A' && p[k] <= 'F')))
-                            return BAIL;
-                    p += 4;
-                } else if (!strchr("\"\\/bfnrt", *p) || *p == '\0') {
-                    return BAIL;
-                }
-            }
-            p++;
-        }
-        if (p >= c->end) return BAIL;
-        c->p = p + 1;
-        return 0;
-    }
+    case '"':
+        return skip_string(c);
     case '{':
         c->p++;
         if (next_is(c, '}')) {
@@ -281,12 +283,10 @@ static int skip_value(Cur *c, int depth)
             return 0;
         }
         for (;;) {
-            if (skip_value(c, depth + 1) || !(c->p[-1] == '"') || expect(c, ':') || skip_value(c, depth + 1))
-                return BAIL;
+            if (skip_string(c) || expect(c, ':') || skip_value(c, depth + 1)) return BAIL;
             ws(c);
             if (c->p < c->end && *c->p == ',') {
                 c->p++;
-                if (!next_is(c, '"')) return BAIL;
                 continue;
             }
             return expect(c, '}');
@@ -340,8 +340,7 @@ enum { F_TYPE = 1, F_DTYPE = 2, F_SHAPE = 4, F_MIN = 8, F_MAX = 16, F_MEAN = 32,
 enum { V_OTHER, V_BOOL, V_INT, V_FLOAT };
 
 typedef struct {
-    Out *out;
-    int seen;
+    int seen; /* the fields read, as F_ bits */
     const char *type;
     Py_ssize_t type_n;
     PyObject *dtype, *shape, *data_name, *md5; /* new references or NULL (missing or null) */
@@ -572,7 +571,6 @@ static int argument(Cur *c, Out *o, int role, PyObject *slot, PyObject *call_slo
     Entry e;
     int rc, tensor = 0;
     memset(&e, 0, sizeof e);
-    e.out = o;
     e.stats[0] = e.stats[1] = e.stats[2] = e.stats[3] = Py_NAN;
     rc = members(c, entry_member, &e);
     if (!rc) rc = entry_is_tensor(&e, &tensor);

@@ -26,6 +26,8 @@ from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
 
 #: Tensor entries whose columns are taken at once.
 BATCH = 1 << 12
+#: The slots of the first 256 arguments of a list (an op's inputs or outputs), one string object each.
+SLOTS = tuple(str(i) for i in range(256))
 #: Role codes of :meth:`TensorColumns.add` and the word msprobe writes between op and slot in a tensor name.
 ROLES = ("input", "parameter", "output", "gradient")
 _NAME_WORDS = (".input.", ".parameters.", ".output.", ".")
@@ -293,4 +295,4 @@ class TensorColumns:
         return out
 
 
-__all__ = ["BATCH", "ROLES", "TensorColumns", "file_name_problem", "shape_of", "shown", "to_float"]
+__all__ = ["BATCH", "ROLES", "SLOTS", "TensorColumns", "file_name_problem", "shape_of", "shown", "to_float"]

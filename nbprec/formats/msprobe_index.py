@@ -8,14 +8,16 @@ Op-level values (op, api, call, module, ...) are stored once per op and spread t
 Payload files are checked when the index is built, from one listing of the tensor folder: a payload is
 usable only when it is a regular file whose real path lies inside the dump (or inside a checked
 ``dump_data_dir``); FIFOs, devices, folders, broken links and links leading out of the dump are problems and
-their rows have no data. See :mod:`nbprec.formats.msprobe` for the index conventions.
+their rows have no data (:mod:`nbprec.formats.msprobe_folder` finds the folder). See
+:mod:`nbprec.formats.msprobe` for the index conventions.
+
+A dump.json of the usual layout is read by the C scanner instead of the stream
+(:mod:`nbprec.formats.msprobe_scan`), into the same columns, in the same batches.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import stat
 from array import array
 from itertools import repeat
 from pathlib import Path
@@ -26,29 +28,20 @@ import numpy as np
 from nbprec._gc import paused_gc
 from nbprec.dump import Problem
 from nbprec.errors import DumpFormatError
-from nbprec.formats._files import PayloadFolder, inside, open_plain_file, printable, read_fd, real_folder
 from nbprec.formats._jsonstream import JsonObjectStream
 from nbprec.formats._layout import DumpSource, read_json_file
-from nbprec.formats.msprobe_columns import BATCH, ROLES, TensorColumns
+from nbprec.formats.msprobe_columns import BATCH, ROLES, SLOTS, TensorColumns
+from nbprec.formats.msprobe_folder import TENSOR_DIR, tensor_folder
 from nbprec.formats.msprobe_keys import parse_op_key
-
-try:
-    from nbprec.formats._msprobescan import scan as _scan
-except ImportError:  # built without a C compiler: the Python reader reads every dump.json
-    _scan = None
+from nbprec.formats.msprobe_scan import ScannedDump, scan_dump_json
 
 # section of an op entry -> role; rows follow this order (inputs, parameters, outputs, as msprobe's compare CSV)
 _SECTIONS = dict(input_args="input", input_kwargs="input", input="input", parameters="parameter", output="output")
 _SECTION_RANK = {section: i for i, section in enumerate(_SECTIONS)}
-_SLOTS = tuple(str(i) for i in range(256))  # the slots of list arguments, one object each
 _NO_TYPE = object()
-_CALL_KEYS = tuple(tuple(f"{role}.{slot}" for slot in _SLOTS) for role in ROLES)  # keys of dump.calls
+_CALL_KEYS = tuple(tuple(f"{role}.{slot}" for slot in SLOTS) for role in ROLES)  # keys of dump.calls
 _SCALARS = (bool, int, float)
 _OP_COLUMNS = ("api", "op_type", "direction", "module")
-TENSOR_DIR = "dump_tensor_data"
-#: dump.json files the C scanner reads, whole (a 194 MB one of 10^6 tensors: 3.3 s and 634 MB of peak memory for
-#: the open, against 5.7 s and 498 MB read in chunks); larger ones are read in chunks, in bounded memory.
-SCAN_BELOW = 1 << 28
 
 
 def _repeats(values: list) -> list[int]:
@@ -105,40 +98,6 @@ def _read_object(path: Path) -> Any:
             stream.end()
             return content
     return read_json_file(path)
-
-
-def _scanned(path: Path) -> tuple | None:
-    """The C scanner's reading of ``dump.json`` (see nbprec/formats/_msprobescan.c), or None: not built, not a
-    plain regular file, larger than :data:`SCAN_BELOW`, or not the usual layout (the Python reader then reads it
-    in bounded memory, and words every problem)."""
-    if _scan is None:
-        return None
-    opened = open_plain_file(str(path))
-    if opened is None:
-        return None
-    fd, size = opened
-    try:
-        if not 0 < size < SCAN_BELOW:
-            return None
-        text = read_fd(fd, size)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return _scan(text, _SLOTS)
-
-
-def checked_data_dir(recorded: str) -> str:
-    """The real path of a ``dump_data_dir`` recorded in dump.json when it is an msprobe tensor folder (a
-    ``dump_tensor_data`` folder beside a ``dump.json``), '' otherwise."""
-    real = os.path.realpath(recorded)
-    if os.path.basename(real) != TENSOR_DIR or not os.path.isdir(real):
-        return ""
-    beside = os.path.join(os.path.dirname(real), "dump.json")
-    with contextlib.suppress(OSError):
-        if stat.S_ISREG(os.stat(beside).st_mode):
-            return real
-    return ""
 
 
 class DumpSourceReader:
@@ -199,12 +158,11 @@ class DumpSourceReader:
         """The index columns of this dump.json's tensors (for ``make_index(typed=True)``) and its meta."""
         path = self.source.dump_json
         self._construct()
-        scanned = _scanned(path)
+        scanned = scan_dump_json(path)
         if scanned is not None:
             with paused_gc():
-                if self._add_scanned(scanned):
-                    meta = scanned[0]
-                    return self._frame(meta.get("dump_data_dir")), meta
+                self._add_scanned(scanned)
+            return self._frame(scanned.meta.get("dump_data_dir")), scanned.meta
         meta: dict[str, Any] = {}
         has_data_object = False
         with JsonObjectStream(path) as stream, paused_gc():
@@ -258,7 +216,7 @@ class DumpSourceReader:
             ops.append, self._op_order.append, self._op_call.append, self._op_kind.append
         )  # fmt: skip
         sections_get = self._section_orders.get
-        tensor_types, slots, n_slots = self._tensor_types, _SLOTS, len(_SLOTS)
+        tensor_types, slots, n_slots = self._tensor_types, SLOTS, len(SLOTS)
         calls_setdefault, call_keys = self.calls.setdefault, _CALL_KEYS
         op_key = self._op_key
         order = -1
@@ -317,54 +275,31 @@ class DumpSourceReader:
                 tensors.flush(ops)
         self._n_ops = order + 1
 
-    def _add_scanned(self, scanned: tuple) -> bool:
-        """The ops and tensors of a dump.json the C scanner read (:func:`_scanned`), added as :meth:`_add_ops`
-        adds them: ops in order, each op's tensors in row order, the tensors' columns in the same batches, the
-        same problems in the same order. False, with nothing added, when the scanner took a key for parameter
-        gradients that this reader does not, or the other way round: the caller then reads the file itself."""
-        _meta, keys, grads, op_of, roles, ranks, slots, data_names, dtypes, shapes, md5s, stats, calls, others = scanned
-        for key, scanned_grads in zip(keys, grads, strict=True):
-            if scanned_grads or "parameters_grad" in key:
-                info = parse_op_key(key)
-                if bool(scanned_grads) != (info is not None and info.grads):
-                    return False
-        ops = np.frombuffer(op_of, dtype=np.int64)
-        rank = np.frombuffer(ranks, dtype=np.uint8)
-        stats = np.frombuffer(stats, dtype=np.float64).reshape(-1, 4)
-        if len(ops) > 1:  # an op's sections are read in the file's order, its rows are in row order
-            place = ops * 8 + rank
-            if (place[1:] < place[:-1]).any():
-                order = np.argsort(place, kind="stable")
-                take = order.tolist()
-                ops, stats = ops[order], stats[order]
-                roles = bytes(np.frombuffer(roles, dtype=np.uint8)[order])
-                slots, data_names, dtypes, shapes, md5s = (
-                    [column[i] for i in take] for column in (slots, data_names, dtypes, shapes, md5s)
-                )
-                calls = sorted(calls, key=lambda call: (call[0], call[4]))
-        slots = list(map(self._strings.setdefault, slots, slots))
-        fields = (ops.tobytes(), roles, slots, data_names, dtypes, shapes, md5s, stats)
-        per_op = np.bincount(ops, minlength=len(keys)).tolist() if len(ops) else [0] * len(keys)
-        tensors = self._tensors
+    def _add_scanned(self, scanned: ScannedDump) -> None:
+        """The ops and tensors of a dump.json the C scanner read (:func:`scan_dump_json`), added as
+        :meth:`_add_ops` adds them: ops in order, the tensors' columns in the same batches, so that the same
+        problems come in the same order."""
+        ops_of, roles, slots, *rest = scanned.fields
+        fields = (ops_of, roles, list(map(self._strings.setdefault, slots, slots)), *rest)
+        tensors, per_op = self._tensors, scanned.per_op
         start = pending = 0
-        for order, key in enumerate(keys):
-            kind, call, is_grads = self._op_key(key)
+        for order, key in enumerate(scanned.keys):
+            kind, call, grads = self._op_key(key)
             self._ops.append(key)
             self._op_order.append(order)
             self._op_call.append(call)
             self._op_kind.append(kind)
             pending += per_op[order]
-            if not is_grads and pending >= BATCH:  # where _add_ops takes a batch
+            if not grads and pending >= BATCH:  # where _add_ops takes a batch
                 tensors.extend(self._ops, fields, slice(start, start + pending))
                 start, pending = start + pending, 0
         if pending:
             tensors.extend(self._ops, fields, slice(start, start + pending))
-        for op, role, slot, value, _rank in calls:
+        for op, role, slot, value in scanned.calls:
             name = _CALL_KEYS[role][slot] if type(slot) is int else self._intern(f"{ROLES[role]}.{slot}")
-            self.calls.setdefault(keys[op], {})[name] = value
-        self.non_tensor += others
-        self._n_ops = len(keys)
-        return True
+            self.calls.setdefault(scanned.keys[op], {})[name] = value
+        self.non_tensor += scanned.non_tensor
+        self._n_ops = len(scanned.keys)
 
     def _op_key(self, key: str) -> tuple[int, int, bool]:
         """(op-kind code, call index, parameter gradients?) of an op key. The usual key, an API call
@@ -444,38 +379,6 @@ class DumpSourceReader:
         return tuple(out)
 
     # -- the payloads and the columns ------------------------------------------------------------------
-    def _payload_folder(self, recorded: Any) -> PayloadFolder | str:
-        """The listing of the tensor folder: ``dump_tensor_data`` beside dump.json, else the recorded
-        ``dump_data_dir`` when it is a checked msprobe tensor folder; else why the payloads are unavailable."""
-        missing = f"tensor folder not found ({printable(self.tensor_dir)})"
-        if os.path.isdir(self.tensor_dir):
-            if not inside(self.tensor_dir, self.roots):  # a symbolic link (of it, or of its step folder) leads out
-                real = os.path.realpath(self.tensor_dir)
-                return (
-                    f"tensor folder {printable(self.tensor_dir)} lies outside the dump (at {printable(real)}): not read"
-                )
-            try:
-                return PayloadFolder(self.tensor_dir, self.roots)
-            except OSError as exc:
-                return f"cannot list the tensor folder {printable(self.tensor_dir)} ({exc.strerror or exc})"
-        named_any = any(self._tensors.payload)
-        if not (isinstance(recorded, str) and recorded) or not named_any or not os.path.isdir(recorded):
-            return missing  # no recorded folder here either (the dump was moved)
-        real = checked_data_dir(recorded)
-        if not real:
-            self._problem(
-                f"dump_data_dir {recorded!r} is not an msprobe tensor folder (a {TENSOR_DIR} folder beside a "
-                "dump.json): it lies outside the dump and was not read"
-            )
-            return missing
-        try:
-            folder = PayloadFolder(Path(real), [*self.roots, real_folder(real)])
-        except OSError as exc:
-            return f"cannot list the tensor folder {printable(recorded)} ({exc.strerror or exc})"
-        self.roots.append(real_folder(real))
-        self.tensor_dir = Path(recorded)
-        return folder
-
     def _rename_duplicates(self) -> None:
         """Names are unique within one dump.json: a repeated one gets a ``#2``, ``#3`` ... suffix. An op key
         written twice in ``data`` (which ``json.loads`` would silently reduce to its last entry) is said too."""
@@ -505,7 +408,8 @@ class DumpSourceReader:
         tensors = self._tensors
         n = len(tensors)
         self._rename_duplicates()
-        folder = self._payload_folder(recorded)
+        named_any = any(tensors.payload)
+        folder, self.tensor_dir = tensor_folder(self.tensor_dir, recorded, self.roots, named_any, self._problem)
         prefix = os.path.join(self.tensor_dir, "")
         names = np.array(tensors.names, dtype=object) if n else np.empty(0, dtype=object)
         rows = np.flatnonzero(np.frombuffer(tensors.payload, dtype=np.uint8)) if n else np.empty(0, np.int64)
@@ -562,4 +466,4 @@ class DumpSourceReader:
         self._tensors = TensorColumns(self._tensor_problem)
 
 
-__all__ = ["DumpSourceReader", "checked_data_dir"]
+__all__ = ["DumpSourceReader"]

@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 import nbprec.formats.msprobe_index as msprobe_index
+import nbprec.formats.msprobe_scan as msprobe_scan
 from nbprec.errors import DumpFormatError
 from nbprec.formats._files import real_folder
 from nbprec.formats._layout import DumpSource
+from nbprec.formats.msprobe_columns import BATCH
 
-pytestmark = pytest.mark.skipif(msprobe_index._scan is None, reason="nbprec.formats._msprobescan is not built")
+pytestmark = pytest.mark.skipif(msprobe_scan._scan is None, reason="nbprec.formats._msprobescan is not built")
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 
@@ -24,9 +26,9 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 def _read(path: Path, scanner: bool):
     """The reader's index of ``path`` with or without the scanner: (frame, meta, problems, calls, counts), or the
     error it raised."""
-    saved = msprobe_index._scan
+    saved = msprobe_scan._scan
     if not scanner:
-        msprobe_index._scan = None
+        msprobe_scan._scan = None
     try:
         problems: list = []
         reader = msprobe_index.DumpSourceReader(DumpSource(path, 0, 0), problems, [real_folder(str(path.parent))])
@@ -37,7 +39,7 @@ def _read(path: Path, scanner: bool):
         calls = [(op, list(values.items())) for op, values in reader.calls.items()]
         return frame, meta, problems, calls, (reader.non_tensor, reader._n_ops)
     finally:
-        msprobe_index._scan = saved
+        msprobe_scan._scan = saved
 
 
 def _cells(values: np.ndarray) -> list:
@@ -67,7 +69,7 @@ def _fixture_dumps() -> list[Path]:
 
 @pytest.mark.parametrize("path", _fixture_dumps(), ids=lambda p: str(p.relative_to(FIXTURES).parent))
 def test_every_fixture_is_scanned_into_the_python_readers_index(path):
-    assert msprobe_index._scanned(path) is not None  # the usual layout: the scanner reads it
+    assert msprobe_scan.scan_dump_json(path) is not None  # the usual layout: the scanner reads it
     assert_same_index(path)
 
 
@@ -185,7 +187,7 @@ def test_generated_dumps_give_the_python_readers_index(tmp_path, seed):
     top = {"task": "tensor", "level": rng.choice(["L1", "mix"]), "dump_data_dir": None, "framework": "pytorch"}
     text = json.dumps({**top, "data": data}, indent=rng.choice([None, 1]))
     path = _write(tmp_path, "gen", text)
-    assert msprobe_index._scanned(path) is not None
+    assert msprobe_scan.scan_dump_json(path) is not None
     assert_same_index(path)
 
 
@@ -202,6 +204,7 @@ def test_generated_dumps_with_odd_entries_give_the_python_readers_index(tmp_path
         "escaped_key", "non_ascii", "repeated_field", "repeated_section", "unknown_section", "string_statistic",
         "bool_statistic", "float_size", "huge_size", "nested_named_object", "op_not_an_object", "data_twice",
         "no_data", "bare_top", "trailing_text", "gradient_list_of_two", "slot_beyond_255", "deep_nesting",
+        "gradients_by_key_only",
     ],
 )  # fmt: skip
 def test_what_the_scanner_leaves_the_python_reader_reads_alone(tmp_path, case):
@@ -232,9 +235,13 @@ def test_what_the_scanner_leaves_the_python_reader_reads_alone(tmp_path, case):
         ),
         "slot_beyond_255": lambda t: t.replace('"input_args": [', '"input_args": [' + "null, " * 256),
         "deep_nesting": lambda t: t.replace('"task": "tensor"', '"task": ' + "[" * 80 + "]" * 80),
+        # the scanner reads it as gradients (Module., .parameters_grad.0); msprobe_keys does not parse the key
+        "gradients_by_key_only": lambda t: t.replace(
+            '"data": {', '"data": {"Module.parameters_grad.0": {"input_args": [' + json.dumps(tensor) + "]}, "
+        ),
     }
     path = _write(tmp_path, case, edits[case](text))
-    assert msprobe_index._scanned(path) is None
+    assert msprobe_scan.scan_dump_json(path) is None
     assert_same_index(path)
 
 
@@ -244,7 +251,7 @@ def test_integer_statistics_are_read_as_the_python_reader_reads_them(tmp_path):
     entry = '{"type": "torch.Tensor", "dtype": "torch.int64", "shape": [3], "Max": MAX, "Min": -0, "Mean": null}'
     args = ", ".join(entry.replace("MAX", v) for v in ("123456789012345679", "-98765432109876543", "0", "-0"))
     path = _write(tmp_path, "ints", '{"data": {"Functional.f.0.forward": {"output": [' + args + "]}}}")
-    assert msprobe_index._scanned(path) is not None
+    assert msprobe_scan.scan_dump_json(path) is not None
     assert_same_index(path)
     frame = _read(path, True)[0]
     assert not np.signbit(frame["min"]).any() and frame["max"][0] == float(123456789012345679)
@@ -275,8 +282,8 @@ def test_batches_end_where_the_python_reader_ends_them(tmp_path):
 
     data: dict = {}
     count = 0
-    while count < msprobe_index.BATCH - 1:
-        n = min(255, msprobe_index.BATCH - 1 - count)
+    while count < BATCH - 1:
+        n = min(255, BATCH - 1 - count)
         key = f"Functional.f.{len(data)}.forward"
         data[key] = {"output": [tensor(f"{key}.output.{i}.pt", None if count + i == 7 else "torch.float32")
                                 for i in range(n)]}  # fmt: skip
@@ -284,7 +291,29 @@ def test_batches_end_where_the_python_reader_ends_them(tmp_path):
     data["Module.l.Linear.parameters_grad.0"] = {"weight": tensor("w.pt"), "bias": tensor("b.pt")}  # crosses BATCH
     data["a key outside msprobe's naming"] = {"output": [tensor("x.pt")]}
     path = _write(tmp_path, "batches", json.dumps({"task": "tensor", "data": data}))
-    assert msprobe_index._scanned(path) is not None
+    assert msprobe_scan.scan_dump_json(path) is not None
     assert_same_index(path)
     problems = _read(path, True)[2]
     assert [p.record for p in problems][:2] == ["a key outside msprobe's naming", "Functional.f.0.forward.output.7"]
+
+
+@pytest.mark.parametrize(
+    ("skipped", "scanned"),
+    [
+        ('{"k\\"ey": ["a\\u00e9\\n\\/", 1.5e3, -0.25E-2, null, true, false, {}, [], NaN, -Infinity]}', True),
+        ('"bad \\x escape"', False),
+        ('"short \\u12"', False),
+        ('{"a": 1,}', False),
+        ("[1, 2,]", False),
+        ("{1: 2}", False),
+        ("01", False),
+        ("1.", False),
+    ],
+)
+def test_values_the_scanner_skips_are_checked_as_json_checks_them(tmp_path, skipped, scanned):
+    """A member no column holds is skipped, but checked: valid JSON of every kind (escapes included) is
+    scanned past, and what the json module refuses makes the scanner step aside (the Python reader's error)."""
+    text = '{"extra": ' + skipped + ', "data": {"Functional.f.0.forward": {"output": [null]}}}'
+    path = _write(tmp_path, "skip", text)
+    assert (msprobe_scan.scan_dump_json(path) is not None) is scanned
+    assert_same_index(path)

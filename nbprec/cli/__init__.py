@@ -15,8 +15,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from nbprec.cli._choices import COMPARE_MODES, DUMP_FORMATS, RULE_PRESETS
+from nbprec.cli import daemon
+from nbprec.cli._choices import COMPARE_MODES, DUMP_FORMATS, RULE_PRESETS, SERVED_COMMANDS
 from nbprec.cli.comparing import _cmd_compare, _cmd_isolate
+from nbprec.cli.daemon import _cmd_daemon
 from nbprec.cli.dumps import _cmd_info, _cmd_ni
 from nbprec.cli.overflow import _cmd_overflow
 from nbprec.cli.reports import _cmd_demo, _cmd_report, _cmd_serve
@@ -24,7 +26,7 @@ from nbprec.errors import NbprecError
 
 # The subcommands whose parsers this module builds; the others (config, model-explorer, diagnose) come from
 # their own packages, imported only when the command line may name them.
-_OWN_COMMANDS = frozenset({"info", "demo", "compare", "isolate", "overflow", "report", "serve", "ni"})
+_OWN_COMMANDS = frozenset({"info", "demo", "compare", "isolate", "overflow", "report", "serve", "ni", "daemon"})
 
 
 class _VersionAction(argparse.Action):
@@ -139,6 +141,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ni.add_argument("--depth", type=int, default=2, help="subgraph depth up and down (default 2)")
     ni.add_argument("--svg", metavar="FILE", help="draw the subgraph to this SVG file (needs Graphviz dot)")
     ni.set_defaults(func=_cmd_ni)
+
+    dmn = sub.add_parser("daemon", help="the background process that starts compare, info, ... without imports")
+    dmn.add_argument("action", choices=["status", "stop"], help="show this environment's daemon, or stop it")
+    dmn.set_defaults(func=_cmd_daemon)
     if command in _OWN_COMMANDS:
         return parser
     from nbprec.cli.model_explorer import add_model_explorer_parser
@@ -184,13 +190,24 @@ def run() -> None:
     """The ``nbprec`` command (console script and ``python -m nbprec``): :func:`main` in a process set up for it
     (:data:`PROCESS_ENVIRONMENT`, before numpy is imported), then the process ends at once with its status. Every
     file is closed and every helper process waited for by then; what is left is the interpreter's own teardown
-    (freeing every object and module, a few tens of milliseconds), which the command does not need."""
+    (freeing every object and module, a few tens of milliseconds), which the command does not need.
+
+    The commands of :data:`~nbprec.cli._choices.SERVED_COMMANDS` run in a process forked from this environment's
+    command daemon when one is up (:mod:`nbprec.cli.daemon`); when none is, the command runs here and then starts
+    one."""
     for name, value in PROCESS_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
+    args = sys.argv[1:]
+    served = next((a for a in args if not a.startswith("-")), None) in SERVED_COMMANDS and daemon.enabled()
+    status = daemon.run_on_daemon(args) if served else None
+    if status is not None:  # it ran beside the daemon, with this process's streams
+        os._exit(status)
     status = main()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed or broken output: nothing left to say there
             stream.flush()
+    if served:  # no daemon took it: start one for the next command
+        daemon.start_daemon()
     os._exit(status)
 
 

@@ -21,3 +21,7 @@ RULE_PRESETS = ("default", "precision_tool", "cann", "msprobe", "ptdbg")
 #: The metrics of :data:`nbprec.graph.model_explorer.METRICS` and its defaults (``model-explorer --metrics``).
 EXPLORER_METRICS = ("status", "cosine", "1-cosine", "max_abs_err", "rel_euclidean", "in_cosine")
 EXPLORER_DEFAULT_METRICS = ("status", "cosine", "1-cosine", "max_abs_err", "rel_euclidean")
+
+#: The commands the command daemon runs (:mod:`nbprec.cli.daemon`): bounded jobs that read dumps and exit (not
+#: ``serve``, ``report`` or ``demo``, which start servers or kernels of their own).
+SERVED_COMMANDS = frozenset({"compare", "isolate", "overflow", "info", "ni"})

@@ -1,0 +1,167 @@
+"""The command daemon (``nbprec.cli.daemon``): the second ``nbprec compare`` of an environment runs in a process
+forked from a daemon the first one started, with the client's arguments, folder, environment, umask and
+streams, and gives the same outputs, messages and exit status as a command run in its own process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from nbprec.cli import daemon, daemon_process
+
+FIXTURES = Path(__file__).parent / "fixtures" / "msprobe"
+TARGET, BENCH = FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix"
+NBPREC = [sys.executable, "-m", "nbprec"]
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the daemon runs on Linux only")
+
+
+@pytest.fixture
+def env():
+    """The environment of commands that use a daemon of their own (a short socket folder: Unix socket paths
+    are limited to about 100 bytes); the daemon is stopped after the test."""
+    folder = tempfile.mkdtemp(prefix="nbd-", dir="/tmp")
+    environment = {**os.environ, "NBPREC_DAEMON": "on", "NBPREC_DAEMON_DIR": folder, "NBPREC_DAEMON_IDLE": "120"}
+    yield environment
+    subprocess.run([*NBPREC, "daemon", "stop"], env=environment, capture_output=True, timeout=30)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(args, env, cwd=None, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([*NBPREC, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120, **kwargs)
+
+
+def _served(env) -> int | None:
+    """Commands the environment's daemon has run, or None when none is up."""
+    status = _run(["daemon", "status"], env)
+    if status.returncode != 0:
+        return None
+    return int(status.stdout.split(" command(s)")[0].rsplit(" ", 1)[1])
+
+
+def _wait_for_daemon(env, seconds: float = 60.0) -> int:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        served = _served(env)
+        if served is not None:
+            return served
+        time.sleep(0.2)
+    raise AssertionError("no daemon came up")
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_the_second_command_runs_beside_the_daemon_with_the_same_outputs(env, tmp_path):
+    first = _run(["compare", str(TARGET), str(BENCH), "-o", str(tmp_path / "a"), "--no-progress"], env)
+    assert first.returncode == 0, first.stderr
+    assert _wait_for_daemon(env) == 0  # the first command ran in its own process, then started the daemon
+    second = _run(["compare", str(TARGET), str(BENCH), "-o", str(tmp_path / "b"), "--no-progress"], env)
+    assert second.returncode == 0, second.stderr
+    assert _served(env) == 1
+    assert second.stdout.replace(str(tmp_path / "b"), "OUT") == first.stdout.replace(str(tmp_path / "a"), "OUT")
+    assert second.stderr == first.stderr
+    assert _files(tmp_path / "b") == _files(tmp_path / "a")
+
+
+def test_errors_usage_and_statuses_are_the_commands_own(env, tmp_path):
+    assert _run(["info", str(TARGET)], env).returncode == 0
+    _wait_for_daemon(env)
+    off = {**env, "NBPREC_DAEMON": "off"}
+    for args in (
+        ["compare", str(tmp_path / "missing"), str(BENCH)],  # an nbprec error: 1 and its message
+        ["compare", str(TARGET)],  # a usage error: argparse's 2 and usage text
+        ["info", "--help"],
+        ["info", str(TARGET), "--json"],
+    ):
+        served, alone = _run(args, env), _run(args, off)
+        assert (served.returncode, served.stdout, served.stderr) == (alone.returncode, alone.stdout, alone.stderr)
+    assert _served(env) == 4
+
+
+def test_the_clients_folder_and_umask_are_used(env, tmp_path):
+    shutil.copytree(FIXTURES / "bf16_tensor_mix", tmp_path / "t")
+    shutil.copytree(FIXTURES / "fp32_tensor_mix", tmp_path / "b")
+    _run(["info", "t"], env, cwd=tmp_path)
+    _wait_for_daemon(env)
+    done = _run(["compare", "t", "b", "-o", "out", "--no-progress"], env, cwd=tmp_path, umask=0o077)
+    assert done.returncode == 0, done.stderr
+    assert _served(env) == 1
+    assert {p.stat().st_mode & 0o777 for p in (tmp_path / "out").iterdir()} == {0o600}
+
+
+def test_ctrl_c_reaches_the_command(env, tmp_path):
+    """The client's SIGINT goes to the command, which stops as one run in its own process does: "interrupted",
+    status 130. The command waits on a Dask scheduler that accepts the connection and never answers."""
+    pytest.importorskip("distributed", reason="the waiting command needs nbprec[dask]")
+    _run(["info", str(TARGET)], env)
+    _wait_for_daemon(env)
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        args = ["compare", str(TARGET), str(BENCH), "--scheduler", f"tcp://127.0.0.1:{port}", "--no-progress"]
+        proc = subprocess.Popen([*NBPREC, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while _served(env) != 1 and time.monotonic() < deadline:  # the command started beside the daemon
+            time.sleep(0.1)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "nbprec: interrupted" in err
+
+
+def test_no_daemon_when_switched_off(env, tmp_path):
+    off = {**env, "NBPREC_DAEMON": "off"}
+    assert _run(["compare", str(TARGET), str(BENCH), "-o", str(tmp_path / "o"), "--no-progress"], off).returncode == 0
+    time.sleep(1.0)
+    assert _served(env) is None
+    assert list(Path(env["NBPREC_DAEMON_DIR"]).glob("*.sock")) == []
+
+
+def test_an_idle_daemon_exits_and_removes_its_socket(env):
+    idle = {**env, "NBPREC_DAEMON_IDLE": "1"}
+    assert _run(["info", str(TARGET)], idle).returncode == 0
+    _wait_for_daemon(idle)
+    deadline = time.monotonic() + 30
+    while _served(idle) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _served(idle) is None
+    assert list(Path(env["NBPREC_DAEMON_DIR"]).glob("*.sock")) == []
+
+
+def test_a_closed_standard_stream_runs_the_command_in_its_own_process(env, tmp_path):
+    _run(["info", str(TARGET)], env)
+    _wait_for_daemon(env)
+    command = " ".join([*NBPREC, "info", str(TARGET)]) + " <&-"
+    done = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert _served(env) == 0
+
+
+def test_a_changed_module_file_makes_the_daemon_stale(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("x = 1\n")
+    stamps = {str(module): (module.stat().st_mtime_ns, module.stat().st_size)}
+    assert not daemon_process.stale(stamps)
+    module.write_text("x = 22\n")
+    assert daemon_process.stale(stamps)
+    module.unlink()
+    assert daemon_process.stale(stamps)
+
+
+def test_commands_of_another_environment_are_not_served(env, monkeypatch):
+    monkeypatch.setenv("NBPREC_DAEMON_DIR", env["NBPREC_DAEMON_DIR"])
+    key = daemon.daemon_key()
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    assert daemon.daemon_key() != key
+    assert daemon.socket_path(key) != daemon.socket_path()

@@ -111,10 +111,12 @@ def _private_folder(folder: Path, create: bool) -> bool:
 
 # -- the client ------------------------------------------------------------------------------------------------
 def _send(sock: socket.socket, message: dict, fds: Sequence[int] = ()) -> None:
+    """``message`` as length-prefixed JSON, the descriptors ``fds`` with its first bytes."""
     data = json.dumps(message).encode()
     data = _HEADER.pack(len(data)) + data
     sent = socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
-    sock.sendall(data[sent:])
+    if sent < len(data):  # (nothing more to send is not sent: the peer may have answered and gone already)
+        sock.sendall(data[sent:])
 
 
 def _receive_exact(sock: socket.socket, n: int) -> bytes | None:

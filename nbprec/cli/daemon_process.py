@@ -13,7 +13,16 @@ import sys
 import time
 from pathlib import Path
 
-from nbprec.cli.daemon import _HEADER, _STARTED, _STATUS, CONNECT_SECONDS, IDLE_SECONDS, _private_folder, _receive_exact
+from nbprec.cli.daemon import (
+    _HEADER,
+    _STARTED,
+    _STATUS,
+    CONNECT_SECONDS,
+    IDLE_SECONDS,
+    _private_folder,
+    _receive_exact,
+    _send,
+)
 
 #: The modules a daemon imports for the commands it runs.
 _WARM_MODULES = (
@@ -60,22 +69,39 @@ def stale(stamps: dict[str, tuple[int, int]]) -> bool:
     return False
 
 
-def _run_command(
-    conn: socket.socket, request: dict, fds: list[int], others: list[socket.socket], pipe: tuple[int, int]
-) -> None:
-    """In the forked process: become the client's command, run it, send its status and exit (``others``: the
-    daemon's sockets, ``pipe``: its wake-up pipe, closed here)."""
+def _detach(others: list[socket.socket], pipe: tuple[int, int]) -> None:
+    """In a forked process: drop the daemon's signal handlers, its sockets (``others``) and its wake-up
+    ``pipe``, and lead a process group of its own (the client forwards its signals to it)."""
+    for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.set_wakeup_fd(-1)
+    for other in others:
+        other.close()
+    for fd in pipe:
+        os.close(fd)
+    os.setpgid(0, 0)
+
+
+def _wait_as_spare(channel: socket.socket) -> None:
+    """The spare process: wait for the daemon to hand it a command (the client's connection and streams) and
+    run it; exit when the daemon goes (its end of ``channel`` closes)."""
+    try:
+        request, fds = _receive_request(channel)
+    except (OSError, ValueError):
+        os._exit(0)
+    if request is None or len(fds) != 4:
+        os._exit(0)
+    channel.close()
+    conn = socket.socket(fileno=fds[0])
+    _run_command(conn, request, fds[1:])
+
+
+def _run_command(conn: socket.socket, request: dict, fds: list[int]) -> None:
+    """In the forked process: become the client's command (its streams ``fds``), run it, send its status to
+    the client's connection ``conn`` and exit."""
     status = 1
     try:
-        for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-            signal.signal(signum, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.set_wakeup_fd(-1)
-        for other in others:
-            other.close()
-        for fd in pipe:
-            os.close(fd)
-        os.setpgid(0, 0)  # the client forwards its signals to this process group
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -101,6 +127,25 @@ def _run_command(
         with contextlib.suppress(OSError):
             conn.sendall(_STATUS.pack(b"S", status))
         os._exit(status)
+
+
+def _receive_request(conn: socket.socket, max_fds: int = 4) -> tuple[dict | None, list[int]]:
+    """One length-prefixed JSON message and the descriptors sent with it; (None, []) at the end of ``conn``."""
+    data, fds, _flags, _addr = socket.recv_fds(conn, 65536, max_fds)
+    if not data:
+        return None, fds
+    try:
+        if len(data) < _HEADER.size:
+            raise ValueError("a short request")
+        size = _HEADER.unpack(data[: _HEADER.size])[0]
+        body = data[_HEADER.size :]
+        if len(body) < size:
+            body += _receive_exact(conn, size - len(body)) or b""
+        return json.loads(body), fds
+    except (OSError, ValueError):
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def _reopen_streams(encoding: str) -> None:
@@ -129,6 +174,7 @@ class _Daemon:
         self.served = 0
         self.last = time.monotonic()  # when the last command ended or started
         self.running: dict[int, socket.socket] = {}  # pid -> its client's connection
+        self.spare: tuple[int, socket.socket] | None = None  # (pid, channel) of the process for the next command
         self.stamps = _module_stamps()
         read, self.wakeup = os.pipe()
         os.set_blocking(self.wakeup, False)
@@ -154,8 +200,9 @@ class _Daemon:
                 return  # no command for self.idle seconds (status questions do not count)
 
     def _reap(self) -> None:
-        """Wait for finished commands; one killed by a signal gets its status (128 + signal) sent here."""
-        while self.running:
+        """Wait for finished commands (one killed by a signal gets its status, 128 + signal, sent here) and for
+        a spare that died."""
+        while self.running or self.spare:
             try:
                 pid, wait_status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
@@ -164,6 +211,8 @@ class _Daemon:
                 return
             conn = self.running.pop(pid, None)
             if conn is None:
+                if self.spare is not None and self.spare[0] == pid:  # a spare that died: fork another one later
+                    self.close()
                 continue
             self.last = time.monotonic()
             if os.WIFSIGNALED(wait_status):
@@ -184,17 +233,12 @@ class _Daemon:
             if struct.unpack("3i", creds)[1] != os.getuid():
                 conn.close()
                 return True
-            data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3)
-            if len(data) < _HEADER.size:
-                raise OSError("a short request")
-            size = _HEADER.unpack(data[: _HEADER.size])[0]
-            body = data[_HEADER.size :]
-            if len(body) < size:
-                body += _receive_exact(conn, size - len(body)) or b""
-            request = json.loads(body)
+            request, fds = _receive_request(conn, 3)
+            if request is None:
+                for fd in fds:
+                    os.close(fd)
+                raise ValueError("no request")
         except (OSError, ValueError):
-            for fd in fds:
-                os.close(fd)
             conn.close()
             return True
         op = request.get("op")
@@ -212,7 +256,7 @@ class _Daemon:
                 conn.sendall(b"X")
             conn.close()
             return not is_stale
-        self._fork(conn, request, fds)
+        self._start(conn, request, fds)
         return True
 
     def _answer(self, conn: socket.socket, answer: dict) -> None:
@@ -221,19 +265,27 @@ class _Daemon:
             conn.sendall(_HEADER.pack(len(data)) + data)
         conn.close()
 
-    def _fork(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
+    def _start(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
+        """Hand the command to the spare process (forked before it came, so that no fork waits here), or fork
+        one for it when there is no spare; then fork the next spare."""
         conn.settimeout(None)
-        try:
-            pid = os.fork()
-        except OSError:
-            for fd in fds:
-                os.close(fd)
-            conn.close()  # the client sees no start and runs the command itself
-            return
-        if pid == 0:
-            _run_command(conn, request, fds, [self.listener, *self.running.values()], (self.woken, self.wakeup))
-        with contextlib.suppress(OSError):  # (the child does it too: set before the client may signal it)
-            os.setpgid(pid, pid)
+        pid = self._hand_to_spare(conn, request, fds)
+        if pid is None:
+            try:
+                pid = os.fork()
+            except OSError:
+                for fd in fds:
+                    os.close(fd)
+                conn.close()  # the client sees no start and runs the command itself
+                return
+            if pid == 0:
+                try:
+                    _detach(self._inherited(), (self.woken, self.wakeup))
+                    _run_command(conn, request, fds)
+                finally:  # (never back into the daemon's loop, whatever happens)
+                    os._exit(1)
+            with contextlib.suppress(OSError):  # (the child does it too: set before the client may signal it)
+                os.setpgid(pid, pid)
         for fd in fds:
             os.close(fd)
         self.served += 1
@@ -241,6 +293,55 @@ class _Daemon:
         self.running[pid] = conn
         with contextlib.suppress(OSError):
             conn.sendall(_STARTED.pack(b"R", pid))
+        self._fork_spare()
+
+    def _inherited(self) -> list[socket.socket]:
+        """The daemon's sockets a forked process closes."""
+        spare = [self.spare[1]] if self.spare else []
+        return [self.listener, *self.running.values(), *spare]
+
+    def _fork_spare(self) -> None:
+        """Fork the process that will run the next command (it waits on a socket pair for it)."""
+        if self.spare is not None:
+            return
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            return
+        if pid == 0:
+            try:
+                ours.close()
+                _detach(self._inherited(), (self.woken, self.wakeup))
+                _wait_as_spare(theirs)
+            finally:  # (never back into the daemon's loop, whatever happens)
+                os._exit(1)
+        theirs.close()
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
+        self.spare = (pid, ours)
+
+    def _hand_to_spare(self, conn: socket.socket, request: dict, fds: list[int]) -> int | None:
+        """The spare's pid once it holds the command, or None (no spare, or it is gone)."""
+        if self.spare is None:
+            return None
+        pid, channel = self.spare
+        self.spare = None
+        try:
+            _send(channel, request, [conn.fileno(), *fds])
+        except OSError:
+            return None
+        finally:
+            channel.close()
+        return pid
+
+    def close(self) -> None:
+        """Let the spare go (its end of the socket pair closes)."""
+        if self.spare is not None:
+            self.spare[1].close()
+            self.spare = None
 
 
 def _warm_up(ops: int = 48) -> None:
@@ -297,7 +398,12 @@ def _serve(path: Path, key: str) -> None:
     except ValueError:
         idle = IDLE_SECONDS
     try:
-        _Daemon(listener, key, idle).serve()
+        daemon = _Daemon(listener, key, idle)
+        daemon._fork_spare()
+        try:
+            daemon.serve()
+        finally:
+            daemon.close()
     finally:  # (the lock is held until the process ends: no other daemon bound this path meanwhile)
         with contextlib.suppress(OSError):
             path.unlink()

@@ -11,11 +11,15 @@ is a singleton) under task ``tensor``, level ``L1``, one forward pass, so the du
     OUT/bf16/step0/rank0/dump.json + dump_tensor_data/*.pt
 
 ``--task statistics`` writes msprobe's statistics dumps instead (``summary_mode`` ``statistics``: dump.json only,
-each tensor's Max, Min, Mean and Norm).
+each tensor's Max, Min, Mean and Norm). Held-out kinds of pair: ``--target-dtype fp16`` runs the low-precision side
+in float16 (still written to ``bf16/``, the folder ``bench/compare.py`` reads), ``--level mix`` dumps module
+calls too, and ``--backward`` dumps a training step (forward and backward of a mean-square loss) instead of a
+forward pass.
 
 Usage::
 
     bench/.venv-msprobe/bin/python bench/msprobe_dump.py --out DIR [--layers 8] [--hidden 1024] [--task statistics]
+        [--target-dtype fp16] [--level mix] [--backward]
 """
 
 from __future__ import annotations
@@ -89,7 +93,8 @@ def dump_one(args: argparse.Namespace) -> None:
     from msprobe.pytorch import PrecisionDebugger
 
     torch.set_num_threads(1)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.target_dtype]
+    dtype = {"fp32": torch.float32, "bf16": low}[args.dtype]
     model = build_model(args.layers, args.hidden, args.heads, args.seed).to(dtype)
     gen = torch.Generator().manual_seed(args.seed + 1)
     x = torch.randn(args.batch, args.seq, args.hidden, generator=gen).to(dtype)
@@ -100,7 +105,7 @@ def dump_one(args: argparse.Namespace) -> None:
         "dump_path": str(out),
         "rank": [],
         "step": [],
-        "level": "L1",
+        "level": args.level,
         "async_dump": False,
         args.task: {"scope": [], "list": [], "data_mode": ["all"]},
     }
@@ -109,8 +114,16 @@ def dump_one(args: argparse.Namespace) -> None:
     config_path = Path(args.out) / f"config_{args.dtype}.json"
     config_path.write_text(json.dumps(config, indent=1))
     debugger = PrecisionDebugger(config_path=str(config_path))
+    modules = {"model": model} if args.level != "L1" else {}  # (msprobe hooks the modules of this model)
+    if args.backward:
+        model.train()
+        debugger.start(rank_id=0, **modules)  # rank0/ rather than proc<pid>/ without torch.distributed
+        model(x).float().pow(2).mean().backward()
+        debugger.stop()
+        debugger.step()
+        return
     with torch.no_grad():
-        debugger.start(rank_id=0)  # rank0/ rather than proc<pid>/ without torch.distributed
+        debugger.start(rank_id=0, **modules)
         model(x)
         debugger.stop()
         debugger.step()
@@ -127,6 +140,9 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--task", choices=("tensor", "statistics"), default="tensor", help="msprobe's dump task")
+    parser.add_argument("--target-dtype", choices=("bf16", "fp16"), default="bf16", help="the low-precision dtype")
+    parser.add_argument("--level", choices=("L1", "mix"), default="L1", help="msprobe's level (mix: modules too)")
+    parser.add_argument("--backward", action="store_true", help="dump a training step, forward and backward")
     args = parser.parse_args()
     if args.dtype:
         dump_one(args)
@@ -134,8 +150,9 @@ def main() -> None:
     procs = []
     for dtype in ("fp32", "bf16"):  # in parallel: each is mostly single-threaded hook overhead
         cmd = [sys.executable, str(Path(__file__).resolve()), "--dtype", dtype]
-        for key in ("out", "layers", "hidden", "heads", "batch", "seq", "seed", "task"):
-            cmd += [f"--{key}", str(getattr(args, key))]
+        for key in ("out", "layers", "hidden", "heads", "batch", "seq", "seed", "task", "target_dtype", "level"):
+            cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+        cmd += ["--backward"] if args.backward else []
         procs.append((dtype, subprocess.Popen(cmd)))
     failed = [dtype for dtype, proc in procs if proc.wait() != 0]
     if failed:

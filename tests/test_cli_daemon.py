@@ -165,3 +165,38 @@ def test_commands_of_another_environment_are_not_served(env, monkeypatch):
     monkeypatch.setenv("PYTHONHASHSEED", "7")
     assert daemon.daemon_key() != key
     assert daemon.socket_path(key) != daemon.socket_path()
+
+
+def test_a_client_under_other_limits_gets_a_daemon_of_its_own(monkeypatch):
+    """A daemon started under other resource limits (ulimit), cores (taskset) or control groups would run the
+    command outside the client's: such a client has another key, so another daemon."""
+    import resource
+
+    key = daemon.daemon_key()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(64, soft // 2), hard))
+    try:
+        assert daemon.daemon_key() != key
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert daemon.daemon_key() == key
+    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
+        cores = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {min(cores)})
+        try:
+            assert daemon.daemon_key() != key
+        finally:
+            os.sched_setaffinity(0, cores)
+
+
+@pytest.mark.parametrize("folder", ["/proc/no-such-folder/nbprec", "/tmp/" + "d" * 120])
+def test_an_unusable_socket_folder_leaves_the_command_alone(folder, tmp_path):
+    """A socket folder that cannot be made, or a socket path too long for a Unix socket: the command runs in
+    its own process, says nothing about it, and starts no daemon."""
+    environment = {**os.environ, "NBPREC_DAEMON": "on", "NBPREC_DAEMON_DIR": folder}
+    for _ in range(2):
+        done = _run(["info", str(TARGET)], environment)
+        assert done.returncode == 0
+        assert done.stderr == ""
+    assert _served(environment) is None
+    assert not Path(folder).exists()

@@ -44,6 +44,10 @@ from typing import Any
 IDLE_SECONDS = 600.0
 #: Seconds a client waits for the daemon to take its command before running it itself.
 CONNECT_SECONDS = 2.0
+#: The resource limits a command's process inherits (``resource.RLIMIT_*``): daemons differ when they do.
+_LIMITS = ("RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_RSS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC")
+#: The longest socket path used (a Unix socket's path holds at most 107 bytes).
+_MAX_PATH = 100
 #: Environment variables that act when modules are imported: daemons differ when they do.
 _IMPORT_VARIABLES = ("PYTHON", "NBPREC_", "NPY_", "NUMPY_", "OPENBLAS_", "OMP_", "MKL_", "GOTO", "LD_")
 _HEADER = struct.Struct(">I")
@@ -80,14 +84,30 @@ def _module_path() -> list[str]:
     return sys.path[1:] if first in ([""], [os.getcwd()]) else list(sys.path)
 
 
+def _process_limits() -> list:
+    """What the process a command runs in inherits and a client cannot hand over: its resource limits
+    (``ulimit``), the cores it may run on (``taskset``), its niceness and its control groups (a batch job's
+    memory and CPU share). A daemon started under other ones would run the command outside them."""
+    import resource
+
+    limits = [resource.getrlimit(getattr(resource, name)) for name in _LIMITS if hasattr(resource, name)]
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as file:
+            groups = file.read()
+    except OSError:
+        groups = ""
+    return [limits, cores, os.getpriority(os.PRIO_PROCESS, 0), groups]
+
+
 def daemon_key() -> str:
-    """What a daemon must share with its clients: the interpreter, its module path, nbprec's folder, the user
-    and the variables that act when modules are imported."""
+    """What a daemon must share with its clients: the interpreter, its module path, nbprec's folder, the user,
+    the variables that act when modules are imported and the process's limits (:func:`_process_limits`)."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     variables = sorted(
         (k, v) for k, v in os.environ.items() if k.startswith(_IMPORT_VARIABLES) and not k.startswith("NBPREC_DAEMON")
     )
-    return json.dumps([sys.executable, sys.prefix, here, _module_path(), variables, os.getuid()])
+    return json.dumps([sys.executable, sys.prefix, here, _module_path(), variables, os.getuid(), _process_limits()])
 
 
 def socket_path(key: str | None = None) -> Path:
@@ -100,7 +120,7 @@ def socket_path(key: str | None = None) -> Path:
 def _private_folder(folder: Path, create: bool) -> bool:
     """Whether ``folder`` is this user's alone (mode 0700), made so when ``create``."""
     if create:
-        with contextlib.suppress(FileExistsError):
+        with contextlib.suppress(OSError):  # (exists, or cannot be made: then checked below, and not used)
             folder.mkdir(mode=0o700, parents=True)
     try:
         info = folder.lstat()
@@ -197,7 +217,7 @@ def start_daemon() -> None:
 
     key = daemon_key()
     path = socket_path(key)
-    if not _private_folder(path.parent, create=True):
+    if len(os.fsencode(path)) > _MAX_PATH or not _private_folder(path.parent, create=True):
         return
     start = json.dumps({"path": str(path), "key": key, "sys_path": _module_path()})
     code = "import json, os, sys; start = json.loads(os.environ.pop('NBPREC_DAEMON_START')); "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any
 
 from nbprec._version import __version__
 from nbprec.errors import (
@@ -24,6 +23,10 @@ from nbprec.errors import (
     TensorNotFoundError,
     UnknownFormatError,
 )
+
+TYPE_CHECKING = False  # (typing's own flag, without importing typing: the command line starts without it)
+if TYPE_CHECKING:
+    from typing import Any
 
 # Attributes resolved on first use ("module:attribute", or a module): the dump model and the readers (numpy), and
 # the optional layers. ``import nbprec`` itself loads nothing heavy, so that the command line can set up the

@@ -200,3 +200,12 @@ def test_an_unusable_socket_folder_leaves_the_command_alone(folder, tmp_path):
         assert done.stderr == ""
     assert _served(environment) is None
     assert not Path(folder).exists()
+
+
+def test_the_client_imports_no_parser_and_no_numpy():
+    """What a client of the daemon runs (``import nbprec.cli``, then the request) loads neither numpy nor the
+    argument parser nor typing: it starts in a few hundredths of a second."""
+    heavy = "{'numpy', 'argparse', 'typing', 'nbprec.cli.parser'}"
+    code = f"import sys, nbprec.cli; print(sorted({heavy} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stderr

@@ -1,182 +1,32 @@
 """The ``nbprec`` command line: a thin shell over the library.
 
-Each subcommand parses its arguments, calls one library function and prints what it returns; the commands live
-in :mod:`nbprec.cli.dumps` (info, ni), :mod:`nbprec.cli.comparing` (compare, isolate),
-:mod:`nbprec.cli.overflow` (overflow), :mod:`nbprec.cli.reports` (demo, report, serve) and
-:mod:`nbprec.config.cli` (config).
+Each subcommand parses its arguments, calls one library function and prints what it returns. The parser and
+:func:`main` are :mod:`nbprec.cli.parser`; the commands live in :mod:`nbprec.cli.dumps` (info, ni),
+:mod:`nbprec.cli.comparing` (compare, isolate), :mod:`nbprec.cli.overflow` (overflow),
+:mod:`nbprec.cli.reports` (demo, report, serve), :mod:`nbprec.cli.daemon` (daemon) and :mod:`nbprec.config.cli`
+(config). This module holds :func:`run`, the console script, which imports the parser only when the command
+does not go to the command daemon (a client imports nothing else: it starts in a few hundredths of a second).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
 
 from nbprec.cli import daemon
-from nbprec.cli._choices import COMPARE_MODES, DUMP_FORMATS, RULE_PRESETS, SERVED_COMMANDS
-from nbprec.cli.comparing import _cmd_compare, _cmd_isolate
-from nbprec.cli.daemon import _cmd_daemon
-from nbprec.cli.dumps import _cmd_info, _cmd_ni
-from nbprec.cli.overflow import _cmd_overflow
-from nbprec.cli.reports import _cmd_demo, _cmd_report, _cmd_serve
-from nbprec.errors import NbprecError
+from nbprec.cli._choices import SERVED_COMMANDS
 
-# The subcommands whose parsers this module builds; the others (config, model-explorer, diagnose) come from
-# their own packages, imported only when the command line may name them.
-_OWN_COMMANDS = frozenset({"info", "demo", "compare", "isolate", "overflow", "report", "serve", "ni", "daemon"})
+#: What this package offers from :mod:`nbprec.cli.parser`, imported when first asked for.
+_FROM_PARSER = frozenset({"main", "build_parser", "_OWN_COMMANDS", "_VersionAction"})
 
 
-class _VersionAction(argparse.Action):
-    """``--version``: nbprec's version and the metric kernel in use, which is looked up (numpy and the kernel
-    imported) only when asked for."""
+def __getattr__(name: str) -> object:
+    if name in _FROM_PARSER:
+        from nbprec.cli import parser
 
-    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
-        kwargs.setdefault("help", "show the version and the metric kernel, and exit")
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
-        from nbprec import __version__
-        from nbprec.compare.metrics import KERNEL
-
-        print(f"nbprec {__version__} (metric kernel: {KERNEL})")
-        parser.exit()
-
-
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser of the ``nbprec`` command; given the ``command`` the arguments name (one of this
-    module's own), the parser of the other packages' subcommands is left out (their imports are not paid).
-    Building it imports no library module (the choices are :mod:`nbprec.cli._choices`): the help, the version
-    and the commands that need no arrays start without numpy."""
-    parser = argparse.ArgumentParser(prog="nbprec", description="Find where a neural network loses precision.")
-    parser.add_argument("--version", action=_VersionAction)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    info = sub.add_parser("info", help="describe one or more dumps: format, steps, ranks, counts, problems")
-    info.add_argument("paths", nargs="+", metavar="PATH", help="dump folder or file")
-    info.add_argument("--format", choices=DUMP_FORMATS, help="reader to use (guessed when omitted)")
-    info.add_argument("--json", action="store_true", help="print the summary as JSON")
-    info.add_argument("--max-problems", type=int, default=20, help="problems to list (default 20)")
-    info.set_defaults(func=_cmd_info)
-
-    demo = sub.add_parser("demo", help="capture the demo runs (tiny encoder or MiniLM) and describe them")
-    demo.add_argument("--out", required=True, metavar="DIR", help="folder to write the run folders into")
-    demo.add_argument("--model", choices=["tiny", "minilm"], default="tiny", help="demo model (default tiny)")
-    demo.add_argument("--report", action="store_true", help="end by writing the demo report (DIR/report.html)")
-    demo.set_defaults(func=_cmd_demo)
-
-    cmp = sub.add_parser("compare", help="compare a target dump with a benchmark dump, name the first failing op")
-    cmp.add_argument("target", metavar="TARGET", help="target dump (NPU / low precision)")
-    cmp.add_argument("bench", metavar="BENCH", help="benchmark dump (CPU/GPU float32)")
-    cmp.add_argument("-o", "--output", metavar="DIR", help="write the tables (nbprec, msaccucmp, msprobe CSV) here")
-    cmp.add_argument("--rule", choices=RULE_PRESETS, default="default", help="pass/fail rule (default: dtype-aware)")
-    cmp.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
-    cmp.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
-    cmp.add_argument("--mode", choices=COMPARE_MODES, default="auto", help="compare payloads, statistics or checksums")
-    cmp.add_argument("--mapping", metavar="FILE", help="CSV/YAML of target,bench name pairs that override matching")
-    cmp.add_argument("--graph", metavar="GE_GRAPH", help="target's GE graph (ge_proto_*_Build.txt): fusion records")
-    cmp.add_argument("--step", type=int, help="compare this step only")
-    cmp.add_argument("--rank", type=int, help="compare this rank only")
-    cmp.add_argument("--top", type=int, default=10, help="how many worst ops to list (default 10)")
-    cmp.add_argument("--no-progress", action="store_true", help="no progress bar")
-    cmp.add_argument(
-        "--scheduler", metavar="ADDRESS", help="measure on this Dask cluster (tcp://host:8786; needs nbprec[dask])"
-    )
-    cmp.set_defaults(func=_cmd_compare)
-
-    iso = sub.add_parser("isolate", help="re-run ops on the target's own inputs in float64: each op's own error")
-    iso.add_argument("target", metavar="TARGET", help="target dump captured by nbprec (tensor mode)")
-    iso.add_argument("ops", nargs="+", metavar="OP", help="forward API op(s), e.g. Functional.gelu.1.forward")
-    iso.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision of the re-run")
-    iso.set_defaults(func=_cmd_isolate)
-
-    ovf = sub.add_parser("overflow", help="find the first overflowing op, judge its impact, predict headroom")
-    ovf.add_argument("path", metavar="PATH", help="the dump to scan (target run)")
-    ovf.add_argument("--bench", metavar="PATH", help="benchmark dump: say whether the overflow changed the results")
-    ovf.add_argument("--headroom", action="store_true", help="also predict overflow/underflow if cast to fp16/bf16/fp8")
-    ovf.add_argument("--dtype", help="judge every float tensor against this dtype's maximum (e.g. float16)")
-    ovf.add_argument("--rule", choices=RULE_PRESETS, default=None, help="comparison rule for the impact verdict")
-    ovf.add_argument("--device-type", default="cuda", help="torch.autocast device type in the snippet (default cuda)")
-    ovf.add_argument("--loss-scale", type=float, help="loss scale the gradients were recorded with (default: run meta)")
-    ovf.add_argument("--no-payload", action="store_true", help="use the index statistics only (faster)")
-    ovf.add_argument("--top", type=int, default=15, help="how many ranked ops to list (default 15)")
-    ovf.add_argument("-o", "--output", metavar="DIR", help="save the report (report.json, tensors.csv, ops.csv)")
-    ovf.set_defaults(func=_cmd_overflow)
-
-    rep = sub.add_parser("report", help="write an offline HTML report (and the executed notebook) of two runs")
-    rep.add_argument("target", nargs="?", metavar="TARGET", help="target dump (NPU / low precision)")
-    rep.add_argument("bench", nargs="?", metavar="BENCH", help="benchmark dump (CPU/GPU float32)")
-    rep.add_argument("-o", "--output", metavar="HTML", help="the HTML file to write (the .ipynb goes next to it)")
-    rep.add_argument("--notebook", metavar="IPYNB", help="where to write the executed notebook")
-    rep.add_argument("--rule", choices=RULE_PRESETS, default="default", help="pass/fail rule (default: dtype-aware)")
-    rep.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
-    rep.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
-    rep.add_argument("--title", default="", help="report title")
-    rep.add_argument("--depth", type=int, default=4, help="subgraph depth around the culprit (default 4)")
-    rep.add_argument("--fetch-assets", action="store_true", help="fetch the widget JavaScript from npm (needs npm)")
-    rep.add_argument("--assets", metavar="DIR", help="folder of the fetched JavaScript (default: found/created)")
-    rep.add_argument("--force", action="store_true", help="with --fetch-assets: fetch again")
-    rep.set_defaults(func=_cmd_report)
-
-    srv = sub.add_parser("serve", help="serve the explore dashboard of two runs as a Voila page on 127.0.0.1")
-    srv.add_argument("target", metavar="TARGET", help="target dump")
-    srv.add_argument("bench", metavar="BENCH", help="benchmark dump")
-    srv.add_argument("--port", type=int, help="TCP port (default: a free one)")
-    srv.add_argument("--rule", choices=RULE_PRESETS, default="default", help="pass/fail rule (default: dtype-aware)")
-    srv.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
-    srv.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
-    srv.set_defaults(func=_cmd_serve)
-
-    ni = sub.add_parser(
-        "ni", help="node info: an op's type, module, inputs/outputs with statistics and metrics, neighbours"
-    )
-    ni.add_argument("name", metavar="NAME", help="op name, e.g. Functional.linear.0.forward")
-    ni.add_argument("--target", metavar="PATH", help="target dump")
-    ni.add_argument("--graph", metavar="GE_GRAPH", help="GE graph (ge_proto_*_Build.txt or JSON): type, pass, origin")
-    ni.add_argument("--bench", metavar="PATH", help="benchmark dump: compare and show metrics")
-    ni.add_argument("--step", type=int, help="the op at this step (default: the first step that has it)")
-    ni.add_argument("--rank", type=int, help="the op on this rank (default: the first rank that has it)")
-    ni.add_argument("--depth", type=int, default=2, help="subgraph depth up and down (default 2)")
-    ni.add_argument("--svg", metavar="FILE", help="draw the subgraph to this SVG file (needs Graphviz dot)")
-    ni.set_defaults(func=_cmd_ni)
-
-    dmn = sub.add_parser("daemon", help="the background process that starts compare, info, ... without imports")
-    dmn.add_argument("action", choices=["status", "stop"], help="show this environment's daemon, or stop it")
-    dmn.set_defaults(func=_cmd_daemon)
-    if command in _OWN_COMMANDS:
-        return parser
-    from nbprec.cli.model_explorer import add_model_explorer_parser
-    from nbprec.config import add_config_parser
-    from nbprec.diagnose import add_diagnose_parser
-
-    add_config_parser(sub)
-    add_model_explorer_parser(sub)
-    add_diagnose_parser(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``nbprec`` command; returns the exit status (1 on a nbprec error, with the message on stderr)."""
-    for stream in (sys.stdout, sys.stderr):  # names holding bytes that were not UTF-8 print escaped, as on stderr
-        if getattr(stream, "errors", "") == "strict" and hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="backslashreplace")
-    args_list = sys.argv[1:] if argv is None else list(argv)
-    command = next((a for a in args_list if not a.startswith("-")), None)
-    parser = build_parser(command) if command in _OWN_COMMANDS else build_parser()
-    args = parser.parse_args(args_list)
-    try:
-        return int(args.func(args) or 0)
-    except NbprecError as exc:
-        print(f"nbprec: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("nbprec: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # the output was piped into a command that stopped reading (| head): not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return getattr(parser, name)
+    raise AttributeError(f"module 'nbprec.cli' has no attribute {name!r}")
 
 
 #: Environment of the ``nbprec`` command's process, unless the user set these: numpy's BLAS (OpenBLAS) starts a
@@ -202,6 +52,8 @@ def run() -> None:
     status = daemon.run_on_daemon(args) if served else None
     if status is not None:  # it ran beside the daemon, with this process's streams
         os._exit(status)
+    from nbprec.cli import main  # (here, not at the top: a client of the daemon never builds the parser)
+
     status = main()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed or broken output: nothing left to say there

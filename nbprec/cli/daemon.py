@@ -38,7 +38,10 @@ import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # (without importing typing: the daemon's client starts without it)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Seconds a daemon waits for a command before it exits (``NBPREC_DAEMON_IDLE``).
 IDLE_SECONDS = 600.0

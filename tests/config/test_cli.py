@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from nbprec import cli
+from nbprec.cli import parser as cli
 from nbprec.config import add_config_parser
 from nbprec.config.cli import parse_size
 

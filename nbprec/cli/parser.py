@@ -39,6 +39,13 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+def _add_rule_options(parser: argparse.ArgumentParser) -> None:
+    """``--rule``, ``--threshold`` and ``--metric``: how a comparison judges its pairs."""
+    parser.add_argument("--rule", choices=RULE_PRESETS, default="default", help="pass/fail rule (default: dtype-aware)")
+    parser.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
+    parser.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser of the ``nbprec`` command; given the ``command`` the arguments name (one of this
     module's own), the parser of the other packages' subcommands is left out (their imports are not paid).
@@ -65,9 +72,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     cmp.add_argument("target", metavar="TARGET", help="target dump (NPU / low precision)")
     cmp.add_argument("bench", metavar="BENCH", help="benchmark dump (CPU/GPU float32)")
     cmp.add_argument("-o", "--output", metavar="DIR", help="write the tables (nbprec, msaccucmp, msprobe CSV) here")
-    cmp.add_argument("--rule", choices=RULE_PRESETS, default="default", help="pass/fail rule (default: dtype-aware)")
-    cmp.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
-    cmp.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
+    _add_rule_options(cmp)
     cmp.add_argument("--mode", choices=COMPARE_MODES, default="auto", help="compare payloads, statistics or checksums")
     cmp.add_argument("--mapping", metavar="FILE", help="CSV/YAML of target,bench name pairs that override matching")
     cmp.add_argument("--graph", metavar="GE_GRAPH", help="target's GE graph (ge_proto_*_Build.txt): fusion records")
@@ -104,9 +109,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     rep.add_argument("bench", nargs="?", metavar="BENCH", help="benchmark dump (CPU/GPU float32)")
     rep.add_argument("-o", "--output", metavar="HTML", help="the HTML file to write (the .ipynb goes next to it)")
     rep.add_argument("--notebook", metavar="IPYNB", help="where to write the executed notebook")
-    rep.add_argument("--rule", choices=RULE_PRESETS, default="default", help="pass/fail rule (default: dtype-aware)")
-    rep.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
-    rep.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
+    _add_rule_options(rep)
     rep.add_argument("--title", default="", help="report title")
     rep.add_argument("--depth", type=int, default=4, help="subgraph depth around the culprit (default 4)")
     rep.add_argument("--fetch-assets", action="store_true", help="fetch the widget JavaScript from npm (needs npm)")
@@ -118,9 +121,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     srv.add_argument("target", metavar="TARGET", help="target dump")
     srv.add_argument("bench", metavar="BENCH", help="benchmark dump")
     srv.add_argument("--port", type=int, help="TCP port (default: a free one)")
-    srv.add_argument("--rule", choices=RULE_PRESETS, default="default", help="pass/fail rule (default: dtype-aware)")
-    srv.add_argument("--threshold", type=float, metavar="VALUE", help="judge by one bound instead (vcs -c 0.98)")
-    srv.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
+    _add_rule_options(srv)
     srv.set_defaults(func=_cmd_serve)
 
     ni = sub.add_parser(

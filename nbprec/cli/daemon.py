@@ -207,7 +207,11 @@ def _wait_for(sock: socket.socket, pid: int) -> int:
         signal.signal(signum, forward)
     reply = _receive_exact(sock, _STATUS.size)
     if reply is None:
-        print("nbprec: error: the command daemon ended the command without a status", file=sys.stderr)
+        print(
+            "nbprec: error: the command's process (forked from the command daemon) ended without a status; "
+            "its outputs may be incomplete: run the command again, or with NBPREC_DAEMON=off in its own process",
+            file=sys.stderr,
+        )
         return 1
     return _STATUS.unpack(reply)[1]
 

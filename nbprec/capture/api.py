@@ -115,7 +115,7 @@ class Capture:
             backward=self._backward,
             rank=self._rank,
             selection=self._selection,
-            stacks=StackCollector(skip) if self._stacks else None,
+            stacks=StackCollector.shared(skip) if self._stacks else None,
             overflow=self._overflow,
         )
         self._recorder = Recorder(torch, self._writer, options, self._step)

@@ -49,6 +49,44 @@ def api_identity(func: Callable[..., Any]) -> tuple[str, str] | None:
     return "Torch", name
 
 
+_INPLACE_DUNDERS = frozenset(
+    f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "lshift")
+) | frozenset({"__irshift__", "__imatmul__", "__setitem__"})
+
+
+def is_inplace(name: str, kwargs: dict[str, Any] | None) -> bool:
+    """Whether an API call may change its inputs (``add_``, ``__iadd__``, ``inplace=True``, ``out=``)."""
+    if (name.endswith("_") and not name.endswith("__")) or name in _INPLACE_DUNDERS:
+        return True
+    return bool(kwargs) and (kwargs.get("inplace") is True or kwargs.get("out") is not None)
+
+
+#: function -> what :func:`recorded_identity` says of it: the same in every capture, so kept for the process.
+_IDENTITIES: dict[Any, tuple[str, str, bool] | None] = {}
+_MAX_IDENTITIES = 50_000  # functions made on the fly could grow the table: it is emptied past this
+
+
+def recorded_identity(func: Callable[..., Any]) -> tuple[str, str, bool] | None:
+    """``(api, op_type, in-place by name)`` of a function the torch-function mode saw, or None for calls that
+    are not recorded (attribute access): :func:`api_identity`, worked out once per function in a process."""
+    try:
+        return _IDENTITIES[func]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable callable
+        return _identity(func)
+    info = _identity(func)
+    if len(_IDENTITIES) >= _MAX_IDENTITIES:
+        _IDENTITIES.clear()
+    _IDENTITIES[func] = info
+    return info
+
+
+def _identity(func: Callable[..., Any]) -> tuple[str, str, bool] | None:
+    ident = api_identity(func)
+    return None if ident is None else (f"{ident[0]}.{ident[1]}", ident[1], is_inplace(ident[1], None))
+
+
 def module_api(path: str, class_name: str) -> str:
     """The ``api`` column of a module call: ``Module.{path}.{ClassName}`` (``Module.{ClassName}`` at the root)."""
     return f"Module.{path}.{class_name}" if path else f"Module.{class_name}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbprec.capture.backward import BackwardWatches
-from nbprec.capture.naming import OpName, api_identity, module_api, parent_backward
+from nbprec.capture.naming import OpName, module_api, parent_backward, recorded_identity
 from nbprec.capture.overflow import OverflowCheck
 from nbprec.capture.select import Selection
 from nbprec.capture.signature import encode_call_json
@@ -21,11 +21,6 @@ from nbprec.capture.stacks import StackCollector, StackKey
 from nbprec.capture.statistics import TensorStatistics
 from nbprec.capture.tensors import TensorArrays, call_tensors, iter_tensors
 from nbprec.capture.writer import CaptureWriter, EncodedOp, EncodedStats
-
-_INPLACE_DUNDERS = frozenset(
-    f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "lshift")
-) | frozenset({"__irshift__", "__imatmul__", "__setitem__"})
-
 
 #: APIs whose single output holds exactly the values of their first input, rearranged (same statistics).
 SAME_VALUES = frozenset(
@@ -49,13 +44,6 @@ SAME_VALUES = frozenset(
         "mT",
     }
 )
-
-
-def is_inplace(name: str, kwargs: dict[str, Any] | None) -> bool:
-    """Whether an API call may change its inputs (``add_``, ``__iadd__``, ``inplace=True``, ``out=``)."""
-    if (name.endswith("_") and not name.endswith("__")) or name in _INPLACE_DUNDERS:
-        return True
-    return bool(kwargs) and (kwargs.get("inplace") is True or kwargs.get("out") is not None)
 
 
 class _Produced:
@@ -164,7 +152,6 @@ class Recorder:
         self.module_stack: list[_ModuleFrame] = []
         self._api_counts: dict[str, int] = {}
         self._module_counts: dict[str, int] = {}
-        self._identities: dict[Any, tuple[str, str, bool] | None] = {}
         self._selected_modules: dict[str, bool] = {}
         self._dtypes: dict[Any, str] = {}
         self._written_nodes: set[str] = set()
@@ -191,26 +178,12 @@ class Recorder:
         self.active = self.opt.selection.step_selected(step)
 
     # -- API calls (called by the torch-function mode, with the mode switched off) -------------------
-    def _identity(self, func: Callable[..., Any]) -> tuple[str, str, bool] | None:
-        """``(api, op_type, in-place by name)`` of a function, or None for calls that are not recorded."""
-        try:
-            return self._identities[func]
-        except KeyError:
-            pass
-        except TypeError:  # unhashable callable
-            ident = api_identity(func)
-            return None if ident is None else (f"{ident[0]}.{ident[1]}", ident[1], is_inplace(ident[1], None))
-        ident = api_identity(func)
-        info = None if ident is None else (f"{ident[0]}.{ident[1]}", ident[1], is_inplace(ident[1], None))
-        self._identities[func] = info
-        return info
-
     def api_call(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
         """Run one intercepted API call and record it."""
         kwargs = kwargs or {}
         if not self.active:
             return func(*args, **kwargs)
-        info = self._identity(func)
+        info = recorded_identity(func)
         if info is None:
             return func(*args, **kwargs)
         api, op_type, inplace = info

@@ -8,7 +8,7 @@ import linecache
 import os
 import sys
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, ClassVar
 
 #: A stack as the collector keys it: ``(id(code), offset, ...)`` for each user frame, innermost first.
 StackKey = tuple[int, ...]
@@ -17,12 +17,16 @@ _encode_string = json.encoder.encode_basestring  # type: ignore[attr-defined]  #
 
 
 class StackCollector:
-    """Walks the interpreter stack, keeping user frames; formatted frames are cached per code line, and a
-    whole stack's JSON text per sequence of user code objects and instruction offsets (a model's ops recur
-    with the same stacks).
+    """Walks the interpreter stack, keeping user frames; a formatted frame is cached per code object and
+    instruction offset, and a whole stack's JSON text per sequence of them (a model's ops recur with the same
+    stacks). A code object seen for the first time has its file's lines read afresh (an edited module).
 
     A walk can stop at a frame whose key is known already (the frame that called a module the op runs in:
     everything outward from it is that module call's stack), which keeps the walks of a deep model short.
+
+    A collector holds nothing of one capture, so captures share one per setting (:meth:`shared`): the
+    caches then stay warm from one capture to the next (a notebook that captures one step at a time pays for
+    formatting its stacks once). They are emptied when they pass :attr:`MAX_STACKS` stacks.
 
     Parameters
     ----------
@@ -32,11 +36,24 @@ class StackCollector:
         At most this many (innermost) user frames are kept.
     """
 
+    #: Distinct stacks cached before every cache is emptied (bounds the memory of a long-lived process).
+    MAX_STACKS = 100_000
+
+    _registry: ClassVar[dict[tuple[tuple[str, ...], int], StackCollector]] = {}
+
+    @classmethod
+    def shared(cls, skip_dirs: list[str], limit: int = 30) -> StackCollector:
+        """The process's collector for these settings (made on first use)."""
+        key = (tuple(skip_dirs), limit)
+        found = cls._registry.get(key)
+        if found is None:
+            found = cls._registry[key] = cls(skip_dirs, limit)
+        return found
+
     def __init__(self, skip_dirs: list[str], limit: int = 30) -> None:
         self._skip = tuple(os.path.normcase(os.path.abspath(d)) + os.sep for d in skip_dirs)
         self._limit = limit
         self._files: dict[str, bool] = {}
-        self._lines: dict[tuple[str, int, str], str] = {}
         self._json: dict[StackKey, str] = {}
         self._codes: dict[int, CodeType] = {}
         self._places: dict[tuple[int, int], int] = {}  # (id(code), offset) -> line number
@@ -51,14 +68,10 @@ class StackCollector:
             self._files[filename] = keep
         return keep
 
-    def _format(self, filename: str, lineno: int, func: str) -> str:
-        key = (filename, lineno, func)
-        text = self._lines.get(key)
-        if text is None:
-            code = linecache.getline(filename, lineno).strip()
-            text = f'File "{filename}", line {lineno}, in {func}' + (f": {code}" if code else "")
-            self._lines[key] = text
-        return text
+    @staticmethod
+    def _format(filename: str, lineno: int, func: str) -> str:
+        code = linecache.getline(filename, lineno).strip()
+        return f'File "{filename}", line {lineno}, in {func}' + (f": {code}" if code else "")
 
     def key(self, frame: FrameType | None, stop: FrameType | None = None, outer: StackKey = ()) -> StackKey:
         """The user frames from ``frame`` outwards as ``(id(code), offset, ...)``: innermost first.
@@ -99,6 +112,7 @@ class StackCollector:
         if line is None:
             table = self._tables.get(ident)
             if table is None:  # the code's line table, read once: range starts, ends and lines
+                linecache.checkcache(self._codes[ident].co_filename)  # new code: its file may have been edited
                 table = self._tables[ident] = tuple(zip(*self._codes[ident].co_lines(), strict=True)) or ((), (), ())
             starts, ends, lines = table
             k = bisect.bisect_right(starts, offset) - 1
@@ -120,6 +134,8 @@ class StackCollector:
         string is made once, and a new stack joins them."""
         text = self._json.get(key)
         if text is None:
+            if len(self._json) >= self.MAX_STACKS:
+                self._forget()
             texts = self._frame_texts
             parts = []
             for place in zip(key[-2::-2], key[::-2], strict=True):
@@ -137,6 +153,12 @@ class StackCollector:
                     text = json.dumps(self._frames(key), separators=(",", ":"))
             self._json[key] = text
         return text
+
+    def _forget(self) -> None:
+        """Empty the caches that grow with the stacks seen. The code objects stay: keys name them by ``id``, and a
+        key may outlive this call (a running module's); a process has only so many code objects."""
+        for cache in (self._json, self._places, self._tables, self._frame_texts):
+            cache.clear()
 
     def collect(self, start: FrameType | None = None) -> list[str]:
         """User frames of the current stack, outermost first."""

@@ -122,10 +122,19 @@ def _user_frames() -> list[tuple[str, int, str]]:
     return [(f.filename, f.lineno, f.name) for f in traceback.extract_stack()[:-1] if f.filename == __file__]
 
 
-def test_stacks_inside_nested_modules_match_a_full_walk(tmp_path: Path) -> None:
+@pytest.mark.parametrize("max_stacks", [None, 1])
+def test_stacks_inside_nested_modules_match_a_full_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_stacks: int | None
+) -> None:
     """An op's stack is walked only up to the module call it runs in (the rest is that call's stack): the
-    stacks written must be those of a full walk, through nested modules, helper functions and recursion."""
+    stacks written must be those of a full walk, through nested modules, helper functions and recursion.
+    With ``max_stacks`` 1 the collector's caches are emptied at every new stack, while module calls that
+    hold keys are running: the stacks must not change."""
     from nbprec.capture import capture
+    from nbprec.capture.stacks import StackCollector
+
+    if max_stacks is not None:
+        monkeypatch.setattr(StackCollector, "MAX_STACKS", max_stacks)
 
     seen: dict[str, list[tuple[str, int, str]]] = {}
 
@@ -170,6 +179,37 @@ def test_stacks_inside_nested_modules_match_a_full_walk(tmp_path: Path) -> None:
     expected(seen["outer"], "Torch.relu.0.forward")
     assert "torch.tanh(x)" in stacks["Torch.tanh.0.forward"][-1]
     assert "return torch.relu(self.helper(x))" in stacks["Torch.relu.0.forward"][-1]
+
+
+def test_captures_share_stack_caches_and_see_edited_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Captures in one process share a stack collector (its caches stay warm), yet a module edited and
+    reloaded between two captures gets its new source lines in the second dump's stacks."""
+    import importlib
+    import sys
+
+    from nbprec.capture import capture
+    from nbprec.capture.stacks import StackCollector
+
+    source = tmp_path / "edited_model.py"
+    body = "import torch\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return torch.tanh(x)  # {}\n"
+    source.write_text(body.format("first version"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("edited_model")
+    monkeypatch.setitem(sys.modules, "edited_model", module)
+    model = module.M()
+    with capture(model, tmp_path / "one", mode="statistics", backward=False):
+        model(torch.ones(2))
+    source.write_text(body.format("second, longer version of the line"))
+    module = importlib.reload(module)
+    model = module.M()
+    with capture(model, tmp_path / "two", mode="statistics", backward=False):
+        model(torch.ones(2))
+    first = nbprec.open(tmp_path / "one").stacks["Torch.tanh.0.forward"][-1]
+    second = nbprec.open(tmp_path / "two").stacks["Torch.tanh.0.forward"][-1]
+    assert first.endswith("# first version") and second.endswith("# second, longer version of the line")
+    skip = [str(Path(torch.__file__).parent), str(Path(nbprec.__file__).parent / "capture")]
+    assert StackCollector.shared(skip) is StackCollector.shared(list(skip))
+    assert StackCollector.shared(skip, limit=5) is not StackCollector.shared(skip)
 
 
 def test_backward_gradients_are_the_ops_own(tmp_path: Path) -> None:

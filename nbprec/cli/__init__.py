@@ -10,7 +10,6 @@ does not go to the command daemon (a client imports nothing else: it starts in a
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
@@ -56,8 +55,10 @@ def run() -> None:
 
     status = main()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed or broken output: nothing left to say there
+        try:  # noqa: SIM105  (contextlib is not imported by the daemon's client)
             stream.flush()
+        except (OSError, ValueError):  # a closed or broken output: nothing left to say there
+            pass
     if served:  # no daemon took it: start one for the next command
         daemon.start_daemon()
     os._exit(status)

@@ -14,14 +14,15 @@ import time
 from pathlib import Path
 
 from nbprec.cli.daemon import (
-    _HEADER,
-    _STARTED,
-    _STATUS,
+    _HEADER_SIZE,
     CONNECT_SECONDS,
     IDLE_SECONDS,
+    _framed,
     _private_folder,
     _receive_exact,
     _send,
+    _started_message,
+    _status_message,
 )
 
 #: The modules a daemon imports for the commands it runs.
@@ -125,7 +126,7 @@ def _run_command(conn: socket.socket, request: dict, fds: list[int]) -> None:
             with contextlib.suppress(Exception):
                 stream.flush()
         with contextlib.suppress(OSError):
-            conn.sendall(_STATUS.pack(b"S", status))
+            conn.sendall(_status_message(status))
         os._exit(status)
 
 
@@ -135,10 +136,10 @@ def _receive_request(conn: socket.socket, max_fds: int = 4) -> tuple[dict | None
     if not data:
         return None, fds
     try:
-        if len(data) < _HEADER.size:
+        if len(data) < _HEADER_SIZE:
             raise ValueError("a short request")
-        size = _HEADER.unpack(data[: _HEADER.size])[0]
-        body = data[_HEADER.size :]
+        size = int.from_bytes(data[:_HEADER_SIZE], "big")
+        body = data[_HEADER_SIZE:]
         if len(body) < size:
             body += _receive_exact(conn, size - len(body)) or b""
         return json.loads(body), fds
@@ -217,7 +218,7 @@ class _Daemon:
             self.last = time.monotonic()
             if os.WIFSIGNALED(wait_status):
                 with contextlib.suppress(OSError):
-                    conn.sendall(_STATUS.pack(b"S", 128 + os.WTERMSIG(wait_status)))
+                    conn.sendall(_status_message(128 + os.WTERMSIG(wait_status)))
             conn.close()
 
     def _accept(self) -> bool:
@@ -261,8 +262,7 @@ class _Daemon:
 
     def _answer(self, conn: socket.socket, answer: dict) -> None:
         with contextlib.suppress(OSError):
-            data = json.dumps(answer).encode()
-            conn.sendall(_HEADER.pack(len(data)) + data)
+            conn.sendall(_framed(json.dumps(answer).encode()))
         conn.close()
 
     def _start(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
@@ -292,7 +292,7 @@ class _Daemon:
         self.last = time.monotonic()
         self.running[pid] = conn
         with contextlib.suppress(OSError):
-            conn.sendall(_STARTED.pack(b"R", pid))
+            conn.sendall(_started_message(pid))
         self._fork_spare()
 
     def _inherited(self) -> list[socket.socket]:

@@ -120,6 +120,93 @@ def test_ctrl_c_reaches_the_command(env, tmp_path):
     assert "nbprec: interrupted" in err
 
 
+def _daemon_pid(env) -> int:
+    status = _run(["daemon", "status"], env)
+    assert status.returncode == 0, status.stdout
+    return int(status.stdout.split("pid ", 1)[1].split(",", 1)[0])
+
+
+def _command_process(daemon_pid: int, folder: Path, seconds: float = 60.0) -> int:
+    """The pid of the process forked from daemon ``daemon_pid`` that runs a command in ``folder`` (the idle
+    spare process, also the daemon's child, stays in ``/``)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                if parent == daemon_pid and os.readlink(f"/proc/{entry}/cwd") == os.path.realpath(folder):
+                    return int(entry)
+            except (OSError, IndexError, ValueError):
+                continue
+        time.sleep(0.05)
+    raise AssertionError("the command's process did not show up")
+
+
+def _gone(pid: int, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return
+        if state == "Z":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} did not end")
+
+
+@pytest.mark.parametrize("daemon_killed_too", [False, True])
+def test_a_command_killed_by_a_signal(env, tmp_path, daemon_killed_too):
+    """A served command killed by a signal: the daemon sends 128 + the signal, the status a shell gives a
+    killed process. With the daemon killed first nobody can: the client says so and exits with 1."""
+    pytest.importorskip("distributed", reason="the waiting command needs nbprec[dask]")
+    _run(["info", str(TARGET)], env)
+    _wait_for_daemon(env)
+    daemon_pid = _daemon_pid(env)
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        args = ["compare", str(TARGET), str(BENCH), "--scheduler", f"tcp://127.0.0.1:{port}", "--no-progress"]
+        proc = subprocess.Popen(
+            [*NBPREC, *args], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        victim = _command_process(daemon_pid, tmp_path)
+        if daemon_killed_too:
+            os.kill(daemon_pid, signal.SIGKILL)
+            _gone(daemon_pid)
+        os.kill(victim, signal.SIGKILL)
+        _out, err = proc.communicate(timeout=60)
+    if daemon_killed_too:
+        assert proc.returncode == 1
+        assert "ended without a status" in err and "NBPREC_DAEMON=off" in err
+    else:
+        assert proc.returncode == 128 + signal.SIGKILL, err
+        assert err == ""
+
+
+def test_a_daemon_whose_modules_changed_steps_aside(env, tmp_path):
+    """Once a module file the daemon imported changes (an upgrade, an edit), the next command runs in its own
+    process with the same output, the stale daemon exits, and a fresh one takes over."""
+    import nbprec.cli._choices
+
+    reference = _run(["info", str(TARGET)], {**env, "NBPREC_DAEMON": "off"})
+    _run(["info", str(TARGET)], env)
+    _wait_for_daemon(env)
+    stale_pid = _daemon_pid(env)
+    module = Path(nbprec.cli._choices.__file__)
+    before = module.stat()
+    try:  # the file's time changes (its bytes do not): a stamp the daemon took no longer matches
+        os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))
+        done = _run(["info", str(TARGET)], env)
+    finally:
+        os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (done.returncode, done.stdout, done.stderr) == (reference.returncode, reference.stdout, reference.stderr)
+    _gone(stale_pid)
+    assert _wait_for_daemon(env) == 0
+    assert _daemon_pid(env) != stale_pid
+
+
 def test_no_daemon_when_switched_off(env, tmp_path):
     off = {**env, "NBPREC_DAEMON": "off"}
     assert _run(["compare", str(TARGET), str(BENCH), "-o", str(tmp_path / "o"), "--no-progress"], off).returncode == 0

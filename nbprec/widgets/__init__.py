@@ -7,6 +7,7 @@ ipywidgets/bqplot/ipycytoscape/ipydatagrid widget only when displayed; each also
 from __future__ import annotations
 
 from nbprec.widgets.dashboard import Dashboard, explore
-from nbprec.widgets.model import OpsModel, Selection, TensorSource
+from nbprec.widgets.model import OpsModel, Selection
+from nbprec.widgets.tensor_source import TensorSource
 
 __all__ = ["Dashboard", "OpsModel", "Selection", "TensorSource", "explore"]

@@ -9,12 +9,13 @@ from nbprec.compare.comparison import Comparison
 from nbprec.dump import Dump
 from nbprec.widgets.base import View
 from nbprec.widgets.inspector import InspectorView
-from nbprec.widgets.model import OpsModel, Selection, TensorSource
+from nbprec.widgets.model import OpsModel, Selection
 from nbprec.widgets.overflow import OverflowView
 from nbprec.widgets.runs import RunsView
 from nbprec.widgets.static import esc
 from nbprec.widgets.subgraph import SubgraphView
 from nbprec.widgets.table import OpsTableView
+from nbprec.widgets.tensor_source import TensorSource
 from nbprec.widgets.trend import TrendView
 
 #: The one-screen layout: verdict on top, operators and graph side by side, the trend and the tabs (inspector,

@@ -10,8 +10,9 @@ import pandas as pd
 from nbprec.errors import NbprecError
 from nbprec.inspect import PairInspection, inspect_pair, op_tensor_rows, sample_indices
 from nbprec.widgets.base import View
-from nbprec.widgets.model import Selection, TensorSource
+from nbprec.widgets.model import Selection
 from nbprec.widgets.static import Series, esc, html_table, svg_histogram, svg_plot
+from nbprec.widgets.tensor_source import TensorSource
 
 _SUMMARY_COLUMNS = ("role", "slot", "target_dtype", "bench_dtype", "target_shape", "cosine", "rel_euclidean",
                     "max_abs_err", "status", "reason")  # fmt: skip

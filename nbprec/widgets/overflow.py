@@ -9,8 +9,9 @@ import pandas as pd
 
 from nbprec.errors import NbprecError
 from nbprec.widgets.base import View
-from nbprec.widgets.model import Selection, TensorSource
+from nbprec.widgets.model import Selection
 from nbprec.widgets.static import esc, html_table
+from nbprec.widgets.tensor_source import TensorSource
 
 _COLUMNS = ("order", "op", "level", "reason")
 #: What a view shows while a slow computation runs (the kernel is busy; this was sent before it started).

@@ -24,8 +24,9 @@ from nbprec.widgets.graphdata import (
     navigator_style,
     order_neighbourhood,
 )
-from nbprec.widgets.model import OpsModel, Selection, TensorSource
+from nbprec.widgets.model import OpsModel, Selection
 from nbprec.widgets.static import esc
+from nbprec.widgets.tensor_source import TensorSource
 
 _GRAPH_METRICS = ("cosine", "rel_euclidean", "max_abs_err")
 MODES = ("model", "neighbourhood")

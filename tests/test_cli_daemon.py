@@ -289,6 +289,25 @@ def test_an_unusable_socket_folder_leaves_the_command_alone(folder, tmp_path):
     assert not Path(folder).exists()
 
 
+def test_the_clients_json_is_json_dumps_text():
+    """The client writes its requests without the json module: the same text as ``json.dumps`` (ASCII, no
+    spaces) for what requests and keys hold, including a lone surrogate from an undecodable environment byte;
+    anything else is refused rather than sent wrong."""
+    import json
+
+    value = {
+        "argv": ["compare", "a b", 'q"uote', "back\\slash", "tab\t", "ü€😀", "\udcff"],
+        "env": {"K\n": "v", "": ""},
+        "umask": 18,
+        "nested": [[1, -2, True, False, None], (3, "x"), {}],
+    }
+    text = daemon._to_json(value)
+    assert text == json.dumps(value, separators=(",", ":"))
+    assert text.isascii() and json.loads(text)["argv"][-1] == "\udcff"
+    with pytest.raises(TypeError, match="cannot send a float"):
+        daemon._to_json({"x": 1.5})
+
+
 def test_the_client_imports_no_parser_and_no_numpy():
     """What a client of the daemon runs (``import nbprec.cli``, then the request) loads neither numpy nor the
     argument parser nor typing, nor the public wrappers of C modules that cost milliseconds (socket, signal,

@@ -6,7 +6,6 @@ import bisect
 import json
 import linecache
 import os
-import sys
 from types import CodeType, FrameType
 from typing import Any, ClassVar
 
@@ -159,11 +158,3 @@ class StackCollector:
         key may outlive this call (a running module's); a process has only so many code objects."""
         for cache in (self._json, self._places, self._tables, self._frame_texts):
             cache.clear()
-
-    def collect(self, start: FrameType | None = None) -> list[str]:
-        """User frames of the current stack, outermost first."""
-        return self._frames(self.key(start if start is not None else sys._getframe(1)))
-
-    def collect_json(self, start: FrameType | None = None) -> str:
-        """:meth:`collect`'s frames as a JSON list, cached per stack (:meth:`text`)."""
-        return self.text(self.key(start if start is not None else sys._getframe(1)))

@@ -71,16 +71,14 @@ def _status_message(status: int) -> bytes:
 
 
 def _to_json(value: Any) -> str:
-    """``value`` (str, int, bool, None, finite float, list, tuple, dict with str keys) as JSON text, ASCII only,
-    as ``json.dumps`` writes it without spaces."""
+    """``value`` (str, int, bool, None, list, tuple, dict with str keys: what a request and the key hold) as JSON
+    text, ASCII only, as ``json.dumps(value, separators=(",", ":"))`` writes it."""
     if isinstance(value, str):
         return _json_string(value)
     if value is None or isinstance(value, bool):
         return "null" if value is None else "true" if value else "false"
     if isinstance(value, int):
         return int.__repr__(value)
-    if isinstance(value, float):
-        return float.__repr__(value)
     if isinstance(value, dict):
         return "{" + ",".join(f"{_json_string(k)}:{_to_json(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):

@@ -196,9 +196,13 @@ def test_captures_share_stack_caches_and_see_edited_sources(tmp_path: Path, monk
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module("edited_model")
     monkeypatch.setitem(sys.modules, "edited_model", module)
+    skip = [str(Path(torch.__file__).parent), str(Path(nbprec.__file__).parent / "capture")]
+    shared = StackCollector.shared(skip)  # the collector every capture of this process uses
+    known = shared.text(shared.key(sys._getframe()))  # a stack it has formatted, and must still know after
     model = module.M()
     with capture(model, tmp_path / "one", mode="statistics", backward=False):
         model(torch.ones(2))
+    assert len(shared._json) >= 2 and known in shared._json.values()  # the capture's stacks went to it too
     source.write_text(body.format("second, longer version of the line"))
     module = importlib.reload(module)
     model = module.M()
@@ -207,8 +211,7 @@ def test_captures_share_stack_caches_and_see_edited_sources(tmp_path: Path, monk
     first = nbprec.open(tmp_path / "one").stacks["Torch.tanh.0.forward"][-1]
     second = nbprec.open(tmp_path / "two").stacks["Torch.tanh.0.forward"][-1]
     assert first.endswith("# first version") and second.endswith("# second, longer version of the line")
-    skip = [str(Path(torch.__file__).parent), str(Path(nbprec.__file__).parent / "capture")]
-    assert StackCollector.shared(skip) is StackCollector.shared(list(skip))
+    assert StackCollector.shared(list(skip)) is shared
     assert StackCollector.shared(skip, limit=5) is not StackCollector.shared(skip)
 
 

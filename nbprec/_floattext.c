@@ -206,6 +206,61 @@ static PyObject *py_texts(PyObject *self, PyObject *args)
     return out;
 }
 
+PyDoc_STRVAR(json_texts_doc,
+             "json_texts(values) -> tuple[str, ...]\n\n"
+             "Each value of a tuple as JSON text, as nbprec's dump writer has it: an int as str() writes it, a\n"
+             "finite float as repr() does, NaN and infinities as the strings \"NaN\", \"Infinity\" and \"-Infinity\",\n"
+             "None as null. Anything else is a TypeError.");
+
+static PyObject *py_json_texts(PyObject *self, PyObject *values)
+{
+    static PyObject *null_text, *nan_text, *inf_text, *minus_inf_text;
+    Py_ssize_t n, i;
+    PyObject *out;
+    (void)self;
+    if (!PyTuple_Check(values)) return PyErr_Format(PyExc_TypeError, "json_texts: expected a tuple");
+    if (null_text == NULL) {
+        null_text = PyUnicode_InternFromString("null");
+        nan_text = PyUnicode_InternFromString("\"NaN\"");
+        inf_text = PyUnicode_InternFromString("\"Infinity\"");
+        minus_inf_text = PyUnicode_InternFromString("\"-Infinity\"");
+        if (null_text == NULL || nan_text == NULL || inf_text == NULL || minus_inf_text == NULL) return NULL;
+    }
+    n = PyTuple_GET_SIZE(values);
+    out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(values, i), *text;
+        if (v == Py_None) {
+            text = null_text;
+            Py_INCREF(text);
+        } else if (PyFloat_CheckExact(v)) {
+            double x = PyFloat_AS_DOUBLE(v);
+            if (x != x) {
+                text = nan_text;
+                Py_INCREF(text);
+            } else if (x - x != 0.0) {
+                text = x > 0 ? inf_text : minus_inf_text;
+                Py_INCREF(text);
+            } else {
+                text = text_of(x);
+            }
+        } else if (PyLong_CheckExact(v)) {
+            text = PyObject_Str(v);
+        } else {
+            Py_DECREF(out);
+            return PyErr_Format(PyExc_TypeError, "json_texts: expected int, float or None, not %.100s",
+                                Py_TYPE(v)->tp_name);
+        }
+        if (text == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, text);
+    }
+    return out;
+}
+
 PyDoc_STRVAR(set_tables_doc,
              "set_tables(k_and_h, g) -> None\n\n"
              "Hand over the tables (see nbprec/floattext.py): k_and_h, 4 x 2046 int16 (k normal, k below a power of\n"
@@ -242,6 +297,7 @@ static PyObject *py_set_tables(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"texts", py_texts, METH_VARARGS, texts_doc},
+    {"json_texts", py_json_texts, METH_O, json_texts_doc},
     {"set_tables", py_set_tables, METH_VARARGS, set_tables_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -69,6 +69,14 @@ def _formatter() -> Any:
     return _C
 
 
+def json_texts_function() -> Any:
+    """The C function ``json_texts`` (see nbprec/_floattext.c) with its tables set, or None when it is not built:
+    a tuple of ints, floats and None as their JSON texts, non-finite floats as the strings of
+    :func:`nbprec.formats.native.encode_float`."""
+    formatter = _formatter()
+    return None if formatter is None else formatter.json_texts
+
+
 def float_texts(values: Any, nan: str = "") -> list[str]:
     """``repr`` of each value (flattened, as float64), ``nan`` for NaN."""
     array = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
@@ -78,4 +86,4 @@ def float_texts(values: Any, nan: str = "") -> list[str]:
     return formatter.texts(array, nan)
 
 
-__all__ = ["float_texts"]
+__all__ = ["float_texts", "json_texts_function"]

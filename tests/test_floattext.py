@@ -111,3 +111,49 @@ def test_bad_buffers_are_errors():
         floattext._formatter().texts(b"1234567", "")
     with pytest.raises(ValueError, match="wrong size"):
         floattext._C.set_tables(b"", b"")
+
+
+def _json_text(value: object) -> str:
+    """What the dump writer's Python path writes (nbprec.formats.native.encode_float's meaning)."""
+    from nbprec.capture.writer import json_float
+
+    return str(value) if type(value) is int else json_float(value)
+
+
+@needs_c
+def test_json_texts_are_the_writers_texts():
+    json_texts = floattext.json_texts_function()
+    values = _hard_values()
+    floats = np.concatenate([values["random bit patterns"][:50_000], values["special"], values["powers of ten"]])
+    chunk = tuple(floats.tolist()) + (None, 0, -7, 2**70)
+    texts = json_texts(chunk)
+    assert texts == tuple(_json_text(v) for v in chunk)
+    assert set(json_texts((float("nan"), float("inf"), -float("inf"), None))) == {
+        '"NaN"',
+        '"Infinity"',
+        '"-Infinity"',
+        "null",
+    }
+
+
+@needs_c
+@pytest.mark.parametrize("bad", [(np.float64(1.5),), (True,), ("1",), [1.5]])
+def test_json_texts_refuse_other_types(bad):
+    # numpy scalars and bools are left to the writer's Python path (it catches this TypeError)
+    with pytest.raises(TypeError, match="json_texts"):
+        floattext.json_texts_function()(bad)
+
+
+def test_capture_statistics_are_encoded_alike_with_and_without_c(monkeypatch):
+    from nbprec.capture import writer
+
+    samples = [
+        (-2.5, 3.25, 0.1, 1 / 3, 12.0, 3.25, 0, 0, 17),
+        (None, None, None, None, None, None, 4, 2, 0),
+        (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 8),
+        (-1e300, 1e300, 0.0, float("inf"), float("inf"), 1e300, 0, 0, 0),
+        (np.float64(1.5), 2.0, 1.75, 0.25, 2.5, 2.0, np.int64(0), 0, 0),
+    ]
+    fast = [writer.CaptureWriter.encode_stats(s).fragment for s in samples]
+    monkeypatch.setattr(writer, "_C_TEXTS", None)
+    assert [writer.CaptureWriter.encode_stats(s).fragment for s in samples] == fast

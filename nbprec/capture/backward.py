@@ -2,12 +2,15 @@
 
 For a forward call we note, *before* it runs, the autograd edge of every input that requires grad. After
 it ran, the autograd nodes the call created are the ones reachable from its outputs' ``grad_fn`` whose
-sequence number is newer than every input's node. Hooks then catch:
+sequence number is newer than every input's node. Node post-hooks then catch:
 
-- the gradient arriving for each output (a tensor hook): the backward op's ``input`` slots;
-- the gradient each of those nodes sends along an edge that leads to one of the call's inputs (a node
-  post-hook): summed per input, these are the backward op's ``output`` slots. They are the gradients *this
-  call* produced for its inputs, not the total a shared input receives from all its consumers.
+- the gradient arriving for each output (its node's ``grad_outputs``; a tensor hook for an output the call
+  did not make, such as an input returned as is): the backward op's ``input`` slots;
+- the gradient each of those nodes sends along an edge that leads to one of the call's inputs (its
+  ``grad_inputs``): summed per input, these are the backward op's ``output`` slots. They are the gradients
+  *this call* produced for its inputs, not the total a shared input receives from all its consumers.
+
+A node that does both (most ops make a single node) gets one hook.
 
 When every boundary node has run, the watch reports once and removes its hooks. Watches that never complete
 (an output whose gradient is never needed) are reported by :meth:`BackwardWatches.flush`, which is queued to
@@ -86,7 +89,14 @@ class LeafNodes:
 
 
 class BackwardWatch:
-    """Hooks on the autograd sub-graph of one forward call; reports its gradients once."""
+    """Hooks on the autograd sub-graph of one forward call; reports its gradients once.
+
+    The hooks are node post-hooks wherever possible: one on each node of the call whose outputs are the
+    call's outputs (their ``grad_outputs`` are the gradients arriving) or whose edges lead to the call's
+    inputs (their ``grad_inputs`` are the gradients sent), one hook per node when a node is both, as it is
+    for most ops. Only an output the call did not make (an input returned as is, a leaf) gets a tensor hook,
+    which costs more.
+    """
 
     def __init__(self, owner: BackwardWatches, report: GradReport) -> None:
         self._owner = owner
@@ -94,8 +104,7 @@ class BackwardWatch:
         self._handles: list[Any] = []
         self.grads_in: dict[str, Any] = {}  # gradient arriving per forward-output slot
         self.grads_out: dict[str, Any] = {}  # gradient produced per forward-input slot
-        self._waiting = 0
-        self._expected_in = 0
+        self._waiting = 0  # hooks that have not fired yet
         self._done = False
 
     def attach(
@@ -119,28 +128,33 @@ class BackwardWatch:
             if seq != _LEAF_SEQ and seq > threshold:
                 threshold = seq
         grad_slots = {slot for slot, _, _ in edges} if aliases else None
-        starts = []
+        made: dict[int, tuple[Any, dict[int, list[str]]]] = {}  # the call's own output nodes: output nr -> slots
         handles = self._handles
         for slot, t in outputs:
             if not t.requires_grad:
                 continue
             node = t.grad_fn
-            new = node is not None and bool(edges) and node._sequence_nr() > threshold
+            if node is not None and edges and node._sequence_nr() > threshold:
+                entry = made.get(id(node))
+                if entry is None:
+                    entry = made[id(node)] = (node, {})
+                entry[1].setdefault(t.output_nr, []).append(slot)
+                continue
             alias = None
-            if not new and grad_slots:
+            if grad_slots:
                 alias = aliases.get(slot)  # type: ignore[union-attr]
                 if alias not in grad_slots:
                     alias = None
             handles.append(t.register_hook(self._tensor_hook(slot, alias)))
-            if new:
-                starts.append(node)
-        if not self._handles:
+        if not handles and not made:
             return False
-        self._expected_in = len(self._handles)
-        boundary = self._boundary(starts, in_map, threshold) if in_map else {}
+        boundary = self._boundary([node for node, _ in made.values()], in_map, threshold) if made and in_map else {}
+        for key, (node, received) in made.items():
+            links = boundary.pop(key, (None, []))[1]
+            handles.append(node.register_hook(self._node_hook(list(received.items()), links)))
         for node, links in boundary.values():
-            self._handles.append(node.register_hook(self._node_hook(links)))
-        self._waiting = len(boundary)
+            handles.append(node.register_hook(self._node_hook([], links)))
+        self._waiting = len(handles)
         return True
 
     @staticmethod
@@ -171,29 +185,43 @@ class BackwardWatch:
                 self.grads_in[slot] = grad
                 if alias is not None:
                     self.grads_out[alias] = grad
-                self._owner.touched(self)
-                if self._waiting <= 0 and len(self.grads_in) >= self._expected_in:
-                    self.finish()  # no node of its own (an identity such as x.float() on float32)
+                self._fired()
 
         return hook
 
-    def _node_hook(self, links: list[tuple[int, list[str]]]) -> Callable[[Any, Any], None]:
+    def _node_hook(
+        self, received: list[tuple[int, list[str]]], links: list[tuple[int, list[str]]]
+    ) -> Callable[[Any, Any], None]:
+        """A post-hook: ``received`` maps the node's outputs to the call's output slots, ``links`` its edges
+        to the call's input slots."""
+
         def hook(grad_inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...]) -> None:
             if self._done:
                 return
+            grads_in = self.grads_in
+            for nr, slots in received:
+                g = grad_outputs[nr] if nr < len(grad_outputs) else None
+                if g is not None:
+                    for slot in slots:
+                        grads_in[slot] = g
+            grads_out = self.grads_out
             for k, slots in links:
                 g = grad_inputs[k] if k < len(grad_inputs) else None
                 if g is None:
                     continue
                 for slot in slots:
-                    prev = self.grads_out.get(slot)
-                    self.grads_out[slot] = g if prev is None else prev + g
-            self._waiting -= 1
-            self._owner.touched(self)
-            if self._waiting <= 0:
-                self.finish()
+                    prev = grads_out.get(slot)
+                    grads_out[slot] = g if prev is None else prev + g
+            self._fired()
 
         return hook
+
+    def _fired(self) -> None:
+        self._waiting -= 1
+        if self._waiting <= 0:
+            self.finish()
+        else:
+            self._owner.touched(self)
 
     def finish(self) -> None:
         """Report (if any gradient arrived) and remove the hooks; idempotent."""

@@ -22,7 +22,8 @@ from nbprec.capture.statistics import TensorStatistics
 from nbprec.capture.tensors import TensorArrays, call_tensors, iter_tensors
 from nbprec.capture.writer import CaptureWriter, EncodedOp, EncodedStats
 
-#: APIs whose single output holds exactly the values of their first input, rearranged (same statistics).
+#: APIs whose single output holds exactly the values of their first input, rearranged (same statistics); the
+#: gradient their backward sends to that input likewise holds the values of the one it received.
 SAME_VALUES = frozenset(
     {
         "view",
@@ -470,4 +471,6 @@ class Recorder:
             self._structure(name.op, parent)
             enc = self._encode(name)
             self._write_tensors(name, "input", inputs, order, enc=enc)
+            if name.op_type in SAME_VALUES and len(inputs) == len(outputs) == 1 and outputs[0][0] == "0":
+                self._inherit_stats(inputs[0][1], outputs[0][1])  # the gradient, rearranged back
             self._write_tensors(name, "output", outputs, order, enc=enc)

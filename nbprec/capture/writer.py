@@ -22,6 +22,7 @@ from typing import Any
 
 from nbprec.capture.payloads import PayloadWriter
 from nbprec.errors import CaptureError
+from nbprec.floattext import json_texts_function
 from nbprec.formats.native import FLUSH_INTERVAL, NativeDumpWriter, safe_file_stem
 from nbprec.formats.native_read import (
     CALLS_FILE,
@@ -89,6 +90,7 @@ class EncodedStats:
 
 
 _UNKNOWN_STATS = EncodedStats(("null",) * len(STAT_COLUMNS))
+_C_TEXTS = json_texts_function()  # the C formatter of encode_stats, or None where it was not built
 
 
 class CaptureWriter(NativeDumpWriter):
@@ -125,6 +127,11 @@ class CaptureWriter(NativeDumpWriter):
         """A statistics tuple (:data:`~nbprec.stats.STAT_COLUMNS` order; None: unknown) as index fields."""
         if stats is None:
             return _UNKNOWN_STATS
+        if _C_TEXTS is not None and type(stats[-1]) is type(stats[-2]) is type(stats[-3]) is int:
+            try:  # the kernel's tuples (counts as ints): every value in C, floats without repr's cost
+                return EncodedStats(_C_TEXTS(stats))
+            except TypeError:  # a value of another type (numpy's): as below
+                pass
         lo, hi, mean, std, norm = stats[:5]
         try:
             if (lo + hi + mean + std + norm) * 0.0 == 0.0:  # all finite (the common case): repr is JSON

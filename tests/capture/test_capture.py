@@ -237,6 +237,39 @@ def test_backward_gradients_are_the_ops_own(tmp_path: Path) -> None:
     assert np.isfinite(total).all()
 
 
+def test_backward_of_multi_output_and_rearranging_ops(tmp_path: Path) -> None:
+    # var_mean makes one autograd node with two outputs (one hook sees both sides); view's gradient holds the
+    # values of the gradient it received (its statistics are reused); an output nothing uses gets no record
+    import torch
+
+    from nbprec.capture import capture
+
+    x = torch.linspace(-2.0, 3.0, 24).reshape(4, 6).requires_grad_()
+    z = torch.linspace(0.5, 1.5, 12).requires_grad_()
+    with capture(None, tmp_path / "run", mode="tensor", level="apis"):
+        var, mean = torch.var_mean(x, dim=1)
+        var.retain_grad()
+        mean.retain_grad()
+        flat = z.view(3, 4)
+        flat.retain_grad()
+        _, only_mean = torch.var_mean(flat, dim=0)
+        loss = (var * torch.arange(4.0)).sum() + (mean**2).sum() + (only_mean * 3.0).sum()
+        loss.backward()
+    dump = nbprec.open(tmp_path / "run")
+    vm = "Torch.var_mean.0.backward"
+    np.testing.assert_array_equal(dump.tensor(f"{vm}.input.0"), var.grad.numpy())
+    np.testing.assert_array_equal(dump.tensor(f"{vm}.input.1"), mean.grad.numpy())
+    np.testing.assert_array_equal(dump.tensor(f"{vm}.output.0"), x.grad.numpy())
+    names = set(dump.index["name"])
+    assert "Torch.var_mean.1.backward.input.1" in names and "Torch.var_mean.1.backward.input.0" not in names
+    np.testing.assert_array_equal(dump.tensor("Torch.var_mean.1.backward.output.0"), flat.grad.numpy())
+    view = dump.index.set_index("name").loc["Tensor.view.0.backward.output.0"]
+    np.testing.assert_array_equal(dump.tensor("Tensor.view.0.backward.output.0"), z.grad.numpy())
+    expected = tensor_stats(z.grad.numpy())
+    for column in ("min", "max", "mean", "norm", "zero_count"):
+        assert view[column] == pytest.approx(expected[column], rel=1e-12), column
+
+
 def test_model_checking_isinstance_of_submodules_works(tmp_path: Path) -> None:
     from nbprec.capture import capture
     from nbprec.demo.tiny import EncoderLayer, build_tiny

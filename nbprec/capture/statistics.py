@@ -92,7 +92,7 @@ class TensorStatistics:
     def __call__(self, t: Any) -> Stats | None:
         """Statistics of one tensor; None when they cannot be computed (meta, sparse, quantized tensors)."""
         kernel = self._kernel
-        if kernel is not None and t.device.type == "cpu":
+        if kernel is not None and t.is_cpu:  # (not t.device.type: it makes a device object, 0.5 us)
             code = self._codes.get(t.dtype)
             if code is not None and t.layout is self._strided and not t.is_neg():
                 if not t.is_contiguous() and not _covers_memory(t):

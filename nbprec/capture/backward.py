@@ -12,6 +12,12 @@ sequence number is newer than every input's node. Node post-hooks then catch:
 
 A node that does both (most ops make a single node) gets one hook.
 
+Each gradient is handed to the watches' ``take`` when its hook fires (the recorder's: it computes the
+statistics, and copies the payload in tensor mode), so that the watch does not hold autograd's tensor while
+the pass goes on: a gradient held elsewhere is cloned by ``AccumulateGrad`` instead of becoming the parameter's
+``.grad``, and cannot be summed in place by autograd. Only an input slot that receives several gradients keeps
+them, to sum them, until the watch reports.
+
 When every boundary node has run, the watch reports once and removes its hooks. Watches that never complete
 (an output whose gradient is never needed) are reported by :meth:`BackwardWatches.flush`, which is queued to
 run at the end of each backward pass.
@@ -26,6 +32,14 @@ from typing import Any
 _LEAF_SEQ = 2**64 - 1  # AccumulateGrad nodes carry UINT64_MAX as their sequence number
 
 GradReport = Callable[[dict[str, Any], dict[str, Any]], None]
+#: ``take(gradient, like)``: what a watch keeps of a gradient; ``like``, when given, is what it kept of a
+#: gradient holding the same values (a rearranging op's: its statistics may be reused).
+Take = Callable[[Any, Any], Any]
+
+
+def _keep(t: Any, like: Any = None) -> Any:
+    """The default ``take``: the tensor itself."""
+    return t
 
 
 def _seq(node: Any) -> int:
@@ -98,12 +112,15 @@ class BackwardWatch:
     which costs more.
     """
 
-    def __init__(self, owner: BackwardWatches, report: GradReport) -> None:
+    def __init__(self, owner: BackwardWatches, report: GradReport, same_values: bool = False) -> None:
         self._owner = owner
         self._report = report
+        self._take = owner.take
+        self._same_values = same_values  # the call's output holds its input's values, rearranged (a view)
         self._handles: list[Any] = []
-        self.grads_in: dict[str, Any] = {}  # gradient arriving per forward-output slot
-        self.grads_out: dict[str, Any] = {}  # gradient produced per forward-input slot
+        self.grads_in: dict[str, Any] = {}  # gradient arriving per forward-output slot (taken)
+        self.grads_out: dict[str, Any] = {}  # gradient produced per forward-input slot (taken, or summed)
+        self._summed: set[str] = set()  # input slots with several gradients: tensors kept and summed
         self._waiting = 0  # hooks that have not fired yet
         self._done = False
 
@@ -130,6 +147,7 @@ class BackwardWatch:
         grad_slots = {slot for slot, _, _ in edges} if aliases else None
         made: dict[int, tuple[Any, dict[int, list[str]]]] = {}  # the call's own output nodes: output nr -> slots
         handles = self._handles
+        self._aliases: list[str | None] = []
         for slot, t in outputs:
             if not t.requires_grad:
                 continue
@@ -145,15 +163,21 @@ class BackwardWatch:
                 alias = aliases.get(slot)  # type: ignore[union-attr]
                 if alias not in grad_slots:
                     alias = None
+            self._aliases.append(alias)
             handles.append(t.register_hook(self._tensor_hook(slot, alias)))
         if not handles and not made:
             return False
         boundary = self._boundary([node for node, _ in made.values()], in_map, threshold) if made and in_map else {}
+        senders = [alias for alias in self._aliases if alias is not None]
         for key, (node, received) in made.items():
             links = boundary.pop(key, (None, []))[1]
             handles.append(node.register_hook(self._node_hook(list(received.items()), links)))
+            senders += [slot for _, slots in links for slot in slots]
         for node, links in boundary.values():
             handles.append(node.register_hook(self._node_hook([], links)))
+            senders += [slot for _, slots in links for slot in slots]
+        if len(senders) > len(set(senders)):
+            self._summed = {slot for slot in senders if senders.count(slot) > 1}
         self._waiting = len(handles)
         return True
 
@@ -182,12 +206,23 @@ class BackwardWatch:
     def _tensor_hook(self, slot: str, alias: str | None) -> Callable[[Any], None]:
         def hook(grad: Any) -> None:
             if not self._done:
-                self.grads_in[slot] = grad
+                taken = self.grads_in[slot] = self._take(grad, None)
                 if alias is not None:
-                    self.grads_out[alias] = grad
+                    self._send(alias, grad, kept=taken)
                 self._fired()
 
         return hook
+
+    def _send(self, slot: str, g: Any, kept: Any = None, like: Any = None) -> None:
+        """Input ``slot`` got gradient ``g``; ``kept``: what was already taken of ``g`` itself; ``like``: what was
+        taken of a gradient holding the same values."""
+        if slot in self._summed:
+            prev = self.grads_out.get(slot)
+            self.grads_out[slot] = g if prev is None else prev + g
+        elif kept is not None:
+            self.grads_out[slot] = kept
+        else:
+            self.grads_out[slot] = self._take(g, like)
 
     def _node_hook(
         self, received: list[tuple[int, list[str]]], links: list[tuple[int, list[str]]]
@@ -199,19 +234,20 @@ class BackwardWatch:
             if self._done:
                 return
             grads_in = self.grads_in
+            take = self._take
             for nr, slots in received:
                 g = grad_outputs[nr] if nr < len(grad_outputs) else None
                 if g is not None:
+                    taken = take(g, None)
                     for slot in slots:
-                        grads_in[slot] = g
-            grads_out = self.grads_out
+                        grads_in[slot] = taken
+            like = next(iter(grads_in.values())) if self._same_values and len(grads_in) == 1 else None
             for k, slots in links:
                 g = grad_inputs[k] if k < len(grad_inputs) else None
                 if g is None:
                     continue
                 for slot in slots:
-                    prev = grads_out.get(slot)
-                    grads_out[slot] = g if prev is None else prev + g
+                    self._send(slot, g, like=like)
             self._fired()
 
         return hook
@@ -230,6 +266,8 @@ class BackwardWatch:
         self._done = True
         self.remove()
         self._owner.forget(self)
+        for slot in self._summed.intersection(self.grads_out):
+            self.grads_out[slot] = self._take(self.grads_out[slot], None)
         if self.grads_in or self.grads_out:
             self._report(self.grads_in, self.grads_out)
 
@@ -243,8 +281,9 @@ class BackwardWatch:
 class BackwardWatches:
     """The live watches of a capture: flushes incomplete ones at the end of each backward pass, and on exit."""
 
-    def __init__(self, torch: Any) -> None:
+    def __init__(self, torch: Any, take: Take = _keep) -> None:
         self._torch = torch
+        self.take = take  # what a watch keeps of each gradient (see the module docstring)
         self.leaves = LeafNodes(torch)
         self._live: dict[int, BackwardWatch] = {}
         self._touched: dict[int, BackwardWatch] = {}
@@ -260,9 +299,11 @@ class BackwardWatches:
         outputs: list[tuple[str, Any]],
         report: GradReport,
         aliases: dict[str, str] | None = None,
+        same_values: bool = False,
     ) -> BackwardWatch | None:
-        """Watch one call's gradients; ``report(grads_in, grads_out)`` runs once they are known."""
-        w = BackwardWatch(self, report)
+        """Watch one call's gradients; ``report(grads_in, grads_out)`` runs once they are known (what ``take``
+        kept of each). ``same_values``: the call's output holds its input's values, rearranged."""
+        w = BackwardWatch(self, report, same_values)
         if not w.attach(edges, outputs, aliases):
             return None
         self._live[id(w)] = w

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbprec.capture.backward import BackwardWatches
+from nbprec.capture.gradients import GradientKeeper, KeptGradient
 from nbprec.capture.naming import OpName, module_api, parent_backward, recorded_identity
 from nbprec.capture.overflow import OverflowCheck
 from nbprec.capture.select import Selection
@@ -160,6 +161,10 @@ class Recorder:
         self._written_stacks: set[str] = set()
         self._tensor = torch.Tensor
         self._tensor_mode = options.mode == "tensor" or options.overflow is not None
+        # statistics mode: the watches keep each gradient's record fields, not the tensor (nbprec.capture.gradients)
+        self._keeps_gradients = not self._tensor_mode
+        if self._keeps_gradients:
+            self.watches.take = GradientKeeper(torch, self.memo, self._stats, self._dtype_name)
         sel = options.selection
         self._filtering = bool(sel.modules or sel.include or sel.exclude)
         self.step = step
@@ -392,9 +397,7 @@ class Recorder:
                 array = self.arrays.payload(t) if tensor_mode else None
             if stats is None:
                 stats = self._stats(t)
-            dtype = dtypes.get(t.dtype)
-            if dtype is None:
-                dtype = dtypes[t.dtype] = self.arrays.dtype_name(t.dtype)
+            dtype = dtypes.get(t.dtype) or self._dtype_name(t.dtype)
             add(tname, step, rank, order, enc, role, slot, dtype, tuple(t.shape), t.numel(), stats, array, owned)
             if produced or entry is None or entry.stats is None:
                 entry = memo.put(t)
@@ -405,6 +408,12 @@ class Recorder:
                     entry.module_name = tname
                 else:
                     entry.api_name = tname
+
+    def _dtype_name(self, dtype: Any) -> str:
+        name = self._dtypes.get(dtype)
+        if name is None:
+            name = self._dtypes[dtype] = self.arrays.dtype_name(dtype)
+        return name
 
     def _stats(self, t: Any) -> EncodedStats:
         try:
@@ -455,7 +464,7 @@ class Recorder:
             if self.active and self.step == step:
                 self.backward_op(name.backward(), parent_backward(parent), grads_in, grads_out)
 
-        self.watches.watch(edges, outputs, report, aliases)
+        self.watches.watch(edges, outputs, report, aliases, name.op_type in SAME_VALUES)
 
     def backward_op(
         self, name: OpName, parent: str | None, grads_in: dict[str, Any], grads_out: dict[str, Any]
@@ -470,7 +479,17 @@ class Recorder:
                 return
             self._structure(name.op, parent)
             enc = self._encode(name)
-            self._write_tensors(name, "input", inputs, order, enc=enc)
-            if name.op_type in SAME_VALUES and len(inputs) == len(outputs) == 1 and outputs[0][0] == "0":
-                self._inherit_stats(inputs[0][1], outputs[0][1])  # the gradient, rearranged back
-            self._write_tensors(name, "output", outputs, order, enc=enc)
+            if self._keeps_gradients:
+                self._write_kept(name, "input", inputs, order, enc)
+                self._write_kept(name, "output", outputs, order, enc)
+            else:
+                self._write_tensors(name, "input", inputs, order, enc=enc)
+                self._write_tensors(name, "output", outputs, order, enc=enc)
+
+    def _write_kept(
+        self, name: OpName, role: str, kept: list[tuple[str, KeptGradient]], order: int, enc: EncodedOp
+    ) -> None:
+        add = self.writer.add
+        step, rank, op = self.step, self.opt.rank, name.op
+        for slot, g in kept:
+            add(f"{op}.{role}.{slot}", step, rank, order, enc, role, slot, g.dtype, g.shape, g.numel, g.stats)

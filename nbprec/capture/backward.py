@@ -12,13 +12,13 @@ sequence number is newer than every input's node. Node post-hooks then catch:
 
 A node that does both (most ops make a single node) gets one hook.
 
-Each gradient is handed to the watches' ``take`` when its hook fires (the recorder's: it computes the
-statistics, and copies the payload in tensor mode), so that the watch does not hold autograd's tensor while
-the pass goes on: a gradient held elsewhere is cloned by ``AccumulateGrad`` instead of becoming the parameter's
-``.grad``, and cannot be summed in place by autograd. Only an input slot that receives several gradients keeps
-them, to sum them, until the watch reports.
+Each gradient is handed to the watches' ``take`` when its hook fires: in statistics mode the recorder's
+:class:`~nbprec.capture.gradients.GradientKeeper`, which reads the record's fields, so that the watch does not
+hold autograd's tensor while the pass goes on (a gradient held elsewhere is cloned by ``AccumulateGrad`` instead
+of becoming the parameter's ``.grad``, and cannot be summed in place by autograd); else the tensor itself. Only
+an input slot that receives several gradients keeps them, to sum them, until the watch reports.
 
-When every boundary node has run, the watch reports once and removes its hooks. Watches that never complete
+When every hook has fired, the watch reports once and removes its hooks. Watches that never complete
 (an output whose gradient is never needed) are reported by :meth:`BackwardWatches.flush`, which is queued to
 run at the end of each backward pass.
 """
@@ -147,7 +147,7 @@ class BackwardWatch:
         grad_slots = {slot for slot, _, _ in edges} if aliases else None
         made: dict[int, tuple[Any, dict[int, list[str]]]] = {}  # the call's own output nodes: output nr -> slots
         handles = self._handles
-        self._aliases: list[str | None] = []
+        senders: list[str] = []  # per gradient sent to an input slot: the slot (several: summed)
         for slot, t in outputs:
             if not t.requires_grad:
                 continue
@@ -163,12 +163,12 @@ class BackwardWatch:
                 alias = aliases.get(slot)  # type: ignore[union-attr]
                 if alias not in grad_slots:
                     alias = None
-            self._aliases.append(alias)
+            if alias is not None:
+                senders.append(alias)
             handles.append(t.register_hook(self._tensor_hook(slot, alias)))
         if not handles and not made:
             return False
         boundary = self._boundary([node for node, _ in made.values()], in_map, threshold) if made and in_map else {}
-        senders = [alias for alias in self._aliases if alias is not None]
         for key, (node, received) in made.items():
             links = boundary.pop(key, (None, []))[1]
             handles.append(node.register_hook(self._node_hook(list(received.items()), links)))

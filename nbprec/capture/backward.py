@@ -206,9 +206,10 @@ class BackwardWatch:
     def _tensor_hook(self, slot: str, alias: str | None) -> Callable[[Any], None]:
         def hook(grad: Any) -> None:
             if not self._done:
-                taken = self.grads_in[slot] = self._take(grad, None)
-                if alias is not None:
-                    self._send(alias, grad, kept=taken)
+                if grad is not None:  # (None: an output of a node with several that got no gradient)
+                    taken = self.grads_in[slot] = self._take(grad, None)
+                    if alias is not None:
+                        self._send(alias, grad, kept=taken)
                 self._fired()
 
         return hook

@@ -282,6 +282,28 @@ def test_backward_of_multi_output_and_rearranging_ops(tmp_path: Path) -> None:
         assert tuple(kept.loc[name, "shape"]) == dump.tensor(name).shape, name
 
 
+@pytest.mark.parametrize("mode", ["statistics", "tensor"])
+def test_an_output_without_gradient_of_a_multi_output_op(tmp_path: Path, mode: str) -> None:
+    # autograd calls a tensor hook with None for an output of a several-output node that got no gradient; the
+    # watch of an op returning that output as is (x.float() on float32) must not fail the user's backward
+    import torch
+
+    from nbprec.capture import capture
+
+    x = torch.linspace(0.5, 1.5, 12).reshape(3, 4).requires_grad_()
+    with capture(None, tmp_path / "run", mode=mode, level="apis"):
+        var, mean = torch.var_mean(x, dim=0)
+        assert var.float() is var
+        (mean * 2.0).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.full((3, 4), 2.0 / 3.0), rtol=1e-6)
+    index = nbprec.open(tmp_path / "run").index.set_index("name")
+    backward = {n for n in index.index if ".backward." in n}
+    assert not any(n.startswith("Tensor.float.") for n in backward)
+    assert {"Torch.var_mean.0.backward.input.1", "Torch.var_mean.0.backward.output.0"} <= backward
+    assert "Torch.var_mean.0.backward.input.0" not in backward
+    assert index.loc["Torch.var_mean.0.backward.output.0", "mean"] == pytest.approx(2.0 / 3.0, rel=1e-6)
+
+
 def _stolen_biases(run_step) -> dict[str, bool]:
     """For each Linear bias of the tiny model: whether its .grad is the tensor autograd sent it (not a clone).
 

@@ -304,6 +304,44 @@ def test_an_output_without_gradient_of_a_multi_output_op(tmp_path: Path, mode: s
     assert index.loc["Torch.var_mean.0.backward.output.0", "mean"] == pytest.approx(2.0 / 3.0, rel=1e-6)
 
 
+def _branchy_step(path: Path, mode: str) -> Any:
+    import torch
+
+    from nbprec.capture import capture
+
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(6, 6), torch.nn.Linear(6, 6)
+    model = torch.nn.ModuleDict({"a": a, "b": b})
+    x = torch.randn(5, 6, requires_grad=True)
+
+    class Branchy(torch.nn.Module):  # its input feeds three branches: gradients summed per input slot
+        def forward(self, h):
+            return a(h) + b(h) + h * h  # (and h * h sends two gradients to one tensor)
+
+    branchy = Branchy()
+    model["branchy"] = branchy
+    with capture(model, path, mode=mode):
+        branchy(x).square().sum().backward()
+    return x
+
+
+def test_statistics_of_summed_gradients_match_the_payloads(tmp_path: Path) -> None:
+    x = _branchy_step(tmp_path / "tensor", "tensor")
+    _branchy_step(tmp_path / "stats", "statistics")
+    payloads = nbprec.open(tmp_path / "tensor")
+    # x reaches nothing but the module: the gradient the module sends it, summed over three branches, is x.grad
+    np.testing.assert_allclose(payloads.tensor("Module.branchy.Branchy.backward.0.output.0"), x.grad.numpy(), rtol=1e-6)
+    kept = nbprec.open(tmp_path / "stats").index.set_index("name")
+    backward = sorted(n for n in payloads.index["name"] if ".backward." in n)
+    assert backward == sorted(n for n in kept.index if ".backward." in n)
+    assert "Module.branchy.Branchy.backward.0.output.0" in backward and "Tensor.mul.0.backward.output.1" in backward
+    for name in backward:
+        expected = tensor_stats(payloads.tensor(name))
+        scale = expected["norm"] or 1.0
+        for column in ("min", "max", "mean", "norm"):
+            assert abs(kept.loc[name, column] - expected[column]) <= 1e-12 * scale, (name, column)
+
+
 def _stolen_biases(run_step) -> dict[str, bool]:
     """For each Linear bias of the tiny model: whether its .grad is the tensor autograd sent it (not a clone).
 

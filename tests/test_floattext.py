@@ -144,8 +144,13 @@ def test_json_texts_refuse_other_types(bad):
         floattext.json_texts_function()(bad)
 
 
-def test_capture_statistics_are_encoded_alike_with_and_without_c(monkeypatch):
+@needs_c
+def test_capture_statistics_are_encoded_alike_with_and_without_c(monkeypatch, tmp_path):
     from nbprec.capture import writer
+
+    monkeypatch.setattr(writer, "_C_TEXTS", None)
+    writer.CaptureWriter(tmp_path / "dump").close()
+    assert writer._C_TEXTS is not None  # the first writer sets the C formatter up
 
     samples = [
         (-2.5, 3.25, 0.1, 1 / 3, 12.0, 3.25, 0, 0, 17),
@@ -157,3 +162,4 @@ def test_capture_statistics_are_encoded_alike_with_and_without_c(monkeypatch):
     fast = [writer.CaptureWriter.encode_stats(s).fragment for s in samples]
     monkeypatch.setattr(writer, "_C_TEXTS", None)
     assert [writer.CaptureWriter.encode_stats(s).fragment for s in samples] == fast
+    assert fast[0].startswith('"min":-2.5,"max":3.25,"mean":0.1,')

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from nbprec.capture.memo import TensorMemo
 from nbprec.capture.writer import EncodedStats
 
 
@@ -36,7 +37,7 @@ class GradientKeeper:
     torch
         The torch module.
     memo
-        The recorder's :class:`~nbprec.capture.recorder.TensorMemo` (statistics per tensor object).
+        The recorder's :class:`~nbprec.capture.memo.TensorMemo` (statistics per tensor object).
     stats
         Encoded statistics of a tensor (the recorder's).
     dtype_name
@@ -46,7 +47,7 @@ class GradientKeeper:
     def __init__(
         self,
         torch: Any,
-        memo: Any,
+        memo: TensorMemo,
         stats: Callable[[Any], EncodedStats],
         dtype_name: Callable[[Any], str],
     ) -> None:
@@ -60,17 +61,13 @@ class GradientKeeper:
         with self._no_torch_function():
             dtype = self._dtype_name(t.dtype)
             numel = t.numel()
-            entry = self._memo.get(t)
-            if entry is not None and entry.stats is not None and entry.version == t._version:
-                stats = entry.stats
-            else:
+            stats = self._memo.stats(t)
+            if stats is None:
                 if like is not None and like.numel == numel and like.dtype == dtype:
                     stats = like.stats  # a rearranging op's gradient: the values it received
                 else:
                     stats = self._stats(t)
-                entry = self._memo.put(t)
-                entry.version = t._version
-                entry.stats = stats
+                self._memo.note_stats(t, stats)
             return KeptGradient(dtype, tuple(t.shape), numel, stats)
 
 

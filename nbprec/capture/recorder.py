@@ -7,13 +7,13 @@ which tensor each earlier op produced) so that a :class:`~nbprec.capture.api.Cap
 from __future__ import annotations
 
 import sys
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from nbprec.capture.backward import BackwardWatches
 from nbprec.capture.gradients import GradientKeeper, KeptGradient
+from nbprec.capture.memo import TensorMemo
 from nbprec.capture.naming import OpName, module_api, parent_backward, recorded_identity
 from nbprec.capture.overflow import OverflowCheck
 from nbprec.capture.select import Selection
@@ -46,51 +46,6 @@ SAME_VALUES = frozenset(
         "mT",
     }
 )
-
-
-class _Produced:
-    """What the capture knows about a tensor it has seen: who produced it, and its (encoded) statistics."""
-
-    __slots__ = ("api_name", "module_name", "ref", "stats", "version")
-
-    def __init__(self, ref: weakref.ref[Any], version: int) -> None:
-        self.ref = ref
-        self.version = version
-        self.stats: EncodedStats | None = None
-        self.api_name: str | None = None
-        self.module_name: str | None = None
-
-
-class TensorMemo:
-    """Tensor identity -> producing op's tensor names and cached statistics (entries die with the tensor)."""
-
-    def __init__(self) -> None:
-        self._entries: dict[int, _Produced] = {}
-        entries = self._entries
-
-        def drop(ref: weakref.KeyedRef) -> None:  # one callback for every entry (it holds the dict, not self)
-            current = entries.get(ref.key)
-            if current is not None and current.ref is ref:
-                del entries[ref.key]
-
-        self._drop = drop
-
-    def get(self, t: Any) -> _Produced | None:
-        """The entry of tensor ``t`` (the same object), or None."""
-        entry = self._entries.get(id(t))
-        return entry if entry is not None and entry.ref() is t else None
-
-    def put(self, t: Any) -> _Produced:
-        """The entry of ``t``, created (or reset, for a different object with a recycled id) if needed."""
-        entry = self.get(t)
-        if entry is None:
-            key = id(t)
-            entry = self._entries[key] = _Produced(weakref.KeyedRef(t, self._drop, key), t._version)
-        return entry
-
-    def clear(self) -> None:
-        """Forget everything."""
-        self._entries.clear()
 
 
 class ModuleInfo:
@@ -327,11 +282,9 @@ class Recorder:
         """Give ``dst`` the statistics of ``src`` when it holds the same values rearranged (a view or copy)."""
         if dst is src or dst.numel() != src.numel() or dst.dtype != src.dtype:
             return
-        entry = self.memo.get(src)
-        if entry is not None and entry.stats is not None and entry.version == src._version:
-            out = self.memo.put(dst)
-            out.version = dst._version
-            out.stats = entry.stats
+        stats = self.memo.stats(src)
+        if stats is not None:
+            self.memo.note_stats(dst, stats)
 
     def _check_overflow(
         self,

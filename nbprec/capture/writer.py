@@ -90,7 +90,7 @@ class EncodedStats:
 
 
 _UNKNOWN_STATS = EncodedStats(("null",) * len(STAT_COLUMNS))
-_C_TEXTS = json_texts_function()  # the C formatter of encode_stats, or None where it was not built
+_C_TEXTS: Any = None  # the C formatter of encode_stats, set by the first writer (None: not built)
 
 
 class CaptureWriter(NativeDumpWriter):
@@ -100,6 +100,9 @@ class CaptureWriter(NativeDumpWriter):
     """
 
     def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        global _C_TEXTS
+        if _C_TEXTS is None:  # (its tables take about 1 ms to make: at the first capture, not at import)
+            _C_TEXTS = json_texts_function()
         super().__init__(path, **options)
         self._lines: dict[str, list[str]] = {name: [] for name in self._files}
         self._rows: list[tuple[Any, ...]] = []  # per record: its encoded columns, for the column cache

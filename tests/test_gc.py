@@ -1,5 +1,6 @@
 """The collector helpers: paused_gc restores the collector's state, and what a large block keeps skips the
-young collections' scan without escaping full collections."""
+young collections' scan without escaping full collections; rarer_collections raises the young threshold for a
+block and gives the program's back."""
 
 from __future__ import annotations
 
@@ -8,16 +9,18 @@ import weakref
 
 import pytest
 
-from nbprec._gc import PROMOTE_FROM, frozen_heap, paused_gc
+from nbprec._gc import PROMOTE_FROM, frozen_heap, paused_gc, rarer_collections
 
 
 @pytest.fixture
 def collector_on():
     was = gc.isenabled()
+    thresholds = gc.get_threshold()
     gc.enable()
     gc.collect()
     yield
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
     (gc.enable if was else gc.disable)()
 
 
@@ -71,3 +74,38 @@ def test_frozen_heap_keeps_older_objects_out_of_scans_for_the_block(collector_on
     with frozen_heap():
         assert gc.get_freeze_count() >= len(old)
     assert gc.get_freeze_count() == 0
+
+
+def test_rarer_collections_raises_the_young_threshold_and_restores_it(collector_on):
+    gc.set_threshold(700, 10, 10)
+    with rarer_collections(5000):
+        assert gc.get_threshold() == (5000, 10, 10)
+    assert gc.get_threshold() == (700, 10, 10)
+    gc.set_threshold(80_000, 5, 5)  # a program's higher threshold is left as it is
+    with rarer_collections(5000):
+        assert gc.get_threshold() == (80_000, 5, 5)
+    assert gc.get_threshold() == (80_000, 5, 5)
+
+
+def test_rarer_collections_keeps_thresholds_the_program_set_in_the_block(collector_on):
+    gc.set_threshold(700, 10, 10)
+    with rarer_collections(5000):
+        gc.set_threshold(1234, 3, 4)
+    assert gc.get_threshold() == (1234, 3, 4)
+
+
+def test_cycles_made_in_the_block_are_still_collected(collector_on):
+    """Rarer, not never: once the block allocated more containers than the threshold, the young collection runs
+    and frees a garbage cycle made in the block."""
+    gc.set_threshold(700, 10, 10)
+    gc.collect()  # the young count starts at 0
+    with rarer_collections(2000):
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        gone = weakref.ref(a)
+        del a, b
+        few = [[] for _ in range(1000)]  # fewer than the threshold: no collection yet
+        assert gone() is not None
+        many = [[] for _ in range(3000)]  # more: a young collection ran
+        assert gone() is None
+    assert len(few) + len(many) == 4000

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from nbprec._gc import frozen_heap
+from nbprec._gc import frozen_heap, rarer_collections
 from nbprec._optional import require
 from nbprec.capture.apis import make_api_mode
 from nbprec.capture.hooks import install_module_hooks, remove_hooks
@@ -120,6 +120,7 @@ class Capture:
         )
         self._recorder = Recorder(torch, self._writer, options, self._step)
         self._gc.enter_context(frozen_heap())  # the program's objects out of the collections the capture causes
+        self._gc.enter_context(rarer_collections())  # ... and fewer of those (it makes no garbage cycles)
         try:
             if self._model is not None:
                 self._handles = install_module_hooks(torch, self._model, self._recorder)

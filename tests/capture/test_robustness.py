@@ -177,3 +177,26 @@ def test_the_capture_keeps_old_objects_out_of_the_collector_and_restores_it(tmp_
         assert seen[-1] == frozen and gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def test_the_capture_makes_collections_rarer_and_restores_the_thresholds(tmp_path: Path) -> None:
+    """During a capture the young generation's threshold is raised; at its end the program's comes back."""
+    from nbprec._gc import CAPTURE_YOUNG_THRESHOLD
+    from nbprec.capture import capture
+
+    seen: list[tuple[int, int, int]] = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(gc.get_threshold())
+            return x * 2
+
+    before = gc.get_threshold()
+    gc.set_threshold(900, 11, 12)
+    try:
+        with capture(Probe(), tmp_path / "run"):
+            Probe()(torch.ones(2))
+        assert seen == [(CAPTURE_YOUNG_THRESHOLD, 11, 12)]
+        assert gc.get_threshold() == (900, 11, 12)
+    finally:
+        gc.set_threshold(*before)

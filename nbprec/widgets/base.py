@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbprec._gc import paused_gc
 from nbprec._optional import require
 
 _WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -24,11 +25,17 @@ class View:
 
     @property
     def widget(self) -> Any:
-        """The ipywidgets object of this view (built on first use)."""
+        """The ipywidgets object of this view (built on first use).
+
+        The build runs with Python's cyclic collector paused: the first one imports the widget libraries and
+        makes tens of thousands of objects with hardly any garbage cycles, and the collections they triggered
+        (about a hundred young ones and a full one, which scans the whole kernel's heap) took a fifth of the
+        5,000-op dashboard's first build."""
         if self._widget is None:
-            require("ipywidgets", "nbprec notebook views")
-            self._widget = self._build()
-            self.refresh()
+            with paused_gc():
+                require("ipywidgets", "nbprec notebook views")
+                self._widget = self._build()
+                self.refresh()
         return self._widget
 
     @property

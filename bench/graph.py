@@ -5,9 +5,11 @@ Measures (median of repeats):
    the same edge list;
 2. building from a dump with no recorded edges (edges inferred from statistics) vs the same bare DiGraph;
 3. a depth-3 subgraph query (up 3, down 3, metrics carried along) vs a plain networkx BFS
-   (``single_source_shortest_path_length`` with ``cutoff=3`` both ways, then ``subgraph().copy()``).
+   (``single_source_shortest_path_length`` with ``cutoff=3`` both ways, then ``subgraph().copy()``);
+4. the whole-model navigator of the dashboard's graph on a flat model (2,000 layers side by side): building it,
+   and revealing an op deep inside with the view that follows (the element budget: 300).
 
-Target: the subgraph query under 20 ms.
+Targets: the subgraph query under 20 ms; the navigator's reveal and view under 0.5 s.
 
 Run: ``.venv/bin/python bench/graph.py [--nodes 100000]``
 """
@@ -146,6 +148,36 @@ def main() -> None:
     t_col, blocks = timed(lambda: graph.collapse(depth=1), 1)
     print(f"export  subgraph to Cytoscape.js     {t_cy * 1e3:9.3f} ms")
     print(f"collapse to {len(blocks)} layer blocks          {t_col * 1e3:9.1f} ms")
+    navigator_figures(n, args.repeat)
+
+
+def navigator_figures(n: int, repeat: int) -> None:
+    """The whole-model navigator on ``n`` ops in layers of 50 side by side: build, then reveal + view."""
+    import pandas as pd
+
+    from nbprec.graph.navigator import ModelNavigator
+
+    i = np.arange(n)
+    ops = pd.DataFrame({
+        "op": [f"Functional.op.{k}.forward" for k in i],
+        "order": i,
+        "module": [f"enc.layers.{k // 50}" for k in i],
+        "status": np.where(i % 9973 == 9972, "fail", "pass"),
+        "out_cosine": 1 - i / (10 * n),
+    })  # fmt: skip
+    t_nav, nav = timed(lambda: ModelNavigator.from_ops(ops, max_elements=300), repeat)
+    targets = iter(ops["op"].iloc[np.linspace(n // 10, n - 10, 100).astype(int)].tolist())
+
+    def reveal() -> int:
+        nav.reveal(next(targets))
+        return len(nav.view())
+
+    t_reveal, size = timed(reveal, repeat)
+    print(f"navigator of {n:,} ops in {n // 50:,} layers: built in {t_nav * 1e3:9.1f} ms")
+    print(
+        f"navigator reveal an op + view        {t_reveal * 1e3:9.1f} ms   ({size} elements; target < 500 ms: "
+        f"{'met' if t_reveal < 0.5 else 'NOT met'})"
+    )
 
 
 if __name__ == "__main__":

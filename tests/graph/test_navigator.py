@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 
 import numpy as np
 import pandas as pd
@@ -74,26 +73,20 @@ def test_a_flat_model_is_grouped_and_every_view_stays_within_the_budget():
     n = 100_000
     ops = deep_ops(n)
     ops["module"] = "enc.layers." + (ops["order"] // 50).astype(str)  # 2,000 layers side by side
-    start = time.perf_counter()
     nav = ModelNavigator.from_ops(ops, max_elements=300)
-    built = time.perf_counter() - start
     assert [n["label"] for n in nav.view().nodes] == ["enc"]
     nav.expand("module:enc")
     groups = [n for n in nav.view().nodes if not n["expanded"]]
     assert len(groups) <= nav.max_children and all(g["kind"] == "group" for g in groups)
     assert sum(g["members"] for g in groups) == n
     target = ops["op"].iloc[77_777]
-    start = time.perf_counter()
     nav.reveal(target)
     view = nav.view()
-    revealed = time.perf_counter() - start
     assert 0 < len(view) <= 300 and not view.truncated
     ops_drawn = {x["id"] for x in view.nodes if x["kind"] == "op"}
     assert target in ops_drawn and ops["op"].iloc[77_776] in ops_drawn and ops["op"].iloc[77_778] in ops_drawn
     # the failing ops are counted in the blocks that hold them, at every level
     assert nav.rollup("")["failing"] == (ops["status"] == "fail").sum() == sum(c for _, c in nav.failing_blocks())
-    print(f"10^5 ops: built {built:.2f} s, reveal + view {revealed * 1e3:.0f} ms, {len(view)} elements")
-    assert revealed < 0.5
 
 
 def test_opening_many_blocks_closes_the_oldest_to_keep_the_cap():

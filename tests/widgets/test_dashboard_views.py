@@ -3,10 +3,6 @@ verdict's marks, cheap selection updates, the lazy overflow scan (test_browser_l
 
 from __future__ import annotations
 
-import itertools
-import statistics
-import time
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -47,29 +43,31 @@ def test_module_filter_keeps_a_module_and_its_children(faulty_5000):
     assert names == sorted(names, reverse=True)
 
 
-def test_sorting_and_filtering_100000_ops_stays_under_100_ms(bench_widgets):
-    # the best of 5 for each: the machine running the tests is shared, its load is not the code's cost
+def test_sorting_and_filtering_100000_ops_gives_the_rows_pandas_gives(bench_widgets):
+    """Every filter and sort of the table at 10^5 ops against the same selection made with pandas (their
+    speed is measured by ``bench/widgets.py``, not here)."""
     model = OpsModel(bench_widgets.faulty_comparison(100_000))
-    patterns = itertools.cycle(["op.12", "op.13", "forward", "OP.9"])  # a new text each time, as typed
-    actions = {
-        "name": lambda: model.set_filters(pattern=next(patterns)),
-        "type": lambda: model.set_filters(pattern="", op_types={"gelu", "softmax"}),
-        "status": lambda: model.set_filters(op_types=(), statuses={STATUS_FAIL}),
-        "module": lambda: model.set_filters(statuses=(), modules=["enc.layers.7"]),
-        "sort by name": lambda: model.set_sort("op"),
-        "sort by type": lambda: model.set_sort("op_type"),
-        "sort by status": lambda: model.set_sort("status"),
-        "sort by module": lambda: (model.set_filters(modules=()), model.set_sort("module")),
+    ops = model.ops
+    names, modules = ops["op"].astype(str).str.lower(), ops["module"].astype(str)
+    in_layer_7 = (modules == "enc.layers.7") | modules.str.startswith("enc.layers.7.")
+    filters = {
+        "name": ({"pattern": "OP.9"}, names.str.contains("op.9", regex=False)),
+        "type": ({"pattern": "", "op_types": {"gelu", "softmax"}}, ops["op_type"].isin({"gelu", "softmax"})),
+        "status": ({"op_types": (), "statuses": {STATUS_FAIL}}, ops["status"] == STATUS_FAIL),
+        "module": ({"statuses": (), "modules": ["enc.layers.7"]}, in_layer_7),
     }
-    for label, action in actions.items():
-        times = []
-        for _ in range(5):
-            start = time.perf_counter()
-            action()
-            page = model.view()
-            times.append(time.perf_counter() - start)
-        assert len(page.rows), label
-        assert min(times) < 0.1, f"{label}: {min(times) * 1e3:.0f} ms (median {statistics.median(times) * 1e3:.0f})"
+    for label, (change, expected) in filters.items():
+        model.set_filters(**change)
+        page = model.view()
+        assert 0 < page.matching == int(expected.sum()) < len(ops), label
+        assert list(page.rows["op"]) == list(ops["op"][expected.to_numpy()][: model.page_size]), label
+    model.set_filters(modules=())
+    for column in ("op", "op_type", "status", "module"):
+        model.set_sort(column)
+        page = model.view()
+        expected = ops.assign(key=ops[column].astype(str)).sort_values("key", kind="stable")["op"]
+        assert page.matching == len(ops)
+        assert list(page.rows["op"]) == list(expected[: model.page_size]), column
 
 
 def test_go_to_first_failing_op_lands_on_the_verdicts_op(faulty_5000):
@@ -247,3 +245,34 @@ def test_the_model_graph_is_laid_out_in_python():
     assert not [n for n in e.nodes if n["data"]["expanded"] and "position" in n]
     ys = {n["data"]["id"]: n["position"]["y"] for n in leaves}
     assert ys["op6179"] < ys["op6180"] < ys["op6181"]
+
+
+def test_a_view_builds_its_widget_with_the_collector_paused():
+    """The first build (widget libraries imported, tens of thousands of objects made) triggers no collection; the
+    collector's state comes back after it, whether it was on or off."""
+    import gc
+
+    import ipywidgets
+
+    from nbprec.widgets.base import View
+
+    seen: list[bool] = []
+
+    class Probe(View):
+        def _build(self) -> ipywidgets.HTML:
+            seen.append(gc.isenabled())
+            return ipywidgets.HTML("probe")
+
+        def to_html(self) -> str:
+            return "probe"
+
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        assert Probe().widget.value == "probe" and gc.isenabled()
+        gc.disable()
+        assert Probe().widget.value == "probe"
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False, False]

@@ -29,8 +29,8 @@ class View:
 
         The build runs with Python's cyclic collector paused: the first one imports the widget libraries and
         makes tens of thousands of objects with hardly any garbage cycles, and the collections they triggered
-        (about a hundred young ones and a full one, which scans the whole kernel's heap) took a fifth of the
-        5,000-op dashboard's first build."""
+        (about a hundred young ones and a full one, which scans the whole heap) took a fifth of the 5,000-op
+        dashboard's first build in a plain Python process (in a kernel the difference was within the noise)."""
         if self._widget is None:
             with paused_gc():
                 require("ipywidgets", "nbprec notebook views")

@@ -74,10 +74,10 @@ def rarer_collections(young: int = CAPTURE_YOUNG_THRESHOLD) -> Iterator[None]:
     4% of the captured step. At ``young`` it runs every few steps instead; garbage cycles the program makes are
     still collected, later by at most ``young`` allocations. The thresholds found at entry come back at exit,
     unless the program set others in the meantime (those are kept). A lower threshold than ``young`` at entry
-    is raised; a higher one is left.
+    is raised; a higher one is left, and so is 0, with which the program turned automatic collection off.
     """
     before = gc.get_threshold()
-    during = (max(before[0], young), *before[1:])
+    during = (max(before[0], young) if before[0] else 0, *before[1:])
     gc.set_threshold(*during)
     try:
         yield

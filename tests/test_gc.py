@@ -85,6 +85,10 @@ def test_rarer_collections_raises_the_young_threshold_and_restores_it(collector_
     with rarer_collections(5000):
         assert gc.get_threshold() == (80_000, 5, 5)
     assert gc.get_threshold() == (80_000, 5, 5)
+    gc.set_threshold(0, 10, 10)  # 0: the program turned automatic collection off, and it stays off
+    with rarer_collections(5000):
+        assert gc.get_threshold() == (0, 10, 10)
+    assert gc.get_threshold() == (0, 10, 10)
 
 
 def test_rarer_collections_keeps_thresholds_the_program_set_in_the_block(collector_on):

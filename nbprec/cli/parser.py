@@ -121,6 +121,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     srv.add_argument("target", metavar="TARGET", help="target dump")
     srv.add_argument("bench", metavar="BENCH", help="benchmark dump")
     srv.add_argument("--port", type=int, help="TCP port (default: a free one)")
+    srv.add_argument(
+        "--no-preheat",
+        action="store_true",
+        help="compute the dashboard when a page is opened, not ahead in a kernel started with the server",
+    )
     _add_rule_options(srv)
     srv.set_defaults(func=_cmd_serve)
 

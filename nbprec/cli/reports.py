@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 
 from nbprec.cli._text import _count, _human_bytes, _rule_arg
 from nbprec.cli.dumps import _cmd_info
@@ -103,9 +104,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # installed before Voila starts, so that a signal at any moment stops it (serve() stops it on errors)
     previous = {sig: signal.signal(sig, stop_on_signal) for sig in _STOP_SIGNALS}
     try:
-        server = serve(args.target, args.bench, port=args.port, rule=_rule_arg(args))
+        start = time.monotonic()
+        server = serve(args.target, args.bench, port=args.port, rule=_rule_arg(args), preheat=not args.no_preheat)
         try:
             print(f"nbprec dashboard: {server.url}  (Voila; press Ctrl-C to stop)", flush=True)
+            if server.preheat:
+                print("preparing the dashboard ahead in a kernel, so that the page opens at once ...", flush=True)
+                if server.wait_ready():
+                    print(f"dashboard ready ({time.monotonic() - start:.1f} s): open {server.url}", flush=True)
             server.process.wait()
         finally:
             server.stop()

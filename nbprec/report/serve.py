@@ -5,6 +5,12 @@ cells: the parameters (paths as Python literals) and ``nbprec.explore(...)``; Vo
 shows only the outputs, so the page is the live dashboard with no code. Voila runs with nbprec's page template
 (``templates/nbprec_serve``, copied into Voila's template path): Voila's lab page without its Font Awesome
 links to a CDN, so the page requests nothing from outside the machine.
+
+The dashboard is prepared before anyone asks for it (``preheat``, the default): Voila starts a kernel as soon
+as it starts and runs the notebook in it, so that opening the page costs only the browser's part, not the
+kernel's start, the imports and the comparison. The notebook then creates :data:`READY_FILE` in the server's
+folder (:meth:`DashboardServer.wait_ready`). Each page takes the prepared kernel; :data:`REFILL_SECONDS` later
+Voila starts the next one, so a page opened after that is ready too (each kernel runs the comparison once).
 """
 
 from __future__ import annotations
@@ -26,6 +32,11 @@ from nbprec.report.notebook import KERNEL, ReportError, parameters_source, strip
 #: nbprec's Voila template: Voila's lab page without Font Awesome from a CDN (Voila serves its own copy).
 TEMPLATE = "nbprec_serve"
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates" / TEMPLATE
+#: The file the dashboard notebook creates in the server's folder once its dashboard cell has run.
+READY_FILE = "dashboard-ready"
+#: Seconds Voila waits, after a page took the prepared kernel, before it starts the next one: long enough for
+#: that page to draw without a second comparison competing for the processor.
+REFILL_SECONDS = 5.0
 
 
 def _install_template(home: Path) -> Path:
@@ -38,22 +49,27 @@ def _install_template(home: Path) -> Path:
 
 _EXPLORE = """\
 import nbprec
-dash = nbprec.explore(TARGET, BENCH, rule=RULE)
+try:
+    dash = nbprec.explore(TARGET, BENCH, rule=RULE)
+finally:  # prepared (or failed, and the page shows why): DashboardServer.wait_ready returns
+    open(READY, "w").close()
 dash"""
 
 
 def write_dashboard_notebook(
     path: str | os.PathLike[str], target: str | os.PathLike[str], bench: str | os.PathLike[str], rule: str = "default"
 ) -> Path:
-    """Write the dashboard notebook (parameters cell, then ``nbprec.explore``) to ``path``."""
+    """Write the dashboard notebook (parameters cell, then ``nbprec.explore``) to ``path``; it creates
+    :data:`READY_FILE` beside itself once the dashboard is built."""
     nbformat = require("nbformat", "nbprec serve", extra="report")
     v4 = nbformat.v4
-    params = {"target": str(Path(target).resolve()), "bench": str(Path(bench).resolve()), "rule": rule}
+    path = Path(path)
+    params = {"target": str(Path(target).resolve()), "bench": str(Path(bench).resolve()), "rule": rule,
+              "ready": str(path.resolve().parent / READY_FILE)}  # fmt: skip
     cell = v4.new_code_cell(parameters_source(params))
     cell.metadata["tags"] = ["parameters"]
     nb = v4.new_notebook(cells=[cell, v4.new_code_cell(_EXPLORE)])
     nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(path))
     return path
@@ -68,13 +84,31 @@ def free_port() -> int:
 
 @dataclass
 class DashboardServer:
-    """A running Voila server: its URL, process, notebook and log. Use as a context manager, or :meth:`stop`."""
+    """A running Voila server: its URL, process, notebook and log. Use as a context manager, or :meth:`stop`.
+
+    ``preheat``: whether Voila prepares the page before it is asked for (see the module's text)."""
 
     url: str
     process: subprocess.Popen
     notebook: Path
     log: Path
     _tmp: Any = None
+    preheat: bool = False
+
+    @property
+    def ready_file(self) -> Path:
+        """The file the notebook creates once its dashboard is built (:data:`READY_FILE`, beside the notebook)."""
+        return self.notebook.parent / READY_FILE
+
+    def wait_ready(self, timeout: float | None = None, poll: float = 0.1) -> bool:
+        """Wait until the dashboard is built (with ``preheat``, before any page asks for it): True once
+        :attr:`ready_file` exists, False after ``timeout`` seconds (None: no limit) or when Voila exited."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.ready_file.exists():
+            if self.process.poll() is not None or (deadline is not None and time.monotonic() >= deadline):
+                return False
+            time.sleep(poll)
+        return True
 
     def stop(self, timeout: float = 20) -> None:
         """Stop Voila (terminate, then kill after ``timeout`` seconds) and remove its temporary folder."""
@@ -104,6 +138,8 @@ def serve(
     rule: str = "default",
     workdir: str | os.PathLike[str] | None = None,
     ready_timeout: float = 60,
+    preheat: bool = True,
+    refill_seconds: float = REFILL_SECONDS,
 ) -> DashboardServer:
     """Start Voila on 127.0.0.1 serving the explore dashboard of ``target`` against ``bench``.
 
@@ -120,11 +156,17 @@ def serve(
         removed by :meth:`DashboardServer.stop`).
     ready_timeout
         Seconds to wait for the server to answer.
+    preheat
+        Prepare the dashboard now, in a kernel started ahead, so that opening the page does not wait for a
+        kernel and the comparison (:meth:`DashboardServer.wait_ready` says when it is done). False: each page
+        starts its kernel and computes the dashboard when it is opened.
+    refill_seconds
+        With ``preheat``: seconds after a page took the prepared kernel before Voila prepares the next one.
 
     Returns
     -------
     DashboardServer
-        Open ``.url`` in a browser; the dashboard is computed when the page is opened.
+        Open ``.url`` in a browser.
 
     Raises
     ------
@@ -141,11 +183,44 @@ def serve(
         workdir = tmp.name
     home = Path(workdir)
     nb = write_dashboard_notebook(home / "nbprec-dashboard.ipynb", target, bench, rule=rule)
-    port = port or free_port()
+    return start_voila(nb, port=port, ready_timeout=ready_timeout, preheat=preheat, refill_seconds=refill_seconds,
+                       tmp=tmp)  # fmt: skip
+
+
+def voila_command(
+    notebook: Path, port: int, *, preheat: bool = True, refill_seconds: float = REFILL_SECONDS
+) -> list[str]:
+    """The command line that runs Voila on ``notebook`` as :func:`serve` does (nbprec's template, 127.0.0.1)."""
+    if refill_seconds < 0:
+        raise ValueError(f"refill_seconds must be >= 0, not {refill_seconds}")
     voila = shutil.which("voila", path=str(Path(sys.executable).parent)) or shutil.which("voila")
     base = [voila] if voila else [sys.executable, "-m", "voila"]
-    cmd = [*base, str(nb), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1", f"--template={TEMPLATE}",
+    cmd = [*base, str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1", f"--template={TEMPLATE}",
            "--ServerApp.port_retries=0", "--VoilaConfiguration.show_tracebacks=True"]  # fmt: skip
+    if preheat:  # a pool of one kernel, which runs the notebook as soon as it starts
+        cmd += ["--VoilaConfiguration.preheat_kernel=True", "--VoilaConfiguration.default_pool_size=1",
+                f"--VoilaKernelManager.fill_delay={refill_seconds:g}"]  # fmt: skip
+    return cmd
+
+
+def start_voila(
+    notebook: str | os.PathLike[str],
+    *,
+    port: int | None = None,
+    ready_timeout: float = 60,
+    preheat: bool = True,
+    refill_seconds: float = REFILL_SECONDS,
+    tmp: Any = None,
+) -> DashboardServer:
+    """Run Voila on ``notebook`` (any notebook: :func:`serve` passes the dashboard's) as :func:`serve` does, its
+    Jupyter folders and log beside it; returns once it accepts connections. A notebook that creates
+    :data:`READY_FILE` beside itself when its dashboard is built lets :meth:`DashboardServer.wait_ready` work.
+    ``tmp``: a temporary folder the server removes when stopped."""
+    notebook = Path(notebook)
+    home = notebook.parent
+    (home / READY_FILE).unlink(missing_ok=True)
+    port = port or free_port()
+    cmd = voila_command(notebook, port, preheat=preheat, refill_seconds=refill_seconds)
     env = {
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(home / "jupyter-config"),
@@ -156,7 +231,7 @@ def serve(
     log = home / "voila.log"
     with log.open("w") as handle:
         proc = subprocess.Popen(cmd, cwd=home, env=env, stdout=handle, stderr=subprocess.STDOUT)
-    server = DashboardServer(f"http://127.0.0.1:{port}/", proc, nb, log, tmp)
+    server = DashboardServer(f"http://127.0.0.1:{port}/", proc, notebook, log, tmp, preheat)
     try:
         _wait_until_serving(server, port, ready_timeout)
     except BaseException:  # not started, or interrupted while starting: never leave Voila running

@@ -111,7 +111,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             if server.preheat:
                 print("preparing the dashboard ahead in a kernel, so that the page opens at once ...", flush=True)
                 if server.wait_ready():
-                    print(f"dashboard ready ({time.monotonic() - start:.1f} s): open {server.url}", flush=True)
+                    took = time.monotonic() - start
+                    if server.problem is None:
+                        print(f"dashboard ready ({took:.1f} s): open {server.url}", flush=True)
+                    else:
+                        print(f"nbprec: the dashboard could not be built ({took:.1f} s): {server.problem}; the page "
+                              "shows the traceback", file=sys.stderr, flush=True)  # fmt: skip
             server.process.wait()
         finally:
             server.stop()

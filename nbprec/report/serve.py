@@ -48,11 +48,23 @@ def _install_template(home: Path) -> Path:
 
 
 _EXPLORE = """\
+import os
+
 import nbprec
+
+
+def _prepared(problem=""):  # DashboardServer.wait_ready returns, and .problem says what went wrong
+    with open(READY + ".part", "w", encoding="utf-8") as part:
+        part.write(problem)
+    os.replace(READY + ".part", READY)
+
+
 try:
     dash = nbprec.explore(TARGET, BENCH, rule=RULE)
-finally:  # prepared (or failed, and the page shows why): DashboardServer.wait_ready returns
-    open(READY, "w").close()
+except BaseException as exc:  # the page shows the traceback
+    _prepared(f"{type(exc).__name__}: {exc}")
+    raise
+_prepared()
 dash"""
 
 
@@ -100,9 +112,20 @@ class DashboardServer:
         """The file the notebook creates once its dashboard is built (:data:`READY_FILE`, beside the notebook)."""
         return self.notebook.parent / READY_FILE
 
+    @property
+    def problem(self) -> str | None:
+        """Why the notebook could not build the dashboard (the exception, as the page shows it); None while it
+        is not done or when it succeeded."""
+        try:
+            text = self.ready_file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        return text.strip() or None
+
     def wait_ready(self, timeout: float | None = None, poll: float = 0.1) -> bool:
-        """Wait until the dashboard is built (with ``preheat``, before any page asks for it): True once
-        :attr:`ready_file` exists, False after ``timeout`` seconds (None: no limit) or when Voila exited."""
+        """Wait until the notebook has built the dashboard (with ``preheat``, before any page asks for it), or
+        failed to (:attr:`problem` says why): True once :attr:`ready_file` exists, False after ``timeout``
+        seconds (None: no limit) or when Voila exited."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.ready_file.exists():
             if self.process.poll() is not None or (deadline is not None and time.monotonic() >= deadline):

@@ -81,6 +81,22 @@ def test_serve_without_preheat_computes_when_the_page_opens(tiny_pair, tmp_path)
         assert "pre-heated" not in server.log.read_text()
 
 
+def test_serve_says_why_the_dashboard_could_not_be_built(tiny_pair, tmp_path):
+    """A benchmark folder with no dump in it: the prepared kernel fails, the server says why, the page shows it."""
+    pytest.importorskip("voila")
+    from nbprec.report import serve
+
+    empty = tmp_path / "no dump here"
+    empty.mkdir()
+    with serve(tiny_pair[0], empty, workdir=tmp_path / "server") as server, bs.chromium() as ctx:
+        assert server.wait_ready(timeout=180), server.log.read_text()[-2000:]
+        assert server.problem is not None
+        assert server.problem.startswith("EmptyDumpError: ") and "no dump in it" in server.problem
+        page = ctx.new_page()
+        page.goto(server.url, timeout=bs.TIMEOUT_MS)
+        page.wait_for_selector("text=EmptyDumpError", timeout=bs.TIMEOUT_MS)
+
+
 def test_voila_command_preheat_options(tmp_path):
     from nbprec.report.serve import voila_command
 
@@ -115,6 +131,25 @@ def test_cli_serve_prints_the_url_then_ready(tiny_pair, tmp_path):
     # Voila went with it: nothing listens on the port any more
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_cli_serve_says_when_the_dashboard_failed(tiny_pair, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nbprec", "serve", str(tiny_pair[0]), str(empty)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert "nbprec dashboard: http://127.0.0.1:" in proc.stdout.readline()
+        assert "preparing the dashboard" in proc.stdout.readline()
+        failed = proc.stdout.readline()
+        assert failed.startswith("nbprec: the dashboard could not be built (") and "EmptyDumpError" in failed, failed
+        assert str(empty) in failed and "the page shows the traceback" in failed
+        assert proc.poll() is None  # still serving: the page shows the traceback
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_cli_serve_no_preheat_prints_only_the_url(tiny_pair, tmp_path):

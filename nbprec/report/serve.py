@@ -10,7 +10,8 @@ The dashboard is prepared before anyone asks for it (``preheat``, the default): 
 as it starts and runs the notebook in it, so that opening the page costs only the browser's part, not the
 kernel's start, the imports and the comparison. The notebook then creates :data:`READY_FILE` in the server's
 folder (:meth:`DashboardServer.wait_ready`). Each page takes the prepared kernel; :data:`REFILL_SECONDS` later
-Voila starts the next one, so a page opened after that is ready too (each kernel runs the comparison once).
+Voila starts the next one, so that a page opened after that is ready too. Only the first kernel compares the
+dumps: it saves the comparison in :data:`SAVED_FOLDER`, which the next kernels load.
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ TEMPLATE = "nbprec_serve"
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates" / TEMPLATE
 #: The file the dashboard notebook creates in the server's folder once its dashboard cell has run.
 READY_FILE = "dashboard-ready"
+#: The folder, beside the notebook, of the comparison the first kernel made (:meth:`Comparison.save`): every
+#: later page loads it rather than comparing the dumps again, so all pages show the dumps as first compared.
+SAVED_FOLDER = "comparison"
 #: Seconds Voila waits, after a page took the prepared kernel, before it starts the next one: long enough for
-#: that page to draw without a second comparison competing for the processor.
+#: that page to draw without the next kernel's start competing for the processor.
 REFILL_SECONDS = 5.0
 
 
@@ -49,6 +53,7 @@ def _install_template(home: Path) -> Path:
 
 _EXPLORE = """\
 import os
+import shutil
 
 import nbprec
 
@@ -59,8 +64,23 @@ def _prepared(problem=""):  # DashboardServer.wait_ready returns, and .problem s
     os.replace(READY + ".part", READY)
 
 
+def _comparison():  # the first kernel compares and saves; the next ones (a reload, a new tab) load that
+    if os.path.isfile(os.path.join(SAVED, "comparison.json")):
+        try:
+            return nbprec.Comparison.load(SAVED)
+        except (nbprec.NbprecError, OSError, ValueError):  # damaged: compare again
+            pass
+    comparison = nbprec.compare(TARGET, BENCH, rule=RULE)
+    part = f"{SAVED}.part{os.getpid()}"
+    try:
+        os.replace(comparison.save(part), SAVED)
+    except OSError:  # another kernel saved it first, or no room: this one is not kept
+        shutil.rmtree(part, ignore_errors=True)
+    return comparison
+
+
 try:
-    dash = nbprec.explore(TARGET, BENCH, rule=RULE)
+    dash = nbprec.explore(_comparison(), target=TARGET, bench=BENCH)
 except BaseException as exc:  # the page shows the traceback
     _prepared(f"{type(exc).__name__}: {exc}")
     raise
@@ -72,12 +92,14 @@ def write_dashboard_notebook(
     path: str | os.PathLike[str], target: str | os.PathLike[str], bench: str | os.PathLike[str], rule: str = "default"
 ) -> Path:
     """Write the dashboard notebook (parameters cell, then ``nbprec.explore``) to ``path``; it creates
-    :data:`READY_FILE` beside itself once the dashboard is built."""
+    :data:`READY_FILE` beside itself once the dashboard is built, and saves its comparison in
+    :data:`SAVED_FOLDER` there (or loads it, when an earlier kernel saved it)."""
     nbformat = require("nbformat", "nbprec serve", extra="report")
     v4 = nbformat.v4
     path = Path(path)
+    home = path.resolve().parent
     params = {"target": str(Path(target).resolve()), "bench": str(Path(bench).resolve()), "rule": rule,
-              "ready": str(path.resolve().parent / READY_FILE)}  # fmt: skip
+              "ready": str(home / READY_FILE), "saved": str(home / SAVED_FOLDER)}  # fmt: skip
     cell = v4.new_code_cell(parameters_source(params))
     cell.metadata["tags"] = ["parameters"]
     nb = v4.new_notebook(cells=[cell, v4.new_code_cell(_EXPLORE)])

@@ -42,12 +42,14 @@ def _open_dashboard(ctx, url: str) -> tuple[object, float]:
 def test_serve_renders_the_dashboard_prepared_ahead(tiny_pair, tmp_path):
     pytest.importorskip("voila")
     from nbprec.report import serve
+    from nbprec.report.serve import SAVED_FOLDER
 
     with serve(*tiny_pair, workdir=tmp_path, refill_seconds=0.5) as server, bs.chromium() as ctx:
         assert server.url.startswith("http://127.0.0.1:")
         assert server.preheat
         # the comparison ran before any page asked for it
         assert server.wait_ready(timeout=180), server.log.read_text()[-2000:]
+        assert (tmp_path / SAVED_FOLDER / "comparison.json").is_file()  # for the next kernels
         blocked = bs.block_network(ctx, allow_hosts=("127.0.0.1",))
         page, seconds = _open_dashboard(ctx, server.url)
         # nothing leaves the machine: not even Font Awesome, which Voila's lab page links from a CDN
@@ -167,3 +169,40 @@ def test_cli_serve_no_preheat_prints_only_the_url(tiny_pair, tmp_path):
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
     assert "preparing" not in out and "ready" not in out, out
+
+
+def _run_dashboard_cells(notebook) -> dict:
+    """Run the dashboard notebook's code cells here, as a kernel would; their namespace."""
+    import nbformat
+
+    namespace: dict = {}
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        exec(compile(cell.source, str(notebook), "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("damage", [False, True])
+def test_later_kernels_load_the_first_comparison(tiny_pair, tmp_path, monkeypatch, damage):
+    """The notebook's first run compares and saves; a later one (Voila's next prepared kernel, a reload) loads
+    that comparison instead of comparing again, unless it is damaged."""
+    pytest.importorskip("ipywidgets")
+    import nbprec
+    from nbprec.report.serve import READY_FILE, SAVED_FOLDER, write_dashboard_notebook
+
+    notebook = write_dashboard_notebook(tmp_path / "dashboard.ipynb", *tiny_pair)
+    first = _run_dashboard_cells(notebook)["dash"].comparison
+    saved = tmp_path / SAVED_FOLDER
+    assert (saved / "comparison.json").is_file() and (tmp_path / READY_FILE).read_text() == ""
+    assert not list(tmp_path.glob(f"{SAVED_FOLDER}.part*"))
+    calls = []
+    compare = nbprec.compare
+    monkeypatch.setattr(nbprec, "compare", lambda *a, **k: calls.append(a) or compare(*a, **k))
+    if damage:
+        (saved / "comparison.json").write_text("{not json")
+    (tmp_path / READY_FILE).unlink()
+    again = _run_dashboard_cells(notebook)["dash"].comparison
+    assert len(calls) == int(damage)
+    assert (tmp_path / READY_FILE).exists()
+    assert again.table["target_name"].tolist() == first.table["target_name"].tolist()
+    assert again.table["cosine"].tolist() == pytest.approx(first.table["cosine"].tolist(), nan_ok=True)
+    assert again.first_failing_op()["op"] == first.first_failing_op()["op"] == "Functional.gelu.1.forward"

@@ -20,6 +20,9 @@ from nbprec.errors import NbprecError
 
 # The subcommands whose parsers this module builds; the others (config, model-explorer, diagnose) come from
 # their own packages, imported only when the command line may name them.
+#: The commands that write, execute or serve notebooks: they defer an import that costs a second (nbformat,
+#: nbclient and Voila import jsonschema, whose IRI checker compiles a grammar: nbprec._deferred_imports).
+_NOTEBOOK_COMMANDS = frozenset({"demo", "report", "serve"})
 _OWN_COMMANDS = frozenset({"info", "demo", "compare", "isolate", "overflow", "report", "serve", "ni", "daemon"})
 
 
@@ -166,6 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((a for a in args_list if not a.startswith("-")), None)
     parser = build_parser(command) if command in _OWN_COMMANDS else build_parser()
     args = parser.parse_args(args_list)
+    if command in _NOTEBOOK_COMMANDS:  # this process is the command's own (a kernel's %nbprec is left alone)
+        from nbprec._deferred_imports import defer_iri_grammar
+
+        defer_iri_grammar()
     try:
         return int(args.func(args) or 0)
     except NbprecError as exc:

@@ -238,10 +238,10 @@ def voila_command(
     """The command line that runs Voila on ``notebook`` as :func:`serve` does (nbprec's template, 127.0.0.1)."""
     if refill_seconds < 0:
         raise ValueError(f"refill_seconds must be >= 0, not {refill_seconds}")
-    voila = shutil.which("voila", path=str(Path(sys.executable).parent)) or shutil.which("voila")
-    base = [voila] if voila else [sys.executable, "-m", "voila"]
-    cmd = [*base, str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1", f"--template={TEMPLATE}",
-           "--ServerApp.port_retries=0", "--VoilaConfiguration.show_tracebacks=True"]  # fmt: skip
+    # Voila's own command, through nbprec's launcher: the same, a second sooner (nbprec._deferred_imports)
+    cmd = [sys.executable, "-m", "nbprec._voila", str(notebook), "--no-browser", f"--port={port}",
+           "--Voila.ip=127.0.0.1", f"--template={TEMPLATE}", "--ServerApp.port_retries=0",
+           "--VoilaConfiguration.show_tracebacks=True"]  # fmt: skip
     if preheat:  # a pool of one kernel, which runs the notebook as soon as it starts
         cmd += ["--VoilaConfiguration.preheat_kernel=True", "--VoilaConfiguration.default_pool_size=1",
                 f"--VoilaKernelManager.fill_delay={refill_seconds:g}"]  # fmt: skip

@@ -1,0 +1,102 @@
+"""How long the notebook commands make a user wait: ``nbprec report`` and ``nbprec serve``, whole processes.
+
+- ``nbprec report T B -o OUT.html``: the wall clock of the command (the report notebook built, executed in a
+  kernel and exported);
+- ``nbprec serve T B``: from the command's start to its URL line (Voila accepts connections), and to its
+  ``dashboard ready`` line (the dashboard built in Voila's preheated kernel, so that the page opens at once).
+
+T and B are the demo's tiny encoder runs (bfloat16 with the planted faulty GELU, float32; ``nbprec demo``'s, made
+here with torch). ``--baseline DIR`` (another nbprec tree: a checkout with its extensions built) runs the same
+commands from there (``PYTHONPATH=DIR``), interleaved round by round with this tree; medians of ``--repeat``
+rounds and the median of the paired ratios are printed.
+
+Usage::
+
+    .venv/bin/python bench/commands.py [--repeat 6] [--baseline DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import timing  # bench/timing.py
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env(tree: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(tree)}
+
+
+def report_seconds(tree: Path, target: Path, bench: Path, out: Path) -> float:
+    """Wall seconds of ``nbprec report`` run from ``tree``."""
+    cmd = [sys.executable, "-m", "nbprec", "report", str(target), str(bench), "-o", str(out)]
+    return timing.whole_process(cmd, env=_env(tree))
+
+
+def serve_seconds(tree: Path, target: Path, bench: Path) -> tuple[float, float]:
+    """Seconds from ``nbprec serve``'s start (run from ``tree``) to its URL line and to ``dashboard ready``."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nbprec", "serve", str(target), str(bench)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tree), cwd="/",
+    )  # fmt: skip
+    try:
+        lines = [proc.stdout.readline()]
+        url = time.perf_counter() - start
+        while "dashboard ready" not in lines[-1]:
+            lines.append(proc.stdout.readline())
+            if not lines[-1]:
+                raise SystemExit("nbprec serve ended before the dashboard was ready:\n" + "".join(lines))
+        return url, time.perf_counter() - start
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=6, help="interleaved rounds (medians; at least 5)")
+    parser.add_argument("--baseline", type=Path, help="another nbprec tree, timed interleaved with this one")
+    args = parser.parse_args()
+    from nbprec.demo import tiny_runs
+
+    trees = {"this tree": ROOT}
+    if args.baseline is not None:
+        trees["baseline"] = args.baseline.resolve()
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {r.name: r.path for r in tiny_runs(Path(tmp) / "runs")}
+        target, bench = runs["tiny_bf16_faulty"], runs["tiny_fp32"]
+        times: dict[str, dict[str, list[float]]] = {name: {"report": [], "url": [], "ready": []} for name in trees}
+        names = list(trees)
+        for round_ in range(max(args.repeat, 5)):
+            order = names[round_ % len(names) :] + names[: round_ % len(names)]
+            for name in order:
+                t = times[name]
+                t["report"].append(report_seconds(trees[name], target, bench, Path(tmp) / f"{len(t['report'])}.html"))
+                url, ready = serve_seconds(trees[name], target, bench)
+                t["url"].append(url)
+                t["ready"].append(ready)
+            print(f"  round {round_ + 1}: " + "; ".join(
+                f"{n} report {times[n]['report'][-1]:.2f} s, serve URL {times[n]['url'][-1]:.2f} s, ready "
+                f"{times[n]['ready'][-1]:.2f} s" for n in names), flush=True)  # fmt: skip
+    print(f"\nmachine: {timing.machine()}")
+    labels = {"report": "nbprec report (whole command)", "url": "nbprec serve to its URL",
+              "ready": "nbprec serve to dashboard ready"}  # fmt: skip
+    for key, label in labels.items():
+        line = "; ".join(f"{n} {timing.median(times[n][key]):.2f} s" for n in names)
+        if len(names) == 2:
+            pairs = [a / b for a, b in zip(times[names[0]][key], times[names[1]][key], strict=True)]
+            line += f" (paired ratio {statistics.median(pairs):.3f})"
+        print(f"  {label:34s} {line}   runs: " + " | ".join(timing.runs_text(times[n][key]) for n in names))
+
+
+if __name__ == "__main__":
+    main()

@@ -67,9 +67,11 @@ def _prepared(problem=""):  # DashboardServer.wait_ready returns, and .problem s
 def _comparison():  # the first kernel compares and saves; the next ones (a reload, a new tab) load that
     if os.path.isfile(os.path.join(SAVED, "comparison.json")):
         try:
-            return nbprec.Comparison.load(SAVED)
+            saved = nbprec.Comparison.load(SAVED)
         except (nbprec.NbprecError, OSError, ValueError):  # damaged: compare again
-            pass
+            saved = None
+        if saved is not None and (saved.meta.get("target"), saved.meta.get("bench")) == (TARGET, BENCH):
+            return saved
     comparison = nbprec.compare(TARGET, BENCH, rule=RULE)
     part = f"{SAVED}.part{os.getpid()}"
     try:
@@ -232,6 +234,15 @@ def serve(
                        tmp=tmp)  # fmt: skip
 
 
+def clear_prepared(home: Path) -> None:
+    """Remove what an earlier server's notebook left in ``home`` (its ready file, its saved comparison and any
+    half-written one), so that a new server in the same folder neither reports ready early nor loads another
+    pair's comparison."""
+    (home / READY_FILE).unlink(missing_ok=True)
+    for folder in (home / SAVED_FOLDER, *home.glob(f"{SAVED_FOLDER}.part*")):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def voila_command(
     notebook: Path, port: int, *, preheat: bool = True, refill_seconds: float = REFILL_SECONDS
 ) -> list[str]:
@@ -263,7 +274,7 @@ def start_voila(
     ``tmp``: a temporary folder the server removes when stopped."""
     notebook = Path(notebook)
     home = notebook.parent
-    (home / READY_FILE).unlink(missing_ok=True)
+    clear_prepared(home)
     port = port or free_port()
     cmd = voila_command(notebook, port, preheat=preheat, refill_seconds=refill_seconds)
     env = {

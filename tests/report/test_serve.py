@@ -206,3 +206,20 @@ def test_later_kernels_load_the_first_comparison(tiny_pair, tmp_path, monkeypatc
     assert again.table["target_name"].tolist() == first.table["target_name"].tolist()
     assert again.table["cosine"].tolist() == pytest.approx(first.table["cosine"].tolist(), nan_ok=True)
     assert again.first_failing_op()["op"] == first.first_failing_op()["op"] == "Functional.gelu.1.forward"
+
+
+def test_a_new_server_clears_what_an_earlier_one_prepared(tiny_pair, tmp_path):
+    """A workdir used again (for another pair, say): the ready file and the saved comparisons are removed
+    before Voila starts, and a saved comparison of other dumps is never loaded."""
+    pytest.importorskip("ipywidgets")
+    from nbprec.report.serve import READY_FILE, SAVED_FOLDER, clear_prepared, write_dashboard_notebook
+
+    first = write_dashboard_notebook(tmp_path / "dashboard.ipynb", *tiny_pair)
+    _run_dashboard_cells(first)
+    (tmp_path / f"{SAVED_FOLDER}.part123").mkdir()
+    swapped = write_dashboard_notebook(tmp_path / "dashboard.ipynb", tiny_pair[1], tiny_pair[0])  # other pair
+    comparison = _run_dashboard_cells(swapped)["dash"].comparison
+    assert comparison.meta["target"] == str(tiny_pair[1].resolve())  # compared again, not loaded
+    clear_prepared(tmp_path)
+    assert not (tmp_path / READY_FILE).exists() and not (tmp_path / SAVED_FOLDER).exists()
+    assert not list(tmp_path.glob(f"{SAVED_FOLDER}.part*"))

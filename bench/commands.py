@@ -7,8 +7,9 @@
 
 T and B are the demo's tiny encoder runs (bfloat16 with the planted faulty GELU, float32; ``nbprec demo``'s, made
 here with torch). ``--baseline DIR`` (another nbprec tree: a checkout with its extensions built) runs the same
-commands from there (``PYTHONPATH=DIR``), interleaved round by round with this tree; medians of ``--repeat``
-rounds and the median of the paired ratios are printed.
+commands from there (``PYTHONPATH=DIR``), interleaved round by round with this tree (``timing.interleave``:
+the reports first, then the servers); medians of ``--repeat`` rounds and the median of the paired ratios are
+printed.
 
 Usage::
 
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import timing  # bench/timing.py
@@ -74,19 +76,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         runs = {r.name: r.path for r in tiny_runs(Path(tmp) / "runs")}
         target, bench = runs["tiny_bf16_faulty"], runs["tiny_fp32"]
-        times: dict[str, dict[str, list[float]]] = {name: {"report": [], "url": [], "ready": []} for name in trees}
-        names = list(trees)
-        for round_ in range(max(args.repeat, 5)):
-            order = names[round_ % len(names) :] + names[: round_ % len(names)]
-            for name in order:
-                t = times[name]
-                t["report"].append(report_seconds(trees[name], target, bench, Path(tmp) / f"{len(t['report'])}.html"))
+        reports = iter(range(1 << 30))
+        rounds = max(args.repeat, 5)
+        report = timing.interleave(
+            {n: lambda t=t: report_seconds(t, target, bench, Path(tmp) / f"{next(reports)}.html")
+             for n, t in trees.items()}, rounds, "nbprec report, ")  # fmt: skip
+        urls: dict[str, list[float]] = {n: [] for n in trees}
+
+        def serve_runner(name: str) -> Callable[[], float]:
+            def run() -> float:  # returns the seconds to "dashboard ready", keeps those to the URL
                 url, ready = serve_seconds(trees[name], target, bench)
-                t["url"].append(url)
-                t["ready"].append(ready)
-            print(f"  round {round_ + 1}: " + "; ".join(
-                f"{n} report {times[n]['report'][-1]:.2f} s, serve URL {times[n]['url'][-1]:.2f} s, ready "
-                f"{times[n]['ready'][-1]:.2f} s" for n in names), flush=True)  # fmt: skip
+                urls[name].append(url)
+                return ready
+
+            return run
+
+        ready = timing.interleave({n: serve_runner(n) for n in trees}, rounds, "nbprec serve to ready, ")
+    times = {n: {"report": report[n], "url": urls[n], "ready": ready[n]} for n in trees}
+    names = list(trees)
     print(f"\nmachine: {timing.machine()}")
     labels = {"report": "nbprec report (whole command)", "url": "nbprec serve to its URL",
               "ready": "nbprec serve to dashboard ready"}  # fmt: skip

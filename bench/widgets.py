@@ -246,11 +246,14 @@ _CONTENT_HEIGHT_JS = (
 )
 
 
-def dashboard_notebook(path: Path, source: str, package_root: Path | None = None) -> Path:
+def dashboard_notebook(
+    path: Path, source: str, package_root: Path | None = None, ready_file: Path | None = None
+) -> Path:
     """A notebook that opens the dashboard: ``source`` is ``"msprobe"`` (the 100-op fixture comparison, with
     tensors), ``"demo"`` (``nbprec demo``'s tiny encoder with its faulty GELU, needs torch) or an op count (a
     :func:`faulty_comparison`); it prints the kernel-side seconds of each step (:func:`kernel_seconds` reads
-    them). ``package_root``: import ``nbprec`` from there (another version, for a baseline in the same run)."""
+    them). ``package_root``: import ``nbprec`` from there (another version, for a baseline in the same run).
+    ``ready_file``: a last cell creates it, as ``nbprec serve``'s notebook does once the dashboard is built."""
     import nbformat
 
     root = Path(__file__).resolve().parents[1]
@@ -279,6 +282,8 @@ def dashboard_notebook(path: Path, source: str, package_root: Path | None = None
             " (explore + widgets) in {t2 - t1:.2f} s; displayed in {t3 - t2:.2f} s')"
         ),
     ]
+    if ready_file is not None:
+        nb.cells.append(nbformat.v4.new_code_cell(f"open({str(ready_file)!r}, 'w').close()"))
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
     return path
@@ -340,13 +345,7 @@ def _voila_dashboard(browser: object, folder: Path, source: str, shot: Path | No
     served = bs.serve_voila(dashboard_notebook(folder / "dashboard.ipynb", source, package_root), folder)
     url = next(served)
     try:
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
-        start = time.perf_counter()
-        page.goto(url, timeout=180_000)
-        page.wait_for_function(_DASHBOARD_READY_JS, timeout=180_000)
-        render = time.perf_counter() - start
-        server = page.evaluate(_RESPONSE_END_JS)
-        kernel = kernel_seconds(page.locator("text=kernel-side").first.inner_text())
+        page, render, server, kernel = _load_dashboard(browser, url)
         height = page.evaluate(_CONTENT_HEIGHT_JS)
         if shot is not None:
             page.screenshot(path=str(shot))  # the 1440 x 900 window
@@ -358,32 +357,33 @@ def _voila_dashboard(browser: object, folder: Path, source: str, shot: Path | No
             "graph": [c[1] for c in clicks if c[1] == c[1]]}  # fmt: skip
 
 
+def _load_dashboard(browser: object, url: str) -> tuple[object, float, float, dict[str, float]]:
+    """A 1440 x 900 page of the dashboard at ``url``: (the page, seconds from the request to every view drawn,
+    its last byte's second, the kernel-side seconds it prints)."""
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    start = time.perf_counter()
+    page.goto(url, timeout=180_000)
+    page.wait_for_function(_DASHBOARD_READY_JS, timeout=180_000)
+    render = time.perf_counter() - start
+    kernel = kernel_seconds(page.locator("text=kernel-side").first.inner_text())
+    return page, render, page.evaluate(_RESPONSE_END_JS), kernel
+
+
 def _voila_prepared(browser: object, folder: Path, source: str) -> dict:
     """One page load of the dashboard as ``nbprec serve`` runs Voila (:func:`nbprec.report.serve.start_voila`:
     its template, the notebook run ahead in Voila's preheated kernel): Voila started, the page requested once the
     notebook has built the dashboard, timed from the request to every view drawn. Also the seconds from Voila's
     start to the dashboard prepared (kernel start and every cell, off the page's path)."""
-    import nbformat
-
     from nbprec.report.serve import READY_FILE, start_voila
 
     folder.mkdir(parents=True)
-    path = dashboard_notebook(folder / "dashboard.ipynb", source)
-    nb = nbformat.read(path, as_version=4)  # the cell nbprec serve's notebook ends with: the dashboard is built
-    nb.cells.append(nbformat.v4.new_code_cell(f"open({str(folder / READY_FILE)!r}, 'w').close()"))
-    nbformat.write(nb, path)
+    path = dashboard_notebook(folder / "dashboard.ipynb", source, ready_file=folder / READY_FILE)
     start = time.perf_counter()
     with start_voila(path, preheat=True) as server:
         if not server.wait_ready(timeout=300):
             raise RuntimeError(f"the dashboard was not prepared: {server.log.read_text()[-2000:]}")
         prepared = time.perf_counter() - start
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
-        start = time.perf_counter()
-        page.goto(server.url, timeout=180_000)
-        page.wait_for_function(_DASHBOARD_READY_JS, timeout=180_000)
-        render = time.perf_counter() - start
-        server_end = page.evaluate(_RESPONSE_END_JS)
-        kernel = kernel_seconds(page.locator("text=kernel-side").first.inner_text())
+        page, render, server_end, kernel = _load_dashboard(browser, server.url)
         page.close()
     return {"render": render, "server": server_end, "prepared": prepared, "kernel": kernel}
 

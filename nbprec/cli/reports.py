@@ -116,7 +116,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                         print(f"dashboard ready ({took:.1f} s): open {server.url}", flush=True)
                     else:
                         print(f"nbprec: the dashboard could not be built ({took:.1f} s): {server.problem}; the page "
-                              "shows the traceback", file=sys.stderr, flush=True)  # fmt: skip
+                              "shows the traceback (mend the dumps or options, then start nbprec serve again)",
+                              file=sys.stderr, flush=True)  # fmt: skip
             server.process.wait()
         finally:
             server.stop()

@@ -15,7 +15,6 @@ import os
 import signal
 import sys
 import threading
-import traceback
 from collections.abc import Callable, Iterator
 
 from nbprec.errors import NbprecError
@@ -38,6 +37,8 @@ def _run_child(work: Callable[[], None], pipe: int) -> None:
         work()
         status = 0
     except BaseException as exc:
+        import traceback  # (here: the command's start-up does not pay for it)
+
         text = str(exc) if isinstance(exc, NbprecError) else "".join(traceback.format_exception_only(exc)).strip()
         with contextlib.suppress(OSError):
             os.write(pipe, text.encode("utf-8", "backslashreplace")[:_MESSAGE_BYTES])

@@ -76,3 +76,39 @@ def test_a_choice_outside_the_list_is_refused(capsys):
         build_parser("compare").parse_args(["compare", "T", "B", "--mode", "bytes"])
     assert exit_info.value.code == 2
     assert "invalid choice: 'bytes'" in capsys.readouterr().err
+
+
+def test_a_command_builds_its_own_parser_only_and_help_before_it_lists_every_command():
+    """``nbprec compare ...`` builds the compare parser alone (its start-up does not pay for the others, nor
+    for :mod:`shutil`, which argparse's own formatter imports); ``nbprec --help compare`` is the help of the
+    whole command, and an unknown command still gets the list of every command."""
+    code = (
+        "import sys\n"
+        "from nbprec.cli import build_parser\n"
+        "parser = build_parser('compare')\n"
+        "args = parser.parse_args(['compare', 'T', 'B', '-o', 'OUT'])\n"
+        "print(args.target, args.bench, args.output, 'shutil' in sys.modules)\n"
+        "print(sorted(parser._subparsers._group_actions[0].choices))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["T B OUT False", "['compare']"]
+    everything = run_fresh(["--help", "compare"])["text"]
+    for command in ("info", "compare", "overflow", "report", "serve", "diagnose", "config"):
+        assert f"    {command} " in everything, command
+    unknown = subprocess.run([sys.executable, "-m", "nbprec", "bogus"], capture_output=True, text=True)
+    assert unknown.returncode == 2 and "invalid choice: 'bogus'" in unknown.stderr and "'diagnose'" in unknown.stderr
+
+
+@pytest.mark.parametrize("columns", [60, 120])
+def test_help_is_what_argparses_own_formatter_writes_at_the_terminal_width(columns, monkeypatch):
+    """The help formatter finds the width as :func:`shutil.get_terminal_size` does (``COLUMNS`` first), so the
+    help is argparse's own, wrapped at the terminal's width."""
+    import argparse
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    for command in ("compare", "report"):
+        parser = build_parser(command)._subparsers._group_actions[0].choices[command]
+        ours = parser.format_help()
+        parser.formatter_class = argparse.HelpFormatter
+        assert ours == parser.format_help(), command
+        assert max(len(line) for line in ours.splitlines()) > columns - 20

@@ -49,15 +49,7 @@ def _add_rule_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", default="cosine", help="the metric --threshold bounds (default cosine)")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser of the ``nbprec`` command; given the ``command`` the arguments name (one of this
-    module's own), the parser of the other packages' subcommands is left out (their imports are not paid).
-    Building it imports no library module (the choices are :mod:`nbprec.cli._choices`): the help, the version
-    and the commands that need no arrays start without numpy."""
-    parser = argparse.ArgumentParser(prog="nbprec", description="Find where a neural network loses precision.")
-    parser.add_argument("--version", action=_VersionAction)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_info(sub: Any) -> None:
     info = sub.add_parser("info", help="describe one or more dumps: format, steps, ranks, counts, problems")
     info.add_argument("paths", nargs="+", metavar="PATH", help="dump folder or file")
     info.add_argument("--format", choices=DUMP_FORMATS, help="reader to use (guessed when omitted)")
@@ -65,12 +57,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     info.add_argument("--max-problems", type=int, default=20, help="problems to list (default 20)")
     info.set_defaults(func=_cmd_info)
 
+
+def _add_demo(sub: Any) -> None:
     demo = sub.add_parser("demo", help="capture the demo runs (tiny encoder or MiniLM) and describe them")
     demo.add_argument("--out", required=True, metavar="DIR", help="folder to write the run folders into")
     demo.add_argument("--model", choices=["tiny", "minilm"], default="tiny", help="demo model (default tiny)")
     demo.add_argument("--report", action="store_true", help="end by writing the demo report (DIR/report.html)")
     demo.set_defaults(func=_cmd_demo)
 
+
+def _add_compare(sub: Any) -> None:
     cmp = sub.add_parser("compare", help="compare a target dump with a benchmark dump, name the first failing op")
     cmp.add_argument("target", metavar="TARGET", help="target dump (NPU / low precision)")
     cmp.add_argument("bench", metavar="BENCH", help="benchmark dump (CPU/GPU float32)")
@@ -88,12 +84,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     cmp.set_defaults(func=_cmd_compare)
 
+
+def _add_isolate(sub: Any) -> None:
     iso = sub.add_parser("isolate", help="re-run ops on the target's own inputs in float64: each op's own error")
     iso.add_argument("target", metavar="TARGET", help="target dump captured by nbprec (tensor mode)")
     iso.add_argument("ops", nargs="+", metavar="OP", help="forward API op(s), e.g. Functional.gelu.1.forward")
     iso.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="precision of the re-run")
     iso.set_defaults(func=_cmd_isolate)
 
+
+def _add_overflow(sub: Any) -> None:
     ovf = sub.add_parser("overflow", help="find the first overflowing op, judge its impact, predict headroom")
     ovf.add_argument("path", metavar="PATH", help="the dump to scan (target run)")
     ovf.add_argument("--bench", metavar="PATH", help="benchmark dump: say whether the overflow changed the results")
@@ -107,6 +107,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ovf.add_argument("-o", "--output", metavar="DIR", help="save the report (report.json, tensors.csv, ops.csv)")
     ovf.set_defaults(func=_cmd_overflow)
 
+
+def _add_report(sub: Any) -> None:
     rep = sub.add_parser("report", help="write an offline HTML report (and the executed notebook) of two runs")
     rep.add_argument("target", nargs="?", metavar="TARGET", help="target dump (NPU / low precision)")
     rep.add_argument("bench", nargs="?", metavar="BENCH", help="benchmark dump (CPU/GPU float32)")
@@ -120,6 +122,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     rep.add_argument("--force", action="store_true", help="with --fetch-assets: fetch again")
     rep.set_defaults(func=_cmd_report)
 
+
+def _add_serve(sub: Any) -> None:
     srv = sub.add_parser("serve", help="serve the explore dashboard of two runs as a Voila page on 127.0.0.1")
     srv.add_argument("target", metavar="TARGET", help="target dump")
     srv.add_argument("bench", metavar="BENCH", help="benchmark dump")
@@ -132,6 +136,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _add_rule_options(srv)
     srv.set_defaults(func=_cmd_serve)
 
+
+def _add_ni(sub: Any) -> None:
     ni = sub.add_parser(
         "ni", help="node info: an op's type, module, inputs/outputs with statistics and metrics, neighbours"
     )
@@ -145,9 +151,71 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ni.add_argument("--svg", metavar="FILE", help="draw the subgraph to this SVG file (needs Graphviz dot)")
     ni.set_defaults(func=_cmd_ni)
 
+
+def _add_daemon(sub: Any) -> None:
     dmn = sub.add_parser("daemon", help="the background process that starts compare, info, ... without imports")
     dmn.add_argument("action", choices=["status", "stop"], help="show this environment's daemon, or stop it")
     dmn.set_defaults(func=_cmd_daemon)
+
+
+#: Each own subcommand's parser, added to the subparsers ``sub`` by its function.
+_OWN_PARSERS = {
+    "info": _add_info,
+    "demo": _add_demo,
+    "compare": _add_compare,
+    "isolate": _add_isolate,
+    "overflow": _add_overflow,
+    "report": _add_report,
+    "serve": _add_serve,
+    "ni": _add_ni,
+    "daemon": _add_daemon,
+}
+
+
+def _terminal_columns() -> int:
+    """The terminal's width as :func:`shutil.get_terminal_size` gives it (``COLUMNS``, else the terminal of
+    standard output, else 80), without importing :mod:`shutil` (and the compression modules it imports)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help formatter, with the width argparse would take, found without importing :mod:`shutil`
+    (argparse makes a formatter for every ``add_argument``; its import cost each command 2 ms of start-up)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        super().__init__(prog, indent_increment, max_help_position, _terminal_columns() - 2 if width is None else width)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An :class:`argparse.ArgumentParser` whose help formatter is :class:`_HelpFormatter` unless told
+    otherwise; the subcommands' parsers are of this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the ``nbprec`` command; given the ``command`` the arguments name (one of this
+    module's own), only that command's parser is built (the other packages' subcommands are left out, and their
+    imports are not paid). Building it imports no library module (the choices are :mod:`nbprec.cli._choices`):
+    the help, the version and the commands that need no arrays start without numpy."""
+    parser = _Parser(prog="nbprec", description="Find where a neural network loses precision.")
+    parser.add_argument("--version", action=_VersionAction)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    for name, add in _OWN_PARSERS.items():
+        if command not in _OWN_COMMANDS or name == command:
+            add(sub)
     if command in _OWN_COMMANDS:
         return parser
     from nbprec.cli.model_explorer import add_model_explorer_parser
@@ -167,6 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     args_list = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in args_list if not a.startswith("-")), None)
+    if command is not None and {"-h", "--help"} & set(args_list[: args_list.index(command)]):
+        command = None  # `nbprec --help compare`: the help of every command
     parser = build_parser(command) if command in _OWN_COMMANDS else build_parser()
     args = parser.parse_args(args_list)
     if command in _NOTEBOOK_COMMANDS:  # this process is the command's own (a kernel's %nbprec is left alone)

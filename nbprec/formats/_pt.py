@@ -37,9 +37,9 @@ import numpy as np
 
 from nbprec.dtypes import NUMPY_DTYPES
 from nbprec.errors import DumpFormatError
-from nbprec.formats._files import open_plain_file, open_regular
-from nbprec.formats._payload import MAP_FROM, payload_array
-from nbprec.formats._ptzip import _entry_bytes, _Unsupported, _zip_entries
+from nbprec.formats._files import open_regular
+from nbprec.formats._payload import payload_array
+from nbprec.formats._ptzip import _entry_bytes, _small_archive, _Unsupported, _zip_entries
 
 #: torch storage class -> canonical dtype
 STORAGE_DTYPES = {
@@ -201,20 +201,15 @@ def read_small_pt(path: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndar
     regular file, not a symbolic link, contiguous), when it is a tensor of ``dtype`` and ``shape``; None for
     anything else, which :func:`read_pt_tensor` then reads (or refuses) with its checks and messages. The usual
     payload of a dump with many small tensors in the fewest steps: one open, one read."""
-    opened = open_plain_file(path)
-    if opened is None:
-        return None
-    fd, file_size = opened
     try:
-        if not 0 < file_size < MAP_FROM:
-            return None
-        head, entries = _zip_entries(fd, file_size)
+        small = _small_archive(path)
     except (OSError, _Unsupported):
         return None
-    finally:
-        os.close(fd)
-    try:  # (the head is the whole file: nothing is read past it, and fd is closed)
-        found = _tensor_entry(-1, file_size, head, entries)
+    if small is None:
+        return None
+    head, entries = small
+    try:  # (the head is the whole file: nothing is read past it, and the file is closed)
+        found = _tensor_entry(-1, len(head), head, entries)
     except OSError:
         return None
     if found is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import struct
 
+from nbprec.formats._files import open_plain_file
 from nbprec.formats._payload import MAP_FROM
 
 
@@ -138,6 +139,32 @@ def _zip_entries(fd: int, file_size: int) -> tuple[bytes, Entries]:
         return _zip_entries_c(fd, file_size, MAP_FROM)
     except ValueError as exc:
         raise _Unsupported(str(exc)) from None
+
+
+try:
+    from nbprec.formats._zipdir import read_small as _read_small_c
+except ImportError:  # not built
+    _read_small_c = None
+
+
+def _small_archive(path: str) -> tuple[bytes, Entries] | None:
+    """(the whole file, its entries) of ``path`` when it is a regular file, not a symbolic link, of 1 to
+    ``MAP_FROM`` - 1 bytes; None when it is not, or cannot be opened (the caller's checked path then says why).
+    One call: open, fstat, one read, close. Raises _Unsupported for an archive this reader does not understand,
+    OSError when reading fails."""
+    if _read_small_c is not None:
+        try:
+            return _read_small_c(path, MAP_FROM)
+        except ValueError as exc:
+            raise _Unsupported(str(exc)) from None
+    opened = open_plain_file(path)
+    if opened is None:
+        return None
+    fd, file_size = opened
+    try:
+        return _zip_entries(fd, file_size) if 0 < file_size < MAP_FROM else None
+    finally:
+        os.close(fd)
 
 
 def _entry_bytes(fd: int, entry: tuple[int, int], file_size: int, head: bytes) -> bytes:

@@ -13,7 +13,12 @@
  *   name: the entry's name as stored (bytes, not decoded);
  *   data_offset: where the entry's bytes start, -1 when it is compressed (its method is not "stored", or
  *   its stored size differs from its size); size: its uncompressed size.
- * Raises ValueError (the archive is not one this reader understands: the caller falls back to zipfile) or
+ * read_small(path, whole_below) -> entries() of a small regular file read whole, or None
+ *   path is opened without following a symbolic link (O_NOFOLLOW) and without blocking (O_NONBLOCK: a FIFO
+ *   does not hang it), and read only when it is a regular file of 1 to whole_below - 1 bytes; None otherwise
+ *   (the caller then takes its checked path, which says what is wrong). The usual payload in one call: open,
+ *   fstat, one read, close.
+ * Both raise ValueError (the archive is not one this reader understands: the caller falls back to zipfile) or
  * OSError (reading failed). Every offset and length read from the file is checked against the buffer it
  * indexes before it is used: the file may be truncated, damaged or hostile.
  */
@@ -21,8 +26,10 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define TAIL 8192        /* bytes read from the end: the directory of a one-tensor archive fits easily */
@@ -109,21 +116,16 @@ static Py_ssize_t find_eocd(const unsigned char *tail, size_t tail_len)
 PyDoc_STRVAR(entries_doc, "entries(fd, file_size, whole_below=0) -> (head, {name: (data_offset, size)})\n\n"
                           "The entries of the zip archive open as `fd` (see nbprec/formats/_zipdir.c).");
 
-static PyObject *py_entries(PyObject *self, PyObject *args)
+/* entries() of the open file fd of file_size bytes (see the top of this file). */
+static PyObject *entries_of(int fd, uint64_t file_size, long long whole_below)
 {
-    int fd;
-    long long file_size_arg, whole_below = 0;
     unsigned char tail_buf[TAIL], head_buf[HEAD], record[EOCD64_SIZE], local_buf[LOCAL_SIZE];
     const unsigned char *tail = tail_buf, *head = head_buf;
     unsigned char *dir_buf = NULL;
     const unsigned char *directory;
-    uint64_t file_size, tail_len, head_len, start, n_entries, cd_size, cd_offset, k, pos;
+    uint64_t tail_len, head_len, start, n_entries, cd_size, cd_offset, k, pos;
     Py_ssize_t end;
     PyObject *whole = NULL, *entries = NULL, *result = NULL;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "iL|L:entries", &fd, &file_size_arg, &whole_below)) return NULL;
-    if (file_size_arg < 0) return unsupported("negative file size");
-    file_size = (uint64_t)file_size_arg;
     tail_len = file_size < TAIL ? file_size : TAIL;
     head_len = file_size < HEAD ? file_size : HEAD;
     if (whole_below > 0 && file_size < (uint64_t)whole_below) { /* one read: the head is the whole file */
@@ -278,8 +280,52 @@ done:
     return result;
 }
 
+static PyObject *py_entries(PyObject *self, PyObject *args)
+{
+    int fd;
+    long long file_size, whole_below = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "iL|L:entries", &fd, &file_size, &whole_below)) return NULL;
+    if (file_size < 0) return unsupported("negative file size");
+    return entries_of(fd, (uint64_t)file_size, whole_below);
+}
+
+PyDoc_STRVAR(read_small_doc,
+             "read_small(path, whole_below) -> (head, {name: (data_offset, size)}) or None\n\n"
+             "entries() of the regular file `path` read whole, opened without following a symbolic link and\n"
+             "without blocking; None when it cannot be opened, is not a regular file or its size is not\n"
+             "between 1 and whole_below - 1 bytes.");
+
+static PyObject *py_read_small(PyObject *self, PyObject *args)
+{
+    PyObject *path_bytes, *result;
+    long long whole_below;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O&L:read_small", PyUnicode_FSConverter, &path_bytes, &whole_below)) return NULL;
+#ifdef O_NOFOLLOW
+    {
+        struct stat info;
+        int fd = open(PyBytes_AS_STRING(path_bytes), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+        Py_DECREF(path_bytes);
+        if (fd < 0) Py_RETURN_NONE;
+        if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || info.st_size <= 0 || info.st_size >= whole_below) {
+            close(fd);
+            Py_RETURN_NONE;
+        }
+        result = entries_of(fd, (uint64_t)info.st_size, whole_below);
+        close(fd);
+        return result;
+    }
+#else /* links cannot be refused at open: the caller's checked path */
+    Py_DECREF(path_bytes);
+    (void)result;
+    Py_RETURN_NONE;
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"entries", py_entries, METH_VARARGS, entries_doc},
+    {"read_small", py_read_small, METH_VARARGS, read_small_doc},
     {NULL, NULL, 0, NULL},
 };
 

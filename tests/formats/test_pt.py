@@ -202,6 +202,16 @@ def _outcome(reader, path, whole_below=0):
         os.close(fd)
 
 
+def _small_outcome(reader, path):
+    """What ``_zipdir.read_small`` makes of a file: its result (None: not a small regular file), or 'refused'."""
+    from nbprec.formats import _ptzip
+
+    try:
+        return reader(str(path), _ptzip.MAP_FROM)
+    except ValueError:
+        return "refused"
+
+
 def _damaged_archives(tmp_path) -> list:
     """Real torch.save archives (small, large, ZIP64, compressed, a dict, junk) and, from a seeded generator,
     hundreds of damaged copies: cut short anywhere, bytes overwritten in the directory and in the headers."""
@@ -261,6 +271,11 @@ def test_the_c_and_python_directory_readers_agree_on_good_and_damaged_archives(t
             assert python_whole == "refused", path.name
         else:
             assert python_whole[1] == c[1] and python_whole[0] == path.read_bytes() and c[0] == python_whole[0][:4096]
+        # the one-call reader of small files (open, fstat, read, close, then the same parse) agrees with both
+        small = _small_outcome(_ptzip._read_small_c, path) if _ptzip._read_small_c is not None else None
+        if small is not None:
+            whole = _outcome(_ptzip._zip_entries_py, path, _ptzip.MAP_FROM)
+            assert small == (whole if 0 < path.stat().st_size < _ptzip.MAP_FROM else None), path.name
         # and the reader built on them never crashes: a tensor, None (left to torch) or an error naming the file
         try:
             read_pt_tensor(path)
@@ -331,6 +346,37 @@ def test_the_small_archive_path_reads_what_the_general_one_reads_or_leaves_it(tm
     (tmp_path / "junk.pt").write_bytes(b"not a zip")
     os.symlink(path, tmp_path / "link.pt")
     os.mkfifo(tmp_path / "fifo.pt")
+    (tmp_path / "zero.pt").write_bytes(b"")
+    os.mkdir(tmp_path / "folder.pt")
     for name, shape in [("strided", (6, 4)), ("empty", (0, 3)), ("large", (300_000,)), ("dict", (2,)),
-                        ("junk", (2,)), ("link", (4, 6)), ("fifo", (4, 6)), ("missing", (4, 6))]:  # fmt: skip
+                        ("junk", (2,)), ("link", (4, 6)), ("fifo", (4, 6)), ("missing", (4, 6)), ("zero", (4, 6)),
+                        ("folder", (4, 6))]:  # fmt: skip
         assert read_small_pt(str(tmp_path / f"{name}.pt"), f32, shape) is None, name
+
+
+def test_small_files_are_read_in_one_call_without_following_links_or_blocking(tmp_path, monkeypatch):
+    """``_zipdir.read_small`` (C) and its Python path read a small regular file whole, in one call, and give
+    None for a symbolic link (even to a good file), a FIFO with no writer (at once, not blocking), a folder, an
+    empty file, a missing one and one of MAP_FROM bytes or more: the caller's checked path then says why."""
+    import os
+
+    from nbprec.formats import _ptzip
+
+    torch.save(torch.arange(6, dtype=torch.float32), tmp_path / "good.pt")
+    os.symlink(tmp_path / "good.pt", tmp_path / "link.pt")
+    os.mkfifo(tmp_path / "fifo.pt")
+    os.mkdir(tmp_path / "folder.pt")
+    (tmp_path / "zero.pt").write_bytes(b"")
+    with open(tmp_path / "big.pt", "wb") as f:
+        f.truncate(_ptzip.MAP_FROM)
+    good = (tmp_path / "good.pt").read_bytes()
+    c_reader = _ptzip._read_small_c
+    readers = {"python": _ptzip._small_archive}  # (its Python path: the C reader taken away below)
+    if c_reader is not None:
+        readers["c"] = lambda path: c_reader(path, _ptzip.MAP_FROM)
+    monkeypatch.setattr(_ptzip, "_read_small_c", None)
+    for reader in readers.values():
+        head, entries = reader(str(tmp_path / "good.pt"))
+        assert head == good and any(name.endswith(b"data.pkl") for name in entries)
+        for name in ("link", "fifo", "folder", "zero", "big", "missing"):
+            assert reader(str(tmp_path / f"{name}.pt")) is None, name

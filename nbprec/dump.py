@@ -8,12 +8,12 @@ only; payloads are read when :meth:`Dump.tensor` asks for one, memory-mapped whe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from nbprec._record import Record
 from nbprec.columns import Columns, distinct
 from nbprec.dtypes import NUMPY_DTYPES
 from nbprec.dump_index import execution_order, index_frame
@@ -24,8 +24,7 @@ PROBLEM_COLUMNS = ("file", "record", "problem")
 EDGE_COLUMNS = ["src", "dst_op", "dst_slot"]
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(Record):
     """Something in a dump that could not be read or understood; kept, never silently dropped."""
 
     file: str

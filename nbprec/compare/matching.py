@@ -20,12 +20,12 @@ import csv
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from nbprec._record import Record
 from nbprec.columns import Columns, as_columns, distinct
 from nbprec.errors import ComparisonError
 
@@ -37,8 +37,7 @@ MATCH_METHODS = ("mapping", "fusion", "exact", "api_call", "order", "unmatched")
 FusionHook = Callable[[Any, Any], Any]
 
 
-@dataclass(frozen=True)
-class MatchResult:
+class MatchResult(Record):
     """Matched pairs by index position.
 
     Attributes

@@ -39,10 +39,10 @@ Conventions (METRICS.md, checked against msprobe's own compare CSV in the tests)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from nbprec._record import Factory, Record
 from nbprec.compare._kernels import (
     EPS,
     FLOAT32_EPS,
@@ -112,8 +112,7 @@ DEFAULT_CHUNK_SIZE = 1 << 16  # elements per chunk: 512 KiB per float64 buffer (
 _BOOL_METRICS = ("cosine", "rel_euclidean")
 
 
-@dataclass(frozen=True)
-class MetricResult:
+class MetricResult(Record):
     """Metric values of one comparison and why any of them is missing.
 
     Parameters
@@ -137,7 +136,7 @@ class MetricResult:
     (1.0, '', True)
     """
 
-    values: dict[str, float] = field(default_factory=dict)
+    values: dict[str, float] = Factory(dict)
     reason: str = ""
     extremes_held: bool | None = None
     nonfinite: tuple[int, int] | None = None

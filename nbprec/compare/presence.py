@@ -13,11 +13,11 @@ of its own). A (step, rank) on one side only is reported by the verdict as ``mis
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from nbprec._record import Record
 from nbprec.columns import Columns, distinct
 from nbprec.compare.rules import column
 
@@ -96,8 +96,7 @@ def _relabelled(table: Columns, n_matched: int, unmatched: Columns) -> tuple[np.
     return out[0], out[1]
 
 
-@dataclass(frozen=True)
-class Missing:
+class Missing(Record):
     """What one side lacks: ``code`` ``missing_rank`` or ``missing_step``, the side that holds it, the values."""
 
     code: str

@@ -17,11 +17,11 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
+from nbprec._record import Record, replace
 from nbprec.columns import Columns, factorize, group_codes
 from nbprec.errors import ComparisonError
 
@@ -50,8 +50,7 @@ STATUS_FAIL = "fail"
 STATUS_NA = "n/a"
 
 
-@dataclass(frozen=True)
-class Threshold:
+class Threshold(Record):
     """One bound on one metric column: ``metric >= value`` (higher is better) or ``metric <= value``.
 
     ``strict`` makes the bound exclusive (``>`` / ``<``), as some tools define theirs.
@@ -180,8 +179,7 @@ def running_precision(table: Table) -> np.ndarray:
     return np.where(keep, names[lowest], "").astype(object)
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(Record):
     """A pass/fail rule over comparison metrics.
 
     Parameters

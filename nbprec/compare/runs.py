@@ -23,11 +23,11 @@ Which (step, rank)s each side holds, and what one side lacks, is :mod:`nbprec.co
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nbprec._record import Record
 from nbprec.columns import Columns, text_table
 from nbprec.compare.culprit import failing_mask, onset_position
 from nbprec.compare.presence import BOTH, Missing, missing_by_kind, presence
@@ -208,8 +208,7 @@ _DISPLAY = ("step", "rank", "presence", "status", "tensors", "bench_tensors", "f
             "first_introduced_op", "first_nonfinite_op", "out_cosine", "out_error", "first", "note")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class RunSummary:
+class RunSummary(Record):
     """One row per (step, rank), and where divergence and overflow appear first.
 
     Attributes

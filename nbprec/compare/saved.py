@@ -8,12 +8,12 @@ with ``exact=True``), shapes as JSON lists; ``unmatched_bench.csv`` the benchmar
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from nbprec._record import asdict
 from nbprec._version import __version__
 from nbprec.columns import Columns
 from nbprec.compare.rules import Rule, Threshold

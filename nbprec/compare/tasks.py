@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from nbprec._optional import require
+from nbprec._record import Record
 from nbprec.columns import Columns
 from nbprec.compare.workers import Job, Result
 from nbprec.dump import Dump
@@ -142,8 +142,7 @@ class PayloadSource:
         return (PayloadSource, (self.path, self.format, self._loader))
 
 
-@dataclass(repr=False)
-class BatchCall:
+class BatchCall(Record, frozen=False):
     """A batch measured elsewhere: a picklable call without arguments, holding the batch's jobs with their
     index rows (``(table row, mode, target row, bench row)``) and both sides' payload sources."""
 

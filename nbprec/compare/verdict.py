@@ -23,11 +23,11 @@ fell to 0.8956 (RED 0.27). It introduced the error; 78 ops after it inherit it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nbprec._record import Record
 from nbprec.columns import Columns, text_in
 from nbprec.compare.presence import BOTH, missing_by_kind, presence
 from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, column, get_rule
@@ -52,8 +52,7 @@ UNMATCHED_SHARE = 0.1
 DIFFERENT_SHAPES_SHARE = 0.25
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(Record):
     """Why two runs are not (fully) comparable: a code, a sentence, the fix, and the ops concerned."""
 
     code: str
@@ -67,8 +66,7 @@ class Finding:
         return self.code in ("different_inputs", "different_weights", "different_models")
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Record):
     """What the comparison says, in words.
 
     Attributes
@@ -87,7 +85,7 @@ class Verdict:
     kind: str
     headline: str
     next_step: str = ""
-    findings: tuple[Finding, ...] = field(default_factory=tuple)
+    findings: tuple[Finding, ...] = ()
 
     @property
     def text(self) -> str:

@@ -28,11 +28,11 @@ import struct
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from nbprec._record import Record
 from nbprec.compare.metrics import KERNEL
 
 Job = tuple[int, str, Any, Any]  # (table row, mode, target row, bench row); rows as mappings or index positions
@@ -53,8 +53,7 @@ _QUEUED = 2
 _EXITING: list[int] = []  # pids of workers told to stop and not yet waited for (see reap_workers)
 
 
-@dataclass(frozen=True)
-class BatchLimits:
+class BatchLimits(Record):
     """The bounds of the batches one executor runs (see :func:`batches`).
 
     Attributes

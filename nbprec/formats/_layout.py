@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nbprec._record import Record
 from nbprec.dump import Problem
 from nbprec.errors import DumpFormatError
 from nbprec.formats._files import not_regular, read_regular
@@ -21,8 +21,7 @@ STEP_RE = re.compile(r"^step(\d*)$")
 RANK_RE = re.compile(r"^rank(\d*)$")
 
 
-@dataclass(frozen=True)
-class DumpSource:
+class DumpSource(Record):
     """One ``dump.json`` with the step and rank its folders name (-1 when they do not)."""
 
     dump_json: Path

@@ -1,19 +1,23 @@
-"""How long the notebook commands make a user wait: ``nbprec report`` and ``nbprec serve``, whole processes.
+"""How long the commands make a user wait: ``nbprec report``, ``nbprec serve`` and ``nbprec compare``, whole
+processes.
 
 - ``nbprec report T B -o OUT.html``: the wall clock of the command (the report notebook built, executed in a
   kernel and exported);
 - ``nbprec serve T B``: from the command's start to its URL line (Voila accepts connections), and to its
   ``dashboard ready`` line (the dashboard built in Voila's preheated kernel, so that the page opens at once).
 
-T and B are the demo's tiny encoder runs (bfloat16 with the planted faulty GELU, float32; ``nbprec demo``'s, made
-here with torch). ``--baseline DIR`` (another nbprec tree: a checkout with its extensions built) runs the same
-commands from there (``PYTHONPATH=DIR``), interleaved round by round with this tree (``timing.interleave``:
-the reports first, then the servers); medians of ``--repeat`` rounds and the median of the paired ratios are
-printed.
+- ``nbprec compare T B -o OUT`` (with ``--compare T B``): the comparison command in its own process
+  (``NBPREC_DAEMON=off``: no command daemon), all its files written.
+
+For report and serve, T and B are the demo's tiny encoder runs (bfloat16 with the planted faulty GELU, float32;
+``nbprec demo``'s, made here with torch). ``--baseline DIR`` (another nbprec tree: a checkout with its
+extensions built) runs the same commands from there (``PYTHONPATH=DIR``), interleaved round by round with this
+tree (``timing.interleave``: the comparisons first, then the reports, then the servers); medians of
+``--repeat`` rounds and the median of the paired ratios are printed.
 
 Usage::
 
-    .venv/bin/python bench/commands.py [--repeat 6] [--baseline DIR]
+    .venv/bin/python bench/commands.py [--repeat 6] [--baseline DIR] [--compare T B] [--compare-only]
 """
 
 from __future__ import annotations
@@ -37,10 +41,22 @@ def _env(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tree)}
 
 
+#: Where the commands run: ``python -m`` puts its working folder first on ``sys.path``, so a run in a checkout
+#: would import that checkout's nbprec whatever ``PYTHONPATH`` says.
+NEUTRAL = "/"
+
+
 def report_seconds(tree: Path, target: Path, bench: Path, out: Path) -> float:
     """Wall seconds of ``nbprec report`` run from ``tree``."""
     cmd = [sys.executable, "-m", "nbprec", "report", str(target), str(bench), "-o", str(out)]
-    return timing.whole_process(cmd, env=_env(tree))
+    return timing.whole_process(cmd, env=_env(tree), cwd=NEUTRAL)
+
+
+def compare_seconds(tree: Path, target: Path, bench: Path, out: Path) -> float:
+    """Wall seconds of ``nbprec compare T B -o OUT`` run from ``tree`` in its own process (no command daemon)."""
+    cmd = [sys.executable, "-m", "nbprec", "compare", str(target), str(bench), "-o", str(out), "--no-progress"]
+    env = {**_env(tree), "NBPREC_DAEMON": "off"}
+    return timing.whole_process(cmd, ok=(0, 1), env=env, cwd=NEUTRAL)  # 1: failing ops found
 
 
 def serve_seconds(tree: Path, target: Path, bench: Path) -> tuple[float, float]:
@@ -48,7 +64,7 @@ def serve_seconds(tree: Path, target: Path, bench: Path) -> tuple[float, float]:
     start = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "nbprec", "serve", str(target), str(bench)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tree), cwd="/",
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tree), cwd=NEUTRAL,
     )  # fmt: skip
     try:
         lines = [proc.stdout.readline()]
@@ -67,42 +83,63 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=6, help="interleaved rounds (medians; at least 5)")
     parser.add_argument("--baseline", type=Path, help="another nbprec tree, timed interleaved with this one")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("T", "B"), help="also time nbprec compare T B")
+    parser.add_argument("--compare-only", action="store_true", help="with --compare: time nothing else")
     args = parser.parse_args()
-    from nbprec.demo import tiny_runs
-
     trees = {"this tree": ROOT}
     if args.baseline is not None:
         trees["baseline"] = args.baseline.resolve()
+    rounds = max(args.repeat, 5)
+    times: dict[str, dict[str, list[float]]] = {n: {} for n in trees}
     with tempfile.TemporaryDirectory() as tmp:
-        runs = {r.name: r.path for r in tiny_runs(Path(tmp) / "runs")}
-        target, bench = runs["tiny_bf16_faulty"], runs["tiny_fp32"]
-        reports = iter(range(1 << 30))
-        rounds = max(args.repeat, 5)
-        report = timing.interleave(
-            {n: lambda t=t: report_seconds(t, target, bench, Path(tmp) / f"{next(reports)}.html")
-             for n, t in trees.items()}, rounds, "nbprec report, ")  # fmt: skip
-        urls: dict[str, list[float]] = {n: [] for n in trees}
-
-        def serve_runner(name: str) -> Callable[[], float]:
-            def run() -> float:  # returns the seconds to "dashboard ready", keeps those to the URL
-                url, ready = serve_seconds(trees[name], target, bench)
-                urls[name].append(url)
-                return ready
-
-            return run
-
-        ready = timing.interleave({n: serve_runner(n) for n in trees}, rounds, "nbprec serve to ready, ")
-    times = {n: {"report": report[n], "url": urls[n], "ready": ready[n]} for n in trees}
+        if args.compare:
+            outs = iter(range(1 << 30))
+            compared = timing.interleave(
+                {n: lambda t=t: compare_seconds(t, *args.compare, Path(tmp) / f"compare{next(outs)}")
+                 for n, t in trees.items()}, rounds, "nbprec compare, ")  # fmt: skip
+            for n in trees:
+                times[n]["compare"] = compared[n]
+        if not args.compare_only:
+            _notebook_commands(trees, rounds, Path(tmp), times)
     names = list(trees)
     print(f"\nmachine: {timing.machine()}")
-    labels = {"report": "nbprec report (whole command)", "url": "nbprec serve to its URL",
-              "ready": "nbprec serve to dashboard ready"}  # fmt: skip
+    labels = {"compare": "nbprec compare -o OUT (own process)", "report": "nbprec report (whole command)",
+              "url": "nbprec serve to its URL", "ready": "nbprec serve to dashboard ready"}  # fmt: skip
     for key, label in labels.items():
-        line = "; ".join(f"{n} {timing.median(times[n][key]):.2f} s" for n in names)
+        if key not in times[names[0]]:
+            continue
+        line = "; ".join(f"{n} {timing.median(times[n][key]):.3f} s" for n in names)
         if len(names) == 2:
             pairs = [a / b for a, b in zip(times[names[0]][key], times[names[1]][key], strict=True)]
             line += f" (paired ratio {statistics.median(pairs):.3f})"
-        print(f"  {label:34s} {line}   runs: " + " | ".join(timing.runs_text(times[n][key]) for n in names))
+        print(f"  {label:36s} {line}   runs: " + " | ".join(timing.runs_text(times[n][key]) for n in names))
+
+
+def _notebook_commands(
+    trees: dict[str, Path], rounds: int, tmp: Path, times: dict[str, dict[str, list[float]]]
+) -> None:
+    """Time ``nbprec report`` and ``nbprec serve`` from each tree on the demo's tiny runs, into ``times``."""
+    from nbprec.demo import tiny_runs
+
+    runs = {r.name: r.path for r in tiny_runs(tmp / "runs")}
+    target, bench = runs["tiny_bf16_faulty"], runs["tiny_fp32"]
+    reports = iter(range(1 << 30))
+    report = timing.interleave(
+        {n: lambda t=t: report_seconds(t, target, bench, tmp / f"{next(reports)}.html")
+         for n, t in trees.items()}, rounds, "nbprec report, ")  # fmt: skip
+    urls: dict[str, list[float]] = {n: [] for n in trees}
+
+    def serve_runner(name: str) -> Callable[[], float]:
+        def run() -> float:  # returns the seconds to "dashboard ready", keeps those to the URL
+            url, ready = serve_seconds(trees[name], target, bench)
+            urls[name].append(url)
+            return ready
+
+        return run
+
+    ready = timing.interleave({n: serve_runner(n) for n in trees}, rounds, "nbprec serve to ready, ")
+    for n in trees:
+        times[n].update(report=report[n], url=urls[n], ready=ready[n])
 
 
 if __name__ == "__main__":

@@ -85,10 +85,13 @@ def plain_read(files: Sequence[str | Path]) -> dict:
         os.unlink(listing.name)
 
 
-def whole_process(cmd: Sequence[str], ok: Sequence[int] = (0,), env: dict | None = None) -> float:
-    """Wall seconds of the process ``cmd`` (output captured); fails unless it exits with a status in ``ok``."""
+def whole_process(
+    cmd: Sequence[str], ok: Sequence[int] = (0,), env: dict | None = None, cwd: str | Path | None = None
+) -> float:
+    """Wall seconds of the process ``cmd`` (output captured), run in ``cwd``; fails unless it exits with a status
+    in ``ok``."""
     start = time.perf_counter()
-    done = subprocess.run(list(cmd), capture_output=True, text=True, check=False, env=env)
+    done = subprocess.run(list(cmd), capture_output=True, text=True, check=False, env=env, cwd=cwd)
     seconds = time.perf_counter() - start
     if done.returncode not in ok:
         raise SystemExit(f"{cmd[0]} failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")

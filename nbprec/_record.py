@@ -114,7 +114,10 @@ class Record:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if self._frozen:
-            raise FrozenInstanceError(f"cannot assign to field {name!r} of a {type(self).__name__}")
+            raise FrozenInstanceError(
+                f"cannot assign to field {name!r} of a {type(self).__name__}: it is immutable; make a changed copy"
+                " with nbprec._record.replace(record, field=value)"
+            )
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:

@@ -8,6 +8,7 @@ import functools
 import pickle
 import subprocess
 import sys
+from typing import ClassVar
 
 import pytest
 
@@ -24,6 +25,8 @@ class Result(Record):
     values: dict = Factory(dict)
     reason: str = ""
     parts: tuple = ()
+    KIND: ClassVar[str] = "result"  # not a field
+    _cache: dict  # private: not a field either
 
 
 class Mutable(Record, frozen=False):
@@ -47,6 +50,11 @@ def test_fields_come_from_the_annotations_in_order_with_their_defaults():
     assert Problem(problem="x", file="f", record="r") == Problem("f", "x", "r")
     assert Problem._fields == ("file", "problem", "record") and Problem.record == ""
     assert repr(Problem("f", "x")) == "Problem(file='f', problem='x', record='')"
+
+
+def test_class_variables_and_private_names_are_not_fields():
+    assert Result._fields == ("values", "reason", "parts") and Result.KIND == "result"
+    assert repr(Result()) == "Result(values={}, reason='', parts=())"
 
 
 def test_a_factory_default_is_made_anew_for_each_record():
@@ -85,7 +93,7 @@ def test_equality_and_hash_are_the_fields_of_records_of_one_class():
 
 def test_records_are_frozen_unless_said_otherwise():
     p = Problem("f", "x")
-    with pytest.raises(FrozenInstanceError, match="cannot assign to field 'file'"):
+    with pytest.raises(FrozenInstanceError, match=r"cannot assign to field 'file' .* nbprec\._record\.replace"):
         p.file = "g"
     with pytest.raises(AttributeError):
         del p.problem

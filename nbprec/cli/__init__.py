@@ -15,6 +15,7 @@ import sys
 
 from nbprec.cli import daemon
 from nbprec.cli._choices import SERVED_COMMANDS
+from nbprec.compare import early
 
 #: What this package offers from :mod:`nbprec.cli.parser`, imported when first asked for.
 _FROM_PARSER = frozenset({"main", "build_parser", "_OWN_COMMANDS", "_VersionAction"})
@@ -41,6 +42,7 @@ def run() -> None:
     file is closed and every helper process waited for by then; what is left is the interpreter's own teardown
     (freeing every object and module, a few tens of milliseconds), which the command does not need.
 
+    ``compare`` starts measuring pairs in a forked worker before numpy is imported (:mod:`nbprec.compare.early`).
     The commands of :data:`~nbprec.cli._choices.SERVED_COMMANDS` run in a process forked from this environment's
     command daemon when one is up (:mod:`nbprec.cli.daemon`); when none is, the command runs here and then starts
     one."""
@@ -51,9 +53,13 @@ def run() -> None:
     status = daemon.run_on_daemon(args) if served else None
     if status is not None:  # it ran beside the daemon, with this process's streams
         os._exit(status)
+    paths = early.compare_paths(args)
+    if paths is not None:  # measure pairs on another core while numpy and the library load
+        early.start(*paths)
     from nbprec.cli import main  # (here, not at the top: a client of the daemon never builds the parser)
 
     status = main()
+    early.discard()  # (a command that stopped before comparing: its results are not wanted)
     for stream in (sys.stdout, sys.stderr):
         try:  # noqa: SIM105  (contextlib is not imported by the daemon's client)
             stream.flush()

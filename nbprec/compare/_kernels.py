@@ -28,18 +28,16 @@ import math
 import ml_dtypes
 import numpy as np
 
+from nbprec.compare._sums import (  # (the sums of a pair read whole: without numpy, see there)
+    EPS,
+    FUSED,
+    Sums,
+    _pair_params,
+    _usable_hints,
+)
 from nbprec.formats import _payload
 from nbprec.formats._payload import MappedPages
 
-try:  # the compiled one-pass kernel; absent when the package was installed without a C compiler
-    from nbprec.compare import _fused as FUSED
-except ImportError:  # pragma: no cover - depends on the build
-    FUSED = None
-
-EPS = float(np.finfo(np.float64).eps)  # 2.22e-16
-FLOAT32_EPS = float(np.finfo(np.float32).eps)
-_SPAN_LIMIT = 2.0**1020  # spans at or above this take the kernel's checked KL loop
-_DBL_MIN = float(np.finfo(np.float64).tiny)  # smallest positive normal double
 THOUSANDTH = 0.001
 FIVE_THOUSANDTH = 0.005
 DOT_SEGMENT = 8192  # OpenBLAS stays single-threaded for dot products of <= 10,000 elements
@@ -84,67 +82,6 @@ def dot(a: np.ndarray, b: np.ndarray) -> float:
 def nan_max(a: float, b: float) -> float:
     """max() that propagates NaN (Python's max does not)."""
     return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
-
-
-#: Field order of ``_fused.pair_sums``'s result tuple; each is also a :class:`Sums` attribute.
-FUSED_SUMS = (
-    "n", "sx", "sy", "sxx", "syy", "sxy", "sdd", "sad", "mad", "acc_rel", "max_rel",
-    "pass1", "pass5", "kl_sx", "kl_sy", "kl_t", "cx", "cxx", "cy", "cyy", "min_x", "max_x", "min_y", "max_y",
-)  # fmt: skip
-
-
-class Sums:
-    """Running sums of one comparison (a plain accumulator, local to one call).
-
-    ``cx, cxx, cy, cyy`` are sums of ``v - shift`` and ``(v - shift)**2`` for a shift near each side's
-    mean, and ``min_x`` ... ``max_y`` the extremes ignoring NaN: the compiled kernel fills them (the centred
-    sums give the standard deviations without cancellation); the numpy kernel leaves them alone.
-    """
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.sx = self.sy = self.sxx = self.syy = self.sxy = 0.0
-        self.sdd = self.sad = self.mad = 0.0
-        self.acc_rel = self.max_rel = 0.0
-        self.pass1 = self.pass5 = 0
-        self.kl_sx = self.kl_sy = self.kl_t = 0.0
-        self.cx = self.cxx = self.cy = self.cyy = 0.0
-        self.shift_x = self.shift_y = 0.0
-        self.min_x = self.min_y = math.inf
-        self.max_x = self.max_y = -math.inf
-
-    @classmethod
-    def from_state(cls, state: np.ndarray) -> Sums:
-        """The sums of a ``_fused.pair_accumulate`` state: its totals in :data:`FUSED_SUMS` order (less the
-        count, which follows them)."""
-        acc = cls()
-        values = state.tolist()
-        acc.__dict__.update(zip(FUSED_SUMS[1:], values, strict=False))
-        acc.n = int(values[len(FUSED_SUMS) - 1])
-        acc.pass1, acc.pass5 = int(acc.pass1), int(acc.pass5)
-        return acc
-
-    @classmethod
-    def from_sums(cls, sums: tuple) -> Sums:
-        """The sums ``_fused.pair_sums`` returns (a tuple in :data:`FUSED_SUMS` order, the count first)."""
-        if len(sums) != len(FUSED_SUMS):
-            raise ValueError(f"pair_sums gave {len(sums)} sums, expected {len(FUSED_SUMS)}")
-        acc = cls.__new__(cls)
-        state = dict(zip(FUSED_SUMS, sums, strict=False))  # (lengths checked above)
-        state["shift_x"] = state["shift_y"] = 0.0
-        acc.__dict__ = state
-        return acc
-
-    def extremes(self) -> tuple[float, float, float, float]:
-        """(min_x, max_x, min_y, max_y) as numpy's min/max give them: NaN on a side that holds a NaN (its sum
-        of squares is NaN exactly then, since the squares are never negative)."""
-        nan_x, nan_y = math.isnan(self.cxx), math.isnan(self.cyy)
-        return (
-            math.nan if nan_x else self.min_x,
-            math.nan if nan_x else self.max_x,
-            math.nan if nan_y else self.min_y,
-            math.nan if nan_y else self.max_y,
-        )
 
 
 #: dtypes the compiled kernel reads directly (native byte order) -> its element type codes.
@@ -319,42 +256,6 @@ def _fused_min_max(side: Flat, buf: np.ndarray | None, chunk: int) -> tuple[floa
     return (math.nan, math.nan) if nans else (lo, hi)
 
 
-def kl_offset_floor(low: float, span: float) -> tuple[float, float]:
-    """What KL subtracts from a side (its minimum, or 0 when the span is not positive) and its floor."""
-    return (low, FLOAT32_EPS * span) if span > 0 else (0.0, FLOAT32_EPS)
-
-
-def _pair_params(extremes: tuple[float, float, float, float], eps_b: float) -> tuple:
-    """``pair_sums``'s parameters (after the buffers) from the sides' (min, max) as numpy's min/max give them."""
-    lo_x, hi_x, lo_y, hi_y = extremes
-    span_x, span_y = hi_x - lo_x, hi_y - lo_y
-    off_x, floor_x = kl_offset_floor(lo_x, span_x)
-    off_y, floor_y = kl_offset_floor(lo_y, span_y)
-    shift_x, shift_y = 0.5 * lo_x + 0.5 * hi_x, 0.5 * lo_y + 0.5 * hi_y  # near the means: centred sums
-    # every max(v - off, floor) is a positive normal double when the data and the spans are finite and the
-    # floors normal: the kernel then skips its per-element checks (spans below 2^1020 also keep the sum of two
-    # such terms, which its KL series divides by, finite). A NaN span (a side holding NaN) fails the test.
-    kl_normal = all(0.0 <= span < _SPAN_LIMIT for span in (span_x, span_y)) and min(floor_x, floor_y) >= _DBL_MIN
-    return (
-        off_x,
-        floor_x,
-        off_y,
-        floor_y,
-        shift_x if math.isfinite(shift_x) else 0.0,
-        shift_y if math.isfinite(shift_y) else 0.0,
-        eps_b,
-        kl_normal,
-    )
-
-
-def _usable_hints(hints: tuple | None) -> bool:
-    """Finite ``(min_x, max_x, min_y, max_y)`` with each minimum at most its maximum."""
-    if hints is None:
-        return False
-    lo_x, hi_x, lo_y, hi_y = hints
-    return -math.inf < lo_x <= hi_x < math.inf and -math.inf < lo_y <= hi_y < math.inf
-
-
 def _fused_pass(fx: Flat, fy: Flat, params: tuple, chunk: int) -> Sums:
     """One pass of the compiled kernel over a pair, continuing one state from part to part, so that the sums
     are the bits of a single call over the whole pair (:func:`_fused.pair_accumulate`).
@@ -406,28 +307,6 @@ def in_place_pair(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, int, np.nda
     ):
         return None
     return x.reshape(-1).view(np.uint8), x_code, y.reshape(-1).view(np.uint8), y_code
-
-
-def _direct_pass(pair: tuple[np.ndarray, int, np.ndarray, int], params: tuple) -> Sums:
-    """The sums of a pair :func:`in_place_pair` accepted: one call of the compiled kernel."""
-    acc = Sums.from_sums(FUSED.pair_sums(*pair, *params))
-    acc.shift_x, acc.shift_y = params[4], params[5]
-    return acc
-
-
-def direct_sums(
-    pair: tuple[np.ndarray, int, np.ndarray, int], eps_b: float, hints: tuple | None
-) -> tuple[Sums, bool | None] | None:
-    """:func:`fused_sums` of a pair :func:`in_place_pair` accepted, given usable ``hints`` (None without them:
-    the caller then takes :func:`fused_sums`, which finds the extremes first)."""
-    if not _usable_hints(hints):
-        return None
-    acc = _direct_pass(pair, _pair_params(hints, eps_b))
-    held = (acc.min_x, acc.max_x, acc.min_y, acc.max_y) == tuple(hints)  # right, NaN aside
-    found = acc.extremes()
-    if found == tuple(hints):
-        return acc, True
-    return _direct_pass(pair, _pair_params(found, eps_b)), held
 
 
 def fused_sums(fx: Flat, fy: Flat, eps_b: float, chunk: int, hints: tuple | None = None) -> tuple[Sums, bool | None]:

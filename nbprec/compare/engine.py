@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Mapping
 from operator import itemgetter
@@ -11,6 +12,7 @@ from typing import Any, Literal
 import numpy as np
 
 from nbprec._progress import ProgressCallback
+from nbprec.compare import early
 from nbprec.compare.comparison import Comparison
 from nbprec.compare.culprit import random_by_call
 from nbprec.compare.executors import Executor, Results, local_executor
@@ -155,6 +157,15 @@ def _measure(
         return i, {}, f"could not compare: {type(exc).__name__}: {exc}"
 
 
+def _counting_from(progress: ProgressCallback, done: int) -> ProgressCallback:
+    """``progress`` fed the pairs measured before the workers started (``done``) besides theirs."""
+
+    def report(measured: int, total: int) -> None:
+        progress(done + measured, done + total)
+
+    return report
+
+
 def _executor(executor: Executor | None, client: Any, parallel: str, workers: int | None) -> Executor | None:
     """The executor asked for (``executor=``, or a Dask ``client=``), checked; ``None``: a local one, chosen
     once the work is known (:func:`nbprec.compare.executors.local_executor`)."""
@@ -280,11 +291,16 @@ def compare(
     recorded_problems(reasons, modes, t_dump, "target")
     jobs = [(i, modes[i], i, int(b_positions[i])) for i in np.flatnonzero(modes != "none").tolist()]
 
+    early_done, jobs = early.measured(jobs, t_dump, b_dump)  # pairs the command measured while it started
+
     numel = np.nan_to_num(column(t_idx, "numel", np.float64), nan=0.0)
     if run_on is None:
         run_on = local_executor(parallel, workers if workers is not None else default_workers(), jobs, numel)
     if progress is True:
         progress = run_on.progress_bar("comparing")
+    if progress and early_done:
+        progress = _counting_from(progress, len(early_done))
+        progress(0, len(jobs))
     # the workers (threads, processes, a cluster) start measuring here; the table is built meanwhile
     results = _start(jobs, PairTask(_measure, t_dump, b_dump), numel, run_on, progress or None)
 
@@ -333,7 +349,7 @@ def compare(
         values: dict[str, np.ndarray] = {c: np.full(n_rows, np.nan) for c in measured_columns}
         checksum_match = np.full(n_rows, None, dtype=object)
         held: list[tuple[int, dict[str, Any]]] = []  # results not yet in the columns (a bounded batch)
-        for i, result, reason in results:
+        for i, result, reason in itertools.chain(early_done, results):
             held.append((i, result))
             if len(held) >= _RESULT_BATCH:
                 _fill(values, checksum_match, held)

@@ -43,22 +43,18 @@ import math
 import numpy as np
 
 from nbprec._record import Factory, Record
-from nbprec.compare._kernels import (
+from nbprec.compare._kernels import Flat, Scratch, accumulate, dot, flat_pair, fused_sums, in_place_pair, parts, to_f64
+from nbprec.compare._sums import (
     EPS,
     FLOAT32_EPS,
     FUSED,
-    Flat,
-    Scratch,
     Sums,
-    accumulate,
+    _finish,
+    _one_pass_std,
     direct_sums,
-    dot,
-    flat_pair,
-    fused_sums,
-    in_place_pair,
     kl_offset_floor,
-    parts,
-    to_f64,
+    sums_values,
+    zero_side_reason,
 )
 from nbprec.errors import ComparisonError
 
@@ -189,16 +185,6 @@ def _central_m2(side: Flat, mean: float, buf: np.ndarray, chunk: int) -> float:
     return total
 
 
-def _one_pass_std(s: float, ss: float, n: int) -> float | None:
-    """Population std from the sum and sum of squares of ``v - shift``; None when they cancel (the relative
-    error of the variance would be above about 1e-12), which needs :func:`_std`'s exact pass."""
-    mean = s / n
-    var = ss / n - mean * mean
-    if not var >= 1e-4 * (ss / n) and math.isfinite(var):
-        return None
-    return math.sqrt(max(var, 0.0)) if not math.isnan(var) else math.nan
-
-
 def _std(side: Flat, s: float, ss: float, n: int, chunk: int, shift: float = 0.0) -> float:
     """Population std from the sum and sum of squares of ``v - shift``, with an exact pass when they cancel."""
     std = _one_pass_std(s, ss, n)
@@ -252,66 +238,6 @@ def _numpy_sums(fx: Flat, fy: Flat, eps_b: float, chunk: int) -> Sums:
         fx.done(stop)
         fy.done(stop)
     return acc
-
-
-def _ratio(a: float, b: float) -> float:
-    """a / b in IEEE terms (inf or NaN where b is 0) without numpy scalars."""
-    try:
-        return a / b
-    except ZeroDivisionError:
-        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1.0, b)
-
-
-def _finish(acc: Sums) -> dict[str, float]:
-    """Turn the running sums into the metric columns (std is filled in by the caller)."""
-    n = acc.n
-    norm_x, norm_y = _sqrt(acc.sxx), _sqrt(acc.syy)
-    if n == 1:
-        cosine = 1.0 if math.isfinite(acc.sxy) else math.nan
-    elif norm_x <= EPS and norm_y <= EPS:
-        cosine = 1.0
-    elif norm_x <= EPS or norm_y <= EPS:
-        cosine = math.nan
-    else:
-        cosine = min(_ratio(acc.sxy, norm_x * norm_y), 1.0) if not math.isnan(acc.sxy) else math.nan
-    # 0 when the benchmark's norm is at most eps, as msaccucmp's RelativeEuclideanDistance (all-zero in effect)
-    rel_euclidean = 0.0 if _sqrt(acc.syy) <= EPS else _sqrt(_ratio(acc.sdd, acc.syy))
-    kl = _ratio(acc.kl_t, acc.kl_sx) + _log_of_ratio(acc.kl_sy, acc.kl_sx)
-    return {
-        "cosine": cosine,
-        "max_abs_err": acc.mad,
-        "mean_abs_err": acc.sad / n,
-        "rmse": _sqrt(acc.sdd / n),
-        "rel_euclidean": rel_euclidean,
-        "accumulated_rel_err": acc.acc_rel,
-        "max_rel_err": acc.max_rel,
-        "mean_rel_err": acc.acc_rel / n,
-        "kl_divergence": 0.0 if kl < EPS else kl,
-        "target_mean": acc.sx / n,
-        "target_std": math.nan,
-        "bench_mean": acc.sy / n,
-        "bench_std": math.nan,
-        "thousandth_ratio": acc.pass1 / n,
-        "five_thousandth_ratio": acc.pass5 / n,
-        "euclidean": _sqrt(acc.sdd),
-    }
-
-
-def _sqrt(v: float) -> float:
-    """math.sqrt that gives NaN for NaN or negative input and inf for inf, as numpy does."""
-    return math.sqrt(v) if v >= 0 else math.nan
-
-
-def _log_of_ratio(a: float, b: float) -> float:
-    """log(a / b) as numpy gives it, but exact to the last digits when a and b are close: log1p of (a - b) / b,
-    where a - b is exact. KL adds this to a term of nearly the opposite value; the rounding of a / b alone
-    (1e-16 absolute) cost KL 2e-10 of itself on bf16-against-fp32 noise (KL ~ 2e-7)."""
-    ratio = _ratio(a, b)
-    if 0.5 < ratio < 2.0:  # close: log1p of the exact difference (far apart, (a - b) / b can round to -1)
-        return math.log1p((a - b) / b)
-    if ratio > 0:
-        return math.log(ratio)
-    return -math.inf if ratio == 0 else math.nan  # numpy's log of what is not positive
 
 
 def tensor_metrics(
@@ -380,24 +306,22 @@ def tensor_metrics(
         if pair is not None:
             fast = direct_sums(pair, eps_b, extremes)
     if fast is not None:
-        acc, held = fast
-        values = _finish(acc)
-        stds = _one_pass_std(acc.cx, acc.cxx, n), _one_pass_std(acc.cy, acc.cyy, n)
-        values["target_std"], values["bench_std"] = stds
-    if fast is None or None in stds or not math.isfinite(acc.sxx + acc.syy):  # the general way
-        fx, fy = flat_pair(x, y)  # no copy of either side, whatever its layout
-        with np.errstate(all="ignore"):
-            held = None
-            if kernel == "numpy" or FUSED is None:
-                acc = _numpy_sums(fx, fy, eps_b, chunk)
-                values = _finish(acc)
-                values["target_std"] = _std(fx, acc.sx, acc.sxx, n, chunk)
-                values["bench_std"] = _std(fy, acc.sy, acc.syy, n, chunk)
-            else:
-                acc, held = fused_sums(fx, fy, eps_b, chunk, extremes) if fast is None else fast
-                values = _finish(acc)
-                values["target_std"] = _std(fx, acc.cx, acc.cxx, n, chunk, acc.shift_x)
-                values["bench_std"] = _std(fy, acc.cy, acc.cyy, n, chunk, acc.shift_y)
+        done = sums_result(*fast, n, reasons)
+        if done is not None:
+            return done  # (no bool here: the kernel reads floats only)
+    fx, fy = flat_pair(x, y)  # the general way; no copy of either side, whatever its layout
+    with np.errstate(all="ignore"):
+        held = None
+        if kernel == "numpy" or FUSED is None:
+            acc = _numpy_sums(fx, fy, eps_b, chunk)
+            values = _finish(acc)
+            values["target_std"] = _std(fx, acc.sx, acc.sxx, n, chunk)
+            values["bench_std"] = _std(fy, acc.sy, acc.syy, n, chunk)
+        else:
+            acc, held = fused_sums(fx, fy, eps_b, chunk, extremes) if fast is None else fast
+            values = _finish(acc)
+            values["target_std"] = _std(fx, acc.cx, acc.cxx, n, chunk, acc.shift_x)
+            values["bench_std"] = _std(fy, acc.cy, acc.cyy, n, chunk, acc.shift_y)
     counts = (0, 0)  # NaN/inf counted from the payloads (only when the sums say there are some)
     if not math.isfinite(acc.sxx + acc.syy):
         nonfinite, n_x, n_y = _nonfinite_reason(fx, fy, chunk)
@@ -406,13 +330,22 @@ def tensor_metrics(
             values["thousandth_ratio"] = values["five_thousandth_ratio"] = math.nan
             reasons.append(nonfinite)
     elif math.isnan(values["cosine"]):
-        zero_side = "target" if math.sqrt(acc.sxx) <= EPS else "benchmark"
-        other = "benchmark" if zero_side == "target" else "target"
-        reasons.append(f"{zero_side} is all zero, {other} is not: cosine undefined")
+        reasons.append(zero_side_reason(acc))
     if x.dtype.kind == "b" or y.dtype.kind == "b":  # numpy bool (comparing dtypes with np.bool_ is slower)
         values = {k: (v if k in _BOOL_METRICS else math.nan) for k, v in values.items()}
         reasons.append("bool tensors: only cosine and RED")
     return MetricResult(values, "; ".join(reasons), held, counts)
+
+
+def sums_result(acc: Sums, held: bool | None, n: int, reasons: list[str] | tuple[str, ...] = ()) -> MetricResult | None:
+    """The metrics of a pair from the compiled kernel's sums of it alone, as :func:`tensor_metrics` gives them,
+    with ``reasons`` found before (:func:`~nbprec.compare._sums.sums_values`); None when the pair needs its arrays
+    again."""
+    found = sums_values(acc, n)
+    if found is None:
+        return None
+    values, reason = found
+    return MetricResult(values, "; ".join([*reasons, reason] if reason else reasons), held, (0, 0))
 
 
 def _stat_value(stats: dict, key: str) -> float:

@@ -2,20 +2,26 @@
 
 Each reader is one module holding one :class:`~nbprec.formats.base.DumpReader` subclass. Readers are
 listed in :data:`READERS` by import path and imported only when probed, so a reader's heavy
-dependencies (torch, protobuf) are never loaded unless its format is in use.
+dependencies (torch, protobuf) are never loaded unless its format is in use. Importing this package loads no
+numpy either (the dump model is imported when a dump is opened), so that its numpy-free modules (the ``.pt``
+archive layer, :mod:`nbprec.formats._ptzip`) serve code that runs before numpy is loaded
+(:mod:`nbprec.compare.early`).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from pathlib import Path
-from typing import Any
 
-from nbprec.dump import Dump
 from nbprec.errors import DumpFormatError, EmptyDumpError, UnknownFormatError
-from nbprec.formats._probe import shared_listings
-from nbprec.formats.base import DumpReader
+
+TYPE_CHECKING = False  # (without importing typing: see the module docstring)
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+    from nbprec.dump import Dump
+    from nbprec.formats.base import DumpReader
 
 #: format name -> "module:ReaderClass", in probing order (most specific first).
 READERS: dict[str, str] = {
@@ -39,6 +45,8 @@ def reader_class(format: str) -> type[DumpReader]:
 
 def check_dump_path(path: str | os.PathLike[str]) -> Path:
     """Resolve ``path``, raising clear errors for missing paths, symlink loops and empty folders."""
+    from pathlib import Path
+
     p = Path(path).expanduser()
     try:
         resolved = p.resolve(strict=True)
@@ -62,6 +70,8 @@ def check_dump_path(path: str | os.PathLike[str]) -> Path:
 
 def guess_format(path: str | os.PathLike[str]) -> str:
     """Name of the first reader that recognises ``path``; raises :class:`UnknownFormatError` if none does."""
+    from nbprec.formats._probe import shared_listings
+
     p = check_dump_path(path)
     with shared_listings():  # the readers' probes list each folder once between them
         for name in READERS:
@@ -95,6 +105,14 @@ def open_dump(path: str | os.PathLike[str], format: str | None = None, **options
     p = check_dump_path(path)
     name = format or guess_format(p)
     return reader_class(name)().open(p, **options)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DumpReader":  # (the base class imports the dump model, and numpy: on first use)
+        from nbprec.formats.base import DumpReader
+
+        return DumpReader
+    raise AttributeError(f"module 'nbprec.formats' has no attribute {name!r}")
 
 
 __all__ = ["READERS", "DumpReader", "check_dump_path", "guess_format", "open_dump", "reader_class"]

@@ -13,17 +13,19 @@ from __future__ import annotations
 import mmap
 import os
 import sys
+import tokenize
 from pathlib import Path
 
 import numpy as np
 
 from nbprec.errors import DumpFormatError
+from nbprec.formats._files import MAP_FROM  # (payloads this size or larger are mapped; see there)
 
-#: Payloads of at least this many bytes are memory-mapped and read in place as the comparison reaches them;
-#: smaller ones are read. Mapping costs page faults and an unmap (about 40 us for a file of a few hundred
-#: KiB), more than reading it: on an msprobe dump with many 64 KiB - 1 MiB payloads, reading those cut the
-#: compare's CPU time by 6%. Read payloads are copies, so this also bounds what a read holds in memory.
-MAP_FROM = 1 << 20
+#: What numpy raises for a damaged or hostile ``.npy`` header (its parser tokenizes and evaluates the header
+#: text: ValueError, SyntaxError, tokenize.TokenError, TypeError, ...), besides OSError and EOFError on reads.
+NPY_HEADER_ERRORS = (
+    ValueError, TypeError, SyntaxError, tokenize.TokenError, OverflowError, MemoryError, RecursionError, EOFError,
+)  # fmt: skip
 
 #: Mapped payloads of at least this many bytes have their pages handed back as they are read
 #: (:class:`MappedPages`); smaller ones keep them until they are unmapped (reading them twice, as KL's

@@ -23,10 +23,7 @@ True
 
 from __future__ import annotations
 
-import functools
-import math
 import os
-import pickletools
 import struct
 import zlib
 from collections.abc import Callable
@@ -39,119 +36,20 @@ from nbprec.dtypes import NUMPY_DTYPES
 from nbprec.errors import DumpFormatError
 from nbprec.formats._files import open_regular
 from nbprec.formats._payload import payload_array
-from nbprec.formats._ptzip import _entry_bytes, _small_archive, _Unsupported, _zip_entries
-
-#: torch storage class -> canonical dtype
-STORAGE_DTYPES = {
-    "FloatStorage": "float32",
-    "DoubleStorage": "float64",
-    "HalfStorage": "float16",
-    "BFloat16Storage": "bfloat16",
-    "LongStorage": "int64",
-    "IntStorage": "int32",
-    "ShortStorage": "int16",
-    "CharStorage": "int8",
-    "ByteStorage": "uint8",
-    "BoolStorage": "bool",
-    "Float8_e4m3fnStorage": "float8_e4m3fn",
-    "Float8_e5m2Storage": "float8_e5m2",
-}
-_REBUILD = ("torch._utils", "_rebuild_tensor_v2")
-_REBUILD_V3 = ("torch._utils", "_rebuild_tensor_v3")  # dtype passed explicitly (float8 and newer dtypes)
-_UNTYPED = ("global", "torch.storage", "UntypedStorage")
-_ORDERED_DICT = ("collections", "OrderedDict")
-
-
-class _Mark:
-    pass
-
-
-# A pure function of the bytes: tensors of one shape and dtype have the same data.pkl (it does not name the
-# archive), so a model's repeated layers parse it once. The cache holds descriptions, never objects.
-@functools.lru_cache(maxsize=4096)
-def _describe(pickle_bytes: bytes) -> tuple[str, str, int, tuple[int, ...], tuple[int, ...]]:
-    """(storage key, dtype, offset, size, stride) from a one-tensor ``data.pkl``, executing nothing."""
-    stack: list[Any] = []
-    memo: dict[int, Any] = {}
-    mark = _Mark()
-    for op, arg, _pos in pickletools.genops(pickle_bytes):
-        name = op.name
-        if name in ("PROTO", "FRAME"):
-            continue
-        if name == "GLOBAL":
-            module, _, attr = str(arg).partition(" ")
-            stack.append(("global", module, attr))
-        elif name in ("BINPUT", "LONG_BINPUT", "PUT"):
-            memo[int(arg)] = stack[-1]
-        elif name == "MEMOIZE":
-            memo[len(memo)] = stack[-1]
-        elif name in ("BINGET", "LONG_BINGET", "GET"):
-            stack.append(memo[int(arg)])
-        elif name == "MARK":
-            stack.append(mark)
-        elif name == "TUPLE":
-            i = len(stack) - 1 - stack[::-1].index(mark)
-            items = tuple(stack[i + 1 :])
-            del stack[i:]
-            stack.append(items)
-        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-            n = int(name[-1])
-            items = tuple(stack[-n:])
-            del stack[-n:]
-            stack.append(items)
-        elif name == "EMPTY_TUPLE":
-            stack.append(())
-        elif name in ("BINUNICODE", "SHORT_BINUNICODE", "UNICODE", "BININT", "BININT1", "BININT2", "LONG1"):
-            stack.append(arg)
-        elif name in ("NEWTRUE", "NEWFALSE", "NONE"):
-            stack.append({"NEWTRUE": True, "NEWFALSE": False, "NONE": None}[name])
-        elif name == "BINPERSID":
-            stack.append(("persistent", stack.pop()))
-        elif name == "REDUCE":
-            args, func = stack.pop(), stack.pop()
-            if func == ("global", *_ORDERED_DICT) and args == ():
-                stack.append({})
-            elif func == ("global", *_REBUILD) and isinstance(args, tuple) and len(args) >= 4:
-                stack.append(("tensor", args, None))
-            elif func == ("global", *_REBUILD_V3) and isinstance(args, tuple) and len(args) >= 7:
-                stack.append(("tensor", args, args[6]))
-            else:
-                raise _Unsupported(f"call of {func!r}")
-        elif name == "STOP":
-            break
-        else:
-            raise _Unsupported(f"opcode {name}")
-    if len(stack) != 1 or not (isinstance(stack[0], tuple) and stack[0][:1] == ("tensor",)):
-        raise _Unsupported("not a single tensor")
-    storage, offset, size, stride = stack[0][1][:4]
-    explicit_dtype = stack[0][2]
-    if not (isinstance(storage, tuple) and storage[0] == "persistent"):
-        raise _Unsupported("no storage reference")
-    ref = storage[1]
-    if not (isinstance(ref, tuple) and len(ref) >= 4 and ref[0] == "storage" and isinstance(ref[1], tuple)):
-        raise _Unsupported("unexpected storage reference")
-    storage_class = ref[1]
-    if explicit_dtype is not None:  # v3: an untyped storage and a torch dtype global such as torch.float8_e4m3fn
-        if storage_class != _UNTYPED or not (
-            isinstance(explicit_dtype, tuple) and explicit_dtype[:2] == ("global", "torch")
-        ):
-            raise _Unsupported(f"storage {storage_class!r} with dtype {explicit_dtype!r}")
-        dtype = str(explicit_dtype[2])
-        if dtype not in NUMPY_DTYPES:
-            raise _Unsupported(f"dtype {dtype}")
-    elif storage_class[:2] == ("global", "torch") and storage_class[2] in STORAGE_DTYPES:
-        dtype = STORAGE_DTYPES[storage_class[2]]
-    else:
-        raise _Unsupported(f"storage type {storage_class!r}")
-    if not all(isinstance(v, int) for v in (offset, *size, *stride)) or len(size) != len(stride):
-        raise _Unsupported("non-integer geometry")
-    return str(ref[2]), dtype, offset, tuple(size), tuple(stride)
-
+from nbprec.formats._ptzip import (
+    _describe,
+    _geometry,
+    _tensor_entry,
+    _Unsupported,
+    _zip_entries,
+    small_tensor,
+)
 
 #: Checks a tensor's description before its storage is read: called with the description's canonical dtype
 #: and shape, it raises (a :class:`~nbprec.errors.DumpFormatError`) when they are not what the caller expects.
 DescriptionCheck = Callable[[str, tuple[int, ...]], None]
 _MAX_SMALL_ENTRY = 1 << 20  # bytes of data.pkl (a few hundred in practice) or byteorder inflated at most
+_DTYPE_NAMES = {dtype: name for name, dtype in NUMPY_DTYPES.items()}
 
 
 def _planned(path: str | Path, description: tuple, check: DescriptionCheck | None, storage_bytes: int) -> int:
@@ -174,54 +72,18 @@ def _planned(path: str | Path, description: tuple, check: DescriptionCheck | Non
     return last + 1
 
 
-def _tensor_entry(fd: int, file_size: int, head: bytes, entries: dict) -> tuple[tuple, tuple[int, int]] | None:
-    """(description, (storage offset, storage bytes)) of a plain little-endian one-tensor archive whose first
-    bytes are ``head`` and whose directory is ``entries``; None for any other archive."""
-    try:
-        for pkl in entries:  # torch.save writes it first
-            if pkl.endswith(b"/data.pkl") or pkl == b"data.pkl":
-                break
-        else:
-            return None
-        prefix = pkl[: -len(b"data.pkl")]
-        order = entries.get(prefix + b"byteorder")
-        if order is not None and _entry_bytes(fd, order, file_size, head).strip() != b"little":
-            return None
-        description = _describe(_entry_bytes(fd, entries[pkl], file_size, head))
-        storage = entries.get(prefix + b"data/" + description[0].encode())
-        if storage is None or storage[0] < 0:
-            return None
-    except (_Unsupported, KeyError, UnicodeError, struct.error, ValueError, IndexError, EOFError, TypeError):
-        return None
-    return description, storage
-
-
 def read_small_pt(path: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray | None:
-    """The tensor of a small plain archive ``path`` (under :data:`~nbprec.formats._payload.MAP_FROM` bytes, a
+    """The tensor of a small plain archive ``path`` (under :data:`~nbprec.formats._files.MAP_FROM` bytes, a
     regular file, not a symbolic link, contiguous), when it is a tensor of ``dtype`` and ``shape``; None for
     anything else, which :func:`read_pt_tensor` then reads (or refuses) with its checks and messages. The usual
-    payload of a dump with many small tensors in the fewest steps: one open, one read."""
-    try:
-        small = _small_archive(path)
-    except (OSError, _Unsupported):
-        return None
-    if small is None:
-        return None
-    head, entries = small
-    try:  # (the head is the whole file: nothing is read past it, and the file is closed)
-        found = _tensor_entry(-1, len(head), head, entries)
-    except OSError:
-        return None
+    payload of a dump with many small tensors in the fewest steps: one open, one read
+    (:func:`~nbprec.formats._ptzip.small_tensor`)."""
+    name = _DTYPE_NAMES.get(dtype)
+    found = None if name is None else small_tensor(path, name, shape)
     if found is None:
         return None
-    (_key, dtype_name, offset, size, stride), (start, nbytes) = found
-    np_dtype = NUMPY_DTYPES.get(dtype_name)
-    if np_dtype is None or np_dtype != dtype or size != shape or start + nbytes > len(head):
-        return None
-    numel, last, contiguous = _geometry(offset, size, stride)
-    if not contiguous or numel == 0 or nbytes % np_dtype.itemsize or not 0 <= last < nbytes // np_dtype.itemsize:
-        return None
-    return np.frombuffer(head, np_dtype, numel, start + offset * np_dtype.itemsize).reshape(size)
+    head, start, numel = found
+    return np.frombuffer(head, dtype, numel, start).reshape(shape)
 
 
 def _read_storage(
@@ -390,22 +252,3 @@ def read_pt_open(
     if numel > last + 1 - offset:  # storage elements repeat (stride 0): copying could take far more memory
         return view
     return view.copy()  # C-contiguous, owns its data (0-d stays 0-d, unlike np.ascontiguousarray)
-
-
-@functools.lru_cache(maxsize=4096)  # a model's tensors come in a few geometries, like their data.pkl
-def _geometry(offset: int, size: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, int, bool]:
-    """(element count, last storage element the tensor reaches or -1 when an offset or stride is negative,
-    whether it is C-contiguous)."""
-    if offset < 0 or any(s < 0 for s in stride):
-        return math.prod(size), -1, False
-    last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
-    return math.prod(size), last, stride == _contiguous_strides(size)
-
-
-def _contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
-    """Element strides of a C-contiguous tensor of this size."""
-    strides, step = [], 1
-    for n in reversed(size):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))

@@ -1,19 +1,30 @@
-"""Where the entries of a stored (uncompressed) zip archive start: the directory of a ``torch.save`` file.
+"""A ``torch.save`` archive of one tensor, read without numpy or torch: its zip directory, and the tensor its
+``data.pkl`` describes.
 
 Reading one tensor of a ``torch.save`` archive needs the archive's directory and the local headers of the entries
 used: the end-of-central-directory record (ZIP64 included), then the central directory, then each local header.
 :func:`_zip_entries` does it with :mod:`nbprec.formats._zipdir` (C) when that is built and with its pure-Python
 twin :func:`_zip_entries_py` otherwise; the two give the same result for every input (tests hold them to it).
 Every offset and length read from the file is checked before it is used: the file may be truncated or hostile.
-"""
+
+:func:`_describe` reads the tensor's description (storage, dtype, offset, size, stride) from ``data.pkl`` by
+walking its opcodes, executing nothing; :func:`small_tensor` gives the bytes of a small archive's tensor.
+:mod:`nbprec.formats._pt` makes numpy arrays of them; :mod:`nbprec.compare.early` uses them before numpy is
+loaded."""
 
 from __future__ import annotations
 
+import functools
+import math
 import os
+import pickletools
 import struct
 
-from nbprec.formats._files import open_plain_file
-from nbprec.formats._payload import MAP_FROM
+from nbprec.formats._files import MAP_FROM, open_plain_file
+
+TYPE_CHECKING = False  # (without importing typing: see the module docstring)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class _Unsupported(Exception):
@@ -176,3 +187,188 @@ def _entry_bytes(fd: int, entry: tuple[int, int], file_size: int, head: bytes) -
         raise _Unsupported(f"entry of {size} bytes at offset {offset} runs past the end of the file")
     data = head[offset : offset + size]
     return data if len(data) == size else _pread(fd, size, offset)
+
+
+#: Bytes per element of each canonical dtype a tensor in an archive may have (the names of
+#: :data:`nbprec.dtypes.NUMPY_DTYPES`, without numpy; a test holds the two to each other).
+ITEMSIZES = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "complex64": 8, "complex128": 16, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
+    "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1,
+}  # fmt: skip
+
+#: torch storage class -> canonical dtype
+STORAGE_DTYPES = {
+    "FloatStorage": "float32",
+    "DoubleStorage": "float64",
+    "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
+    "Float8_e4m3fnStorage": "float8_e4m3fn",
+    "Float8_e5m2Storage": "float8_e5m2",
+}
+_REBUILD = ("torch._utils", "_rebuild_tensor_v2")
+_REBUILD_V3 = ("torch._utils", "_rebuild_tensor_v3")  # dtype passed explicitly (float8 and newer dtypes)
+_UNTYPED = ("global", "torch.storage", "UntypedStorage")
+_ORDERED_DICT = ("collections", "OrderedDict")
+
+
+class _Mark:
+    pass
+
+
+# A pure function of the bytes: tensors of one shape and dtype have the same data.pkl (it does not name the
+# archive), so a model's repeated layers parse it once. The cache holds descriptions, never objects.
+@functools.lru_cache(maxsize=4096)
+def _describe(pickle_bytes: bytes) -> tuple[str, str, int, tuple[int, ...], tuple[int, ...]]:
+    """(storage key, dtype, offset, size, stride) from a one-tensor ``data.pkl``, executing nothing."""
+    stack: list[Any] = []
+    memo: dict[int, Any] = {}
+    mark = _Mark()
+    for op, arg, _pos in pickletools.genops(pickle_bytes):
+        name = op.name
+        if name in ("PROTO", "FRAME"):
+            continue
+        if name == "GLOBAL":
+            module, _, attr = str(arg).partition(" ")
+            stack.append(("global", module, attr))
+        elif name in ("BINPUT", "LONG_BINPUT", "PUT"):
+            memo[int(arg)] = stack[-1]
+        elif name == "MEMOIZE":
+            memo[len(memo)] = stack[-1]
+        elif name in ("BINGET", "LONG_BINGET", "GET"):
+            stack.append(memo[int(arg)])
+        elif name == "MARK":
+            stack.append(mark)
+        elif name == "TUPLE":
+            i = len(stack) - 1 - stack[::-1].index(mark)
+            items = tuple(stack[i + 1 :])
+            del stack[i:]
+            stack.append(items)
+        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+            n = int(name[-1])
+            items = tuple(stack[-n:])
+            del stack[-n:]
+            stack.append(items)
+        elif name == "EMPTY_TUPLE":
+            stack.append(())
+        elif name in ("BINUNICODE", "SHORT_BINUNICODE", "UNICODE", "BININT", "BININT1", "BININT2", "LONG1"):
+            stack.append(arg)
+        elif name in ("NEWTRUE", "NEWFALSE", "NONE"):
+            stack.append({"NEWTRUE": True, "NEWFALSE": False, "NONE": None}[name])
+        elif name == "BINPERSID":
+            stack.append(("persistent", stack.pop()))
+        elif name == "REDUCE":
+            args, func = stack.pop(), stack.pop()
+            if func == ("global", *_ORDERED_DICT) and args == ():
+                stack.append({})
+            elif func == ("global", *_REBUILD) and isinstance(args, tuple) and len(args) >= 4:
+                stack.append(("tensor", args, None))
+            elif func == ("global", *_REBUILD_V3) and isinstance(args, tuple) and len(args) >= 7:
+                stack.append(("tensor", args, args[6]))
+            else:
+                raise _Unsupported(f"call of {func!r}")
+        elif name == "STOP":
+            break
+        else:
+            raise _Unsupported(f"opcode {name}")
+    if len(stack) != 1 or not (isinstance(stack[0], tuple) and stack[0][:1] == ("tensor",)):
+        raise _Unsupported("not a single tensor")
+    storage, offset, size, stride = stack[0][1][:4]
+    explicit_dtype = stack[0][2]
+    if not (isinstance(storage, tuple) and storage[0] == "persistent"):
+        raise _Unsupported("no storage reference")
+    ref = storage[1]
+    if not (isinstance(ref, tuple) and len(ref) >= 4 and ref[0] == "storage" and isinstance(ref[1], tuple)):
+        raise _Unsupported("unexpected storage reference")
+    storage_class = ref[1]
+    if explicit_dtype is not None:  # v3: an untyped storage and a torch dtype global such as torch.float8_e4m3fn
+        if storage_class != _UNTYPED or not (
+            isinstance(explicit_dtype, tuple) and explicit_dtype[:2] == ("global", "torch")
+        ):
+            raise _Unsupported(f"storage {storage_class!r} with dtype {explicit_dtype!r}")
+        dtype = str(explicit_dtype[2])
+        if dtype not in ITEMSIZES:
+            raise _Unsupported(f"dtype {dtype}")
+    elif storage_class[:2] == ("global", "torch") and storage_class[2] in STORAGE_DTYPES:
+        dtype = STORAGE_DTYPES[storage_class[2]]
+    else:
+        raise _Unsupported(f"storage type {storage_class!r}")
+    if not all(isinstance(v, int) for v in (offset, *size, *stride)) or len(size) != len(stride):
+        raise _Unsupported("non-integer geometry")
+    return str(ref[2]), dtype, offset, tuple(size), tuple(stride)
+
+
+def _tensor_entry(fd: int, file_size: int, head: bytes, entries: dict) -> tuple[tuple, tuple[int, int]] | None:
+    """(description, (storage offset, storage bytes)) of a plain little-endian one-tensor archive whose first
+    bytes are ``head`` and whose directory is ``entries``; None for any other archive."""
+    try:
+        for pkl in entries:  # torch.save writes it first
+            if pkl.endswith(b"/data.pkl") or pkl == b"data.pkl":
+                break
+        else:
+            return None
+        prefix = pkl[: -len(b"data.pkl")]
+        order = entries.get(prefix + b"byteorder")
+        if order is not None and _entry_bytes(fd, order, file_size, head).strip() != b"little":
+            return None
+        description = _describe(_entry_bytes(fd, entries[pkl], file_size, head))
+        storage = entries.get(prefix + b"data/" + description[0].encode())
+        if storage is None or storage[0] < 0:
+            return None
+    except (_Unsupported, KeyError, UnicodeError, struct.error, ValueError, IndexError, EOFError, TypeError):
+        return None
+    return description, storage
+
+
+@functools.lru_cache(maxsize=4096)  # a model's tensors come in a few geometries, like their data.pkl
+def _geometry(offset: int, size: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, int, bool]:
+    """(element count, last storage element the tensor reaches or -1 when an offset or stride is negative,
+    whether it is C-contiguous)."""
+    if offset < 0 or any(s < 0 for s in stride):
+        return math.prod(size), -1, False
+    last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+    return math.prod(size), last, stride == _contiguous_strides(size)
+
+
+def _contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous tensor of this size."""
+    strides, step = [], 1
+    for n in reversed(size):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def small_tensor(path: str, dtype: str, shape: tuple[int, ...]) -> tuple[bytes, int, int] | None:
+    """``(the whole file, where the tensor's bytes start in it, its element count)`` of a small plain archive
+    ``path`` (under :data:`MAP_FROM` bytes, a regular file, not a symbolic link) holding one C-contiguous,
+    non-empty tensor of the canonical ``dtype`` and ``shape``; None for anything else (the callers then read the
+    file with their checks and messages). One open and one read; numpy is not needed
+    (:func:`nbprec.formats._pt.read_small_pt` makes the array, :mod:`nbprec.compare.early` reads the bytes)."""
+    try:
+        small = _small_archive(path)
+    except (OSError, _Unsupported):
+        return None
+    if small is None:
+        return None
+    head, entries = small
+    try:  # (the head is the whole file: nothing is read past it, and the file is closed)
+        found = _tensor_entry(-1, len(head), head, entries)
+    except OSError:
+        return None
+    if found is None:
+        return None
+    (_key, dtype_name, offset, size, stride), (start, nbytes) = found
+    itemsize = ITEMSIZES.get(dtype_name)
+    if itemsize is None or dtype_name != dtype or size != shape or start + nbytes > len(head):
+        return None
+    numel, last, contiguous = _geometry(offset, size, stride)
+    if not contiguous or numel == 0 or nbytes % itemsize or not 0 <= last < nbytes // itemsize:
+        return None
+    return head, start + offset * itemsize, numel

@@ -124,11 +124,18 @@ class PayloadLoader:
         self.roots = list(roots)
         self._files = ConfinedFiles(self.roots)
 
+    def reads_whole(self, row: Mapping[str, Any]) -> bool:
+        """Whether this loader reads ``row``'s payload in one open and one read (a small payload of a known dtype,
+        in a folder inside the dump), as long as the file is the plain archive dump.json says it is."""
+        dtype, numel = NUMPY_DTYPES.get(row.get("dtype", "")), row.get("numel", -1)
+        return (
+            dtype is not None and 0 <= numel * dtype.itemsize < MAP_FROM and self._files.folder_inside(str(row["file"]))
+        )
+
     def __call__(self, row: Mapping[str, Any]) -> np.ndarray:
         path, name = str(row["file"]), str(row["name"])
-        dtype, numel = NUMPY_DTYPES.get(row.get("dtype", "")), row.get("numel", -1)
-        if dtype is not None and 0 <= numel * dtype.itemsize < MAP_FROM and self._files.folder_inside(path):
-            array = read_small_pt(path, dtype, tuple(row.get("shape", ())))  # the usual small payload
+        if self.reads_whole(row):
+            array = read_small_pt(path, NUMPY_DTYPES[row["dtype"]], tuple(row.get("shape", ())))  # the usual one
             if array is not None:
                 return array
 

@@ -24,8 +24,8 @@ from nbprec.dtypes import numpy_dtype
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError, NbprecError
-from nbprec.formats._files import NPY_HEADER_ERRORS, PayloadFolder, open_regular, read_regular, real_folder
-from nbprec.formats._payload import MAP_FROM, payload_array
+from nbprec.formats._files import PayloadFolder, open_regular, read_regular, real_folder
+from nbprec.formats._payload import MAP_FROM, NPY_HEADER_ERRORS, payload_array
 from nbprec.formats.base import DumpReader
 from nbprec.formats.native_columns import COLUMNS_FILE, INDEX_FILE, read_columns
 

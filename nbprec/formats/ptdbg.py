@@ -53,7 +53,8 @@ from nbprec.dtypes import LOW_PRECISION_FLOATS, NUMPY_DTYPES, canonical_dtype
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
-from nbprec.formats._files import NPY_HEADER_ERRORS, open_regular, read_regular
+from nbprec.formats._files import open_regular, read_regular
+from nbprec.formats._payload import NPY_HEADER_ERRORS
 from nbprec.formats._probe import find_first_file
 from nbprec.formats.base import DumpReader, take_run_option
 

@@ -29,8 +29,8 @@ from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
-from nbprec.formats._files import NPY_HEADER_ERRORS, ConfinedFiles, inside, open_regular, printable, real_folder
-from nbprec.formats._payload import payload_array
+from nbprec.formats._files import ConfinedFiles, inside, open_regular, printable, real_folder
+from nbprec.formats._payload import NPY_HEADER_ERRORS, payload_array
 from nbprec.formats.base import DumpReader
 
 NAME_PATTERN = re.compile(r"([A-Za-z0-9_-]+)\.([0-9]+)\.([0-9]{1,255})\.npy")

@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from nbprec.compare._kernels import FUSED, FUSED_SUMS
+from nbprec.compare._sums import FUSED, FUSED_SUMS
 from nbprec.compare.metrics import KERNEL, METRIC_COLUMNS, tensor_metrics
 from nbprec.errors import ComparisonError
 
@@ -259,7 +259,7 @@ def test_each_kl_term_is_exact_whichever_path_its_block_takes(kind):
     term to a few ulp, so the sum is off by no more than rounding allows (1e-13 of the sum of |terms|)."""
     from decimal import Decimal, localcontext
 
-    from nbprec.compare._kernels import _pair_params
+    from nbprec.compare._sums import _pair_params
 
     x, y = _kl_case(kind)
     xs, ys = np.asarray(x, np.float64), np.asarray(y, np.float64)
@@ -314,7 +314,7 @@ def test_kl_matches_its_definition_computed_exactly(kind):
 def test_only_sides_of_numbers_take_the_unchecked_kl_loops():
     """``kl_normal`` promises the kernel that every KL term is a positive normal double: a side holding NaN
     or inf (its span NaN or inf) or a span near the top of the double range must not make that promise."""
-    from nbprec.compare._kernels import _pair_params
+    from nbprec.compare._sums import _pair_params
 
     assert _pair_params((0.0, 1.0, -2.0, 3.0), 1e-7)[-1]
     for extremes in [(0.0, 1.0, math.nan, math.nan), (math.nan, math.nan, 0.0, 1.0), (0.0, math.inf, 0.0, 1.0),

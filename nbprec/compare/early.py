@@ -1,0 +1,402 @@
+"""Measuring pairs while the ``nbprec compare`` command is still importing numpy.
+
+A command that runs in its own process spends its first 80-90 ms importing numpy and nbprec, on one core, while
+the machine's other cores wait. :func:`start` (called by :func:`nbprec.cli.run` before those imports, for
+``compare``) forks a worker that needs neither: it reads the ``dump.json`` of each side with the C scanner, pairs
+the tensors both sides record under the same payload name, and measures the usual pairs (small plain ``.pt``
+payloads of a float dtype, the same shape on both sides, finite recorded extremes) with the compiled kernel
+(:func:`nbprec.compare._sums.direct_sums`), in the target's order, until it is told to stop.
+
+When :func:`nbprec.compare` has opened and matched the dumps, :func:`measured` stops the worker and takes its
+sums for the jobs they fit: the same payload files, dtypes, shape and recorded extremes as the job's index rows,
+payloads the dump's own loader reads whole (inside the dump, of that dtype and shape), and sums that give every
+metric without a second look at the arrays (:func:`nbprec.compare.metrics.sums_result`). Every other job is
+measured as usual. The results are those of a comparison without the worker, to the bit: the same kernel call on
+the same bytes with the same parameters (tests hold the two to each other). Anything unexpected makes the worker
+measure less, never differently: it steps aside (measures nothing) for a layout it does not know, several
+``dump.json`` files on a side, or a single-core machine, and any failure in it only loses its results.
+
+It lives only in the command's process: the library and the daemon never start it. ``NBPREC_EARLY=off`` turns
+it off.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+#: Options of ``nbprec compare`` that take no value (every other option takes one); a test holds this to the
+#: parser, which is not imported here (the command has not loaded argparse yet).
+COMPARE_FLAGS = frozenset({"-h", "--help", "--no-progress"})
+#: Options that make the worker pointless: no payloads compared, or measured elsewhere.
+_NOT_HERE = frozenset({"--scheduler", "-h", "--help"})
+_BATCH = 32  # records the worker sends at a time (and then checks that the command is still there)
+
+
+class _Worker:
+    """The forked worker's pid, its stop flag (one shared byte) and the pipe its results come through."""
+
+    def __init__(self, pid: int, flag: Any, results: int, roots: tuple[str, str]) -> None:
+        self.pid, self.flag, self.results, self.roots = pid, flag, results, roots
+
+
+_worker: _Worker | None = None
+
+
+def compare_paths(args: list[str]) -> tuple[str, str] | None:
+    """``(target, bench)`` of a ``nbprec compare`` command line (``args`` after the program name), or None when
+    it is not one the worker serves: not two paths, or an option in :data:`_NOT_HERE`, or ``--mode`` other than
+    auto or tensor. A misread line only costs the worker's work: :func:`measured` checks every result."""
+    if not args or args[0] != "compare":
+        return None
+    paths: list[str] = []
+    rest = iter(args[1:])
+    for arg in rest:
+        if arg == "--":
+            paths.extend(rest)
+            break
+        if not arg.startswith("-") or arg == "-":
+            paths.append(arg)
+            continue
+        name, inline, value = arg.partition("=")
+        if name in _NOT_HERE:
+            return None
+        if name in COMPARE_FLAGS:
+            continue
+        if not inline and not arg.startswith("--") and len(arg) > 2:  # -oDIR
+            continue
+        if not inline:
+            value = next(rest, "")
+        if name == "--mode" and value not in ("auto", "tensor"):
+            return None
+    return (paths[0], paths[1]) if len(paths) == 2 else None
+
+
+def start(target: str, bench: str) -> None:
+    """Fork the worker for the comparison of ``target`` with ``bench`` (paths as given), when it can help: a
+    machine with more than one core this process may use, and not turned off (``NBPREC_EARLY=off``)."""
+    global _worker
+    if _worker is not None or os.environ.get("NBPREC_EARLY", "on").strip().lower() in {"0", "off", "no", "false"}:
+        return
+    try:
+        if len(os.sched_getaffinity(0)) < 2:
+            return
+    except (AttributeError, OSError):  # not Linux
+        return
+    import mmap
+
+    flag = mmap.mmap(-1, 1)  # shared with the child: the parent writes 1 to stop it
+    read_end, write_end = os.pipe()
+    roots = (os.path.realpath(target), os.path.realpath(bench))
+    try:
+        pid = os.fork()
+    except OSError:  # no process to spare: the comparison runs as usual
+        os.close(read_end)
+        os.close(write_end)
+        return
+    if pid == 0:  # the worker: never returns
+        status = 0
+        try:
+            os.close(read_end)
+            _run_worker(roots, flag, write_end)
+        except BaseException:
+            status = 1
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    _worker = _Worker(pid, flag, read_end, roots)
+
+
+def discard() -> None:
+    """End the worker if it is still there (a command that did not compare, or failed): its results are not
+    needed."""
+    global _worker
+    worker, _worker = _worker, None
+    if worker is None:
+        return
+    import signal
+
+    os.close(worker.results)
+    try:
+        os.kill(worker.pid, signal.SIGKILL)
+        os.waitpid(worker.pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def _collect(roots: tuple[str, str]) -> tuple[tuple, list[tuple]] | None:
+    """Stop the worker and take what it sent: its header (target payload folder, benchmark payload folder, metric
+    columns) and its records; None when it worked on other paths than ``roots``, failed or sent nothing."""
+    global _worker
+    worker = _worker
+    if worker is None:
+        return None
+    if worker.roots != roots:
+        discard()
+        return None
+    _worker = None
+    import marshal
+
+    worker.flag[0] = 1
+    chunks = []
+    try:
+        while chunk := os.read(worker.results, 1 << 20):
+            chunks.append(chunk)
+    finally:
+        os.close(worker.results)
+        try:
+            _pid, status = os.waitpid(worker.pid, 0)
+        except ChildProcessError:
+            status = 1
+    data = memoryview(b"".join(chunks))
+    messages = []
+    try:
+        while data:
+            size = int.from_bytes(data[:4], "little")
+            messages.append(marshal.loads(data[4 : 4 + size]))
+            data = data[4 + size :]
+    except (EOFError, ValueError, TypeError):
+        return None
+    if status != 0 or not messages:
+        return None
+    return messages[0], [record for batch in messages[1:] for record in batch]
+
+
+def measured(jobs: list[tuple], t_dump: Any, b_dump: Any) -> tuple[list[tuple[int, dict, str]], list[tuple]]:
+    """The results of the ``jobs`` (engine jobs ``(table row, mode, target row, bench row)``) the worker measured,
+    and the jobs left to measure; every job is left when no worker ran for these dumps."""
+    if _worker is None:
+        return [], jobs
+    found = _collect((os.path.realpath(str(t_dump.path)), os.path.realpath(str(b_dump.path))))
+    t_whole, b_whole = (getattr(d._loader, "reads_whole", None) for d in (t_dump, b_dump))
+    if found is None or t_whole is None or b_whole is None:
+        return [], jobs
+    (t_dir, b_dir, columns), records = found
+    t_prefix, b_prefix = os.path.join(t_dir, ""), os.path.join(b_dir, "")
+    by_name = {record[0]: record for record in records}
+    t_rows, b_rows = _Rows(t_dump.columns), _Rows(b_dump.columns)
+    whole: dict[tuple, bool] = {}  # (side, dtype, numel) -> whether that side's loader reads such a payload whole
+    done: list[tuple[int, dict, str]] = []
+    left: list[tuple] = []
+    for job in jobs:
+        i, mode, t_pos, b_pos = job
+        t_file, b_file = t_rows.file[t_pos], b_rows.file[b_pos]
+        name = t_file[len(t_prefix) :] if mode == "tensor" and t_file.startswith(t_prefix) else None
+        record = by_name.get(name)
+        if record is None or b_file != b_prefix + name:
+            left.append(job)
+            continue
+        _name, t_dtype, b_dtype, shape, hints, values, reason = record
+        if not (
+            t_rows.matches(t_pos, t_dtype, shape, hints[:2])
+            and b_rows.matches(b_pos, b_dtype, shape, hints[2:])
+            and _reads_whole(whole, t_whole, t_rows, t_pos)
+            and _reads_whole(whole, b_whole, b_rows, b_pos)
+        ):
+            left.append(job)
+            continue
+        result = dict(zip(columns, values, strict=True))
+        result["target_nonfinite"] = result["bench_nonfinite"] = 0.0
+        done.append((i, result, reason))
+    return done, left
+
+
+class _Rows:
+    """The index columns :func:`measured` reads, as lists (a row of the index is slow to make, one by one)."""
+
+    def __init__(self, columns: Any) -> None:
+        self.file, self.dtype, self.shape, self.numel, self.min, self.max, self.has_data = (
+            columns[name].tolist() for name in ("file", "dtype", "shape", "numel", "min", "max", "has_data")
+        )
+
+    def matches(self, i: int, dtype: str, shape: tuple[int, ...], extremes: tuple[float, float]) -> bool:
+        """Whether row ``i`` has a payload of this dtype and shape, and these recorded extremes."""
+        return (
+            self.has_data[i]
+            and self.dtype[i] == dtype
+            and tuple(self.shape[i]) == shape
+            and (self.min[i], self.max[i]) == extremes
+        )
+
+
+def _reads_whole(known: dict[tuple, bool], reads_whole: Any, rows: _Rows, i: int) -> bool:
+    """``reads_whole`` (the dump loader's) of row ``i``, asked once per side, dtype and size: the worker's payloads
+    of a side all lie in one folder."""
+    key = (id(rows), rows.dtype[i], rows.numel[i])
+    answer = known.get(key)
+    if answer is None:
+        answer = known[key] = bool(reads_whole({"dtype": rows.dtype[i], "numel": rows.numel[i], "file": rows.file[i]}))
+    return answer
+
+
+# -- the worker (a forked process without numpy) --------------------------------------------------------------
+
+
+def _run_worker(roots: tuple[str, str], flag: Any, out: int) -> None:
+    """Measure the pairs of the two dumps until ``flag`` is set (or the parent is gone), writing the records to
+    ``out`` as it goes, :data:`_BATCH` at a time (marshalled, each message after its length)."""
+    import marshal
+
+    try:  # room for the records of the whole window: the parent reads none until it stops this worker
+        import fcntl
+
+        fcntl.fcntl(out, fcntl.F_SETPIPE_SZ, 1 << 20)
+    except (ImportError, AttributeError, OSError):
+        pass
+
+    def send(message: Any) -> None:
+        data = marshal.dumps(message)
+        view = memoryview(len(data).to_bytes(4, "little") + data)
+        while view:
+            view = view[os.write(out, view) :]
+
+    parent = os.getppid()
+    batch: list[tuple] = []
+    try:
+        pairs = _pair_records(roots, flag)
+        header = next(pairs, None)
+        if header is None:
+            return
+        send(header)
+        for count, record in enumerate(pairs, 1):
+            batch.append(record)
+            if count % _BATCH == 0:
+                send(batch)
+                batch = []
+                if os.getppid() != parent:
+                    return  # the command is gone
+    finally:
+        if batch:
+            send(batch)
+        os.close(out)
+
+
+def _pair_records(roots: tuple[str, str], flag: Any) -> Any:
+    """Yield the header (target payload folder, benchmark payload folder, metric columns), then a record per pair
+    measured: (payload name, target dtype, bench dtype, shape, hints, metric values, why cosine is missing or
+    ''). Nothing when the dumps are not the usual pair."""
+    from nbprec.compare._sums import EPS_BENCH, FUSED, KERNEL_TYPES, direct_sums, sums_values
+    from nbprec.formats._files import MAP_FROM
+    from nbprec.formats._ptzip import ITEMSIZES, small_tensor
+
+    if FUSED is None:
+        return
+    sides = [_tensors(root) for root in roots]
+    if sides[0] is None or sides[1] is None:
+        return
+    (t_dir, target), (b_dir, bench) = sides
+    columns = None
+    for name, (t_dtype, shape, t_hints) in target.items():
+        if flag[0]:
+            return
+        found = bench.get(name)
+        if found is None or os.sep in name:
+            continue
+        b_dtype, b_shape, b_hints = found
+        t_code, b_code = KERNEL_TYPES.get(t_dtype), KERNEL_TYPES.get(b_dtype)
+        if t_code is None or b_code is None or shape != b_shape:
+            continue
+        numel = 1
+        for n in shape:
+            numel *= n
+        t_bytes, b_bytes = numel * ITEMSIZES[t_dtype], numel * ITEMSIZES[b_dtype]
+        if numel <= 0 or max(t_bytes, b_bytes) >= MAP_FROM:
+            continue
+        x, y = (
+            small_tensor(os.path.join(t_dir, name), t_dtype, shape),
+            small_tensor(os.path.join(b_dir, name), b_dtype, shape),
+        )
+        if x is None or y is None:
+            continue
+        hints = (*t_hints, *b_hints)
+        pair = (memoryview(x[0])[x[1] : x[1] + t_bytes], t_code, memoryview(y[0])[y[1] : y[1] + b_bytes], b_code)
+        sums = direct_sums(pair, EPS_BENCH[b_code], hints)
+        values = None if sums is None else sums_values(sums[0], numel)  # (None: hints not usable, or NaN/inf)
+        if values is None:
+            continue
+        if columns is None:
+            columns = tuple(values[0])
+            yield (t_dir, b_dir, columns)
+        if tuple(values[0]) != columns:
+            return
+        yield (name, t_dtype, b_dtype, shape, hints, tuple(values[0].values()), values[1])
+
+
+def _tensors(root: str) -> tuple[str, dict[str, tuple[str, tuple[int, ...], tuple[float, float]]]] | None:
+    """``(payload folder, payload name -> (dtype, shape, (min, max)))`` of the one msprobe ``dump.json`` at or
+    under ``root`` (``./``, ``rank*/`` or ``step*/rank*/``), or None (none, several, or not the usual layout)."""
+    from nbprec.formats._files import read_regular
+
+    try:
+        from nbprec.formats._msprobescan import scan
+    except ImportError:
+        return None
+    dump_json = _one_dump_json(root)
+    if dump_json is None:
+        return None
+    folder = os.path.dirname(dump_json)
+    run = folder
+    for prefix in ("rank", "step"):
+        if _numbered(os.path.basename(run), prefix):
+            run = os.path.dirname(run)
+    payloads = os.path.join(folder, "dump_tensor_data")
+    if not os.path.realpath(payloads).startswith(os.path.join(os.path.realpath(run), "")):
+        return None  # the payloads lie elsewhere (a link out of the dump): left to the reader's checks
+    try:
+        text = read_regular(dump_json, limit=1 << 28, what="dump.json")
+    except Exception:
+        return None
+    scanned = scan(text, tuple(str(i) for i in range(256)))
+    if scanned is None:
+        return None
+    data_names, dtypes, shapes, stats = scanned[7], scanned[8], scanned[9], memoryview(scanned[11]).cast("d")
+    tensors = {}
+    for i, name in enumerate(data_names):
+        shape = shapes[i]
+        if name and shape is not None and name not in tensors:
+            dtype = dtypes[i] or ""
+            dtype = dtype[6:] if dtype.startswith("torch.") else dtype  # torch.bfloat16: bfloat16
+            tensors[name] = (dtype, tuple(shape), (stats[4 * i], stats[4 * i + 1]))
+    return payloads, tensors
+
+
+def _one_dump_json(root: str) -> str | None:
+    """The one ``dump.json`` at ``root`` (itself, ``./``, ``rank*/`` or ``step*/rank*/``), or None."""
+    if os.path.isfile(root):
+        return root if root.endswith(".json") else None
+    here = os.path.join(root, "dump.json")
+    if os.path.isfile(here):
+        return here
+    for depth in (1, 2):
+        found = [p for p in _numbered_dirs(root, depth) if os.path.isfile(os.path.join(p, "dump.json"))]
+        if found:
+            return os.path.join(found[0], "dump.json") if len(found) == 1 else None
+    return None
+
+
+def _numbered_dirs(root: str, depth: int) -> list[str]:
+    """``rank*/`` folders of ``root`` (depth 1), or of its ``step*/`` folders (depth 2)."""
+    folders = [root]
+    for prefix in ("step", "rank")[2 - depth :]:
+        folders = [
+            os.path.join(f, name)
+            for f in folders
+            for name in _listdir(f)
+            if _numbered(name, prefix) and os.path.isdir(os.path.join(f, name))
+        ]
+    return folders
+
+
+def _listdir(folder: str) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
+
+
+def _numbered(name: str, prefix: str) -> bool:
+    """Whether ``name`` is ``prefix`` and digits (``rank0``, ``step12``, ``rank``), as the readers' patterns."""
+    return name.startswith(prefix) and (name[len(prefix) :].isdigit() or name == prefix)

@@ -1,0 +1,290 @@
+"""The ``nbprec compare`` command's early worker (:mod:`nbprec.compare.early`) measures pairs before numpy is
+imported; a comparison with it is the comparison without it, to the bit, whatever the dumps hold.
+
+Each run happens in a fresh interpreter, as the command runs: the worker is forked before numpy is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nbprec.compare import early
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
+BF16, FP32, FP16 = FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix", FIXTURES / "fp16_tensor_mix"
+SCENARIOS = FIXTURES / "scenarios"
+
+# A comparison in a fresh interpreter, with the worker started first (argv[3] == "early") or not; it prints the
+# table (every column, as text), the problems, and how many pairs the worker measured.
+_RUN = """
+import json, sys, time
+from nbprec.compare import early
+target, bench, how, wait = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+if how == "early":
+    early.start(target, bench)
+    time.sleep(wait)  # (the worker's window: 0 stops it wherever it is)
+taken = []
+measured = early.measured
+def counting(jobs, t_dump, b_dump):
+    done, left = measured(jobs, t_dump, b_dump)
+    taken.append((len(done), len(jobs)))
+    return done, left
+early.measured = counting
+import nbprec
+comp = nbprec.compare(target, bench)
+table = comp.columns
+columns = {name: [repr(v) for v in table[name].tolist()] for name in table}
+print(json.dumps({
+    "columns": columns,
+    "problems": comp.meta["problems"],
+    "verdict": comp.verdict().text,
+    "numpy_before": "numpy" in sys.modules,
+    "taken": taken,
+}))
+"""
+
+
+def _compare(target: Path, bench: Path, how: str, wait: float = 0.0) -> dict:
+    env = {**os.environ, "NBPREC_EARLY": "on"}
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN, str(target), str(bench), how, str(wait)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _assert_same(plain: dict, with_worker: dict) -> None:
+    assert with_worker["columns"].keys() == plain["columns"].keys()
+    for name, values in plain["columns"].items():
+        assert with_worker["columns"][name] == values, name  # (repr: NaN equals NaN, -0.0 differs from 0.0)
+    assert with_worker["problems"] == plain["problems"]
+    assert with_worker["verdict"] == plain["verdict"]
+
+
+def _multicore() -> bool:
+    return len(os.sched_getaffinity(0)) > 1
+
+
+needs_two_cores = pytest.mark.skipif(not _multicore(), reason="the worker starts on machines of two cores or more")
+
+
+@needs_two_cores
+@pytest.mark.parametrize(
+    ("target", "bench"),
+    [
+        (BF16, FP32),
+        (FP16, FP32),
+        (FIXTURES / "autocast_bf16_tensor_mix", FP32),
+        (SCENARIOS / "fault_tensor", SCENARIOS / "fp32_tensor"),
+        (SCENARIOS / "dropout_tensor_a", SCENARIOS / "dropout_tensor_b"),
+        (SCENARIOS / "other_inputs_tensor", SCENARIOS / "fp32_tensor"),
+        (SCENARIOS / "other_weights_tensor", SCENARIOS / "fp32_tensor"),
+    ],
+    ids=lambda p: p.name,
+)
+def test_the_worker_gives_the_comparison_without_it(target, bench):
+    plain = _compare(target, bench, "plain")
+    whole = _compare(target, bench, "early", wait=1.0)  # time to measure every pair it takes
+    assert [done for done, _jobs in plain["taken"]] == [0]  # (no worker: every job measured as usual)
+    ((taken, jobs),) = whole["taken"]
+    assert taken > 0.5 * jobs, whole["taken"]  # it measured most pairs (the others hold NaN, ints, ...)
+    _assert_same(plain, whole)
+    stopped = _compare(target, bench, "early", wait=0.0)  # stopped wherever it was
+    _assert_same(plain, stopped)
+
+
+def _damaged_copy(tmp_path: Path, source: Path) -> tuple[Path, Path]:
+    run = tmp_path / source.name
+    shutil.copytree(source, run, symlinks=True)
+    rank = run / "step0" / "rank0"
+    return run, rank
+
+
+@needs_two_cores
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "swapped_payloads",
+        "wrong_extremes",
+        "truncated_payload",
+        "payload_linked_out",
+        "folder_linked_out",
+        "zero_tensor",
+        "non_finite_extremes",
+    ],
+)
+def test_damaged_dumps_compare_the_same_with_the_worker(tmp_path, damage):
+    """Each damage makes the worker measure less, or measure what the engine would; never differently."""
+    run, rank = _damaged_copy(tmp_path, BF16)
+    payloads = rank / "dump_tensor_data"
+    dump_json = rank / "dump.json"
+    recorded = json.loads(dump_json.read_text())
+    names = sorted(p.name for p in payloads.iterdir())
+    if damage == "swapped_payloads":  # two files of other tensors (another shape) under each other's names
+        by_size = sorted(names, key=lambda n: (payloads / n).stat().st_size)
+        a, b = payloads / by_size[0], payloads / by_size[-1]
+        a.rename(tmp_path / "a"), b.rename(a), (tmp_path / "a").rename(b)
+    elif damage in ("wrong_extremes", "non_finite_extremes", "zero_tensor"):
+        changed = 0
+        for op in recorded["data"].values():
+            for entry in op.get("output", []) if isinstance(op.get("output"), list) else []:
+                if isinstance(entry, dict) and "Max" in entry and changed < 5:
+                    if damage == "wrong_extremes":
+                        entry["Max"] = entry["Max"] * 2 + 1
+                    elif damage == "non_finite_extremes":
+                        entry["Min"] = math.inf
+                    changed += 1
+        assert changed
+        if damage == "zero_tensor":  # a target payload of zeros: cosine is undefined, and said why
+            _zero_payload(payloads / names[len(names) // 2])
+        dump_json.write_text(json.dumps(recorded))
+    elif damage == "truncated_payload":
+        path = payloads / names[3]
+        path.write_bytes(path.read_bytes()[:-100])
+    elif damage == "payload_linked_out":
+        outside = tmp_path / "outside.pt"
+        shutil.copy(payloads / names[4], outside)
+        (payloads / names[4]).unlink()
+        (payloads / names[4]).symlink_to(outside)
+    elif damage == "folder_linked_out":
+        elsewhere = tmp_path / "elsewhere"
+        payloads.rename(elsewhere)
+        payloads.symlink_to(elsewhere, target_is_directory=True)
+    plain = _compare(run, FP32, "plain")
+    _assert_same(plain, _compare(run, FP32, "early", wait=1.0))
+
+
+def _zero_payload(path: Path) -> None:
+    """Overwrite the tensor bytes of a small ``.pt`` archive with zeros (the archive stays valid: no CRC check)."""
+    from nbprec.formats._ptzip import _small_archive, _tensor_entry
+
+    head, entries = _small_archive(str(path))
+    (_key, _dtype, _offset, _size, _stride), (start, nbytes) = _tensor_entry(-1, len(head), head, entries)
+    data = bytearray(head)
+    data[start : start + nbytes] = bytes(nbytes)
+    path.write_bytes(bytes(data))
+
+
+def test_the_worker_runs_without_numpy():
+    """What the worker imports and runs loads no numpy (else it would start no sooner than the command)."""
+    code = (
+        "import sys\n"
+        "from nbprec.compare import early\n"
+        "class Go:\n"
+        "    def __getitem__(self, i): return 0\n"
+        f"roots = ({str(BF16)!r}, {str(FP32)!r})\n"
+        "records = list(early._pair_records(roots, Go()))\n"
+        "print(len(records), 'numpy' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    count, numpy_loaded = done.stdout.split()
+    assert int(count) > 100 and numpy_loaded == "False"
+
+
+@pytest.mark.parametrize(
+    ("args", "paths"),
+    [
+        (["compare", "T", "B"], ("T", "B")),
+        (["compare", "T", "B", "-o", "OUT", "--no-progress"], ("T", "B")),
+        (["compare", "-o", "OUT", "T", "--rule", "cann", "B"], ("T", "B")),
+        (["compare", "--output=OUT", "T", "B", "--mode", "tensor"], ("T", "B")),
+        (["compare", "-oOUT", "T", "B"], ("T", "B")),
+        (["compare", "T", "B", "--mode", "statistics"], None),
+        (["compare", "T", "B", "--mode=checksum"], None),
+        (["compare", "T", "B", "--scheduler", "tcp://h:8786"], None),
+        (["compare", "T", "B", "--help"], None),
+        (["compare", "T"], None),
+        (["compare", "T", "B", "C"], None),
+        (["info", "T"], None),
+        ([], None),
+        (["compare", "--", "-T", "B"], ("-T", "B")),
+    ],
+)
+def test_the_command_line_names_the_dumps(args, paths):
+    assert early.compare_paths(args) == paths
+
+
+def test_the_flags_are_the_parsers():
+    """Every option of ``nbprec compare`` but COMPARE_FLAGS takes a value: early's reading of the command line
+    skips the right words."""
+    from nbprec.cli import build_parser
+
+    parser = build_parser("compare")
+    compare = next(a for a in parser._subparsers._group_actions[0].choices.values() if a.prog.endswith("compare"))
+    flags = {o for a in compare._actions if a.option_strings and a.nargs == 0 for o in a.option_strings}
+    assert flags == early.COMPARE_FLAGS
+
+
+@needs_two_cores
+def test_discard_ends_the_worker(monkeypatch):
+    code = (
+        "import os, sys\n"
+        "from nbprec.compare import early\n"
+        f"early.start({str(BF16)!r}, {str(FP32)!r})\n"
+        "pid = early._worker.pid\n"
+        "early.discard()\n"
+        "try:\n"
+        "    os.waitpid(pid, os.WNOHANG)\n"
+        "    print('still a child')\n"
+        "except ChildProcessError:\n"
+        "    print('reaped')\n"
+        "print(early._worker is None)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "NBPREC_EARLY": "on"},
+    )
+    assert done.stdout.split() == ["reaped", "True"]
+
+
+def test_off_starts_nothing(monkeypatch):
+    monkeypatch.setenv("NBPREC_EARLY", "off")
+    early.start(str(BF16), str(FP32))
+    assert early._worker is None
+
+
+@needs_two_cores
+def test_the_command_writes_the_same_files_with_and_without_the_worker(tmp_path):
+    outputs = {}
+    for how in ("off", "on"):
+        out = tmp_path / how
+        env = {**os.environ, "NBPREC_EARLY": how, "NBPREC_DAEMON": "off"}
+        argv = [sys.executable, "-m", "nbprec", "compare", str(BF16), str(FP32), "-o", str(out), "--no-progress"]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, check=True, cwd="/")
+        outputs[how] = (done.stdout.replace(str(out), "OUT"), {p.name: p.read_bytes() for p in sorted(out.iterdir())})
+    assert outputs["on"][0] == outputs["off"][0]
+    on_files, off_files = outputs["on"][1], outputs["off"][1]
+    assert on_files.keys() == off_files.keys()
+    for name, data in off_files.items():
+        assert on_files[name].replace(b"/on", b"/X") == data.replace(b"/off", b"/X"), name
+
+
+def test_the_numpy_free_tables_agree_with_numpys():
+    import numpy as np
+
+    from nbprec.compare import _sums
+    from nbprec.compare._kernels import FUSED_TYPES
+    from nbprec.compare.metrics import _eps_bench
+    from nbprec.dtypes import NUMPY_DTYPES
+    from nbprec.formats._ptzip import ITEMSIZES
+
+    assert {name: dtype.itemsize for name, dtype in NUMPY_DTYPES.items()} == ITEMSIZES
+    assert {NUMPY_DTYPES[name]: code for name, code in _sums.KERNEL_TYPES.items()} == FUSED_TYPES
+    for dtype, code in FUSED_TYPES.items():
+        assert _sums.EPS_BENCH[code] == _eps_bench(dtype), dtype
+    assert float(np.finfo(np.float64).eps) == _sums.EPS and float(np.finfo(np.float32).eps) == _sums.FLOAT32_EPS
+    assert float(np.finfo(np.float64).tiny) == _sums._DBL_MIN

@@ -5,7 +5,7 @@ the machine's other cores wait. :func:`start` (called by :func:`nbprec.cli.run` 
 ``compare``) forks a worker that needs neither: it reads the ``dump.json`` of each side with the C scanner, pairs
 the tensors both sides record under the same payload name, and measures the usual pairs (small plain ``.pt``
 payloads of a float dtype, the same shape on both sides, finite recorded extremes) with the compiled kernel
-(:func:`nbprec.compare._sums.direct_sums`), in the target's order, until it is told to stop.
+(:func:`nbprec.compare.small_pairs.small_pair`), in the target's order, until it is told to stop.
 
 When :func:`nbprec.compare` has opened and matched the dumps, :func:`measured` stops the worker and takes its
 sums for the jobs they fit: the same payload files, dtypes, shape and recorded extremes as the job's index rows,
@@ -278,12 +278,8 @@ def _pair_records(roots: tuple[str, str], flag: Any) -> Any:
     """Yield the header (target payload folder, benchmark payload folder, metric columns), then a record per pair
     measured: (payload name, target dtype, bench dtype, shape, hints, metric values, why cosine is missing or
     ''). Nothing when the dumps are not the usual pair."""
-    from nbprec.compare._sums import EPS_BENCH, FUSED, KERNEL_TYPES, direct_sums, sums_values
-    from nbprec.formats._files import MAP_FROM
-    from nbprec.formats._ptzip import ITEMSIZES, small_tensor
+    from nbprec.compare.small_pairs import small_pair
 
-    if FUSED is None:
-        return
     sides = [_tensors(root) for root in roots]
     if sides[0] is None or sides[1] is None:
         return
@@ -293,36 +289,20 @@ def _pair_records(roots: tuple[str, str], flag: Any) -> Any:
         if flag[0]:
             return
         found = bench.get(name)
-        if found is None or os.sep in name:
+        if found is None or os.sep in name or found[1] != shape:
             continue
-        b_dtype, b_shape, b_hints = found
-        t_code, b_code = KERNEL_TYPES.get(t_dtype), KERNEL_TYPES.get(b_dtype)
-        if t_code is None or b_code is None or shape != b_shape:
-            continue
-        numel = 1
-        for n in shape:
-            numel *= n
-        t_bytes, b_bytes = numel * ITEMSIZES[t_dtype], numel * ITEMSIZES[b_dtype]
-        if numel <= 0 or max(t_bytes, b_bytes) >= MAP_FROM:
-            continue
-        x, y = (
-            small_tensor(os.path.join(t_dir, name), t_dtype, shape),
-            small_tensor(os.path.join(b_dir, name), b_dtype, shape),
-        )
-        if x is None or y is None:
-            continue
+        b_dtype, _shape, b_hints = found
         hints = (*t_hints, *b_hints)
-        pair = (memoryview(x[0])[x[1] : x[1] + t_bytes], t_code, memoryview(y[0])[y[1] : y[1] + b_bytes], b_code)
-        sums = direct_sums(pair, EPS_BENCH[b_code], hints)
-        values = None if sums is None else sums_values(sums[0], numel)  # (None: hints not usable, or NaN/inf)
-        if values is None:
+        measured = small_pair(os.path.join(t_dir, name), t_dtype, os.path.join(b_dir, name), b_dtype, shape, hints)
+        if measured is None:
             continue
+        values, reason, _held = measured
         if columns is None:
-            columns = tuple(values[0])
+            columns = tuple(values)
             yield (t_dir, b_dir, columns)
-        if tuple(values[0]) != columns:
+        if tuple(values) != columns:
             return
-        yield (name, t_dtype, b_dtype, shape, hints, tuple(values[0].values()), values[1])
+        yield (name, t_dtype, b_dtype, shape, hints, tuple(values.values()), reason)
 
 
 def _tensors(root: str) -> tuple[str, dict[str, tuple[str, tuple[int, ...], tuple[float, float]]]] | None:

@@ -36,6 +36,7 @@ from nbprec.compare.pair_table import (
     recorded_problems,
 )
 from nbprec.compare.rules import Rule, column, get_rule, running_precision
+from nbprec.compare.small_pairs import small_pair
 from nbprec.compare.tasks import ExtremeHints as _ExtremeHints
 from nbprec.compare.tasks import PairTask
 from nbprec.compare.workers import Job, batches, default_workers
@@ -138,6 +139,12 @@ def _measure(
     try:
         if mode == "tensor":
             extremes = hints.extremes(t_row, b_row)
+            small = _small_pair(t_dump, b_dump, t_row, b_row, extremes)
+            if small is not None:  # the usual pair, measured without making its arrays
+                values, reason, held = small
+                hints.record(held)
+                values["target_nonfinite"] = values["bench_nonfinite"] = 0.0
+                return i, values, reason
             result = tensor_metrics(t_dump.tensor(t_row), b_dump.tensor(b_row), extremes=extremes)
             hints.record(result.extremes_held)
             found = result.values  # (made for this call: extended in place)
@@ -164,6 +171,23 @@ def _counting_from(progress: ProgressCallback, done: int) -> ProgressCallback:
         progress(done + measured, done + total)
 
     return report
+
+
+def _small_pair(
+    t_dump: Dump, b_dump: Dump, t_row: Mapping[str, Any], b_row: Mapping[str, Any], extremes: tuple | None
+) -> tuple[dict[str, float], str, bool] | None:
+    """:func:`~nbprec.compare.small_pairs.small_pair` of a job whose payloads both dumps' loaders read whole in
+    one read (msprobe's small payloads: :meth:`~nbprec.formats.msprobe.PayloadLoader.reads_whole`), of one shape,
+    with usable recorded extremes; None for any other job (measured by :func:`tensor_metrics` on its arrays, with
+    the same result where both apply)."""
+    t_whole = getattr(t_dump._loader, "reads_whole", None)
+    b_whole = getattr(b_dump._loader, "reads_whole", None)
+    if extremes is None or t_whole is None or b_whole is None or not (t_row["has_data"] and b_row["has_data"]):
+        return None
+    shape = tuple(t_row["shape"])
+    if tuple(b_row["shape"]) != shape or not (t_whole(t_row) and b_whole(b_row)):
+        return None
+    return small_pair(str(t_row["file"]), t_row["dtype"], str(b_row["file"]), b_row["dtype"], shape, extremes)
 
 
 def _executor(executor: Executor | None, client: Any, parallel: str, workers: int | None) -> Executor | None:

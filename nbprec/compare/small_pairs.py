@@ -1,0 +1,53 @@
+"""The usual pair measured without making arrays: two small plain ``.pt`` payloads, read whole, through the
+compiled kernel in one call.
+
+Most msprobe payloads are small (under :data:`~nbprec.formats._files.MAP_FROM` bytes) one-tensor archives of a
+float dtype. :func:`small_pair` reads both (:func:`~nbprec.formats._ptzip.small_tensor`: one open and one read
+each) and measures them with :func:`~nbprec.compare._sums.direct_sums` and
+:func:`~nbprec.compare._sums.sums_values`: what :func:`~nbprec.compare.metrics.tensor_metrics` does on their arrays
+(the same kernel call on the same bytes), without the arrays and without numpy. It gives None for any other pair
+and for a pair whose sums need the arrays again (NaN or inf, a standard deviation that needs an exact second
+pass); the caller then measures it the general way.
+
+The engine (:func:`nbprec.compare.engine._measure`) and the command's early worker (:mod:`nbprec.compare.early`)
+use it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from nbprec.compare._sums import EPS_BENCH, FUSED, KERNEL_TYPES, direct_sums, sums_values
+from nbprec.formats._files import MAP_FROM
+from nbprec.formats._ptzip import ITEMSIZES, small_tensor
+
+
+def small_pair(
+    t_file: str,
+    t_dtype: str,
+    b_file: str,
+    b_dtype: str,
+    shape: tuple[int, ...],
+    extremes: tuple[float, float, float, float],
+) -> tuple[dict[str, float], str, bool] | None:
+    """``(metric columns, why cosine is missing or '', whether the extremes held)`` of the pair of payload files
+    ``t_file`` and ``b_file``, each a tensor of ``shape`` and its canonical dtype, measured with the recorded
+    ``extremes`` (target min, max, benchmark min, max) as the kernel's hints; None when this pair is not one
+    :func:`small_pair` measures (see the module docstring)."""
+    t_code, b_code = KERNEL_TYPES.get(t_dtype), KERNEL_TYPES.get(b_dtype)
+    if FUSED is None or t_code is None or b_code is None:
+        return None
+    numel = math.prod(shape)
+    t_bytes, b_bytes = numel * ITEMSIZES[t_dtype], numel * ITEMSIZES[b_dtype]
+    if numel <= 0 or max(t_bytes, b_bytes) >= MAP_FROM:
+        return None
+    x = small_tensor(t_file, t_dtype, shape)
+    y = small_tensor(b_file, b_dtype, shape) if x is not None else None
+    if x is None or y is None:
+        return None
+    pair = (memoryview(x[0])[x[1] : x[1] + t_bytes], t_code, memoryview(y[0])[y[1] : y[1] + b_bytes], b_code)
+    sums = direct_sums(pair, EPS_BENCH[b_code], extremes)
+    found = None if sums is None else sums_values(sums[0], numel)  # (None: hints not usable, or NaN/inf)
+    if found is None:
+        return None
+    return found[0], found[1], sums[1]

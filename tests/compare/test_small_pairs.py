@@ -1,0 +1,115 @@
+"""``small_pair`` (the usual msprobe pair measured without making its arrays) gives what ``tensor_metrics`` gives on
+the pair's arrays, to the bit, and steps aside for every pair it does not measure that way."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+import nbprec
+from nbprec.compare.metrics import tensor_metrics
+from nbprec.compare.small_pairs import small_pair
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
+SCENARIOS = FIXTURES / "scenarios"
+PAIRS = [
+    (FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix"),
+    (FIXTURES / "fp16_tensor_mix", FIXTURES / "fp32_tensor_mix"),
+    (FIXTURES / "autocast_bf16_tensor_mix", FIXTURES / "fp32_tensor_mix"),
+    (SCENARIOS / "fault_tensor", SCENARIOS / "fp32_tensor"),
+    (SCENARIOS / "dropout_tensor_a", SCENARIOS / "dropout_tensor_b"),
+]
+
+
+def _rows(target: Path, bench: Path):
+    """(target dump, bench dump, [(target row, bench row)]) of the tensors both record under the same name."""
+    t_dump, b_dump = nbprec.open(target), nbprec.open(bench)
+    b_pos = {name: i for i, name in enumerate(b_dump.columns["name"].tolist())}
+    pairs = [
+        (t_dump.columns.row(i), b_dump.columns.row(b_pos[name]))
+        for i, name in enumerate(t_dump.columns["name"].tolist())
+        if name in b_pos
+    ]
+    return t_dump, b_dump, pairs
+
+
+def _measure_both(t_dump, b_dump, t_row, b_row):
+    extremes = (t_row["min"], t_row["max"], b_row["min"], b_row["max"])
+    small = small_pair(
+        str(t_row["file"]), t_row["dtype"], str(b_row["file"]), b_row["dtype"], tuple(t_row["shape"]), extremes
+    )
+    try:
+        x, y = t_dump.tensor(t_row), b_dump.tensor(b_row)
+    except nbprec.NbprecError:
+        return small, None
+    return small, tensor_metrics(x, y, extremes=extremes)
+
+
+@pytest.mark.parametrize(("target", "bench"), PAIRS, ids=lambda p: p.name)
+def test_small_pair_is_tensor_metrics_on_the_arrays(target, bench):
+    t_dump, b_dump, pairs = _rows(target, bench)
+    measured = 0
+    for t_row, b_row in pairs:
+        if not (t_row["has_data"] and b_row["has_data"]):
+            continue
+        small, reference = _measure_both(t_dump, b_dump, t_row, b_row)
+        if small is None:
+            continue
+        measured += 1
+        values, reason, held = small
+        assert reference is not None, t_row["name"]
+        assert {k: repr(v) for k, v in values.items()} == {k: repr(v) for k, v in reference.values.items()}, t_row[
+            "name"
+        ]
+        assert reason == reference.reason and held == reference.extremes_held, t_row["name"]
+        assert reference.nonfinite == (0, 0)
+    assert measured > len(pairs) // 2, (measured, len(pairs))
+
+
+def test_small_pair_steps_aside(tmp_path):
+    """Pairs it does not measure: NaN or inf inside, other dtypes or shapes than said, damaged or linked files,
+    wrong extremes are measured (a second pass), and an all-zero side says why cosine is missing."""
+    t_dump, b_dump, pairs = _rows(FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix")
+    t_row, b_row = next((t, b) for t, b in pairs if t["has_data"] and t["numel"] > 16 and t["dtype"] == "bfloat16")
+    args = (str(t_row["file"]), "bfloat16", str(b_row["file"]), b_row["dtype"], tuple(t_row["shape"]))
+    extremes = (t_row["min"], t_row["max"], b_row["min"], b_row["max"])
+    assert small_pair(*args, extremes) is not None
+    assert small_pair(*args, (math.nan, *extremes[1:])) is None  # hints not usable: the general way
+    assert small_pair(args[0], "float16", *args[2:], extremes) is None  # another dtype than the payload's
+    assert small_pair(*args[:4], (*args[4], 1), extremes) is None  # another shape
+    wrong = small_pair(*args, (extremes[0] - 1, *extremes[1:]))  # wrong extremes: measured again, same values
+    assert wrong is not None and wrong[2] is False
+    assert {k: repr(v) for k, v in wrong[0].items()} == {k: repr(v) for k, v in small_pair(*args, extremes)[0].items()}
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(Path(args[0]).read_bytes()[:-64])
+    assert small_pair(str(truncated), *args[1:], extremes) is None
+    linked = tmp_path / "linked.pt"
+    linked.symlink_to(args[0])
+    assert small_pair(str(linked), *args[1:], extremes) is None  # a link is the reader's to check
+    nan_file = tmp_path / "nan.pt"
+    _fill_payload(Path(args[0]), nan_file, b"\xc0\x7f")  # bfloat16 NaN in every element
+    assert small_pair(str(nan_file), *args[1:], extremes) is None  # counted on the arrays
+    zeros = tmp_path / "zeros.pt"
+    _fill_payload(Path(args[0]), zeros, b"\x00\x00")
+    zero = small_pair(str(zeros), *args[1:], (0.0, 0.0, *extremes[2:]))
+    reference = tensor_metrics(
+        nbprec.formats._pt.read_small_pt(str(zeros), t_dump.tensor(t_row).dtype, args[4]),
+        b_dump.tensor(b_row),
+        extremes=(0.0, 0.0, *extremes[2:]),
+    )
+    assert zero is not None and zero[1] == reference.reason and "all zero" in zero[1]
+
+
+def _fill_payload(source: Path, to: Path, element: bytes) -> None:
+    """A copy of the small ``.pt`` archive ``source`` whose tensor holds ``element`` (its bytes) everywhere."""
+    from nbprec.formats._ptzip import _small_archive, _tensor_entry
+
+    head, entries = _small_archive(str(source))
+    _description, (start, nbytes) = _tensor_entry(-1, len(head), head, entries)
+    data = bytearray(head)
+    data[start : start + nbytes] = element * (nbytes // len(element))
+    shutil.copy(source, to)
+    to.write_bytes(bytes(data))

@@ -242,6 +242,7 @@ def child_main(target: str, bench: str, out: str, workers: int | None) -> None:
     """The child process: one ``nbprec.compare``, its wall and CPU time and its peak RSS."""
     # the modules the call uses, imported before the clock starts (as msprobe's child imports its compare modules)
     import nbprec
+    import nbprec.compare.engine  # (the package imports it on first use: here, not inside the timed call)
     import nbprec.formats.msprobe
     import nbprec.formats.native_read
     from nbprec.compare.metrics import KERNEL

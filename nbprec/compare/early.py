@@ -33,7 +33,12 @@ if TYPE_CHECKING:
 COMPARE_FLAGS = frozenset({"-h", "--help", "--no-progress"})
 #: Options that make the worker pointless: no payloads compared, or measured elsewhere.
 _NOT_HERE = frozenset({"--scheduler", "-h", "--help"})
-_BATCH = 32  # records the worker sends at a time (and then checks that the command is still there)
+_BATCH = 8  # records the worker sends at a time (and then checks that the command is still there)
+#: How long a stopped worker may take to send its last records: it stops after the pair it is measuring (well
+#: under a millisecond), but not inside a long scan of a large dump.json, and is killed past this.
+_GRACE_SECONDS = 0.01
+#: A dump.json larger than this is not scanned by the worker: the scan alone would outlast its window.
+_SCAN_LIMIT = 8 << 20
 
 
 class _Worker:
@@ -101,6 +106,7 @@ def start(target: str, bench: str) -> None:
         status = 0
         try:
             os.close(read_end)
+            _quiet()
             _run_worker(roots, flag, write_end)
         except BaseException:
             status = 1
@@ -108,6 +114,15 @@ def start(target: str, bench: str) -> None:
             os._exit(status)
     os.close(write_end)
     _worker = _Worker(pid, flag, read_end, roots)
+
+
+def _quiet() -> None:
+    """Point the worker's standard streams at /dev/null: it says nothing, and must not hold the command's output
+    (a pipe to ``head``, say) open after the command is done."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def discard() -> None:
@@ -142,27 +157,53 @@ def _collect(roots: tuple[str, str]) -> tuple[tuple, list[tuple]] | None:
 
     worker.flag[0] = 1
     chunks = []
-    try:
-        while chunk := os.read(worker.results, 1 << 20):
-            chunks.append(chunk)
+    try:  # what it sent, and the rest once it has stopped; a worker still busy after the grace (a long scan) is
+        chunks = _drain(worker)  # killed: its records so far are in the pipe, and the rest are not waited for
     finally:
         os.close(worker.results)
-        try:
-            _pid, status = os.waitpid(worker.pid, 0)
+        try:  # noqa: SIM105  (contextlib is not imported by the command's client of the daemon)
+            os.waitpid(worker.pid, 0)
         except ChildProcessError:
-            status = 1
+            pass
     data = memoryview(b"".join(chunks))
     messages = []
-    try:
-        while data:
-            size = int.from_bytes(data[:4], "little")
+    while len(data) >= 4:  # whole messages (a killed worker may have written part of its last)
+        size = int.from_bytes(data[:4], "little")
+        if len(data) < 4 + size:
+            break
+        try:
             messages.append(marshal.loads(data[4 : 4 + size]))
-            data = data[4 + size :]
-    except (EOFError, ValueError, TypeError):
-        return None
-    if status != 0 or not messages:
+        except (EOFError, ValueError, TypeError):
+            break
+        data = data[4 + size :]
+    if not messages:
         return None
     return messages[0], [record for batch in messages[1:] for record in batch]
+
+
+def _drain(worker: _Worker) -> list[bytes]:
+    """Everything the stopped worker writes until its pipe ends, killing it if that takes over
+    :data:`_GRACE_SECONDS`."""
+    import select
+    import signal
+    import time
+
+    chunks = []
+    deadline = time.monotonic() + _GRACE_SECONDS
+    killed = False
+    while True:
+        if not killed:
+            ready, _, _ = select.select([worker.results], [], [], max(deadline - time.monotonic(), 0.0))
+            if not ready:
+                try:  # noqa: SIM105
+                    os.kill(worker.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                killed = True
+        chunk = os.read(worker.results, 1 << 20)
+        if not chunk:
+            return chunks
+        chunks.append(chunk)
 
 
 def measured(jobs: list[tuple], t_dump: Any, b_dump: Any) -> tuple[list[tuple[int, dict, str]], list[tuple]]:
@@ -326,7 +367,7 @@ def _tensors(root: str) -> tuple[str, dict[str, tuple[str, tuple[int, ...], tupl
     if not os.path.realpath(payloads).startswith(os.path.join(os.path.realpath(run), "")):
         return None  # the payloads lie elsewhere (a link out of the dump): left to the reader's checks
     try:
-        text = read_regular(dump_json, limit=1 << 28, what="dump.json")
+        text = read_regular(dump_json, limit=_SCAN_LIMIT, what="dump.json")
     except Exception:
         return None
     scanned = scan(text, tuple(str(i) for i in range(256)))

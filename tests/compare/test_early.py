@@ -288,3 +288,65 @@ def test_the_numpy_free_tables_agree_with_numpys():
         assert _sums.EPS_BENCH[code] == _eps_bench(dtype), dtype
     assert float(np.finfo(np.float64).eps) == _sums.EPS and float(np.finfo(np.float32).eps) == _sums.FLOAT32_EPS
     assert float(np.finfo(np.float64).tiny) == _sums._DBL_MIN
+
+
+def test_a_worker_that_does_not_stop_is_killed_after_the_grace():
+    """A worker still busy when stopped (scanning a large dump.json, say) is not waited for: what it sent is
+    taken, and it is killed."""
+    import time
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a worker that sent one message and then does not stop
+        os.close(read_end)
+        os.write(write_end, b"sent")
+        time.sleep(30)
+        os._exit(0)
+    os.close(write_end)
+    worker = early._Worker(pid, None, read_end, ("t", "b"))
+    start = time.monotonic()
+    try:
+        chunks = early._drain(worker)
+    finally:
+        os.close(read_end)
+        _pid, status = os.waitpid(pid, 0)
+    assert b"".join(chunks) == b"sent"
+    assert time.monotonic() - start < 5
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9
+
+
+@needs_two_cores
+def test_the_worker_does_not_hold_the_commands_output():
+    """Its standard streams are /dev/null: a pipe from the command (to ``head``, say) ends with the command."""
+    code = (
+        "import os, time\n"
+        "from nbprec.compare import early\n"
+        f"early.start({str(BF16)!r}, {str(FP32)!r})\n"
+        "pid, seen = early._worker.pid, set()\n"
+        "for _ in range(2000):\n"
+        "    try:\n"
+        "        seen.add(os.readlink(f'/proc/{pid}/fd/1'))\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if os.devnull in seen:\n"
+        "        break\n"
+        "    time.sleep(0.0005)\n"
+        "early.discard()\n"
+        "print(os.devnull in seen)\n"
+    )
+    env = {**os.environ, "NBPREC_EARLY": "on"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert done.stdout.split() == ["True"]
+
+
+def test_a_large_dump_json_is_left_to_the_reader(monkeypatch):
+    """The worker does not scan a dump.json above its limit (the scan would outlast its window)."""
+
+    class Go:
+        def __getitem__(self, i):
+            return 0
+
+    roots = (str(BF16), str(FP32))
+    assert len(list(early._pair_records(roots, Go()))) > 100
+    monkeypatch.setattr(early, "_SCAN_LIMIT", (BF16 / "step0" / "rank0" / "dump.json").stat().st_size - 1)
+    assert list(early._pair_records(roots, Go())) == []

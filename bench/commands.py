@@ -13,11 +13,14 @@ For report and serve, T and B are the demo's tiny encoder runs (bfloat16 with th
 ``nbprec demo``'s, made here with torch). ``--baseline DIR`` (another nbprec tree: a checkout with its
 extensions built) runs the same commands from there (``PYTHONPATH=DIR``), interleaved round by round with this
 tree (``timing.interleave``: the comparisons first, then the reports, then the servers); medians of
-``--repeat`` rounds and the median of the paired ratios are printed.
+``--repeat`` rounds and the median of the paired ratios are printed. ``--baseline-env NAME=VALUE`` sets a
+variable for the baseline's commands only; without ``--baseline`` the baseline is this tree, so that one setting
+is timed against the default (``--baseline-env NBPREC_EARLY=off``: the command without its early worker).
 
 Usage::
 
-    .venv/bin/python bench/commands.py [--repeat 6] [--baseline DIR] [--compare T B] [--compare-only]
+    .venv/bin/python bench/commands.py [--repeat 6] [--baseline DIR] [--baseline-env NAME=VALUE] [--compare T B]
+        [--compare-only]
 """
 
 from __future__ import annotations
@@ -31,14 +34,22 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import timing  # bench/timing.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _env(tree: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(tree)}
+class Side(NamedTuple):
+    """One side of the comparison: an nbprec tree, and variables set for its commands only."""
+
+    tree: Path
+    env: dict[str, str]
+
+
+def _env(side: Side) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(side.tree), **side.env}
 
 
 #: Where the commands run: ``python -m`` puts its working folder first on ``sys.path``, so a run in a checkout
@@ -46,20 +57,20 @@ def _env(tree: Path) -> dict[str, str]:
 NEUTRAL = "/"
 
 
-def report_seconds(tree: Path, target: Path, bench: Path, out: Path) -> float:
+def report_seconds(tree: Side, target: Path, bench: Path, out: Path) -> float:
     """Wall seconds of ``nbprec report`` run from ``tree``."""
     cmd = [sys.executable, "-m", "nbprec", "report", str(target), str(bench), "-o", str(out)]
     return timing.whole_process(cmd, env=_env(tree), cwd=NEUTRAL)
 
 
-def compare_seconds(tree: Path, target: Path, bench: Path, out: Path) -> float:
+def compare_seconds(tree: Side, target: Path, bench: Path, out: Path) -> float:
     """Wall seconds of ``nbprec compare T B -o OUT`` run from ``tree`` in its own process (no command daemon)."""
     cmd = [sys.executable, "-m", "nbprec", "compare", str(target), str(bench), "-o", str(out), "--no-progress"]
     env = {**_env(tree), "NBPREC_DAEMON": "off"}
     return timing.whole_process(cmd, ok=(0, 1), env=env, cwd=NEUTRAL)  # 1: failing ops found
 
 
-def serve_seconds(tree: Path, target: Path, bench: Path) -> tuple[float, float]:
+def serve_seconds(tree: Side, target: Path, bench: Path) -> tuple[float, float]:
     """Seconds from ``nbprec serve``'s start (run from ``tree``) to its URL line and to ``dashboard ready``."""
     start = time.perf_counter()
     proc = subprocess.Popen(
@@ -85,10 +96,14 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another nbprec tree, timed interleaved with this one")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("T", "B"), help="also time nbprec compare T B")
     parser.add_argument("--compare-only", action="store_true", help="with --compare: time nothing else")
+    parser.add_argument(
+        "--baseline-env", action="append", default=[], metavar="NAME=VALUE", help="a variable for the baseline only"
+    )
     args = parser.parse_args()
-    trees = {"this tree": ROOT}
-    if args.baseline is not None:
-        trees["baseline"] = args.baseline.resolve()
+    trees = {"this tree": Side(ROOT, {})}
+    if args.baseline is not None or args.baseline_env:
+        path = args.baseline.resolve() if args.baseline is not None else ROOT
+        trees["baseline"] = Side(path, dict(item.split("=", 1) for item in args.baseline_env))
     rounds = max(args.repeat, 5)
     times: dict[str, dict[str, list[float]]] = {n: {} for n in trees}
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,7 +131,7 @@ def main() -> None:
 
 
 def _notebook_commands(
-    trees: dict[str, Path], rounds: int, tmp: Path, times: dict[str, dict[str, list[float]]]
+    trees: dict[str, Side], rounds: int, tmp: Path, times: dict[str, dict[str, list[float]]]
 ) -> None:
     """Time ``nbprec report`` and ``nbprec serve`` from each tree on the demo's tiny runs, into ``times``."""
     from nbprec.demo import tiny_runs

@@ -7,14 +7,16 @@ the tensors both sides record under the same payload name, and measures the usua
 payloads of a float dtype, the same shape on both sides, finite recorded extremes) with the compiled kernel
 (:func:`nbprec.compare.small_pairs.small_pair`), in the target's order, until it is told to stop.
 
-When :func:`nbprec.compare` has opened and matched the dumps, :func:`measured` stops the worker and takes its
-sums for the jobs they fit: the same payload files, dtypes, shape and recorded extremes as the job's index rows,
-payloads the dump's own loader reads whole (inside the dump, of that dtype and shape), and sums that give every
-metric without a second look at the arrays (:func:`nbprec.compare.metrics.sums_result`). Every other job is
-measured as usual. The results are those of a comparison without the worker, to the bit: the same kernel call on
-the same bytes with the same parameters (tests hold the two to each other). Anything unexpected makes the worker
-measure less, never differently: it steps aside (measures nothing) for a layout it does not know, several
-``dump.json`` files on a side, or a single-core machine, and any failure in it only loses its results.
+It sends each pair's metric values (those :func:`~nbprec.compare._sums.sums_values` gives from the kernel's sums,
+when they need no second look at the arrays) through a pipe as it goes. When :func:`nbprec.compare` has opened
+and matched the dumps, :func:`measured` stops the worker (waiting at most :data:`_GRACE_SECONDS` for it) and
+takes the values for the jobs they fit: the same payload files, dtypes, shape and recorded extremes as the job's
+index rows, and payloads the dump's own loader reads whole (inside the dump, of that dtype and shape). Every other
+job is measured as usual. The results are those of a comparison without the worker, to the bit: the same kernel
+call on the same bytes with the same parameters (tests hold the two to each other). Anything unexpected makes the
+worker measure less, never differently: it steps aside (measures nothing) for a layout it does not know, several
+``dump.json`` files on a side, one over :data:`_SCAN_LIMIT`, or a single-core machine, and any failure in it only
+loses its results.
 
 It lives only in the command's process: the library and the daemon never start it. ``NBPREC_EARLY=off`` turns
 it off.

@@ -350,3 +350,19 @@ def test_a_large_dump_json_is_left_to_the_reader(monkeypatch):
     assert len(list(early._pair_records(roots, Go()))) > 100
     monkeypatch.setattr(early, "_SCAN_LIMIT", (BF16 / "step0" / "rank0" / "dump.json").stat().st_size - 1)
     assert list(early._pair_records(roots, Go())) == []
+
+
+def test_the_worker_steps_aside_for_several_dump_json_files(tmp_path):
+    """Two ranks (or steps) on a side: the worker measures nothing (the engine pairs them by step and rank)."""
+
+    class Go:
+        def __getitem__(self, i):
+            return 0
+
+    run = tmp_path / "two_ranks"
+    shutil.copytree(BF16, run)
+    shutil.copytree(run / "step0" / "rank0", run / "step0" / "rank1")
+    assert early._one_dump_json(str(run)) is None
+    assert early._one_dump_json(str(run / "step0" / "rank1")) == str(run / "step0" / "rank1" / "dump.json")
+    assert list(early._pair_records((str(run), str(FP32)), Go())) == []
+    assert len(list(early._pair_records((str(run / "step0" / "rank0"), str(FP32)), Go()))) > 100

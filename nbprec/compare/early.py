@@ -2,8 +2,9 @@
 
 A command that runs in its own process spends its first 80-90 ms importing numpy and nbprec, on one core, while
 the machine's other cores wait. :func:`start` (called by :func:`nbprec.cli.run` before those imports, for
-``compare``) forks a worker that needs neither: it reads the ``dump.json`` of each side with the C scanner, pairs
-the tensors both sides record under the same payload name, and measures the usual pairs (small plain ``.pt``
+``compare``) forks a worker that needs neither: it reads the ``dump.json`` files of each side with the C scanner
+(those of the same ``step*/rank*`` folders in pairs), pairs the tensors both record under the same payload name,
+and measures the usual pairs (small plain ``.pt``
 payloads of a float dtype, the same shape on both sides, finite recorded extremes) with the compiled kernel
 (:func:`nbprec.compare.small_pairs.small_pair`), in the target's order, until it is told to stop.
 
@@ -14,9 +15,9 @@ takes the values for the jobs they fit: the same payload files, dtypes, shape an
 index rows, and payloads the dump's own loader reads whole (inside the dump, of that dtype and shape). Every other
 job is measured as usual. The results are those of a comparison without the worker, to the bit: the same kernel
 call on the same bytes with the same parameters (tests hold the two to each other). Anything unexpected makes the
-worker measure less, never differently: it steps aside (measures nothing) for a layout it does not know, several
-``dump.json`` files on a side, one over :data:`_SCAN_LIMIT`, or a single-core machine, and any failure in it only
-loses its results.
+worker measure less, never differently: it steps aside (measures nothing) for a layout it does not know, sides
+whose ``step*/rank*`` folders differ, a ``dump.json`` over :data:`_SCAN_LIMIT`, or a single-core machine, and any
+failure in it only loses its results.
 
 It lives only in the command's process: the library and the daemon never start it. ``NBPREC_EARLY=off`` turns
 it off.
@@ -145,8 +146,8 @@ def discard() -> None:
 
 
 def _collect(roots: tuple[str, str]) -> tuple[tuple, list[tuple]] | None:
-    """Stop the worker and take what it sent: its header (target payload folder, benchmark payload folder, metric
-    columns) and its records; None when it worked on other paths than ``roots``, failed or sent nothing."""
+    """Stop the worker and take what it sent: its header (the metric columns) and its records; None when it
+    worked on other paths than ``roots``, failed or sent nothing."""
     global _worker
     worker = _worker
     if worker is None:
@@ -180,7 +181,7 @@ def _collect(roots: tuple[str, str]) -> tuple[tuple, list[tuple]] | None:
         data = data[4 + size :]
     if not messages:
         return None
-    return messages[0], [record for batch in messages[1:] for record in batch]
+    return (messages[0],), [record for batch in messages[1:] for record in batch]
 
 
 def _drain(worker: _Worker) -> list[bytes]:
@@ -217,22 +218,19 @@ def measured(jobs: list[tuple], t_dump: Any, b_dump: Any) -> tuple[list[tuple[in
     t_whole, b_whole = (getattr(d._loader, "reads_whole", None) for d in (t_dump, b_dump))
     if found is None or t_whole is None or b_whole is None:
         return [], jobs
-    (t_dir, b_dir, columns), records = found
-    t_prefix, b_prefix = os.path.join(t_dir, ""), os.path.join(b_dir, "")
-    by_name = {record[0]: record for record in records}
+    (columns,), records = found
+    by_files = {(record[0], record[1]): record for record in records}
     t_rows, b_rows = _Rows(t_dump.columns), _Rows(b_dump.columns)
-    whole: dict[tuple, bool] = {}  # (side, dtype, numel) -> whether that side's loader reads such a payload whole
+    whole: dict[tuple, bool] = {}  # (side, dtype, numel, folder) -> whether its loader reads such a payload whole
     done: list[tuple[int, dict, str]] = []
     left: list[tuple] = []
     for job in jobs:
         i, mode, t_pos, b_pos = job
-        t_file, b_file = t_rows.file[t_pos], b_rows.file[b_pos]
-        name = t_file[len(t_prefix) :] if mode == "tensor" and t_file.startswith(t_prefix) else None
-        record = by_name.get(name)
-        if record is None or b_file != b_prefix + name:
+        record = by_files.get((t_rows.file[t_pos], b_rows.file[b_pos])) if mode == "tensor" else None
+        if record is None:
             left.append(job)
             continue
-        _name, t_dtype, b_dtype, shape, hints, values, reason = record
+        _t_file, _b_file, t_dtype, b_dtype, shape, hints, values, reason = record
         if not (
             t_rows.matches(t_pos, t_dtype, shape, hints[:2])
             and b_rows.matches(b_pos, b_dtype, shape, hints[2:])
@@ -266,9 +264,10 @@ class _Rows:
 
 
 def _reads_whole(known: dict[tuple, bool], reads_whole: Any, rows: _Rows, i: int) -> bool:
-    """``reads_whole`` (the dump loader's) of row ``i``, asked once per side, dtype and size: the worker's payloads
-    of a side all lie in one folder."""
-    key = (id(rows), rows.dtype[i], rows.numel[i])
+    """``reads_whole`` (the dump loader's) of row ``i``, asked once per side, dtype, size and folder (the worker
+    reads payloads of a folder by their names alone, never through a subfolder)."""
+    file = rows.file[i]
+    key = (id(rows), rows.dtype[i], rows.numel[i], file[: file.rfind(os.sep)])
     answer = known.get(key)
     if answer is None:
         answer = known[key] = bool(reads_whole({"dtype": rows.dtype[i], "numel": rows.numel[i], "file": rows.file[i]}))
@@ -318,47 +317,46 @@ def _run_worker(roots: tuple[str, str], flag: Any, out: int) -> None:
 
 
 def _pair_records(roots: tuple[str, str], flag: Any) -> Any:
-    """Yield the header (target payload folder, benchmark payload folder, metric columns), then a record per pair
-    measured: (payload name, target dtype, bench dtype, shape, hints, metric values, why cosine is missing or
-    ''). Nothing when the dumps are not the usual pair."""
+    """Yield the header (the metric columns), then a record per pair measured: (target file, bench file, target
+    dtype, bench dtype, shape, hints, metric values, why cosine is missing or ''), dump.json by dump.json. Nothing
+    when the dumps are not the usual pair."""
     from nbprec.compare.small_pairs import small_pair
 
-    sides = [_tensors(root) for root in roots]
-    if sides[0] is None or sides[1] is None:
-        return
-    (t_dir, target), (b_dir, bench) = sides
     columns = None
-    for name, (t_dtype, shape, t_hints) in target.items():
-        if flag[0]:
-            return
-        found = bench.get(name)
-        if found is None or os.sep in name or found[1] != shape:
+    for t_json, b_json in _paired_dump_jsons(*roots):
+        sides = _tensors(t_json), _tensors(b_json)
+        if sides[0] is None or sides[1] is None:
             continue
-        b_dtype, _shape, b_hints = found
-        hints = (*t_hints, *b_hints)
-        measured = small_pair(os.path.join(t_dir, name), t_dtype, os.path.join(b_dir, name), b_dtype, shape, hints)
-        if measured is None:
-            continue
-        values, reason, _held = measured
-        if columns is None:
-            columns = tuple(values)
-            yield (t_dir, b_dir, columns)
-        if tuple(values) != columns:
-            return
-        yield (name, t_dtype, b_dtype, shape, hints, tuple(values.values()), reason)
+        (t_dir, target), (b_dir, bench) = sides
+        for name, (t_dtype, shape, t_hints) in target.items():
+            if flag[0]:
+                return
+            found = bench.get(name)
+            if found is None or os.sep in name or found[1] != shape:
+                continue
+            b_dtype, _shape, b_hints = found
+            hints = (*t_hints, *b_hints)
+            t_file, b_file = os.path.join(t_dir, name), os.path.join(b_dir, name)
+            measured = small_pair(t_file, t_dtype, b_file, b_dtype, shape, hints)
+            if measured is None:
+                continue
+            values, reason, _held = measured
+            if columns is None:
+                columns = tuple(values)
+                yield columns
+            if tuple(values) != columns:
+                return
+            yield (t_file, b_file, t_dtype, b_dtype, shape, hints, tuple(values.values()), reason)
 
 
-def _tensors(root: str) -> tuple[str, dict[str, tuple[str, tuple[int, ...], tuple[float, float]]]] | None:
-    """``(payload folder, payload name -> (dtype, shape, (min, max)))`` of the one msprobe ``dump.json`` at or
-    under ``root`` (``./``, ``rank*/`` or ``step*/rank*/``), or None (none, several, or not the usual layout)."""
+def _tensors(dump_json: str) -> tuple[str, dict[str, tuple[str, tuple[int, ...], tuple[float, float]]]] | None:
+    """``(payload folder, payload name -> (dtype, shape, (min, max)))`` of an msprobe ``dump.json``, or None (not
+    the usual layout, over :data:`_SCAN_LIMIT`, or payloads that lie outside the run's folder)."""
     from nbprec.formats._files import read_regular
 
     try:
         from nbprec.formats._msprobescan import scan
     except ImportError:
-        return None
-    dump_json = _one_dump_json(root)
-    if dump_json is None:
         return None
     folder = os.path.dirname(dump_json)
     run = folder
@@ -386,18 +384,32 @@ def _tensors(root: str) -> tuple[str, dict[str, tuple[str, tuple[int, ...], tupl
     return payloads, tensors
 
 
-def _one_dump_json(root: str) -> str | None:
-    """The one ``dump.json`` at ``root`` (itself, ``./``, ``rank*/`` or ``step*/rank*/``), or None."""
+def _paired_dump_jsons(target: str, bench: str) -> list[tuple[str, str]]:
+    """The target's and the benchmark's ``dump.json`` files in pairs: those of the same ``step*/rank*`` folders
+    under the two paths, or the one of each side when each has one."""
+    t_found, b_found = _dump_jsons(target), _dump_jsons(bench)
+    if len(t_found) == 1 and len(b_found) == 1:
+        return [(next(iter(t_found.values())), next(iter(b_found.values())))]
+    return [(t_found[key], b_found[key]) for key in sorted(t_found.keys() & b_found.keys())]
+
+
+def _dump_jsons(root: str) -> dict[str, str]:
+    """Folder under ``root`` ('' for ``root`` itself) -> its ``dump.json``: ``root`` (a dump.json, or a folder
+    holding one), else its ``rank*/`` folders, else its ``step*/rank*/`` folders, as the msprobe reader looks."""
     if os.path.isfile(root):
-        return root if root.endswith(".json") else None
+        return {"": root} if root.endswith(".json") else {}
     here = os.path.join(root, "dump.json")
     if os.path.isfile(here):
-        return here
+        return {"": here}
     for depth in (1, 2):
-        found = [p for p in _numbered_dirs(root, depth) if os.path.isfile(os.path.join(p, "dump.json"))]
+        found = {
+            os.path.relpath(folder, root): os.path.join(folder, "dump.json")
+            for folder in _numbered_dirs(root, depth)
+            if os.path.isfile(os.path.join(folder, "dump.json"))
+        }
         if found:
-            return os.path.join(found[0], "dump.json") if len(found) == 1 else None
-    return None
+            return found
+    return {}
 
 
 def _numbered_dirs(root: str, depth: int) -> list[str]:

@@ -352,17 +352,35 @@ def test_a_large_dump_json_is_left_to_the_reader(monkeypatch):
     assert list(early._pair_records(roots, Go())) == []
 
 
-def test_the_worker_steps_aside_for_several_dump_json_files(tmp_path):
-    """Two ranks (or steps) on a side: the worker measures nothing (the engine pairs them by step and rank)."""
+def test_sides_of_several_dump_json_files_pair_them_by_folder(tmp_path):
+    """Two steps and two ranks a side: the worker pairs the dump.json files of the same step and rank folders and
+    measures them all, with the results of the engine's pairing by step and rank; sides whose folders differ
+    get nothing."""
 
     class Go:
         def __getitem__(self, i):
             return 0
 
-    run = tmp_path / "two_ranks"
-    shutil.copytree(BF16, run)
-    shutil.copytree(run / "step0" / "rank0", run / "step0" / "rank1")
-    assert early._one_dump_json(str(run)) is None
-    assert early._one_dump_json(str(run / "step0" / "rank1")) == str(run / "step0" / "rank1" / "dump.json")
-    assert list(early._pair_records((str(run), str(FP32)), Go())) == []
-    assert len(list(early._pair_records((str(run / "step0" / "rank0"), str(FP32)), Go()))) > 100
+    runs = {}
+    for source in (BF16, FP32):
+        run = runs[source.name] = tmp_path / source.name
+        for step, rank in (("step0", "rank0"), ("step0", "rank1"), ("step1", "rank0"), ("step1", "rank1")):
+            shutil.copytree(source / "step0" / "rank0", run / step / rank)
+    target, bench = runs[BF16.name], runs[FP32.name]
+    pairs = early._paired_dump_jsons(str(target), str(bench))
+    assert [Path(t).parent.relative_to(target) for t, _b in pairs] == [
+        Path("step0/rank0"),
+        Path("step0/rank1"),
+        Path("step1/rank0"),
+        Path("step1/rank1"),
+    ]
+    assert all(Path(t).parent.relative_to(target) == Path(b).parent.relative_to(bench) for t, b in pairs)
+    single = len(list(early._pair_records((str(BF16), str(FP32)), Go()))) - 1
+    assert len(list(early._pair_records((str(target), str(bench)), Go()))) - 1 == 4 * single
+    assert early._paired_dump_jsons(str(target / "step0"), str(bench / "step1"))  # rank0, rank1 in both
+    assert early._paired_dump_jsons(str(target), str(bench / "step0")) == []  # step*/rank* against rank*
+    if _multicore():
+        whole = _compare(target, bench, "early", wait=1.0)
+        ((taken, jobs),) = whole["taken"]
+        assert taken > 0.5 * jobs, whole["taken"]
+        _assert_same(_compare(target, bench, "plain"), whole)

@@ -145,43 +145,65 @@ def discard() -> None:
         pass
 
 
-def _collect(roots: tuple[str, str]) -> tuple[tuple, list[tuple]] | None:
-    """Stop the worker and take what it sent: its header (the metric columns) and its records; None when it
-    worked on other paths than ``roots``, failed or sent nothing."""
-    global _worker
-    worker = _worker
-    if worker is None:
-        return None
-    if worker.roots != roots:
-        discard()
-        return None
-    _worker = None
-    import marshal
+class _Messages:
+    """The worker's messages, from the bytes of its pipe as they come: whole messages only (a killed worker may
+    have written part of its last). The first is the header (the metric columns); each other, a batch of records."""
 
-    worker.flag[0] = 1
+    def __init__(self) -> None:
+        self._data = b""
+        self.columns: tuple[str, ...] | None = None
+
+    def feed(self, data: bytes) -> list[tuple]:
+        """The records of the whole messages ``data`` completes."""
+        import marshal
+
+        data = self._data + data
+        records: list[tuple] = []
+        start = 0
+        while len(data) - start >= 4:
+            size = int.from_bytes(data[start : start + 4], "little")
+            if len(data) - start - 4 < size:
+                break
+            try:
+                message = marshal.loads(data[start + 4 : start + 4 + size])
+            except (EOFError, ValueError, TypeError):
+                data, start = b"", 0
+                break
+            start += 4 + size
+            if self.columns is None:
+                self.columns = message
+            else:
+                records += message
+        self._data = data[start:]
+        return records
+
+
+def _read_now(worker: _Worker) -> bytes:
+    """What the worker has written so far, without waiting or stopping it."""
+    import select
+
     chunks = []
-    try:  # what it sent, and the rest once it has stopped; a worker still busy after the grace (a long scan) is
-        chunks = _drain(worker)  # killed: its records so far are in the pipe, and the rest are not waited for
+    while select.select([worker.results], [], [], 0)[0]:
+        chunk = os.read(worker.results, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _stop(worker: _Worker) -> bytes:
+    """Stop the worker and take the rest of what it writes (see :func:`_drain`); it is then gone."""
+    global _worker
+    _worker = None
+    worker.flag[0] = 1
+    try:
+        return b"".join(_drain(worker))
     finally:
         os.close(worker.results)
         try:  # noqa: SIM105  (contextlib is not imported by the command's client of the daemon)
             os.waitpid(worker.pid, 0)
         except ChildProcessError:
             pass
-    data = memoryview(b"".join(chunks))
-    messages = []
-    while len(data) >= 4:  # whole messages (a killed worker may have written part of its last)
-        size = int.from_bytes(data[:4], "little")
-        if len(data) < 4 + size:
-            break
-        try:
-            messages.append(marshal.loads(data[4 : 4 + size]))
-        except (EOFError, ValueError, TypeError):
-            break
-        data = data[4 + size :]
-    if not messages:
-        return None
-    return (messages[0],), [record for batch in messages[1:] for record in batch]
 
 
 def _drain(worker: _Worker) -> list[bytes]:
@@ -211,38 +233,66 @@ def _drain(worker: _Worker) -> list[bytes]:
 
 def measured(jobs: list[tuple], t_dump: Any, b_dump: Any) -> tuple[list[tuple[int, dict, str]], list[tuple]]:
     """The results of the ``jobs`` (engine jobs ``(table row, mode, target row, bench row)``) the worker measured,
-    and the jobs left to measure; every job is left when no worker ran for these dumps."""
-    if _worker is None:
+    and the jobs left to measure; every job is left when no worker ran for these dumps.
+
+    The records sent so far are matched to the jobs while the worker goes on; then it is stopped, and the jobs
+    still left are matched to the records it sent meanwhile."""
+    worker = _worker
+    if worker is None:
         return [], jobs
-    found = _collect((os.path.realpath(str(t_dump.path)), os.path.realpath(str(b_dump.path))))
-    t_whole, b_whole = (getattr(d._loader, "reads_whole", None) for d in (t_dump, b_dump))
-    if found is None or t_whole is None or b_whole is None:
+    if worker.roots != (os.path.realpath(str(t_dump.path)), os.path.realpath(str(b_dump.path))):
+        discard()  # (another comparison than the one it was started for)
         return [], jobs
-    (columns,), records = found
-    by_files = {(record[0], record[1]): record for record in records}
-    t_rows, b_rows = _Rows(t_dump.columns), _Rows(b_dump.columns)
-    whole: dict[tuple, bool] = {}  # (side, dtype, numel, folder) -> whether its loader reads such a payload whole
-    done: list[tuple[int, dict, str]] = []
-    left: list[tuple] = []
-    for job in jobs:
-        i, mode, t_pos, b_pos = job
-        record = by_files.get((t_rows.file[t_pos], b_rows.file[b_pos])) if mode == "tensor" else None
-        if record is None:
-            left.append(job)
-            continue
-        _t_file, _b_file, t_dtype, b_dtype, shape, hints, values, reason = record
-        if not (
-            t_rows.matches(t_pos, t_dtype, shape, hints[:2])
-            and b_rows.matches(b_pos, b_dtype, shape, hints[2:])
-            and _reads_whole(whole, t_whole, t_rows, t_pos)
-            and _reads_whole(whole, b_whole, b_rows, b_pos)
-        ):
-            left.append(job)
-            continue
-        result = dict(zip(columns, values, strict=True))
-        result["target_nonfinite"] = result["bench_nonfinite"] = 0.0
-        done.append((i, result, reason))
+    loaders = getattr(t_dump._loader, "reads_whole", None), getattr(b_dump._loader, "reads_whole", None)
+    if None in loaders:
+        discard()
+        return [], jobs
+    messages = _Messages()
+    match = _Matcher(t_dump, b_dump, loaders)
+    done, left = match(jobs, messages.feed(_read_now(worker)), messages.columns)
+    more = messages.feed(_stop(worker))
+    if more:
+        late, left = match(left, more, messages.columns)
+        done += late
     return done, left
+
+
+class _Matcher:
+    """Matches the worker's records to the engine's jobs, as :func:`measured` describes."""
+
+    def __init__(self, t_dump: Any, b_dump: Any, loaders: tuple) -> None:
+        self.t_rows, self.b_rows = _Rows(t_dump.columns), _Rows(b_dump.columns)
+        self.t_whole, self.b_whole = loaders
+        self.whole: dict[tuple, bool] = {}  # (side, dtype, numel, folder) -> its loader reads such payloads whole
+
+    def __call__(
+        self, jobs: list[tuple], records: list[tuple], columns: tuple[str, ...] | None
+    ) -> tuple[list[tuple[int, dict, str]], list[tuple]]:
+        if columns is None or not records:  # (the header is the first message: records come after it)
+            return [], jobs
+        by_files = {(record[0], record[1]): record for record in records}
+        t_rows, b_rows = self.t_rows, self.b_rows
+        done: list[tuple[int, dict, str]] = []
+        left: list[tuple] = []
+        for job in jobs:
+            i, mode, t_pos, b_pos = job
+            record = by_files.get((t_rows.file[t_pos], b_rows.file[b_pos])) if mode == "tensor" else None
+            if record is None:
+                left.append(job)
+                continue
+            _t_file, _b_file, t_dtype, b_dtype, shape, hints, values, reason = record
+            if not (
+                t_rows.matches(t_pos, t_dtype, shape, hints[:2])
+                and b_rows.matches(b_pos, b_dtype, shape, hints[2:])
+                and _reads_whole(self.whole, self.t_whole, t_rows, t_pos)
+                and _reads_whole(self.whole, self.b_whole, b_rows, b_pos)
+            ):
+                left.append(job)
+                continue
+            result = dict(zip(columns, values, strict=True))
+            result["target_nonfinite"] = result["bench_nonfinite"] = 0.0
+            done.append((i, result, reason))
+        return done, left
 
 
 class _Rows:

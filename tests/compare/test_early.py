@@ -321,9 +321,10 @@ def test_the_worker_does_not_hold_the_commands_output():
     code = (
         "import os, time\n"
         "from nbprec.compare import early\n"
+        "early._run_worker = lambda *args: time.sleep(30)  # (a worker that stays, to be looked at)\n"
         f"early.start({str(BF16)!r}, {str(FP32)!r})\n"
         "pid, seen = early._worker.pid, set()\n"
-        "for _ in range(2000):\n"
+        "for _ in range(20000):\n"
         "    try:\n"
         "        seen.add(os.readlink(f'/proc/{pid}/fd/1'))\n"
         "    except OSError:\n"

@@ -15,7 +15,6 @@ import sys
 
 from nbprec.cli import daemon
 from nbprec.cli._choices import SERVED_COMMANDS
-from nbprec.compare import early
 
 #: What this package offers from :mod:`nbprec.cli.parser`, imported when first asked for.
 _FROM_PARSER = frozenset({"main", "build_parser", "_OWN_COMMANDS", "_VersionAction"})
@@ -53,13 +52,18 @@ def run() -> None:
     status = daemon.run_on_daemon(args) if served else None
     if status is not None:  # it ran beside the daemon, with this process's streams
         os._exit(status)
-    paths = early.compare_paths(args)
-    if paths is not None:  # measure pairs on another core while numpy and the library load
-        early.start(*paths)
+    early = None
+    if args[:1] == ["compare"]:  # measure pairs on another core while numpy and the library load
+        from nbprec.compare import early  # (here: the daemon's client and the other commands do not load it)
+
+        paths = early.compare_paths(args)
+        if paths is not None:
+            early.start(*paths)
     from nbprec.cli import main  # (here, not at the top: a client of the daemon never builds the parser)
 
     status = main()
-    early.discard()  # (a command that stopped before comparing: its results are not wanted)
+    if early is not None:
+        early.discard()  # (a command that stopped before comparing: its results are not wanted)
     for stream in (sys.stdout, sys.stderr):
         try:  # noqa: SIM105  (contextlib is not imported by the daemon's client)
             stream.flush()

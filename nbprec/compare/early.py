@@ -42,6 +42,9 @@ _BATCH = 8  # records the worker sends at a time (and then checks that the comma
 _GRACE_SECONDS = 0.01
 #: A dump.json larger than this is not scanned by the worker: the scan alone would outlast its window.
 _SCAN_LIMIT = 8 << 20
+#: msprobe's payload folder beside its dump.json (``nbprec.formats.msprobe_folder.TENSOR_DIR``, which imports
+#: ``pathlib`` and ``typing``: 6 ms of the worker's start; a test holds the two to each other).
+_TENSOR_DIR = "dump_tensor_data"
 
 
 class _Worker:
@@ -413,7 +416,7 @@ def _tensors(dump_json: str) -> tuple[str, dict[str, tuple[str, tuple[int, ...],
     for prefix in ("rank", "step"):
         if _numbered(os.path.basename(run), prefix):
             run = os.path.dirname(run)
-    payloads = os.path.join(folder, "dump_tensor_data")
+    payloads = os.path.join(folder, _TENSOR_DIR)
     if not os.path.realpath(payloads).startswith(os.path.join(os.path.realpath(run), "")):
         return None  # the payloads lie elsewhere (a link out of the dump): left to the reader's checks
     try:
@@ -483,5 +486,6 @@ def _listdir(folder: str) -> list[str]:
 
 
 def _numbered(name: str, prefix: str) -> bool:
-    """Whether ``name`` is ``prefix`` and digits (``rank0``, ``step12``, ``rank``), as the readers' patterns."""
+    """Whether ``name`` is ``prefix`` and digits (``rank0``, ``step12``, ``rank``): the readers' ``STEP_RE`` and
+    ``RANK_RE`` (``nbprec.formats._layout``, which imports numpy), without ``re``; a test holds them to each other."""
     return name.startswith(prefix) and (name[len(prefix) :].isdigit() or name == prefix)

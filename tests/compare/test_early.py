@@ -385,3 +385,35 @@ def test_sides_of_several_dump_json_files_pair_them_by_folder(tmp_path):
         ((taken, jobs),) = whole["taken"]
         assert taken > 0.5 * jobs, whole["taken"]
         _assert_same(_compare(target, bench, "plain"), whole)
+
+
+def test_the_workers_folder_names_are_the_readers():
+    """The worker's own copies of the msprobe layout (kept out of modules that import numpy, pathlib or typing)
+    agree with the readers'."""
+    from nbprec.formats._layout import RANK_RE, STEP_RE
+    from nbprec.formats.msprobe_folder import TENSOR_DIR
+
+    assert early._TENSOR_DIR == TENSOR_DIR
+    names = [
+        "rank",
+        "rank0",
+        "rank12",
+        "rank\u0663",
+        "Rank0",
+        "rank0x",
+        "rankx",
+        "rank-1",
+        "step",
+        "step3",
+        "steps",
+        "",
+    ]
+    for prefix, pattern in (("rank", RANK_RE), ("step", STEP_RE)):
+        for name in names:
+            assert early._numbered(name, prefix) == bool(pattern.match(name)), (prefix, name)
+
+
+def test_other_commands_do_not_load_the_worker():
+    code = "import sys\nfrom nbprec.cli import run\nprint('nbprec.compare.early' in sys.modules)\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False"]

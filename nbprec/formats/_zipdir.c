@@ -17,7 +17,7 @@
  *   path is opened without following a symbolic link (O_NOFOLLOW) and without blocking (O_NONBLOCK: a FIFO
  *   does not hang it), and read only when it is a regular file of 1 to whole_below - 1 bytes; None otherwise
  *   (the caller then takes its checked path, which says what is wrong). The usual payload in one call: open,
- *   fstat, one read, close.
+ *   fstat, one read (these without the GIL: other threads measure meanwhile, as in a notebook), close.
  * Both raise ValueError (the archive is not one this reader understands: the caller falls back to zipfile) or
  * OSError (reading failed). Every offset and length read from the file is checked against the buffer it
  * indexes before it is used: the file may be truncated, damaged or hostile.
@@ -132,8 +132,14 @@ static PyObject *entries_of(int fd, uint64_t file_size, long long whole_below)
         unsigned char *bytes;
         whole = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)file_size);
         if (whole == NULL) return NULL;
+        int failed, error;
         bytes = (unsigned char *)PyBytes_AS_STRING(whole);
-        if (read_at(fd, bytes, (size_t)file_size, 0) != 0) {
+        Py_BEGIN_ALLOW_THREADS /* (a fresh object, not yet seen by any other thread) */
+        failed = read_at(fd, bytes, (size_t)file_size, 0);
+        error = errno;
+        Py_END_ALLOW_THREADS
+        if (failed != 0) {
+            errno = error;
             read_failed((size_t)file_size, 0);
             goto done;
         }
@@ -294,7 +300,7 @@ PyDoc_STRVAR(read_small_doc,
              "read_small(path, whole_below) -> (head, {name: (data_offset, size)}) or None\n\n"
              "entries() of the regular file `path` read whole, opened without following a symbolic link and\n"
              "without blocking; None when it cannot be opened, is not a regular file or its size is not\n"
-             "between 1 and whole_below - 1 bytes.");
+             "between 1 and whole_below - 1 bytes. The GIL is released while the file is opened and read.");
 
 static PyObject *py_read_small(PyObject *self, PyObject *args)
 {
@@ -305,13 +311,17 @@ static PyObject *py_read_small(PyObject *self, PyObject *args)
 #ifdef O_NOFOLLOW
     {
         struct stat info;
-        int fd = open(PyBytes_AS_STRING(path_bytes), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-        Py_DECREF(path_bytes);
-        if (fd < 0) Py_RETURN_NONE;
-        if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || info.st_size <= 0 || info.st_size >= whole_below) {
-            close(fd);
-            Py_RETURN_NONE;
+        int fd, usable = 0;
+        const char *name = PyBytes_AS_STRING(path_bytes); /* (held until the DECREF below) */
+        Py_BEGIN_ALLOW_THREADS
+        fd = open(name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+            usable = fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0 && info.st_size < whole_below;
+            if (!usable) close(fd);
         }
+        Py_END_ALLOW_THREADS
+        Py_DECREF(path_bytes);
+        if (!usable) Py_RETURN_NONE;
         result = entries_of(fd, (uint64_t)info.st_size, whole_below);
         close(fd);
         return result;

@@ -96,6 +96,22 @@ def test_batches_keep_steps_and_ranks_apart_and_hold_every_pair_once():
     assert sizes == sorted(sizes, reverse=True)  # largest first when ranks are not kept apart
 
 
+def test_threads_take_a_few_small_pairs_at_a_time_and_large_ones_alone():
+    """A thread takes several small pairs per hand-over (each one cost a lock, a queue and a wake-up of the
+    caller's thread, as much as a small pair's Python) and a large pair on its own; every pair once."""
+    from nbprec.compare.executors import THREAD_BATCH_JOBS
+
+    small = [(i, "tensor", i, i) for i in range(400)]  # msprobe's usual payloads: 64 K elements
+    numel = np.full(420, 1 << 16, dtype=float)
+    numel[400:] = 1 << 23  # and twenty of 8 M elements
+    large = [(i, "tensor", i, i) for i in range(400, 420)]
+    runs = batches(small + large, numel, ThreadExecutor.limits, slots=2)
+    assert sorted(job for run in runs for job in run) == sorted(small + large)
+    assert all(len(run) == 1 for run in runs if run[0] in large)
+    sizes = [len(run) for run in runs if run[0] in small]
+    assert max(sizes) == THREAD_BATCH_JOBS and sum(sizes) / len(sizes) > 2
+
+
 def test_local_executor_follows_parallel_and_the_cost_model(monkeypatch):
     from nbprec.compare import workers
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import importlib
 import math
-import threading
-import time
 
 import ml_dtypes
 import numpy as np
 import pytest
+from threads_support import ticks_inside
 
 from nbprec.compare._sums import FUSED, FUSED_SUMS
 from nbprec.compare.metrics import KERNEL, METRIC_COLUMNS, tensor_metrics
@@ -338,27 +337,12 @@ def test_bad_buffers_are_errors_not_crashes():
 @needs_fused
 def test_the_kernel_lets_other_threads_run():
     """The GIL is released inside the kernel: this thread runs Python code while another thread is inside a
-    long ``pair_sums`` call (with the GIL held, no tick could fall strictly inside the call)."""
+    long ``pair_sums`` call."""
     x = np.random.default_rng(0).standard_normal(16_000_000).astype(np.float32)
-    span: list[float] = []
-    started = threading.Event()
-
-    def run() -> None:
-        started.set()
-        span.append(time.perf_counter())
-        FUSED.pair_sums(x.view(np.uint8), 1, x.view(np.uint8), 1, 0, 1e-6, 0, 1e-6, 0, 0, 1e-7, False)
-        span.append(time.perf_counter())
-
-    worker = threading.Thread(target=run)
-    ticks = []
-    worker.start()
-    started.wait()
-    while worker.is_alive():
-        ticks.append(time.perf_counter())
-    worker.join()
-    start, end = span
-    inside = [t for t in ticks if start + 0.3 * (end - start) < t < end - 0.1 * (end - start)]
-    assert inside, f"no tick of this thread during the {1e3 * (end - start):.0f} ms kernel call"
+    inside, seconds = ticks_inside(
+        lambda: FUSED.pair_sums(x.view(np.uint8), 1, x.view(np.uint8), 1, 0, 1e-6, 0, 1e-6, 0, 0, 1e-7, False)
+    )
+    assert inside, f"no tick of this thread during the {1e3 * seconds:.0f} ms kernel call"
 
 
 def test_unknown_or_missing_kernels_are_errors(monkeypatch):

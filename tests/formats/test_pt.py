@@ -7,6 +7,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from threads_support import ticks_inside
 
 from nbprec.errors import DumpFormatError
 from nbprec.formats._pt import read_pt_tensor
@@ -380,3 +381,26 @@ def test_small_files_are_read_in_one_call_without_following_links_or_blocking(tm
         assert head == good and any(name.endswith(b"data.pkl") for name in entries)
         for name in ("link", "fifo", "folder", "zero", "big", "missing"):
             assert reader(str(tmp_path / f"{name}.pt")) is None, name
+
+
+def test_the_c_small_file_reader_lets_other_threads_run_while_it_reads(tmp_path):
+    """``_zipdir.read_small`` reads without the GIL: in a notebook, where ``nbprec.compare`` measures on
+    threads, one thread's read runs beside another's Python. This thread keeps ticking while another reads a
+    file of 192 MiB."""
+    from nbprec.formats import _ptzip
+
+    if _ptzip._read_small_c is None:
+        pytest.skip("the C directory reader is not built")
+    path = tmp_path / "large.bin"
+    with open(path, "wb") as f:  # written, not sparse: the read copies every page
+        block = np.random.default_rng(0).bytes(1 << 20)
+        for _ in range(192):
+            f.write(block)
+    path.read_bytes()  # in the page cache
+
+    def read() -> None:
+        with pytest.raises(ValueError, match="end-of-central-directory"):  # read whole, then not an archive
+            _ptzip._read_small_c(str(path), 1 << 30)
+
+    inside, seconds = ticks_inside(read)
+    assert inside, f"no tick of this thread during the {1e3 * seconds:.0f} ms read"

@@ -127,14 +127,14 @@ class ForkExecutor(Executor):
 
 
 class ThreadExecutor(Executor):
-    """``workers`` threads, each taking the next batch when it finishes one (a few pairs, largest first, and
-    single pairs near the end): at most ``workers`` pairs are open at once and the caller can work meanwhile.
+    """``workers`` threads, each taking the next batch when it finishes one (a few pairs, largest first, smaller
+    batches near the end): at most ``workers`` pairs are open at once and the caller can work meanwhile.
 
     Batches of several small pairs rather than one: each batch's hand-over (a lock, a queue, waking the caller's
     thread, which then competes for the GIL) cost about as much as a small pair's own Python. In a Jupyter kernel
     (whose own threads make ``auto`` choose threads), batches of up to :data:`THREAD_BATCH_JOBS` pairs and payload
-    reads that release the GIL (:mod:`nbprec.formats._zipdir`) took ``nbprec.compare`` from 0.163 to 0.141 s on
-    the 1,038-pair msprobe pair of ``bench/notebook.py``, and from 0.266 to 0.250 s on its 2,031-pair one."""
+    reads that release the GIL (:mod:`nbprec.formats._zipdir`) made ``nbprec.compare`` 8-14% faster on the
+    1,038-pair msprobe pair of ``bench/notebook.py`` and 6-8% on its 2,031-pair one (two runs, paired)."""
 
     limits = BatchLimits(jobs=THREAD_BATCH_JOBS, elements=BATCH_ELEMENTS, tail=TAIL_ELEMENTS)
 

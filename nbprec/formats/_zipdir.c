@@ -130,9 +130,9 @@ static PyObject *entries_of(int fd, uint64_t file_size, long long whole_below)
     head_len = file_size < HEAD ? file_size : HEAD;
     if (whole_below > 0 && file_size < (uint64_t)whole_below) { /* one read: the head is the whole file */
         unsigned char *bytes;
+        int failed, error;
         whole = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)file_size);
         if (whole == NULL) return NULL;
-        int failed, error;
         bytes = (unsigned char *)PyBytes_AS_STRING(whole);
         Py_BEGIN_ALLOW_THREADS /* (a fresh object, not yet seen by any other thread) */
         failed = read_at(fd, bytes, (size_t)file_size, 0);

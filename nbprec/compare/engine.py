@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
@@ -15,7 +16,7 @@ from nbprec._progress import ProgressCallback
 from nbprec.compare import early
 from nbprec.compare.comparison import Comparison
 from nbprec.compare.culprit import random_by_call
-from nbprec.compare.executors import Executor, Results, local_executor
+from nbprec.compare.executors import Executor, Results, ThreadExecutor, local_executor
 from nbprec.compare.fusion import FusionMatcher, benchmark_key, wants_fusion
 from nbprec.compare.matching import FusionHook, match_tensors, read_mapping
 from nbprec.compare.metrics import (
@@ -42,6 +43,7 @@ from nbprec.compare.tasks import PairTask
 from nbprec.compare.workers import Job, batches, default_workers
 from nbprec.dump import Dump
 from nbprec.errors import ComparisonError, NbprecError
+from nbprec.formats._ptzip import forget_ahead, read_ahead
 
 MODES: tuple[str, ...] = ("auto", "tensor", "statistics", "checksum")
 
@@ -180,14 +182,38 @@ def _small_pair(
     one read (msprobe's small payloads: :meth:`~nbprec.formats.msprobe.PayloadLoader.reads_whole`), of one shape,
     with usable recorded extremes; None for any other job (measured by :func:`tensor_metrics` on its arrays, with
     the same result where both apply)."""
-    t_whole = getattr(t_dump._loader, "reads_whole", None)
-    b_whole = getattr(b_dump._loader, "reads_whole", None)
-    if extremes is None or t_whole is None or b_whole is None or not (t_row["has_data"] and b_row["has_data"]):
+    if extremes is None or not _read_whole(t_dump, b_dump, t_row, b_row):
         return None
     shape = tuple(t_row["shape"])
-    if tuple(b_row["shape"]) != shape or not (t_whole(t_row) and b_whole(b_row)):
-        return None
     return small_pair(str(t_row["file"]), t_row["dtype"], str(b_row["file"]), b_row["dtype"], shape, extremes)
+
+
+def _read_whole(t_dump: Dump, b_dump: Dump, t_row: Mapping[str, Any], b_row: Mapping[str, Any]) -> bool:
+    """Whether both payloads of a pair of one shape are ones both dumps' loaders read whole, in one read."""
+    t_whole = getattr(t_dump._loader, "reads_whole", None)
+    b_whole = getattr(b_dump._loader, "reads_whole", None)
+    if t_whole is None or b_whole is None or not (t_row["has_data"] and b_row["has_data"]):
+        return False
+    return tuple(b_row["shape"]) == tuple(t_row["shape"]) and bool(t_whole(t_row) and b_whole(b_row))
+
+
+@contextlib.contextmanager
+def _read_ahead(jobs: list[tuple[int, str, Any, Any]], t_dump: Dump, b_dump: Dump) -> Iterator[None]:
+    """Around a thread's batch (:class:`~nbprec.compare.executors.ThreadExecutor`): the payloads of its pairs
+    that :func:`_small_pair` reads, read ahead in one call without the GIL (:func:`nbprec.formats._ptzip.read_ahead`),
+    and whatever was not taken dropped after. The same files, read the same way: only the GIL's hand-overs change."""
+    paths = [
+        str(row["file"])
+        for _i, mode, t_row, b_row in jobs
+        if mode == "tensor" and _read_whole(t_dump, b_dump, t_row, b_row)
+        for row in (t_row, b_row)
+    ]
+    if len(paths) > 2:
+        read_ahead(paths)
+    try:
+        yield
+    finally:
+        forget_ahead()
 
 
 def _executor(executor: Executor | None, client: Any, parallel: str, workers: int | None) -> Executor | None:
@@ -326,7 +352,8 @@ def compare(
         progress = _counting_from(progress, len(early_done))
         progress(0, len(jobs))
     # the workers (threads, processes, a cluster) start measuring here; the table is built meanwhile
-    results = _start(jobs, PairTask(_measure, t_dump, b_dump), numel, run_on, progress or None)
+    task = PairTask(_measure, t_dump, b_dump, prepare=_read_ahead if isinstance(run_on, ThreadExecutor) else None)
+    results = _start(jobs, task, numel, run_on, progress or None)
 
     try:  # while the workers measure: everything that does not need a metric
         table = pair_table(t_idx, b_idx, pairs)

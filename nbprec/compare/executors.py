@@ -131,10 +131,12 @@ class ThreadExecutor(Executor):
     batches near the end): at most ``workers`` pairs are open at once and the caller can work meanwhile.
 
     Batches of several small pairs rather than one: each batch's hand-over (a lock, a queue, waking the caller's
-    thread, which then competes for the GIL) cost about as much as a small pair's own Python. In a Jupyter kernel
-    (whose own threads make ``auto`` choose threads), batches of up to :data:`THREAD_BATCH_JOBS` pairs and payload
-    reads that release the GIL (:mod:`nbprec.formats._zipdir`) made ``nbprec.compare`` 8-14% faster on the
-    1,038-pair msprobe pair of ``bench/notebook.py`` and 6-8% on its 2,031-pair one (two runs, paired)."""
+    thread, which then competes for the GIL) cost about as much as a small pair's own Python; and the engine reads a
+    batch's small payloads ahead in one call that holds the GIL for none of them
+    (:func:`nbprec.compare.engine._read_ahead`): under contention each time a thread gives the GIL up and takes it
+    back costs both threads a sleep and a wake-up. In a Jupyter kernel (whose own threads make ``auto`` choose
+    threads) the three changes took ``nbprec.compare`` from 1.43x to 1.11x its time in a plain interpreter on the
+    1,038-pair msprobe pair of ``bench/notebook.py``, and from 1.67x to 1.23x on its 2,031-pair one."""
 
     limits = BatchLimits(jobs=THREAD_BATCH_JOBS, elements=BATCH_ELEMENTS, tail=TAIL_ELEMENTS)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,11 @@ from nbprec.errors import ComparisonError
 
 #: The measuring function of the engine: ``measure((row, mode, target row, bench row), target, bench, hints)``.
 Measure = Callable[[tuple[int, str, Mapping[str, Any], Mapping[str, Any]], Dump, Dump, "ExtremeHints"], Result]
+
+#: What a task may do before it measures a batch here, around the measuring: ``prepare(jobs, target, bench)``,
+#: a context manager (the engine reads a thread's payloads ahead, :func:`nbprec.compare.engine._read_ahead`).
+RowJob = tuple[int, str, Mapping[str, Any], Mapping[str, Any]]  # (table row, mode, target row, bench row)
+Prepare = Callable[[list[RowJob], Dump, Dump], AbstractContextManager[Any]]
 
 #: A payload loader that pickles to more than this holds data, not a way to read files (see PayloadSource).
 LOADER_BYTES = 1 << 20
@@ -168,8 +174,9 @@ class PairTask:
     :class:`BatchCall` for executors whose workers do not share this process's memory.
     """
 
-    def __init__(self, measure: Measure, target: Dump, bench: Dump) -> None:
+    def __init__(self, measure: Measure, target: Dump, bench: Dump, prepare: Prepare | None = None) -> None:
         self._measure = measure
+        self._prepare = prepare
         self._dumps = (target, bench)
         self._rows = (Rows(target.columns), Rows(bench.columns))
         self._hints = ExtremeHints()  # forked workers each get their own copy
@@ -178,7 +185,11 @@ class PairTask:
 
     def __call__(self, batch: list[Job]) -> list[Result]:
         (t_rows, b_rows), (t_dump, b_dump), hints, measure = self._rows, self._dumps, self._hints, self._measure
-        return [measure((i, mode, t_rows.row(t), b_rows.row(b)), t_dump, b_dump, hints) for i, mode, t, b in batch]
+        jobs = [(i, mode, t_rows.row(t), b_rows.row(b)) for i, mode, t, b in batch]
+        if self._prepare is None:
+            return [measure(job, t_dump, b_dump, hints) for job in jobs]
+        with self._prepare(jobs, t_dump, b_dump):
+            return [measure(job, t_dump, b_dump, hints) for job in jobs]
 
     def portable(self, batch: list[Job]) -> BatchCall:
         """``batch`` as a call that measures it in another process or machine (which reads the files)."""

@@ -18,8 +18,11 @@
  *   does not hang it), and read only when it is a regular file of 1 to whole_below - 1 bytes; None otherwise
  *   (the caller then takes its checked path, which says what is wrong). The usual payload in one call: open,
  *   fstat, one read (these without the GIL: other threads measure meanwhile, as in a notebook), close.
- * Both raise ValueError (the archive is not one this reader understands: the caller falls back to zipfile) or
- * OSError (reading failed). Every offset and length read from the file is checked against the buffer it
+ * read_small_many(paths, whole_below) -> [read_small() of each, or None where it would raise]
+ *   the files opened and read in one pass that holds the GIL for none of them (threads measuring pairs read a
+ *   batch's payloads ahead: nbprec/formats/_ptzip.py's read_ahead).
+ * entries() and read_small() raise ValueError (the archive is not one this reader understands: the caller falls
+ * back to zipfile) or OSError (reading failed). Every offset and length read from the file is checked against the buffer it
  * indexes before it is used: the file may be truncated, damaged or hostile.
  */
 #define PY_SSIZE_T_CLEAN
@@ -116,8 +119,9 @@ static Py_ssize_t find_eocd(const unsigned char *tail, size_t tail_len)
 PyDoc_STRVAR(entries_doc, "entries(fd, file_size, whole_below=0) -> (head, {name: (data_offset, size)})\n\n"
                           "The entries of the zip archive open as `fd` (see nbprec/formats/_zipdir.c).");
 
-/* entries() of the open file fd of file_size bytes (see the top of this file). */
-static PyObject *entries_of(int fd, uint64_t file_size, long long whole_below)
+/* entries() of the open file fd of file_size bytes (see the top of this file); `read_whole`, when given, is the
+   whole file already read (a bytes object of file_size bytes, whose reference this steals), and fd is not used. */
+static PyObject *entries_of(int fd, uint64_t file_size, long long whole_below, PyObject *read_whole)
 {
     unsigned char tail_buf[TAIL], head_buf[HEAD], record[EOCD64_SIZE], local_buf[LOCAL_SIZE];
     const unsigned char *tail = tail_buf, *head = head_buf;
@@ -128,7 +132,12 @@ static PyObject *entries_of(int fd, uint64_t file_size, long long whole_below)
     PyObject *whole = NULL, *entries = NULL, *result = NULL;
     tail_len = file_size < TAIL ? file_size : TAIL;
     head_len = file_size < HEAD ? file_size : HEAD;
-    if (whole_below > 0 && file_size < (uint64_t)whole_below) { /* one read: the head is the whole file */
+    if (read_whole != NULL) {
+        whole = read_whole;
+        head = (const unsigned char *)PyBytes_AS_STRING(whole);
+        head_len = file_size;
+        tail = head + (file_size - tail_len);
+    } else if (whole_below > 0 && file_size < (uint64_t)whole_below) { /* one read: the head is the whole file */
         unsigned char *bytes;
         int failed, error;
         whole = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)file_size);
@@ -293,7 +302,7 @@ static PyObject *py_entries(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "iL|L:entries", &fd, &file_size, &whole_below)) return NULL;
     if (file_size < 0) return unsupported("negative file size");
-    return entries_of(fd, (uint64_t)file_size, whole_below);
+    return entries_of(fd, (uint64_t)file_size, whole_below, NULL);
 }
 
 PyDoc_STRVAR(read_small_doc,
@@ -322,7 +331,7 @@ static PyObject *py_read_small(PyObject *self, PyObject *args)
         Py_END_ALLOW_THREADS
         Py_DECREF(path_bytes);
         if (!usable) Py_RETURN_NONE;
-        result = entries_of(fd, (uint64_t)info.st_size, whole_below);
+        result = entries_of(fd, (uint64_t)info.st_size, whole_below, NULL);
         close(fd);
         return result;
     }
@@ -333,9 +342,103 @@ static PyObject *py_read_small(PyObject *self, PyObject *args)
 #endif
 }
 
+PyDoc_STRVAR(read_small_many_doc,
+             "read_small_many(paths, whole_below) -> [read_small(path, whole_below) or None, ...]\n\n"
+             "read_small() of each path, the files opened and read in one pass without the GIL (threads measuring\n"
+             "pairs hand it over once for a batch's payloads, not twice a pair). A file that read_small() would\n"
+             "refuse, or raise ValueError or OSError for, gives None.");
+
+static PyObject *py_read_small_many(PyObject *self, PyObject *args)
+{
+    PyObject *paths, *seq, *out = NULL, **names = NULL, **wholes = NULL;
+    long long whole_below, *sizes = NULL;
+    int *fds = NULL, *failed = NULL;
+    Py_ssize_t n, i;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OL:read_small_many", &paths, &whole_below)) return NULL;
+    seq = PySequence_Fast(paths, "read_small_many: paths must be a sequence");
+    if (seq == NULL) return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    names = PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
+    wholes = PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
+    sizes = PyMem_Calloc((size_t)n + 1, sizeof(long long));
+    fds = PyMem_Malloc(((size_t)n + 1) * sizeof(int));
+    failed = PyMem_Calloc((size_t)n + 1, sizeof(int));
+    if (names == NULL || wholes == NULL || sizes == NULL || fds == NULL || failed == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        fds[i] = -1;
+        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(seq, i), &names[i])) goto done;
+    }
+#ifdef O_NOFOLLOW
+    Py_BEGIN_ALLOW_THREADS /* opened as read_small opens them */
+    for (i = 0; i < n; i++) {
+        struct stat info;
+        int fd = open(PyBytes_AS_STRING(names[i]), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) continue;
+        if (fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0 && info.st_size < whole_below) {
+            fds[i] = fd;
+            sizes[i] = (long long)info.st_size;
+        } else {
+            close(fd);
+        }
+    }
+    Py_END_ALLOW_THREADS
+#endif
+    for (i = 0; i < n; i++)
+        if (fds[i] >= 0 && (wholes[i] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizes[i])) == NULL) goto done;
+    Py_BEGIN_ALLOW_THREADS /* (fresh objects, not yet seen by any other thread) */
+    for (i = 0; i < n; i++) {
+        if (fds[i] < 0) continue;
+        failed[i] = read_at(fds[i], (unsigned char *)PyBytes_AS_STRING(wholes[i]), (size_t)sizes[i], 0) != 0;
+        close(fds[i]);
+        fds[i] = -1;
+    }
+    Py_END_ALLOW_THREADS
+    out = PyList_New(n);
+    if (out == NULL) goto done;
+    for (i = 0; i < n; i++) {
+        PyObject *found = NULL;
+        if (wholes[i] != NULL && !failed[i]) {
+            found = entries_of(-1, (uint64_t)sizes[i], whole_below, wholes[i]);
+            wholes[i] = NULL; /* (stolen) */
+            if (found == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_ValueError) && !PyErr_ExceptionMatches(PyExc_OSError)) {
+                    Py_CLEAR(out);
+                    goto done;
+                }
+                PyErr_Clear();
+            }
+        }
+        if (found == NULL) {
+            found = Py_None;
+            Py_INCREF(found);
+        }
+        PyList_SET_ITEM(out, i, found);
+    }
+done:
+    if (fds != NULL)
+        for (i = 0; i < n; i++)
+            if (fds[i] >= 0) close(fds[i]);
+    if (names != NULL)
+        for (i = 0; i < n; i++) Py_XDECREF(names[i]);
+    if (wholes != NULL)
+        for (i = 0; i < n; i++) Py_XDECREF(wholes[i]);
+    PyMem_Free(names);
+    PyMem_Free(wholes);
+    PyMem_Free(sizes);
+    PyMem_Free(fds);
+    PyMem_Free(failed);
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"entries", py_entries, METH_VARARGS, entries_doc},
     {"read_small", py_read_small, METH_VARARGS, read_small_doc},
+    {"read_small_many", py_read_small_many, METH_VARARGS, read_small_many_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,7 +7,6 @@ Each run happens in a fresh interpreter, as the command runs: the worker is fork
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from damaged_msprobe import DAMAGES, damaged_copy
 
 from nbprec.compare import early
 
@@ -104,76 +104,13 @@ def test_the_worker_gives_the_comparison_without_it(target, bench):
     _assert_same(plain, stopped)
 
 
-def _damaged_copy(tmp_path: Path, source: Path) -> tuple[Path, Path]:
-    run = tmp_path / source.name
-    shutil.copytree(source, run, symlinks=True)
-    rank = run / "step0" / "rank0"
-    return run, rank
-
-
 @needs_two_cores
-@pytest.mark.parametrize(
-    "damage",
-    [
-        "swapped_payloads",
-        "wrong_extremes",
-        "truncated_payload",
-        "payload_linked_out",
-        "folder_linked_out",
-        "zero_tensor",
-        "non_finite_extremes",
-    ],
-)
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_damaged_dumps_compare_the_same_with_the_worker(tmp_path, damage):
     """Each damage makes the worker measure less, or measure what the engine would; never differently."""
-    run, rank = _damaged_copy(tmp_path, BF16)
-    payloads = rank / "dump_tensor_data"
-    dump_json = rank / "dump.json"
-    recorded = json.loads(dump_json.read_text())
-    names = sorted(p.name for p in payloads.iterdir())
-    if damage == "swapped_payloads":  # two files of other tensors (another shape) under each other's names
-        by_size = sorted(names, key=lambda n: (payloads / n).stat().st_size)
-        a, b = payloads / by_size[0], payloads / by_size[-1]
-        a.rename(tmp_path / "a"), b.rename(a), (tmp_path / "a").rename(b)
-    elif damage in ("wrong_extremes", "non_finite_extremes", "zero_tensor"):
-        changed = 0
-        for op in recorded["data"].values():
-            for entry in op.get("output", []) if isinstance(op.get("output"), list) else []:
-                if isinstance(entry, dict) and "Max" in entry and changed < 5:
-                    if damage == "wrong_extremes":
-                        entry["Max"] = entry["Max"] * 2 + 1
-                    elif damage == "non_finite_extremes":
-                        entry["Min"] = math.inf
-                    changed += 1
-        assert changed
-        if damage == "zero_tensor":  # a target payload of zeros: cosine is undefined, and said why
-            _zero_payload(payloads / names[len(names) // 2])
-        dump_json.write_text(json.dumps(recorded))
-    elif damage == "truncated_payload":
-        path = payloads / names[3]
-        path.write_bytes(path.read_bytes()[:-100])
-    elif damage == "payload_linked_out":
-        outside = tmp_path / "outside.pt"
-        shutil.copy(payloads / names[4], outside)
-        (payloads / names[4]).unlink()
-        (payloads / names[4]).symlink_to(outside)
-    elif damage == "folder_linked_out":
-        elsewhere = tmp_path / "elsewhere"
-        payloads.rename(elsewhere)
-        payloads.symlink_to(elsewhere, target_is_directory=True)
+    run = damaged_copy(tmp_path, BF16, damage)
     plain = _compare(run, FP32, "plain")
     _assert_same(plain, _compare(run, FP32, "early", wait=1.0))
-
-
-def _zero_payload(path: Path) -> None:
-    """Overwrite the tensor bytes of a small ``.pt`` archive with zeros (the archive stays valid: no CRC check)."""
-    from nbprec.formats._ptzip import _small_archive, _tensor_entry
-
-    head, entries = _small_archive(str(path))
-    (_key, _dtype, _offset, _size, _stride), (start, nbytes) = _tensor_entry(-1, len(head), head, entries)
-    data = bytearray(head)
-    data[start : start + nbytes] = bytes(nbytes)
-    path.write_bytes(bytes(data))
 
 
 def test_the_worker_runs_without_numpy():

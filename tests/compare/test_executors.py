@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 import pandas as pd
 import pytest
+from damaged_msprobe import DAMAGES, damaged_copy
 
 import nbprec
 from nbprec.compare import compare
@@ -110,6 +111,44 @@ def test_threads_take_a_few_small_pairs_at_a_time_and_large_ones_alone():
     assert all(len(run) == 1 for run in runs if run[0] in large)
     sizes = [len(run) for run in runs if run[0] in small]
     assert max(sizes) == THREAD_BATCH_JOBS and sum(sizes) / len(sizes) > 2
+
+
+def test_threads_read_their_batches_payloads_ahead_in_one_call(monkeypatch):
+    """On threads, the small payloads of a batch are read ahead in one call that holds the GIL for none of them
+    (``_zipdir.read_small_many``), and each pair then takes its two from there: no payload is read one by one."""
+    from nbprec.formats import _ptzip
+
+    if _ptzip._read_small_many_c is None:
+        pytest.skip("the C directory reader is not built")
+    calls = {"one": 0, "many": 0}
+    one, many = _ptzip._read_small_c, _ptzip._read_small_many_c
+
+    def read_one(path, limit):
+        calls["one"] += 1
+        return one(path, limit)
+
+    def read_many(paths, limit):
+        calls["many"] += 1
+        return many(paths, limit)
+
+    monkeypatch.setattr(_ptzip, "_read_small_c", read_one)
+    monkeypatch.setattr(_ptzip, "_read_small_many_c", read_many)
+    threads = compare(TARGET, BENCH, executor=ThreadExecutor(2))
+    assert calls["many"] > 0 and calls["one"] == 0, calls
+    calls["many"] = 0
+    inline = compare(TARGET, BENCH, executor=InlineExecutor())
+    assert calls["many"] == 0 and calls["one"] > 0, calls  # (one at a time elsewhere)
+    pd.testing.assert_frame_equal(threads.table, inline.table)
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_dump_compares_the_same_on_threads_reading_ahead(tmp_path, damage):
+    """Reading ahead reads the same files the same way: a payload it refuses (linked out, truncated, swapped)
+    is read again by the pair's own path, which says why, as without it."""
+    run = damaged_copy(tmp_path, TARGET, damage)
+    threads, inline = (compare(run, BENCH, executor=e) for e in (ThreadExecutor(2), InlineExecutor()))
+    pd.testing.assert_frame_equal(threads.table, inline.table)
+    assert threads.meta["problems"] == inline.meta["problems"]
 
 
 def test_local_executor_follows_parallel_and_the_cost_model(monkeypatch):

@@ -100,6 +100,9 @@ def main() -> None:
         "--baseline-env", action="append", default=[], metavar="NAME=VALUE", help="a variable for the baseline only"
     )
     args = parser.parse_args()
+    bad = [item for item in args.baseline_env if "=" not in item or item.startswith("=")]
+    if bad:
+        parser.error(f"--baseline-env takes NAME=VALUE (NBPREC_EARLY=off, say), not {bad[0]!r}")
     trees = {"this tree": Side(ROOT, {})}
     if args.baseline is not None or args.baseline_env:
         path = args.baseline.resolve() if args.baseline is not None else ROOT

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -27,9 +27,9 @@ from nbprec.errors import ComparisonError
 #: The measuring function of the engine: ``measure((row, mode, target row, bench row), target, bench, hints)``.
 Measure = Callable[[tuple[int, str, Mapping[str, Any], Mapping[str, Any]], Dump, Dump, "ExtremeHints"], Result]
 
-#: What a task may do before it measures a batch here, around the measuring: ``prepare(jobs, target, bench)``,
-#: a context manager (the engine reads a thread's payloads ahead, :func:`nbprec.compare.engine._read_ahead`).
 RowJob = tuple[int, str, Mapping[str, Any], Mapping[str, Any]]  # (table row, mode, target row, bench row)
+#: What a task may do around measuring a batch here: ``prepare(jobs, target, bench)``, a context manager (the
+#: engine reads a thread's payloads ahead, :func:`nbprec.compare.engine._read_ahead`).
 Prepare = Callable[[list[RowJob], Dump, Dump], AbstractContextManager[Any]]
 
 #: A payload loader that pickles to more than this holds data, not a way to read files (see PayloadSource).
@@ -186,9 +186,7 @@ class PairTask:
     def __call__(self, batch: list[Job]) -> list[Result]:
         (t_rows, b_rows), (t_dump, b_dump), hints, measure = self._rows, self._dumps, self._hints, self._measure
         jobs = [(i, mode, t_rows.row(t), b_rows.row(b)) for i, mode, t, b in batch]
-        if self._prepare is None:
-            return [measure(job, t_dump, b_dump, hints) for job in jobs]
-        with self._prepare(jobs, t_dump, b_dump):
+        with self._prepare(jobs, t_dump, b_dump) if self._prepare else nullcontext():
             return [measure(job, t_dump, b_dump, hints) for job in jobs]
 
     def portable(self, batch: list[Job]) -> BatchCall:

@@ -305,6 +305,24 @@ static PyObject *py_entries(PyObject *self, PyObject *args)
     return entries_of(fd, (uint64_t)file_size, whole_below, NULL);
 }
 
+#ifdef O_NOFOLLOW
+/* The small file `name` opened as read_small() takes it (no symbolic link followed, no blocking, a regular file of
+   1 to whole_below - 1 bytes): its descriptor, its size in *size; -1 for any other (nothing left open). Called
+   without the GIL. */
+static int open_small(const char *name, long long whole_below, long long *size)
+{
+    struct stat info;
+    int fd = open(name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || info.st_size <= 0 || info.st_size >= whole_below) {
+        close(fd);
+        return -1;
+    }
+    *size = (long long)info.st_size;
+    return fd;
+}
+#endif
+
 PyDoc_STRVAR(read_small_doc,
              "read_small(path, whole_below) -> (head, {name: (data_offset, size)}) or None\n\n"
              "entries() of the regular file `path` read whole, opened without following a symbolic link and\n"
@@ -319,19 +337,15 @@ static PyObject *py_read_small(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O&L:read_small", PyUnicode_FSConverter, &path_bytes, &whole_below)) return NULL;
 #ifdef O_NOFOLLOW
     {
-        struct stat info;
-        int fd, usable = 0;
+        int fd;
+        long long size = 0;
         const char *name = PyBytes_AS_STRING(path_bytes); /* (held until the DECREF below) */
         Py_BEGIN_ALLOW_THREADS
-        fd = open(name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-        if (fd >= 0) {
-            usable = fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0 && info.st_size < whole_below;
-            if (!usable) close(fd);
-        }
+        fd = open_small(name, whole_below, &size);
         Py_END_ALLOW_THREADS
         Py_DECREF(path_bytes);
-        if (!usable) Py_RETURN_NONE;
-        result = entries_of(fd, (uint64_t)info.st_size, whole_below, NULL);
+        if (fd < 0) Py_RETURN_NONE;
+        result = entries_of(fd, (uint64_t)size, whole_below, NULL);
         close(fd);
         return result;
     }
@@ -373,18 +387,8 @@ static PyObject *py_read_small_many(PyObject *self, PyObject *args)
         if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(seq, i), &names[i])) goto done;
     }
 #ifdef O_NOFOLLOW
-    Py_BEGIN_ALLOW_THREADS /* opened as read_small opens them */
-    for (i = 0; i < n; i++) {
-        struct stat info;
-        int fd = open(PyBytes_AS_STRING(names[i]), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0) continue;
-        if (fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0 && info.st_size < whole_below) {
-            fds[i] = fd;
-            sizes[i] = (long long)info.st_size;
-        } else {
-            close(fd);
-        }
-    }
+    Py_BEGIN_ALLOW_THREADS
+    for (i = 0; i < n; i++) fds[i] = open_small(PyBytes_AS_STRING(names[i]), whole_below, &sizes[i]);
     Py_END_ALLOW_THREADS
 #endif
     for (i = 0; i < n; i++)

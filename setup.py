@@ -88,6 +88,7 @@ setup(
         Extension("nbprec.formats._msprobescan", ["nbprec/formats/_msprobescan.c"], optional=True),
         Extension("nbprec.capture._stats", ["nbprec/capture/_stats.c"], optional=True),
         Extension("nbprec._floattext", ["nbprec/_floattext.c"], optional=True),
+        Extension("nbprec._csvjoin", ["nbprec/_csvjoin.c"], optional=True),
         Extension("nbprec.graph._textformat", ["nbprec/graph/_textformat.c"], optional=True),
         *POSIX_EXTENSIONS,
     ],

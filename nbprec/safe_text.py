@@ -18,6 +18,11 @@ import numpy as np
 
 from nbprec.floattext import float_texts
 
+try:
+    from nbprec._csvjoin import join_rows as _join_rows
+except ImportError:  # built without a C compiler: rows joined in Python
+    _join_rows = None
+
 #: first characters that make a spreadsheet read a cell as a formula (OWASP, "CSV injection")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _SUSPECT_STARTS = frozenset([*FORMULA_STARTS, "'"])
@@ -171,9 +176,11 @@ def write_csv_columns(fh: Any, header: list[str], columns: list[list[str]], endi
         return
     characters = (",", '"', *ending)  # what the writer quotes: as it does
     special = re.compile("[" + re.escape("".join(characters)) + "]").search
-    quoted = [_quoted(list(header), special, characters)] + [_quoted(column, special, characters) for column in columns]
-    lines = [",".join(quoted[0]), *map(",".join, zip(*quoted[1:], strict=True))]
-    fh.write(ending.join(lines) + ending)
+    rows = _join_rows(columns, ending, "".join(characters)) if _join_rows is not None else None
+    if rows is None:  # (no C joiner, or a cell that is not ASCII)
+        cells = [_quoted(column, special, characters) for column in columns]
+        rows = "".join(line + ending for line in map(",".join, zip(*cells, strict=True)))
+    fh.write(",".join(_quoted(list(header), special, characters)) + ending + rows)
 
 
 def _quoted(cells: list[str], special: Any, characters: tuple[str, ...]) -> list[str]:

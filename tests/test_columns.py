@@ -125,15 +125,27 @@ def test_a_column_is_plain_unless_a_cell_starts_as_a_formula():
             assert changed or odd in ("'quoted", "caf\u00e9", "cr\rhere", "two\nlines")  # (a false alarm, or quoted)
 
 
-def test_joined_rows_are_what_the_csv_writer_writes(tmp_path):
+@pytest.mark.parametrize("joiner", ["C", "Python"])
+@pytest.mark.parametrize("text", ["ascii", "any"])
+def test_joined_rows_are_what_the_csv_writer_writes(monkeypatch, joiner, text):
     """write_csv_columns joins rows itself in the usual case (QUOTE_MINIMAL): the same text as csv.writer, cells
-    with commas, quotes and line breaks quoted, whatever the row ending."""
+    with commas, quotes and line breaks quoted, whatever the row ending; in C (nbprec._csvjoin) when every cell is
+    ASCII, else in Python."""
     import csv
     import io
 
+    from nbprec import safe_text
     from nbprec.safe_text import write_csv_columns
 
-    cells = ["plain", "a,b", 'say "hi"', "two\nlines", "cr\rhere", "", "[2, 8]", "=SUM(1)", "\udcff", "x;y"]
+    if joiner == "Python":
+        monkeypatch.setattr(safe_text, "_join_rows", None)
+    elif safe_text._join_rows is None:
+        pytest.skip("nbprec._csvjoin is not built")
+    cells = ["plain", "a,b", 'say "hi"', "two\nlines", "cr\rhere", "", "[2, 8]", "=SUM(1)", '""', "x;y"]
+    if text == "any":
+        cells += ["\udcff", "caf\u00e9"]
+    elif joiner == "C":  # (the C joiner takes these: it is what is tested)
+        assert safe_text._join_rows([cells, cells], "\n", ',"\n') is not None
     header = ["name", "value,with comma", "x"]
     columns = [cells, list(reversed(cells)), [str(i) for i in range(len(cells))]]
     for ending in ("\n", "\r\n", ";"):
@@ -147,3 +159,15 @@ def test_joined_rows_are_what_the_csv_writer_writes(tmp_path):
     lone = io.StringIO()
     write_csv_columns(lone, ["only"], [["", "x"]], "\n", csv.QUOTE_MINIMAL)
     assert lone.getvalue() == 'only\n""\nx\n'  # a lone empty cell is quoted, as the writer does
+
+
+def test_columns_of_different_lengths_are_an_error_whoever_joins():
+    import csv
+    import io
+
+    from nbprec.safe_text import write_csv_columns
+
+    with pytest.raises(ValueError):
+        write_csv_columns(io.StringIO(), ["a", "b"], [["1", "2"], ["3"]], "\n", csv.QUOTE_MINIMAL)
+    with pytest.raises(ValueError):  # (a tuple: not the C joiner's; the same error)
+        write_csv_columns(io.StringIO(), ["a", "b"], [("1", "2"), ["3"]], "\n", csv.QUOTE_MINIMAL)

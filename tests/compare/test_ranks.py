@@ -262,3 +262,20 @@ def test_ni_looks_at_one_step_and_rank(capsys) -> None:
     assert out.startswith("Torch.relu.0.forward at step 0, rank 0") and "fail (introduced)" not in out
     assert main([*args, "--rank", "7"]) == 1
     assert "no tensor at rank 7" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [[0, 0, 1, 3, 1, 0], [5, -2, 5, 7, -2, 5], [2**62, -(2**62), 2**62, 0, 0, 2**62]],  # the last: rows as keys
+    ids=["small", "negative", "far apart"],
+)
+def test_rows_are_counted_by_step_and_rank(steps) -> None:
+    from nbprec.compare.presence import _counts
+
+    ranks = [1, 0, 1, 0, 1, 0]
+    expected: dict[tuple[int, int], int] = {}
+    for key in zip(steps, ranks, strict=True):
+        expected[key] = expected.get(key, 0) + 1
+    counts = _counts(np.array(steps, dtype=np.int64), np.array(ranks, dtype=np.int64))
+    assert counts == expected and list(counts) == sorted(expected)  # sorted by step, then rank
+    assert all(type(k[0]) is int and type(k[1]) is int and type(v) is int for k, v in counts.items())

@@ -2,11 +2,11 @@
 
 A command that runs in its own process spends its first 80-90 ms importing numpy and nbprec, on one core, while
 the machine's other cores wait. :func:`start` (called by :func:`nbprec.cli.run` before those imports, for
-``compare``) forks a worker that needs neither: it reads the ``dump.json`` files of each side with the C scanner
-(those of the same ``step*/rank*`` folders in pairs), pairs the tensors both record under the same payload name,
-and measures the usual pairs (small plain ``.pt``
-payloads of a float dtype, the same shape on both sides, finite recorded extremes) with the compiled kernel
-(:func:`nbprec.compare.small_pairs.small_pair`), in the target's order, until it is told to stop.
+``compare``) forks a worker that needs neither: it reads each side's index without numpy (msprobe's ``dump.json``
+files with the C scanner, :mod:`nbprec.compare.early_msprobe`; the column cache of nbprec's own dumps,
+:mod:`nbprec.compare.early_native`), pairs the tensors both sides record alike, and measures the usual pairs
+(small plain ``.pt`` or ``.npy`` payloads of a float dtype, the same shape on both sides, finite recorded extremes)
+with the compiled kernel (:mod:`nbprec.compare.small_pairs`), in the target's order, until it is told to stop.
 
 It sends each pair's metric values (those :func:`~nbprec.compare._sums.sums_values` gives from the kernel's sums,
 when they need no second look at the arrays) through a pipe as it goes. When :func:`nbprec.compare` has opened
@@ -15,9 +15,8 @@ takes the values for the jobs they fit: the same payload files, dtypes, shape an
 index rows, and payloads the dump's own loader reads whole (inside the dump, of that dtype and shape). Every other
 job is measured as usual. The results are those of a comparison without the worker, to the bit: the same kernel
 call on the same bytes with the same parameters (tests hold the two to each other). Anything unexpected makes the
-worker measure less, never differently: it steps aside (measures nothing) for a layout it does not know, sides
-whose ``step*/rank*`` folders differ, a ``dump.json`` over :data:`_SCAN_LIMIT`, or a single-core machine, and any
-failure in it only loses its results.
+worker measure less, never differently: it steps aside (measures nothing) for dumps it cannot index (each source
+says which), or a single-core machine, and any failure in it only loses its results.
 
 It lives only in the command's process: the library and the daemon never start it. ``NBPREC_EARLY=off`` turns
 it off.
@@ -40,11 +39,6 @@ _BATCH = 8  # records the worker sends at a time (and then checks that the comma
 #: How long a stopped worker may take to send its last records: it stops after the pair it is measuring (well
 #: under a millisecond), but not inside a long scan of a large dump.json, and is killed past this.
 _GRACE_SECONDS = 0.01
-#: A dump.json larger than this is not scanned by the worker: the scan alone would outlast its window.
-_SCAN_LIMIT = 8 << 20
-#: msprobe's payload folder beside its dump.json (``nbprec.formats.msprobe_folder.TENSOR_DIR``, which imports
-#: ``pathlib`` and ``typing``: 6 ms of the worker's start; a test holds the two to each other).
-_TENSOR_DIR = "dump_tensor_data"
 
 
 class _Worker:
@@ -371,121 +365,27 @@ def _run_worker(roots: tuple[str, str], flag: Any, out: int) -> None:
 
 def _pair_records(roots: tuple[str, str], flag: Any) -> Any:
     """Yield the header (the metric columns), then a record per pair measured: (target file, bench file, target
-    dtype, bench dtype, shape, hints, metric values, why cosine is missing or ''), dump.json by dump.json. Nothing
-    when the dumps are not the usual pair."""
+    dtype, bench dtype, shape, hints, metric values, why cosine is missing or ''), in the target's order: msprobe's
+    ``.pt`` payloads dump.json by dump.json, or nbprec's own ``.npy`` ones (:mod:`nbprec.compare.early_native`).
+    Nothing when the dumps are not the usual pair."""
+    from nbprec.compare import early_msprobe, early_native
     from nbprec.compare.small_pairs import small_pair
 
+    if early_native.is_native(roots[0]) and early_native.is_native(roots[1]):
+        pairs, kind = early_native.candidates(roots), "npy"
+    else:
+        pairs, kind = early_msprobe.candidates(roots), "pt"
     columns = None
-    for t_json, b_json in _paired_dump_jsons(*roots):
-        sides = _tensors(t_json), _tensors(b_json)
-        if sides[0] is None or sides[1] is None:
+    for t_file, b_file, t_dtype, b_dtype, shape, hints in pairs:
+        if flag[0]:
+            return
+        measured = small_pair(t_file, t_dtype, b_file, b_dtype, shape, hints, kind)
+        if measured is None:
             continue
-        (t_dir, target), (b_dir, bench) = sides
-        for name, (t_dtype, shape, t_hints) in target.items():
-            if flag[0]:
-                return
-            found = bench.get(name)
-            if found is None or os.sep in name or found[1] != shape:
-                continue
-            b_dtype, _shape, b_hints = found
-            hints = (*t_hints, *b_hints)
-            t_file, b_file = os.path.join(t_dir, name), os.path.join(b_dir, name)
-            measured = small_pair(t_file, t_dtype, b_file, b_dtype, shape, hints)
-            if measured is None:
-                continue
-            values, reason, _held = measured
-            if columns is None:
-                columns = tuple(values)
-                yield columns
-            if tuple(values) != columns:
-                return
-            yield (t_file, b_file, t_dtype, b_dtype, shape, hints, tuple(values.values()), reason)
-
-
-def _tensors(dump_json: str) -> tuple[str, dict[str, tuple[str, tuple[int, ...], tuple[float, float]]]] | None:
-    """``(payload folder, payload name -> (dtype, shape, (min, max)))`` of an msprobe ``dump.json``, or None (not
-    the usual layout, over :data:`_SCAN_LIMIT`, or payloads that lie outside the run's folder)."""
-    from nbprec.formats._files import read_regular
-
-    try:
-        from nbprec.formats._msprobescan import scan
-    except ImportError:
-        return None
-    folder = os.path.dirname(dump_json)
-    run = folder
-    for prefix in ("rank", "step"):
-        if _numbered(os.path.basename(run), prefix):
-            run = os.path.dirname(run)
-    payloads = os.path.join(folder, _TENSOR_DIR)
-    if not os.path.realpath(payloads).startswith(os.path.join(os.path.realpath(run), "")):
-        return None  # the payloads lie elsewhere (a link out of the dump): left to the reader's checks
-    try:
-        text = read_regular(dump_json, limit=_SCAN_LIMIT, what="dump.json")
-    except Exception:
-        return None
-    scanned = scan(text, tuple(str(i) for i in range(256)))
-    if scanned is None:
-        return None
-    data_names, dtypes, shapes, stats = scanned[7], scanned[8], scanned[9], memoryview(scanned[11]).cast("d")
-    tensors = {}
-    for i, name in enumerate(data_names):
-        shape = shapes[i]
-        if name and shape is not None and name not in tensors:
-            dtype = dtypes[i] or ""
-            dtype = dtype[6:] if dtype.startswith("torch.") else dtype  # torch.bfloat16: bfloat16
-            tensors[name] = (dtype, tuple(shape), (stats[4 * i], stats[4 * i + 1]))
-    return payloads, tensors
-
-
-def _paired_dump_jsons(target: str, bench: str) -> list[tuple[str, str]]:
-    """The target's and the benchmark's ``dump.json`` files in pairs: those of the same ``step*/rank*`` folders
-    under the two paths, or the one of each side when each has one."""
-    t_found, b_found = _dump_jsons(target), _dump_jsons(bench)
-    if len(t_found) == 1 and len(b_found) == 1:
-        return [(next(iter(t_found.values())), next(iter(b_found.values())))]
-    return [(t_found[key], b_found[key]) for key in sorted(t_found.keys() & b_found.keys())]
-
-
-def _dump_jsons(root: str) -> dict[str, str]:
-    """Folder under ``root`` ('' for ``root`` itself) -> its ``dump.json``: ``root`` (a dump.json, or a folder
-    holding one), else its ``rank*/`` folders, else its ``step*/rank*/`` folders, as the msprobe reader looks."""
-    if os.path.isfile(root):
-        return {"": root} if root.endswith(".json") else {}
-    here = os.path.join(root, "dump.json")
-    if os.path.isfile(here):
-        return {"": here}
-    for depth in (1, 2):
-        found = {
-            os.path.relpath(folder, root): os.path.join(folder, "dump.json")
-            for folder in _numbered_dirs(root, depth)
-            if os.path.isfile(os.path.join(folder, "dump.json"))
-        }
-        if found:
-            return found
-    return {}
-
-
-def _numbered_dirs(root: str, depth: int) -> list[str]:
-    """``rank*/`` folders of ``root`` (depth 1), or of its ``step*/`` folders (depth 2)."""
-    folders = [root]
-    for prefix in ("step", "rank")[2 - depth :]:
-        folders = [
-            os.path.join(f, name)
-            for f in folders
-            for name in _listdir(f)
-            if _numbered(name, prefix) and os.path.isdir(os.path.join(f, name))
-        ]
-    return folders
-
-
-def _listdir(folder: str) -> list[str]:
-    try:
-        return sorted(os.listdir(folder))
-    except OSError:
-        return []
-
-
-def _numbered(name: str, prefix: str) -> bool:
-    """Whether ``name`` is ``prefix`` and digits (``rank0``, ``step12``, ``rank``): the readers' ``STEP_RE`` and
-    ``RANK_RE`` (``nbprec.formats._layout``, which imports numpy), without ``re``; a test holds them to each other."""
-    return name.startswith(prefix) and (name[len(prefix) :].isdigit() or name == prefix)
+        values, reason, _held = measured
+        if columns is None:
+            columns = tuple(values)
+            yield columns
+        if tuple(values) != columns:
+            return
+        yield (t_file, b_file, t_dtype, b_dtype, shape, hints, tuple(values.values()), reason)

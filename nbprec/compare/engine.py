@@ -178,23 +178,28 @@ def _counting_from(progress: ProgressCallback, done: int) -> ProgressCallback:
 def _small_pair(
     t_dump: Dump, b_dump: Dump, t_row: Mapping[str, Any], b_row: Mapping[str, Any], extremes: tuple | None
 ) -> tuple[dict[str, float], str, bool] | None:
-    """:func:`~nbprec.compare.small_pairs.small_pair` of a job whose payloads both dumps' loaders read whole in
-    one read (msprobe's small payloads: :meth:`~nbprec.formats.msprobe.PayloadLoader.reads_whole`), of one shape,
-    with usable recorded extremes; None for any other job (measured by :func:`tensor_metrics` on its arrays, with
-    the same result where both apply)."""
-    if extremes is None or not _read_whole(t_dump, b_dump, t_row, b_row):
+    """:func:`~nbprec.compare.small_pairs.small_pair` of a job whose payloads both dumps' loaders read whole
+    (:func:`_read_whole`: msprobe's ``.pt`` archives or nbprec's ``.npy`` files), with usable recorded extremes;
+    None for any other job (measured by :func:`tensor_metrics` on its arrays, with the same result where both
+    apply)."""
+    kind = _read_whole(t_dump, b_dump, t_row, b_row) if extremes is not None else None
+    if kind is None:
         return None
     shape = tuple(t_row["shape"])
-    return small_pair(str(t_row["file"]), t_row["dtype"], str(b_row["file"]), b_row["dtype"], shape, extremes)
+    return small_pair(str(t_row["file"]), t_row["dtype"], str(b_row["file"]), b_row["dtype"], shape, extremes, kind)
 
 
-def _read_whole(t_dump: Dump, b_dump: Dump, t_row: Mapping[str, Any], b_row: Mapping[str, Any]) -> bool:
-    """Whether both payloads of a pair of one shape are ones both dumps' loaders read whole, in one read."""
-    t_whole = getattr(t_dump._loader, "reads_whole", None)
-    b_whole = getattr(b_dump._loader, "reads_whole", None)
-    if t_whole is None or b_whole is None or not (t_row["has_data"] and b_row["has_data"]):
-        return False
-    return tuple(b_row["shape"]) == tuple(t_row["shape"]) and bool(t_whole(t_row) and b_whole(b_row))
+def _read_whole(t_dump: Dump, b_dump: Dump, t_row: Mapping[str, Any], b_row: Mapping[str, Any]) -> str | None:
+    """The kind of payload (``"pt"``, ``"npy"``: the loaders' ``small_payloads``) when both of a pair of one
+    shape are ones both dumps' loaders read whole, in one read (the ``reads_whole`` of msprobe's and of nbprec's
+    own loader); else None."""
+    t_loader, b_loader = t_dump._loader, b_dump._loader
+    kind = getattr(t_loader, "small_payloads", None)
+    if kind is None or getattr(b_loader, "small_payloads", None) != kind:
+        return None
+    if not (t_row["has_data"] and b_row["has_data"]) or tuple(b_row["shape"]) != tuple(t_row["shape"]):
+        return None
+    return kind if t_loader.reads_whole(t_row) and b_loader.reads_whole(b_row) else None
 
 
 @contextlib.contextmanager
@@ -205,7 +210,7 @@ def _read_ahead(jobs: list[tuple[int, str, Any, Any]], t_dump: Dump, b_dump: Dum
     paths = [
         str(row["file"])
         for _i, mode, t_row, b_row in jobs
-        if mode == "tensor" and _read_whole(t_dump, b_dump, t_row, b_row)
+        if mode == "tensor" and _read_whole(t_dump, b_dump, t_row, b_row) == "pt"  # (.pt archives: read_ahead's)
         for row in (t_row, b_row)
     ]
     if len(paths) > 2:

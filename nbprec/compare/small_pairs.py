@@ -1,9 +1,9 @@
-"""The usual pair measured without making arrays: two small plain ``.pt`` payloads, read whole, through the
-compiled kernel in one call.
+"""The usual pair measured without making arrays: two small plain payloads (msprobe's ``.pt`` archives, nbprec's
+own ``.npy`` files), read whole, through the compiled kernel in one call.
 
-Most msprobe payloads are small (under :data:`~nbprec.formats._files.MAP_FROM` bytes) one-tensor archives of a
-float dtype. :func:`small_pair` reads both (:func:`~nbprec.formats._ptzip.small_tensor`: one open and one read
-each) and measures them with :func:`~nbprec.compare._sums.direct_sums` and
+Most payloads are small (under :data:`~nbprec.formats._files.MAP_FROM` bytes) and of a float dtype.
+:func:`small_pair` reads both (:func:`~nbprec.formats._ptzip.small_tensor`, :func:`~nbprec.formats._npyfile.small_npy`:
+one open and one read each) and measures them with :func:`~nbprec.compare._sums.direct_sums` and
 :func:`~nbprec.compare._sums.sums_values`: what :func:`~nbprec.compare.metrics.tensor_metrics` does on their arrays
 (the same kernel call on the same bytes), without the arrays and without numpy. It gives None for any other pair
 and for a pair whose sums need the arrays again (NaN or inf, a standard deviation that needs an exact second
@@ -19,6 +19,7 @@ import math
 
 from nbprec.compare._sums import EPS_BENCH, FUSED, KERNEL_TYPES, direct_sums, sums_values
 from nbprec.formats._files import MAP_FROM
+from nbprec.formats._npyfile import small_npy
 from nbprec.formats._ptzip import ITEMSIZES, small_tensor
 
 
@@ -29,11 +30,28 @@ def small_pair(
     b_dtype: str,
     shape: tuple[int, ...],
     extremes: tuple[float, float, float, float],
+    kind: str = "pt",
 ) -> tuple[dict[str, float], str, bool] | None:
     """``(metric columns, why cosine is missing or '', whether the extremes held)`` of the pair of payload files
     ``t_file`` and ``b_file``, each a tensor of ``shape`` and its canonical dtype, measured with the recorded
     ``extremes`` (target min, max, benchmark min, max) as the kernel's hints; None when this pair is not one
-    :func:`small_pair` measures (see the module docstring)."""
+    :func:`small_pair` measures (see the module docstring). ``kind`` says what the files are: ``"pt"``, msprobe's
+    archives (:func:`~nbprec.formats._ptzip.small_tensor`), or ``"npy"``, nbprec's own payloads
+    (:func:`~nbprec.formats._npyfile.small_npy`, stored as the dtypes the index names are)."""
+    sizes = _sizes(t_dtype, b_dtype, shape)
+    if sizes is None:
+        return None
+    read = small_npy if kind == "npy" else small_tensor
+    x = read(t_file, t_dtype, shape)
+    y = read(b_file, b_dtype, shape) if x is not None else None
+    if x is None or y is None:
+        return None
+    return _measured(x[0], x[1], y[0], y[1], sizes, extremes)
+
+
+def _sizes(t_dtype: str, b_dtype: str, shape: tuple[int, ...]) -> tuple[int, int, int, int, int] | None:
+    """``(target kernel code, bench kernel code, elements, target bytes, bench bytes)`` of a pair the small-pair
+    path takes (kernel dtypes, not empty, each side under :data:`~nbprec.formats._files.MAP_FROM` bytes)."""
     t_code, b_code = KERNEL_TYPES.get(t_dtype), KERNEL_TYPES.get(b_dtype)
     if FUSED is None or t_code is None or b_code is None:
         return None
@@ -41,11 +59,15 @@ def small_pair(
     t_bytes, b_bytes = numel * ITEMSIZES[t_dtype], numel * ITEMSIZES[b_dtype]
     if numel <= 0 or max(t_bytes, b_bytes) >= MAP_FROM:
         return None
-    x = small_tensor(t_file, t_dtype, shape)
-    y = small_tensor(b_file, b_dtype, shape) if x is not None else None
-    if x is None or y is None:
-        return None
-    pair = (memoryview(x[0])[x[1] : x[1] + t_bytes], t_code, memoryview(y[0])[y[1] : y[1] + b_bytes], b_code)
+    return t_code, b_code, numel, t_bytes, b_bytes
+
+
+def _measured(
+    x: bytes, x_at: int, y: bytes, y_at: int, sizes: tuple[int, int, int, int, int], extremes: tuple
+) -> tuple[dict[str, float], str, bool] | None:
+    """The small pair's metrics from the sides' bytes (``x`` from ``x_at``, ``y`` from ``y_at``)."""
+    t_code, b_code, numel, t_bytes, b_bytes = sizes
+    pair = (memoryview(x)[x_at : x_at + t_bytes], t_code, memoryview(y)[y_at : y_at + b_bytes], b_code)
     sums = direct_sums(pair, EPS_BENCH[b_code], extremes)
     found = None if sums is None else sums_values(sums[0], numel)  # (None: hints not usable, or NaN/inf)
     if found is None:

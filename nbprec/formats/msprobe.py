@@ -120,6 +120,9 @@ class PayloadLoader:
     ``torch.load(weights_only=True)``.
     """
 
+    #: What :meth:`reads_whole` accepts: small plain ``.pt`` archives (the engine's small-pair path for them).
+    small_payloads = "pt"
+
     def __init__(self, roots: list[str]) -> None:
         self.roots = list(roots)
         self._files = ConfinedFiles(self.roots)

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,6 +25,7 @@ from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError, NbprecError
 from nbprec.formats._files import PayloadFolder, open_regular, read_regular, real_folder
+from nbprec.formats._npyfile import KERNEL_DESCRS, header_span, parse_header
 from nbprec.formats._payload import MAP_FROM, NPY_HEADER_ERRORS, payload_array
 from nbprec.formats.base import DumpReader
 from nbprec.formats.native_columns import COLUMNS_FILE, INDEX_FILE, read_columns
@@ -212,9 +213,6 @@ def _read_complete(path: Path, problems: list[Problem]) -> dict[str, Any]:
     return record
 
 
-_NPY_HEADER = re.compile(
-    r"\{'descr': '([<>|=][a-zA-Z][0-9]*)', 'fortran_order': (True|False), 'shape': \(([0-9, ]*)\), *\} *\n?"
-)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -259,11 +257,10 @@ def _open_npy(file: str, fd: int, size: int, row: Mapping[str, Any]) -> np.ndarr
     the payload is mapped or read; anything else goes to ``np.load``.
     """
     head = os.pread(fd, size if size < MAP_FROM else 4096, 0)  # a small file in one read: its payload too
-    parsed = None
-    if head[:6] == b"\x93NUMPY" and len(head) >= 12 and head[6] in (1, 2, 3):
-        start = 10 if head[6] == 1 else 12
-        length = int.from_bytes(head[8:start], "little")
-        parsed = _npy_header(head[start : start + length], start + length)
+    span = header_span(head)
+    if span is None:  # (np.load would open a zip archive as an .npz, which holds no array)
+        raise DumpFormatError(file, "not a .npy file (its first bytes are not the .npy magic)", str(row["name"]))
+    parsed = _npy_header(head[span[0] : span[1]], span[1])
     if parsed is None:
         array = np.load(file, mmap_mode="r", allow_pickle=False)
         return array.view(_check_payload(file, row, array.dtype, array.shape))
@@ -282,32 +279,50 @@ def _open_npy(file: str, fd: int, size: int, row: Mapping[str, Any]) -> np.ndarr
 def _npy_header(text: bytes, offset: int) -> tuple[np.dtype, tuple[int, ...], bool, int] | None:
     """(dtype, shape, Fortran order, payload offset) of a plain ``.npy`` header, or None for another kind (a pure
     function of the header's bytes: tensors of one shape and dtype share it, so a dump parses a few)."""
-    match = _NPY_HEADER.fullmatch(text.decode("latin1"))
-    if match is None:
+    parsed = parse_header(text)
+    if parsed is None:
         return None
-    shape = tuple(int(v) for v in match[3].replace(" ", "").split(",") if v)
-    return _npy_dtype(match[1]), shape, match[2] == "True", offset
+    descr, fortran, shape = parsed
+    return _npy_dtype(descr), shape, fortran, offset
 
 
-def _make_loader(path: Path) -> Callable[[Mapping[str, Any]], np.ndarray]:
-    tensor_dir = os.path.realpath(path / TENSOR_DIR) + os.sep
-    real_dirs: dict[str, str] = {}  # payload folder as written in the index -> its real path
+class PayloadLoader:
+    """Loads a native dump's ``.npy`` payloads (see :func:`_open_npy`), reading only regular files inside the
+    dump's ``tensors/`` folder (a symbolic link there is followed only when it stays inside)."""
 
-    def load(row: Mapping[str, Any]) -> np.ndarray:
+    #: What :meth:`reads_whole` accepts: plain ``.npy`` files (the engine's small-pair path for them).
+    small_payloads = "npy"
+
+    def __init__(self, path: Path) -> None:
+        self.tensor_dir = os.path.realpath(path / TENSOR_DIR) + os.sep
+        self._real_dirs: dict[str, str] = {}  # payload folder as written in the index -> its real path
+
+    def _real_dir(self, folder: str) -> str:
+        real = self._real_dirs.get(folder)
+        if real is None:
+            real = self._real_dirs[folder] = os.path.realpath(folder) + os.sep
+        return real
+
+    def reads_whole(self, row: Mapping[str, Any]) -> bool:
+        """Whether ``row``'s payload may be measured from its bytes, read whole, in this loader's place (the
+        engine's small-pair path, the ``nbprec compare`` command's early worker: both read small plain files with
+        :func:`nbprec.formats._npyfile.small_npy`, the same bytes this loader's arrays hold, and leave it
+        anything else): a dtype the compiled kernel reads, in the dump's own ``tensors/`` folder."""
+        folder = os.path.dirname(str(row["file"]))
+        return row.get("dtype") in KERNEL_DESCRS and self._real_dir(folder) == self.tensor_dir
+
+    def __call__(self, row: Mapping[str, Any]) -> np.ndarray:
         file, name = str(row["file"]), str(row["name"])
-        folder = os.path.dirname(file)
-        if folder not in real_dirs:
-            real_dirs[folder] = os.path.realpath(folder) + os.sep
         opened = None
         try:
-            if real_dirs[folder] == tensor_dir and _NOFOLLOW:
+            if self._real_dir(os.path.dirname(file)) == self.tensor_dir and _NOFOLLOW:
                 try:  # in the dump's tensors/ and no symbolic link itself: inside the dump, no realpath needed
                     opened = open_regular(file, name, nofollow=True)
                 except OSError as exc:
                     if exc.errno != errno.ELOOP or isinstance(exc, FileNotFoundError):
                         raise
             if opened is None:
-                if not os.path.realpath(file).startswith(tensor_dir):
+                if not os.path.realpath(file).startswith(self.tensor_dir):
                     raise DumpFormatError(file, f"payload outside the dump's {TENSOR_DIR}/ folder refused", name)
                 opened = open_regular(file, name)
         except FileNotFoundError:
@@ -323,8 +338,6 @@ def _make_loader(path: Path) -> Callable[[Mapping[str, Any]], np.ndarray]:
             raise DumpFormatError(file, f"cannot read the .npy payload: {exc}", name) from exc
         finally:
             os.close(fd)
-
-    return load
 
 
 def _check_payload_files(path: Path, files: list[str], names: list[str], problems: list[Problem]) -> np.ndarray:
@@ -438,7 +451,7 @@ def read_native_dump(path: Path) -> Dump:
         index,
         path=path,
         format=NativeDumpReader.name,
-        loader=_make_loader(path),
+        loader=PayloadLoader(path),
         problems=problems,
         meta=meta,
         hierarchy=hierarchy,

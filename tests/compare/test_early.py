@@ -6,7 +6,6 @@ Each run happens in a fresh interpreter, as the command runs: the worker is fork
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -15,68 +14,13 @@ from pathlib import Path
 
 import pytest
 from damaged_msprobe import DAMAGES, damaged_copy
+from early_support import assert_same, compare_fresh, multicore, needs_two_cores, pair_records_alone
 
-from nbprec.compare import early
+from nbprec.compare import early, early_msprobe
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
 BF16, FP32, FP16 = FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix", FIXTURES / "fp16_tensor_mix"
 SCENARIOS = FIXTURES / "scenarios"
-
-# A comparison in a fresh interpreter, with the worker started first (argv[3] == "early") or not; it prints the
-# table (every column, as text), the problems, and how many pairs the worker measured.
-_RUN = """
-import json, sys, time
-from nbprec.compare import early
-target, bench, how, wait = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-if how == "early":
-    early.start(target, bench)
-    time.sleep(wait)  # (the worker's window: 0 stops it wherever it is)
-taken = []
-measured = early.measured
-def counting(jobs, t_dump, b_dump):
-    done, left = measured(jobs, t_dump, b_dump)
-    taken.append((len(done), len(jobs)))
-    return done, left
-early.measured = counting
-import nbprec
-comp = nbprec.compare(target, bench)
-table = comp.columns
-columns = {name: [repr(v) for v in table[name].tolist()] for name in table}
-print(json.dumps({
-    "columns": columns,
-    "problems": comp.meta["problems"],
-    "verdict": comp.verdict().text,
-    "numpy_before": "numpy" in sys.modules,
-    "taken": taken,
-}))
-"""
-
-
-def _compare(target: Path, bench: Path, how: str, wait: float = 0.0) -> dict:
-    env = {**os.environ, "NBPREC_EARLY": "on"}
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN, str(target), str(bench), how, str(wait)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def _assert_same(plain: dict, with_worker: dict) -> None:
-    assert with_worker["columns"].keys() == plain["columns"].keys()
-    for name, values in plain["columns"].items():
-        assert with_worker["columns"][name] == values, name  # (repr: NaN equals NaN, -0.0 differs from 0.0)
-    assert with_worker["problems"] == plain["problems"]
-    assert with_worker["verdict"] == plain["verdict"]
-
-
-def _multicore() -> bool:
-    return len(os.sched_getaffinity(0)) > 1
-
-
-needs_two_cores = pytest.mark.skipif(not _multicore(), reason="the worker starts on machines of two cores or more")
 
 
 @needs_two_cores
@@ -94,14 +38,14 @@ needs_two_cores = pytest.mark.skipif(not _multicore(), reason="the worker starts
     ids=lambda p: p.name,
 )
 def test_the_worker_gives_the_comparison_without_it(target, bench):
-    plain = _compare(target, bench, "plain")
-    whole = _compare(target, bench, "early", wait=1.0)  # time to measure every pair it takes
+    plain = compare_fresh(target, bench, "plain")
+    whole = compare_fresh(target, bench, "early", wait=1.0)  # time to measure every pair it takes
     assert [done for done, _jobs in plain["taken"]] == [0]  # (no worker: every job measured as usual)
     ((taken, jobs),) = whole["taken"]
     assert taken > 0.5 * jobs, whole["taken"]  # it measured most pairs (the others hold NaN, ints, ...)
-    _assert_same(plain, whole)
-    stopped = _compare(target, bench, "early", wait=0.0)  # stopped wherever it was
-    _assert_same(plain, stopped)
+    assert_same(plain, whole)
+    stopped = compare_fresh(target, bench, "early", wait=0.0)  # stopped wherever it was
+    assert_same(plain, stopped)
 
 
 @needs_two_cores
@@ -109,24 +53,14 @@ def test_the_worker_gives_the_comparison_without_it(target, bench):
 def test_damaged_dumps_compare_the_same_with_the_worker(tmp_path, damage):
     """Each damage makes the worker measure less, or measure what the engine would; never differently."""
     run = damaged_copy(tmp_path, BF16, damage)
-    plain = _compare(run, FP32, "plain")
-    _assert_same(plain, _compare(run, FP32, "early", wait=1.0))
+    plain = compare_fresh(run, FP32, "plain")
+    assert_same(plain, compare_fresh(run, FP32, "early", wait=1.0))
 
 
 def test_the_worker_runs_without_numpy():
     """What the worker imports and runs loads no numpy (else it would start no sooner than the command)."""
-    code = (
-        "import sys\n"
-        "from nbprec.compare import early\n"
-        "class Go:\n"
-        "    def __getitem__(self, i): return 0\n"
-        f"roots = ({str(BF16)!r}, {str(FP32)!r})\n"
-        "records = list(early._pair_records(roots, Go()))\n"
-        "print(len(records), 'numpy' in sys.modules)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    count, numpy_loaded = done.stdout.split()
-    assert int(count) > 100 and numpy_loaded == "False"
+    count, numpy_loaded = pair_records_alone(BF16, FP32)
+    assert count > 100 and not numpy_loaded
 
 
 @pytest.mark.parametrize(
@@ -286,7 +220,7 @@ def test_a_large_dump_json_is_left_to_the_reader(monkeypatch):
 
     roots = (str(BF16), str(FP32))
     assert len(list(early._pair_records(roots, Go()))) > 100
-    monkeypatch.setattr(early, "_SCAN_LIMIT", (BF16 / "step0" / "rank0" / "dump.json").stat().st_size - 1)
+    monkeypatch.setattr(early_msprobe, "_SCAN_LIMIT", (BF16 / "step0" / "rank0" / "dump.json").stat().st_size - 1)
     assert list(early._pair_records(roots, Go())) == []
 
 
@@ -305,7 +239,7 @@ def test_sides_of_several_dump_json_files_pair_them_by_folder(tmp_path):
         for step, rank in (("step0", "rank0"), ("step0", "rank1"), ("step1", "rank0"), ("step1", "rank1")):
             shutil.copytree(source / "step0" / "rank0", run / step / rank)
     target, bench = runs[BF16.name], runs[FP32.name]
-    pairs = early._paired_dump_jsons(str(target), str(bench))
+    pairs = early_msprobe._paired_dump_jsons(str(target), str(bench))
     assert [Path(t).parent.relative_to(target) for t, _b in pairs] == [
         Path("step0/rank0"),
         Path("step0/rank1"),
@@ -315,13 +249,13 @@ def test_sides_of_several_dump_json_files_pair_them_by_folder(tmp_path):
     assert all(Path(t).parent.relative_to(target) == Path(b).parent.relative_to(bench) for t, b in pairs)
     single = len(list(early._pair_records((str(BF16), str(FP32)), Go()))) - 1
     assert len(list(early._pair_records((str(target), str(bench)), Go()))) - 1 == 4 * single
-    assert early._paired_dump_jsons(str(target / "step0"), str(bench / "step1"))  # rank0, rank1 in both
-    assert early._paired_dump_jsons(str(target), str(bench / "step0")) == []  # step*/rank* against rank*
-    if _multicore():
-        whole = _compare(target, bench, "early", wait=1.0)
+    assert early_msprobe._paired_dump_jsons(str(target / "step0"), str(bench / "step1"))  # rank0, rank1 in both
+    assert early_msprobe._paired_dump_jsons(str(target), str(bench / "step0")) == []  # step*/rank* against rank*
+    if multicore():
+        whole = compare_fresh(target, bench, "early", wait=1.0)
         ((taken, jobs),) = whole["taken"]
         assert taken > 0.5 * jobs, whole["taken"]
-        _assert_same(_compare(target, bench, "plain"), whole)
+        assert_same(compare_fresh(target, bench, "plain"), whole)
 
 
 def test_the_workers_folder_names_are_the_readers():
@@ -330,7 +264,7 @@ def test_the_workers_folder_names_are_the_readers():
     from nbprec.formats._layout import RANK_RE, STEP_RE
     from nbprec.formats.msprobe_folder import TENSOR_DIR
 
-    assert early._TENSOR_DIR == TENSOR_DIR
+    assert early_msprobe._TENSOR_DIR == TENSOR_DIR
     names = [
         "rank",
         "rank0",
@@ -347,7 +281,7 @@ def test_the_workers_folder_names_are_the_readers():
     ]
     for prefix, pattern in (("rank", RANK_RE), ("step", STEP_RE)):
         for name in names:
-            assert early._numbered(name, prefix) == bool(pattern.match(name)), (prefix, name)
+            assert early_msprobe._numbered(name, prefix) == bool(pattern.match(name)), (prefix, name)
 
 
 def test_other_commands_do_not_load_the_worker():

@@ -110,6 +110,18 @@ def test_a_truncated_payload_is_a_format_error(tmp_path: Path) -> None:
         dump.tensor("mlp.big.forward.output.0")
 
 
+@pytest.mark.parametrize("start", [b"PK\x03\x04", b"\x80\x04\x95", b"\x93NUM"])
+def test_a_payload_that_is_not_a_npy_file_is_a_format_error(tmp_path: Path, start: bytes) -> None:
+    """A zip archive (which np.load would open as an .npz), a pickle, a cut magic: named as not a .npy file."""
+    _write(tmp_path / "run", {"small": np.arange(40, dtype=np.float32)})
+    dump = nbprec.open(tmp_path / "run")
+    payload = Path(dump.row("mlp.small.forward.output.0")["file"])
+    payload.write_bytes(start if start == b"\x93NUM" else start + payload.read_bytes()[len(start) :])
+    with pytest.raises(DumpFormatError, match=r"not a \.npy file") as error:
+        dump.tensor("mlp.small.forward.output.0")
+    assert str(payload) in str(error.value)
+
+
 def test_non_finite_statistics_round_trip_as_strict_json(tmp_path: Path) -> None:
     huge = np.array([1e308, 1e308])  # mean/std/norm overflow float64 to inf
     stats = {"min": None, "max": float("inf"), "mean": float("nan"), "nan_count": 2, "inf_count": 1}

@@ -1,0 +1,130 @@
+"""The early worker's pairs of msprobe dumps (see :mod:`nbprec.compare.early`, which measures them).
+
+Each side's ``dump.json`` files (those of the same ``step*/rank*`` folders in pairs) are read with the C scanner;
+the tensors both record under the same payload name, of one shape, are candidates, in the target's order, their
+payloads read with :func:`nbprec.formats._ptzip.small_tensor` (small plain ``.pt`` archives). The worker steps
+aside for a layout it does not know, sides whose ``step*/rank*`` folders differ, a ``dump.json`` over
+:data:`_SCAN_LIMIT`, or payloads that lie outside the run's folder.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from nbprec.compare.early_native import Candidate
+
+#: A dump.json larger than this is not scanned by the worker: the scan alone would outlast its window.
+_SCAN_LIMIT = 8 << 20
+#: msprobe's payload folder beside its dump.json (``nbprec.formats.msprobe_folder.TENSOR_DIR``, which imports
+#: ``pathlib`` and ``typing``: 6 ms of the worker's start; a test holds the two to each other).
+_TENSOR_DIR = "dump_tensor_data"
+
+
+def candidates(roots: tuple[str, str]) -> Iterator[Candidate]:
+    """``(target file, bench file, target dtype, bench dtype, shape, hints)`` of each pair the worker may measure,
+    dump.json by dump.json in the target's order: the tensors both sides record under the same payload name, of
+    one shape, the hints being both sides' recorded (min, max)."""
+    for t_json, b_json in _paired_dump_jsons(*roots):
+        sides = _tensors(t_json), _tensors(b_json)
+        if sides[0] is None or sides[1] is None:
+            continue
+        (t_dir, target), (b_dir, bench) = sides
+        for name, (t_dtype, shape, t_hints) in target.items():
+            found = bench.get(name)
+            if found is None or os.sep in name or found[1] != shape:
+                continue
+            b_dtype, _shape, b_hints = found
+            yield os.path.join(t_dir, name), os.path.join(b_dir, name), t_dtype, b_dtype, shape, (*t_hints, *b_hints)
+
+
+def _tensors(dump_json: str) -> tuple[str, dict[str, tuple[str, tuple[int, ...], tuple[float, float]]]] | None:
+    """``(payload folder, payload name -> (dtype, shape, (min, max)))`` of an msprobe ``dump.json``, or None (not
+    the usual layout, over :data:`_SCAN_LIMIT`, or payloads that lie outside the run's folder)."""
+    from nbprec.formats._files import read_regular
+
+    try:
+        from nbprec.formats._msprobescan import scan
+    except ImportError:
+        return None
+    folder = os.path.dirname(dump_json)
+    run = folder
+    for prefix in ("rank", "step"):
+        if _numbered(os.path.basename(run), prefix):
+            run = os.path.dirname(run)
+    payloads = os.path.join(folder, _TENSOR_DIR)
+    if not os.path.realpath(payloads).startswith(os.path.join(os.path.realpath(run), "")):
+        return None  # the payloads lie elsewhere (a link out of the dump): left to the reader's checks
+    try:
+        text = read_regular(dump_json, limit=_SCAN_LIMIT, what="dump.json")
+    except Exception:
+        return None
+    scanned = scan(text, tuple(str(i) for i in range(256)))
+    if scanned is None:
+        return None
+    data_names, dtypes, shapes, stats = scanned[7], scanned[8], scanned[9], memoryview(scanned[11]).cast("d")
+    tensors = {}
+    for i, name in enumerate(data_names):
+        shape = shapes[i]
+        if name and shape is not None and name not in tensors:
+            dtype = dtypes[i] or ""
+            dtype = dtype[6:] if dtype.startswith("torch.") else dtype  # torch.bfloat16: bfloat16
+            tensors[name] = (dtype, tuple(shape), (stats[4 * i], stats[4 * i + 1]))
+    return payloads, tensors
+
+
+def _paired_dump_jsons(target: str, bench: str) -> list[tuple[str, str]]:
+    """The target's and the benchmark's ``dump.json`` files in pairs: those of the same ``step*/rank*`` folders
+    under the two paths, or the one of each side when each has one."""
+    t_found, b_found = _dump_jsons(target), _dump_jsons(bench)
+    if len(t_found) == 1 and len(b_found) == 1:
+        return [(next(iter(t_found.values())), next(iter(b_found.values())))]
+    return [(t_found[key], b_found[key]) for key in sorted(t_found.keys() & b_found.keys())]
+
+
+def _dump_jsons(root: str) -> dict[str, str]:
+    """Folder under ``root`` ('' for ``root`` itself) -> its ``dump.json``: ``root`` (a dump.json, or a folder
+    holding one), else its ``rank*/`` folders, else its ``step*/rank*/`` folders, as the msprobe reader looks."""
+    if os.path.isfile(root):
+        return {"": root} if root.endswith(".json") else {}
+    here = os.path.join(root, "dump.json")
+    if os.path.isfile(here):
+        return {"": here}
+    for depth in (1, 2):
+        found = {
+            os.path.relpath(folder, root): os.path.join(folder, "dump.json")
+            for folder in _numbered_dirs(root, depth)
+            if os.path.isfile(os.path.join(folder, "dump.json"))
+        }
+        if found:
+            return found
+    return {}
+
+
+def _numbered_dirs(root: str, depth: int) -> list[str]:
+    """``rank*/`` folders of ``root`` (depth 1), or of its ``step*/`` folders (depth 2)."""
+    folders = [root]
+    for prefix in ("step", "rank")[2 - depth :]:
+        folders = [
+            os.path.join(f, name)
+            for f in folders
+            for name in _listdir(f)
+            if _numbered(name, prefix) and os.path.isdir(os.path.join(f, name))
+        ]
+    return folders
+
+
+def _listdir(folder: str) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
+
+
+def _numbered(name: str, prefix: str) -> bool:
+    """Whether ``name`` is ``prefix`` and digits (``rank0``, ``step12``, ``rank``): the readers' ``STEP_RE`` and
+    ``RANK_RE`` (``nbprec.formats._layout``, which imports numpy), without ``re``; a test holds them to each other."""
+    return name.startswith(prefix) and (name[len(prefix) :].isdigit() or name == prefix)
+
+
+__all__ = ["candidates"]

@@ -1,0 +1,70 @@
+"""Plain ``.npy`` files (a simple dtype, C or Fortran order: what numpy and nbprec's dump writer write) without
+numpy: their header, and a small one's payload bytes.
+
+The native reader (:mod:`nbprec.formats.native_read`) parses payload headers with it before mapping or reading a
+payload, and the ``nbprec compare`` command's early worker (:mod:`nbprec.compare.early_native`), which runs before
+numpy is imported, reads small payloads with :func:`small_npy`. Any other file is None here: the reader then hands
+it to ``np.load``, and the worker leaves the pair to the reader.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+from nbprec.formats._files import MAP_FROM, open_plain_file
+
+MAGIC = b"\x93NUMPY"
+#: The ``descr`` a native dump stores each dtype of the compiled metric kernel as (little-endian; bfloat16 as its
+#: raw bits, :data:`nbprec.formats.native_read.RAW_BITS_STORAGE`).
+KERNEL_DESCRS = {"float32": "<f4", "float16": "<f2", "float64": "<f8", "bfloat16": "<u2"}
+#: The header dict numpy writes for a simple dtype (padded with spaces, ended by a line feed).
+HEADER = re.compile(
+    r"\{'descr': '([<>|=][a-zA-Z][0-9]*)', 'fortran_order': (True|False), 'shape': \(([0-9, ]*)\), *\} *\n?"
+)
+
+
+def header_span(head: bytes) -> tuple[int, int] | None:
+    """``(start, end)`` of the header dict in the first bytes ``head`` of a ``.npy`` file (format versions 1 to
+    3), or None when they do not start one; ``end`` may lie past ``head``."""
+    if head[:6] != MAGIC or len(head) < 12 or head[6] not in (1, 2, 3):
+        return None
+    start = 10 if head[6] == 1 else 12
+    return start, start + int.from_bytes(head[8:start], "little")
+
+
+def parse_header(text: bytes) -> tuple[str, bool, tuple[int, ...]] | None:
+    """``(descr, Fortran order, shape)`` of a plain header dict, or None for another kind."""
+    match = HEADER.fullmatch(text.decode("latin1"))
+    if match is None:
+        return None
+    return match[1], match[2] == "True", tuple(int(v) for v in match[3].replace(" ", "").split(",") if v)
+
+
+def small_npy(path: str, dtype: str, shape: tuple[int, ...]) -> tuple[bytes, int] | None:
+    """``(the whole file, where the payload starts in it)`` of ``path`` when it is a regular file, not a symbolic
+    link, of 1 to :data:`~nbprec.formats._files.MAP_FROM` - 1 bytes, holding a plain C-order ``.npy`` payload of
+    ``shape`` stored as the kernel dtype ``dtype`` is (:data:`KERNEL_DESCRS`), all its bytes there; None for
+    anything else (the native reader then reads the file, with its checks and messages). One open, one read."""
+    descr = KERNEL_DESCRS.get(dtype)
+    opened = open_plain_file(path) if descr is not None else None
+    if opened is None:
+        return None
+    fd, size = opened
+    try:
+        data = os.read(fd, size) if 0 < size < MAP_FROM else b""
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    span = header_span(data) if len(data) == size else None
+    parsed = parse_header(data[span[0] : span[1]]) if span is not None and span[1] <= len(data) else None
+    if parsed is None or parsed != (descr, False, tuple(shape)):
+        return None
+    if span[1] + math.prod(shape) * int(descr[2:]) > len(data):
+        return None
+    return data, span[1]
+
+
+__all__ = ["HEADER", "KERNEL_DESCRS", "MAGIC", "header_span", "parse_header", "small_npy"]

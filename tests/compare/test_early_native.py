@@ -1,0 +1,216 @@
+"""The early worker and the engine's small-pair path on nbprec's own dumps (real captures of the tiny encoder's
+training step): a comparison with them is the comparison without them, to the bit, whatever the dumps hold."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from early_support import assert_same, compare_fresh, needs_two_cores, pair_records_alone
+
+from nbprec.compare import early, early_native
+from nbprec.demo import tiny_runs
+from nbprec.formats import _npyfile, native_read
+from nbprec.formats._files import MAP_FROM
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny")
+    return {run.name: run.path for run in tiny_runs(out)}
+
+
+@needs_two_cores
+@pytest.mark.parametrize("target", ["tiny_bf16", "tiny_fp16", "tiny_bf16_faulty", "tiny_fp32"])
+def test_the_worker_gives_the_comparison_without_it(runs, target):
+    plain = compare_fresh(runs[target], runs["tiny_fp32"], "plain")
+    whole = compare_fresh(runs[target], runs["tiny_fp32"], "early", wait=1.0)
+    assert [done for done, _jobs in plain["taken"]] == [0]
+    ((taken, jobs),) = whole["taken"]
+    assert taken > 0.8 * jobs, whole["taken"]  # every pair of float payloads (the few others: integer ids)
+    assert_same(plain, whole)
+    assert_same(plain, compare_fresh(runs[target], runs["tiny_fp32"], "early", wait=0.0))
+
+
+def _payloads(run: Path, dtype: str) -> list[Path]:
+    """The run's payload files of index dtype ``dtype``, in index order."""
+    rows = [json.loads(line) for line in (run / "index.jsonl").read_text().splitlines()]
+    return [run / row["file"] for row in rows if row.get("dtype") == dtype and row.get("file")]
+
+
+def _edit_header(file: Path, old: bytes, new: bytes) -> None:
+    data = file.read_bytes()
+    assert old in data[:128] and len(old) == len(new)
+    file.write_bytes(data.replace(old, new, 1))
+
+
+def _damage(run: Path, damage: str) -> None:
+    files = _payloads(run, "bfloat16")
+    first, second = files[3], files[4]
+    if damage == "truncated payload":
+        first.write_bytes(first.read_bytes()[:-6])
+    elif damage == "trailing bytes":
+        first.write_bytes(first.read_bytes() + b"\0" * 16)
+    elif damage == "another dtype in the header":
+        _edit_header(first, b"'<u2'", b"'<i2'")
+    elif damage == "Fortran order":
+        big = next(f for f in files if b"(" in f.read_bytes()[:128] and b", " in f.read_bytes()[40:128].split(b"(")[1])
+        _edit_header(big, b"False", b"True ")
+    elif damage == "not a .npy file":
+        first.write_bytes(b"PK\x03\x04" + first.read_bytes()[4:])
+    elif damage == "a link to another payload":
+        first.unlink()
+        first.symlink_to(second.name)
+    elif damage == "a FIFO":
+        first.unlink()
+        os.mkfifo(first)
+    elif damage == "a folder":
+        first.unlink()
+        first.mkdir()
+    elif damage == "missing payload":
+        first.unlink()
+    elif damage == "swapped payloads":
+        a, b = first.read_bytes(), second.read_bytes()
+        first.write_bytes(b)
+        second.write_bytes(a)
+    elif damage == "NaN in a payload":
+        data = bytearray(first.read_bytes())
+        data[-2:] = b"\xc0\x7f"  # a bfloat16 NaN as the last value
+        first.write_bytes(bytes(data))
+    elif damage in ("stale column cache", "wrong extremes in the cache", "no column cache", "damaged column cache"):
+        cache = run / "index.columns.json"
+        if damage == "stale column cache":
+            with (run / "index.jsonl").open("a") as fh:
+                fh.write("\n")
+        elif damage == "no column cache":
+            cache.unlink()
+        elif damage == "damaged column cache":
+            cache.write_bytes(cache.read_bytes()[:-100])
+        else:
+            data = json.loads(cache.read_text())
+            data["columns"]["min"] = [v - 1.0 if isinstance(v, float) else v for v in data["columns"]["min"]]
+            cache.write_text(json.dumps(data))
+    else:
+        raise AssertionError(damage)
+
+
+DAMAGES = [
+    "truncated payload",
+    "trailing bytes",
+    "another dtype in the header",
+    "Fortran order",
+    "not a .npy file",
+    "a link to another payload",
+    "a FIFO",
+    "a folder",
+    "missing payload",
+    "swapped payloads",
+    "NaN in a payload",
+    "stale column cache",
+    "wrong extremes in the cache",
+    "no column cache",
+    "damaged column cache",
+]
+
+
+@needs_two_cores
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_damaged_dumps_compare_the_same_with_the_worker(runs, tmp_path, damage):
+    """Each damage makes the worker (and the engine's small-pair path) measure less, or measure what the arrays
+    give; never differently, never a hang."""
+    run = tmp_path / "tiny_bf16"
+    shutil.copytree(runs["tiny_bf16"], run, symlinks=True)
+    _damage(run, damage)
+    plain = compare_fresh(run, runs["tiny_fp32"], "plain")
+    assert_same(plain, compare_fresh(run, runs["tiny_fp32"], "early", wait=1.0))
+    assert_same(plain, _general_path(run, runs["tiny_fp32"]))
+
+
+def test_the_small_pair_path_gives_the_arrays_results(runs):
+    """The engine's small-pair path (payload bytes straight to the kernel) against the general one (the reader's
+    arrays through tensor_metrics) on every pair of real captures."""
+    for target in ("tiny_bf16", "tiny_fp16", "tiny_bf16_faulty"):
+        assert_same(
+            _general_path(runs[target], runs["tiny_fp32"]), compare_fresh(runs[target], runs["tiny_fp32"], "plain")
+        )
+
+
+# The comparison with the native reader's small-pair path turned off: every pair through the arrays.
+_GENERAL = """
+import json, sys
+from nbprec.formats import native_read
+native_read.PayloadLoader.small_payloads = None
+import nbprec
+comp = nbprec.compare(sys.argv[1], sys.argv[2])
+table = comp.columns
+columns = {n: [repr(v) for v in table[n].tolist()] for n in table}
+print(json.dumps({"columns": columns, "problems": comp.meta["problems"], "verdict": comp.verdict().text}))
+"""
+
+
+def _general_path(target: Path, bench: Path) -> dict:
+    done = subprocess.run([sys.executable, "-c", _GENERAL, str(target), str(bench)], capture_output=True, text=True,
+                          env={**os.environ, "NBPREC_EARLY": "off"}, check=True)  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_worker_reads_native_dumps_without_numpy(runs):
+    count, numpy_loaded = pair_records_alone(runs["tiny_bf16"], runs["tiny_fp32"])
+    assert count > 100 and not numpy_loaded
+
+
+def test_the_workers_names_are_the_readers():
+    """The worker's copies of the native format's names (kept out of modules that import numpy) and the storage
+    of each kernel dtype agree with the reader's."""
+    assert early_native.HEADER_FILE == native_read.HEADER_FILE
+    assert early_native.COLUMNS_FILE == native_read.COLUMNS_FILE
+    assert early_native.INDEX_FILE == native_read.INDEX_FILE
+    assert early_native.TENSOR_DIR == native_read.TENSOR_DIR
+    for name, descr in _npyfile.KERNEL_DESCRS.items():
+        assert np.dtype(native_read.RAW_BITS_STORAGE.get(name, name)).str == descr
+
+
+def test_a_dump_without_a_usable_cache_is_left_to_the_reader(runs, tmp_path, monkeypatch):
+    class Go:
+        def __getitem__(self, i):
+            return 0
+
+    roots = (str(runs["tiny_bf16"]), str(runs["tiny_fp32"]))
+    assert len(list(early._pair_records(roots, Go()))) > 100
+    monkeypatch.setattr(early_native, "_CACHE_LIMIT", (runs["tiny_bf16"] / "index.columns.json").stat().st_size - 1)
+    assert list(early._pair_records(roots, Go())) == []
+    assert list(early._pair_records((roots[0], str(tmp_path)), Go())) == []  # not a dump: nothing
+
+
+def test_small_npy_reads_plain_small_files_only(tmp_path):
+    good = tmp_path / "good.npy"
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.save(good, values)
+    data, start = _npyfile.small_npy(str(good), "float32", (3, 4))
+    assert np.frombuffer(data, np.float32, 12, start).tolist() == values.ravel().tolist()
+    assert _npyfile.small_npy(str(good), "float16", (3, 4)) is None  # another dtype than the header's
+    assert _npyfile.small_npy(str(good), "float32", (4, 3)) is None  # another shape
+    assert _npyfile.small_npy(str(good), "int32", (3, 4)) is None  # not a kernel dtype
+    fortran = tmp_path / "fortran.npy"
+    np.save(fortran, np.asfortranarray(values))
+    assert _npyfile.small_npy(str(fortran), "float32", (3, 4)) is None
+    short = tmp_path / "short.npy"
+    short.write_bytes(good.read_bytes()[:-1])
+    assert _npyfile.small_npy(str(short), "float32", (3, 4)) is None
+    large = tmp_path / "large.npy"
+    np.save(large, np.zeros(MAP_FROM // 4, np.float32))
+    assert _npyfile.small_npy(str(large), "float32", (MAP_FROM // 4,)) is None  # mapped by the reader
+    link = tmp_path / "link.npy"
+    link.symlink_to(good)
+    fifo = tmp_path / "fifo.npy"
+    os.mkfifo(fifo)
+    empty = tmp_path / "empty.npy"
+    empty.write_bytes(b"")
+    for other in (link, fifo, empty, tmp_path, tmp_path / "missing.npy"):
+        assert _npyfile.small_npy(str(other), "float32", (3, 4)) is None, other

@@ -43,7 +43,7 @@ from nbprec.compare.tasks import PairTask
 from nbprec.compare.workers import Job, batches, default_workers
 from nbprec.dump import Dump
 from nbprec.errors import ComparisonError, NbprecError
-from nbprec.formats._ptzip import forget_ahead, read_ahead
+from nbprec.formats._files import forget_ahead, read_ahead
 
 MODES: tuple[str, ...] = ("auto", "tensor", "statistics", "checksum")
 
@@ -205,16 +205,16 @@ def _read_whole(t_dump: Dump, b_dump: Dump, t_row: Mapping[str, Any], b_row: Map
 @contextlib.contextmanager
 def _read_ahead(jobs: list[tuple[int, str, Any, Any]], t_dump: Dump, b_dump: Dump) -> Iterator[None]:
     """Around a thread's batch (:class:`~nbprec.compare.executors.ThreadExecutor`): the payloads of its pairs
-    that :func:`_small_pair` reads, read ahead in one call without the GIL (:func:`nbprec.formats._ptzip.read_ahead`),
+    that :func:`_small_pair` reads, read ahead in one call without the GIL (:func:`nbprec.formats._files.read_ahead`),
     and whatever was not taken dropped after. The same files, read the same way: only the GIL's hand-overs change."""
-    paths = [
-        str(row["file"])
-        for _i, mode, t_row, b_row in jobs
-        if mode == "tensor" and _read_whole(t_dump, b_dump, t_row, b_row) == "pt"  # (.pt archives: read_ahead's)
-        for row in (t_row, b_row)
-    ]
-    if len(paths) > 2:
-        read_ahead(paths)
+    paths, kinds = [], set()
+    for _i, mode, t_row, b_row in jobs:
+        kind = _read_whole(t_dump, b_dump, t_row, b_row) if mode == "tensor" else None
+        if kind is not None:
+            paths += [str(t_row["file"]), str(b_row["file"])]
+            kinds.add(kind)
+    if len(paths) > 2 and len(kinds) == 1:
+        read_ahead(paths, archives=kinds == {"pt"})
     try:
         yield
     finally:

@@ -12,7 +12,8 @@ nbprec hang or exhaust memory (see ``docs/security.md``, section *Readers*):
   folders, so that a payload symlinked to ``/etc/shadow`` is not read;
 - :class:`ConfinedFiles` opens payloads with both checks, resolving each payload folder once;
 - :class:`PayloadFolder` lists a tensor folder once and says, per payload, whether it can be read (a regular
-  file, or a link to one inside the dump) or why not, for the problems a reader records when it opens a dump.
+  file, or a link to one inside the dump) or why not, for the problems a reader records when it opens a dump;
+- :func:`read_ahead` reads a batch of small payloads in one call, for a thread measuring pairs beside others.
 
 Examples
 --------
@@ -24,6 +25,7 @@ False
 
 from __future__ import annotations
 
+import _thread
 import errno
 import os
 import stat
@@ -129,6 +131,45 @@ def open_plain_file(path: str) -> tuple[int, int] | None:
         os.close(fd)
         return None
     return fd, info.st_size
+
+
+try:
+    from nbprec.formats._zipdir import read_small_many as _read_small_many_c
+except ImportError:  # not built
+    _read_small_many_c = None
+
+#: This thread's small payloads read ahead by :func:`read_ahead`: path -> what its reader takes (see there).
+_ahead = _thread._local()
+
+
+def read_ahead(paths: list[str], archives: bool = True) -> None:
+    """Read the small payload files ``paths`` now, in one call that holds the GIL for none of them; this thread's
+    next read of each (:func:`taken_ahead`) takes it from here, once, instead of reading it (until
+    :func:`forget_ahead`). ``archives``: msprobe's ``.pt`` archives, kept as ``(the whole file, its zip entries)``
+    (what :func:`nbprec.formats._ptzip.small_tensor` reads); else each file's bytes (nbprec's ``.npy`` payloads,
+    :func:`nbprec.formats._npyfile.small_npy`). For threads measuring pairs side by side (a notebook's
+    ``nbprec.compare``): reading a batch's payloads in one go hands the GIL over once, not twice a pair, and each
+    hand-over under contention costs both threads a sleep and a wake-up. Files are opened as :func:`open_plain_file`
+    opens them, of 1 to :data:`MAP_FROM` - 1 bytes; one the reader would refuse or fail on is not kept: that
+    read then says so. Nothing is done without the compiled reader (``nbprec.formats._zipdir``)."""
+    if _read_small_many_c is None or not paths:
+        return
+    try:
+        found = _read_small_many_c(paths, MAP_FROM, archives)
+    except ValueError:  # a name no file can have (a NUL byte): each pair's own read then says so
+        return
+    _ahead.files = {path: small for path, small in zip(paths, found, strict=True) if small is not None}
+
+
+def taken_ahead(path: str) -> object | None:
+    """What :func:`read_ahead` read of ``path`` in this thread and no read took yet (now taken), or None."""
+    ahead = getattr(_ahead, "files", None)
+    return ahead.pop(path, None) if ahead else None
+
+
+def forget_ahead() -> None:
+    """Drop what :func:`read_ahead` read and this thread did not take."""
+    _ahead.files = None
 
 
 def read_fd(fd: int, size: int, offset: int = 0) -> bytes:

@@ -13,7 +13,7 @@ import math
 import os
 import re
 
-from nbprec.formats._files import MAP_FROM, open_plain_file
+from nbprec.formats._files import MAP_FROM, open_plain_file, taken_ahead
 
 MAGIC = b"\x93NUMPY"
 #: The ``descr`` a native dump stores each dtype of the compiled metric kernel as (little-endian; bfloat16 as its
@@ -46,19 +46,25 @@ def small_npy(path: str, dtype: str, shape: tuple[int, ...]) -> tuple[bytes, int
     """``(the whole file, where the payload starts in it)`` of ``path`` when it is a regular file, not a symbolic
     link, of 1 to :data:`~nbprec.formats._files.MAP_FROM` - 1 bytes, holding a plain C-order ``.npy`` payload of
     ``shape`` stored as the kernel dtype ``dtype`` is (:data:`KERNEL_DESCRS`), all its bytes there; None for
-    anything else (the native reader then reads the file, with its checks and messages). One open, one read."""
+    anything else (the native reader then reads the file, with its checks and messages). One open, one read (or
+    none: read ahead, :func:`~nbprec.formats._files.read_ahead`)."""
     descr = KERNEL_DESCRS.get(dtype)
-    opened = open_plain_file(path) if descr is not None else None
-    if opened is None:
+    data = taken_ahead(path) if descr is not None else None
+    if data is None and descr is not None:
+        opened = open_plain_file(path)
+        if opened is None:
+            return None
+        fd, size = opened
+        try:
+            data = os.read(fd, size) if 0 < size < MAP_FROM else b""
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        data = data if len(data) == size else b""
+    if not isinstance(data, bytes):
         return None
-    fd, size = opened
-    try:
-        data = os.read(fd, size) if 0 < size < MAP_FROM else b""
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    span = header_span(data) if len(data) == size else None
+    span = header_span(data)
     parsed = parse_header(data[span[0] : span[1]]) if span is not None and span[1] <= len(data) else None
     if parsed is None or parsed != (descr, False, tuple(shape)):
         return None

@@ -9,20 +9,19 @@ Every offset and length read from the file is checked before it is used: the fil
 
 :func:`_describe` reads the tensor's description (storage, dtype, offset, size, stride) from ``data.pkl`` by
 walking its opcodes, executing nothing; :func:`small_tensor` gives the bytes of a small archive's tensor, which a
-thread may have read ahead with others (:func:`read_ahead`).
+thread may have read ahead with others (:func:`nbprec.formats._files.read_ahead`).
 :mod:`nbprec.formats._pt` makes numpy arrays of them; :mod:`nbprec.compare.early` uses them before numpy is
 loaded."""
 
 from __future__ import annotations
 
-import _thread
 import functools
 import math
 import os
 import pickletools
 import struct
 
-from nbprec.formats._files import MAP_FROM, open_plain_file
+from nbprec.formats._files import MAP_FROM, open_plain_file, taken_ahead
 
 TYPE_CHECKING = False  # (without importing typing: see the module docstring)
 if TYPE_CHECKING:
@@ -156,45 +155,18 @@ def _zip_entries(fd: int, file_size: int) -> tuple[bytes, Entries]:
 
 try:
     from nbprec.formats._zipdir import read_small as _read_small_c
-    from nbprec.formats._zipdir import read_small_many as _read_small_many_c
 except ImportError:  # not built
-    _read_small_c = _read_small_many_c = None
-
-#: This thread's archives read ahead by :func:`read_ahead`: path -> (the whole file, its entries).
-_ahead = _thread._local()
-
-
-def read_ahead(paths: list[str]) -> None:
-    """Read the small archives ``paths`` now, in one call that holds the GIL for none of them; this thread's
-    next :func:`_small_archive` of each takes it from here, once, instead of reading it (until
-    :func:`forget_ahead`). For threads measuring pairs side by side (a notebook's ``nbprec.compare``): reading a
-    batch's payloads in one go hands the GIL over once, not twice a pair, and each hand-over under contention costs
-    both threads a sleep and a wake-up. A file the one-by-one read would refuse or fail on is not kept: that read
-    then says so. Nothing is done without the compiled reader."""
-    if _read_small_many_c is None or not paths:
-        return
-    try:
-        found = _read_small_many_c(paths, MAP_FROM)
-    except ValueError:  # a name no file can have (a NUL byte): each pair's own read then says so
-        return
-    _ahead.files = {path: small for path, small in zip(paths, found, strict=True) if small is not None}
-
-
-def forget_ahead() -> None:
-    """Drop what :func:`read_ahead` read and this thread did not take."""
-    _ahead.files = None
+    _read_small_c = None
 
 
 def _small_archive(path: str) -> tuple[bytes, Entries] | None:
     """(the whole file, its entries) of ``path`` when it is a regular file, not a symbolic link, of 1 to
     ``MAP_FROM`` - 1 bytes; None when it is not, or cannot be opened (the caller's checked path then says why).
-    One call: open, fstat, one read, close (or none: read ahead, :func:`read_ahead`). Raises _Unsupported for an
-    archive this reader does not understand, OSError when reading fails."""
-    ahead = getattr(_ahead, "files", None)
-    if ahead:
-        small = ahead.pop(path, None)
-        if small is not None:
-            return small
+    One call: open, fstat, one read, close (or none: read ahead, :func:`~nbprec.formats._files.read_ahead`).
+    Raises _Unsupported for an archive this reader does not understand, OSError when reading fails."""
+    small = taken_ahead(path)
+    if small is not None:
+        return small
     if _read_small_c is not None:
         try:
             return _read_small_c(path, MAP_FROM)

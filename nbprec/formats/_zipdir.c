@@ -357,19 +357,20 @@ static PyObject *py_read_small(PyObject *self, PyObject *args)
 }
 
 PyDoc_STRVAR(read_small_many_doc,
-             "read_small_many(paths, whole_below) -> [read_small(path, whole_below) or None, ...]\n\n"
+             "read_small_many(paths, whole_below, entries=True) -> [read_small(path, whole_below) or None, ...]\n\n"
              "read_small() of each path, the files opened and read in one pass without the GIL (threads measuring\n"
              "pairs hand it over once for a batch's payloads, not twice a pair). A file that read_small() would\n"
-             "refuse, or raise ValueError or OSError for, gives None.");
+             "refuse, or raise ValueError or OSError for, gives None. With entries false, each file's bytes\n"
+             "instead (files that are not zip archives: .npy payloads), None for a file read_small() would not open.");
 
 static PyObject *py_read_small_many(PyObject *self, PyObject *args)
 {
     PyObject *paths, *seq, *out = NULL, **names = NULL, **wholes = NULL;
     long long whole_below, *sizes = NULL;
-    int *fds = NULL, *failed = NULL;
+    int *fds = NULL, *failed = NULL, parse = 1;
     Py_ssize_t n, i;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OL:read_small_many", &paths, &whole_below)) return NULL;
+    if (!PyArg_ParseTuple(args, "OL|p:read_small_many", &paths, &whole_below, &parse)) return NULL;
     seq = PySequence_Fast(paths, "read_small_many: paths must be a sequence");
     if (seq == NULL) return NULL;
     n = PySequence_Fast_GET_SIZE(seq);
@@ -405,7 +406,10 @@ static PyObject *py_read_small_many(PyObject *self, PyObject *args)
     if (out == NULL) goto done;
     for (i = 0; i < n; i++) {
         PyObject *found = NULL;
-        if (wholes[i] != NULL && !failed[i]) {
+        if (wholes[i] != NULL && !failed[i] && !parse) {
+            found = wholes[i]; /* the file's bytes */
+            wholes[i] = NULL;
+        } else if (wholes[i] != NULL && !failed[i]) {
             found = entries_of(-1, (uint64_t)sizes[i], whole_below, wholes[i]);
             wholes[i] = NULL; /* (stolen) */
             if (found == NULL) {

@@ -214,3 +214,52 @@ def test_small_npy_reads_plain_small_files_only(tmp_path):
     empty.write_bytes(b"")
     for other in (link, fifo, empty, tmp_path, tmp_path / "missing.npy"):
         assert _npyfile.small_npy(str(other), "float32", (3, 4)) is None, other
+
+
+def test_threads_read_their_batches_payloads_ahead(runs, monkeypatch):
+    """On threads (a notebook's ``nbprec.compare``), a batch's small ``.npy`` payloads are read ahead in one call
+    that holds the GIL for none of them, as their bytes; each pair takes its two from there, none is read one by
+    one, and the table is this thread's."""
+    import pandas as pd
+
+    from nbprec.compare import compare
+    from nbprec.compare.executors import InlineExecutor, ThreadExecutor
+    from nbprec.formats import _files
+
+    if _files._read_small_many_c is None:
+        pytest.skip("the C directory reader is not built")
+    calls = {"one": 0, "many": 0}
+    one, many = _npyfile.open_plain_file, _files._read_small_many_c
+
+    def read_one(path):
+        calls["one"] += 1
+        return one(path)
+
+    def read_many(paths, limit, archives):
+        assert not archives  # (.npy payloads: their bytes)
+        calls["many"] += 1
+        return many(paths, limit, archives)
+
+    monkeypatch.setattr(_npyfile, "open_plain_file", read_one)
+    monkeypatch.setattr(_files, "_read_small_many_c", read_many)
+    threads = compare(runs["tiny_bf16"], runs["tiny_fp32"], executor=ThreadExecutor(2))
+    assert calls["many"] > 0 and calls["one"] == 0, calls
+    calls["many"] = 0
+    inline = compare(runs["tiny_bf16"], runs["tiny_fp32"], executor=InlineExecutor())
+    assert calls["many"] == 0 and calls["one"] > 0, calls
+    pd.testing.assert_frame_equal(threads.table, inline.table)
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_damaged_dumps_compare_the_same_on_threads_reading_ahead(runs, tmp_path, damage):
+    import pandas as pd
+
+    from nbprec.compare import compare
+    from nbprec.compare.executors import InlineExecutor, ThreadExecutor
+
+    run = tmp_path / "tiny_bf16"
+    shutil.copytree(runs["tiny_bf16"], run, symlinks=True)
+    _damage(run, damage)
+    threads, inline = (compare(run, runs["tiny_fp32"], executor=e) for e in (ThreadExecutor(2), InlineExecutor()))
+    pd.testing.assert_frame_equal(threads.table, inline.table)
+    assert threads.meta["problems"] == inline.meta["problems"]

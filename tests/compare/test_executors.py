@@ -116,23 +116,23 @@ def test_threads_take_a_few_small_pairs_at_a_time_and_large_ones_alone():
 def test_threads_read_their_batches_payloads_ahead_in_one_call(monkeypatch):
     """On threads, the small payloads of a batch are read ahead in one call that holds the GIL for none of them
     (``_zipdir.read_small_many``), and each pair then takes its two from there: no payload is read one by one."""
-    from nbprec.formats import _ptzip
+    from nbprec.formats import _files, _ptzip
 
-    if _ptzip._read_small_many_c is None:
+    if _files._read_small_many_c is None:
         pytest.skip("the C directory reader is not built")
     calls = {"one": 0, "many": 0}
-    one, many = _ptzip._read_small_c, _ptzip._read_small_many_c
+    one, many = _ptzip._read_small_c, _files._read_small_many_c
 
     def read_one(path, limit):
         calls["one"] += 1
         return one(path, limit)
 
-    def read_many(paths, limit):
+    def read_many(paths, limit, archives):
         calls["many"] += 1
-        return many(paths, limit)
+        return many(paths, limit, archives)
 
     monkeypatch.setattr(_ptzip, "_read_small_c", read_one)
-    monkeypatch.setattr(_ptzip, "_read_small_many_c", read_many)
+    monkeypatch.setattr(_files, "_read_small_many_c", read_many)
     threads = compare(TARGET, BENCH, executor=ThreadExecutor(2))
     assert calls["many"] > 0 and calls["one"] == 0, calls
     calls["many"] = 0

@@ -361,7 +361,7 @@ def test_small_files_are_read_in_one_call_without_following_links_or_blocking(tm
     empty file, a missing one and one of MAP_FROM bytes or more: the caller's checked path then says why."""
     import os
 
-    from nbprec.formats import _ptzip
+    from nbprec.formats import _files, _ptzip
 
     torch.save(torch.arange(6, dtype=torch.float32), tmp_path / "good.pt")
     os.symlink(tmp_path / "good.pt", tmp_path / "link.pt")
@@ -383,9 +383,12 @@ def test_small_files_are_read_in_one_call_without_following_links_or_blocking(tm
             assert reader(str(tmp_path / f"{name}.pt")) is None, name
     if c_reader is not None:  # the same files read in one call (threads reading a batch ahead): the same answers
         names = ("good", "link", "fifo", "folder", "zero", "big", "missing", "good")
-        many = _ptzip._read_small_many_c([str(tmp_path / f"{name}.pt") for name in names], _ptzip.MAP_FROM)
+        paths = [str(tmp_path / f"{name}.pt") for name in names]
+        many = _files._read_small_many_c(paths, _ptzip.MAP_FROM)
         assert [m is not None for m in many] == [True, False, False, False, False, False, False, True]
         assert many[0] == many[-1] == c_reader(str(tmp_path / "good.pt"), _ptzip.MAP_FROM)
+        whole = _files._read_small_many_c(paths, _ptzip.MAP_FROM, False)  # (the files' bytes: nbprec's .npy)
+        assert whole == [good, None, None, None, None, None, None, good]
 
 
 def test_the_c_small_file_reader_lets_other_threads_run_while_it_reads(tmp_path):
@@ -414,13 +417,13 @@ def test_the_c_small_file_reader_lets_other_threads_run_while_it_reads(tmp_path)
 def test_reading_ahead_a_name_no_file_can_have_reads_nothing_ahead(tmp_path):
     """A batch holding a name with a NUL byte (a hostile index) reads nothing ahead; each pair's own read then
     refuses that one name, and takes the others as usual."""
-    from nbprec.formats import _ptzip
+    from nbprec.formats import _files, _ptzip
 
     torch.save(torch.arange(6, dtype=torch.float32), tmp_path / "good.pt")
     good = str(tmp_path / "good.pt")
     try:
-        _ptzip.read_ahead([good, str(tmp_path / "bad\0.pt")])
-        assert not getattr(_ptzip._ahead, "files", None)
+        _files.read_ahead([good, str(tmp_path / "bad\0.pt")])
+        assert not getattr(_files._ahead, "files", None)
         assert _ptzip.small_tensor(good, "float32", (6,)) is not None
     finally:
-        _ptzip.forget_ahead()
+        _files.forget_ahead()

@@ -17,8 +17,10 @@ from collections.abc import Iterator
 #: The native format's files (``nbprec.formats.native_read.HEADER_FILE`` and the others, whose module imports
 #: numpy; a test holds the two to each other).
 HEADER_FILE, COLUMNS_FILE, INDEX_FILE, TENSOR_DIR = "nbprec-dump.json", "index.columns.json", "index.jsonl", "tensors"
-#: A column cache larger than this is not read by the worker (its decoding alone would outlast its window).
-_CACHE_LIMIT = 64 << 20
+#: A column cache larger than this (about 65,000 tensors) is not read by the worker: it decodes the whole file at
+#: once (the reader streams it a column at a time), which would take longer than its window and, on a hostile
+#: file, up to about ten times the file's size in memory.
+_CACHE_LIMIT = 16 << 20
 _NEEDED = ("name", "file", "dtype", "shape", "min", "max")
 
 Candidate = tuple[str, str, str, str, tuple[int, ...], tuple[float, float, float, float]]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nbprec.columns import Columns
+from nbprec.columns import Columns, texts_of_objects
 from nbprec.compare.msprobe_stats import NA as _NA
 from nbprec.compare.msprobe_stats import NAN as _NAN
 from nbprec.compare.msprobe_stats import stat_diffs, stats_cells
@@ -71,20 +71,19 @@ def shape_text(value: Any) -> str:
 
 
 def shape_texts(values: list[Any]) -> list[str]:
-    """:func:`shape_text` of each shape, each distinct shape formatted once (a model's tensors share a few)."""
-    texts: dict[Any, str] = {}
-    out = []
-    for value in values:
-        try:
-            text = texts.get(value)
-        except TypeError:  # an unhashable shape (a list): formatted each time
-            text = None
-        if text is None:
-            text = shape_text(value)
-            if isinstance(value, tuple):
-                texts[value] = text
-        out.append(text)
-    return out
+    """:func:`shape_text` of each shape, each distinct shape formatted once (a model's tensors share a few): once
+    per tuple object, and once per shape of plain integers however many objects hold it."""
+    equal: dict[tuple, str] = {}
+
+    def text(value: Any) -> str:
+        if type(value) is tuple and all(type(d) is int for d in value):  # ((1.0, 2) equals (1, 2): not cached)
+            found = equal.get(value)
+            if found is None:
+                found = equal[value] = shape_text(value)
+            return found
+        return shape_text(value)
+
+    return texts_of_objects(values, text)
 
 
 def msprobe_mode(comparison: Comparison) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 
 from nbprec._record import asdict
 from nbprec._version import __version__
-from nbprec.columns import Columns
+from nbprec.columns import Columns, texts_of_objects
 from nbprec.compare.rules import Rule, Threshold
 from nbprec.errors import ComparisonError
 from nbprec.safe_text import restore_frame, write_table_csv
@@ -32,9 +32,10 @@ def write_saved(folder: Path, table: Columns, unmatched: Columns, meta: dict[str
     """Write a comparison's table, unmatched benchmark tensors, meta and rule into ``folder`` (made if needed)."""
     folder.mkdir(parents=True, exist_ok=True)
     table = table.copy()
-    texts: dict[Any, str] = {}  # shapes recur: each one's JSON made once
+    texts: dict[Any, str] = {}  # shapes recur: each one's JSON made once (and looked up once per tuple object)
     for column in SHAPE_COLUMNS:
-        table[column] = np.array([shape_json(s, texts) for s in table[column].tolist()], dtype=object)
+        cells = texts_of_objects(table[column].tolist(), lambda shape: shape_json(shape, texts))
+        table[column] = np.array(cells, dtype=object)
     write_table_csv(table, folder / "tensors.csv", exact=True)  # names kept byte for byte, spreadsheet-safe
     unmatched = unmatched.copy()
     if "shape" in unmatched:

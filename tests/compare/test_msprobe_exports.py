@@ -287,10 +287,28 @@ def test_decimals_rounded_is_msprobes_rounding_exactly(decimals):
 def test_shape_texts_are_shape_text_each():
     from nbprec.compare.msprobe_layout import shape_text, shape_texts
 
-    shapes = [(2, 8), (2, 8), None, (), [3], (1,), (2, 8), [3]]
-    assert shape_texts(shapes) == [shape_text(s) for s in shapes] == [
-        "[2, 8]", "[2, 8]", "", "[]", "[3]", "[1]", "[2, 8]", "[3]"
-    ]  # fmt: skip
+    shapes = [(2, 8), (2, 8), None, (), [3], (1,), (2, 8), [3], (2.0, 8), (2, 8)]
+    assert (
+        shape_texts(shapes)
+        == [shape_text(s) for s in shapes]
+        == ["[2, 8]", "[2, 8]", "", "[]", "[3]", "[1]", "[2, 8]", "[3]", "[2.0, 8]", "[2, 8]"]
+    )  # (2.0, 8) equals (2, 8) but is written as it is
+    shared = (4, 4)
+    assert shape_texts([shared] * 3 + [(4, 4)]) == ["[4, 4]"] * 4  # (one object many times, and an equal one)
+
+
+def test_texts_of_objects_are_made_once_per_object():
+    from nbprec.columns import texts_of_objects
+
+    made = []
+    a, b = (1, 2), [3]
+
+    def text(value):
+        made.append(value)
+        return repr(value)
+
+    assert texts_of_objects([a, b, a, b, a], text) == ["(1, 2)", "[3]", "(1, 2)", "[3]", "(1, 2)"]
+    assert made == [a, b] and made[0] is a
 
 
 def test_statistic_diffs_of_a_column_are_each_rows_diff():

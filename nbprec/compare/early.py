@@ -30,6 +30,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    #: A pair a source offers the worker (:func:`nbprec.compare.early_msprobe.candidates`,
+    #: :func:`nbprec.compare.early_native.candidates`): target file, bench file, target dtype, bench dtype, shape,
+    #: hints (both sides' recorded min and max).
+    Candidate = tuple[str, str, str, str, tuple[int, ...], tuple[float, float, float, float]]
+
 #: Options of ``nbprec compare`` that take no value (every other option takes one); a test holds this to the
 #: parser, which is not imported here (the command has not loaded argparse yet).
 COMPARE_FLAGS = frozenset({"-h", "--help", "--no-progress"})

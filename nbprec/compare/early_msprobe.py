@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from nbprec.compare.early_native import Candidate
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nbprec.compare.early import Candidate
 
 #: A dump.json larger than this is not scanned by the worker: the scan alone would outlast its window.
 _SCAN_LIMIT = 8 << 20

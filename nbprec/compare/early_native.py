@@ -23,7 +23,9 @@ HEADER_FILE, COLUMNS_FILE, INDEX_FILE, TENSOR_DIR = "nbprec-dump.json", "index.c
 _CACHE_LIMIT = 16 << 20
 _NEEDED = ("name", "file", "dtype", "shape", "min", "max")
 
-Candidate = tuple[str, str, str, str, tuple[int, ...], tuple[float, float, float, float]]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nbprec.compare.early import Candidate
 
 
 def is_native(root: str) -> bool:

@@ -207,14 +207,14 @@ def _read_ahead(jobs: list[tuple[int, str, Any, Any]], t_dump: Dump, b_dump: Dum
     """Around a thread's batch (:class:`~nbprec.compare.executors.ThreadExecutor`): the payloads of its pairs
     that :func:`_small_pair` reads, read ahead in one call without the GIL (:func:`nbprec.formats._files.read_ahead`),
     and whatever was not taken dropped after. The same files, read the same way: only the GIL's hand-overs change."""
-    paths, kinds = [], set()
-    for _i, mode, t_row, b_row in jobs:
-        kind = _read_whole(t_dump, b_dump, t_row, b_row) if mode == "tensor" else None
-        if kind is not None:
-            paths += [str(t_row["file"]), str(b_row["file"])]
-            kinds.add(kind)
-    if len(paths) > 2 and len(kinds) == 1:
-        read_ahead(paths, archives=kinds == {"pt"})
+    paths = [
+        str(row["file"])
+        for _i, mode, t_row, b_row in jobs
+        if mode == "tensor" and _read_whole(t_dump, b_dump, t_row, b_row)
+        for row in (t_row, b_row)
+    ]
+    if len(paths) > 2:  # (one kind of payload: the loaders', which _read_whole gives when both are alike)
+        read_ahead(paths, archives=t_dump._loader.small_payloads == "pt")
     try:
         yield
     finally:

@@ -38,20 +38,6 @@ def small_pair(
     :func:`small_pair` measures (see the module docstring). ``kind`` says what the files are: ``"pt"``, msprobe's
     archives (:func:`~nbprec.formats._ptzip.small_tensor`), or ``"npy"``, nbprec's own payloads
     (:func:`~nbprec.formats._npyfile.small_npy`, stored as the dtypes the index names are)."""
-    sizes = _sizes(t_dtype, b_dtype, shape)
-    if sizes is None:
-        return None
-    read = small_npy if kind == "npy" else small_tensor
-    x = read(t_file, t_dtype, shape)
-    y = read(b_file, b_dtype, shape) if x is not None else None
-    if x is None or y is None:
-        return None
-    return _measured(x[0], x[1], y[0], y[1], sizes, extremes)
-
-
-def _sizes(t_dtype: str, b_dtype: str, shape: tuple[int, ...]) -> tuple[int, int, int, int, int] | None:
-    """``(target kernel code, bench kernel code, elements, target bytes, bench bytes)`` of a pair the small-pair
-    path takes (kernel dtypes, not empty, each side under :data:`~nbprec.formats._files.MAP_FROM` bytes)."""
     t_code, b_code = KERNEL_TYPES.get(t_dtype), KERNEL_TYPES.get(b_dtype)
     if FUSED is None or t_code is None or b_code is None:
         return None
@@ -59,15 +45,12 @@ def _sizes(t_dtype: str, b_dtype: str, shape: tuple[int, ...]) -> tuple[int, int
     t_bytes, b_bytes = numel * ITEMSIZES[t_dtype], numel * ITEMSIZES[b_dtype]
     if numel <= 0 or max(t_bytes, b_bytes) >= MAP_FROM:
         return None
-    return t_code, b_code, numel, t_bytes, b_bytes
-
-
-def _measured(
-    x: bytes, x_at: int, y: bytes, y_at: int, sizes: tuple[int, int, int, int, int], extremes: tuple
-) -> tuple[dict[str, float], str, bool] | None:
-    """The small pair's metrics from the sides' bytes (``x`` from ``x_at``, ``y`` from ``y_at``)."""
-    t_code, b_code, numel, t_bytes, b_bytes = sizes
-    pair = (memoryview(x)[x_at : x_at + t_bytes], t_code, memoryview(y)[y_at : y_at + b_bytes], b_code)
+    read = small_npy if kind == "npy" else small_tensor
+    x = read(t_file, t_dtype, shape)
+    y = read(b_file, b_dtype, shape) if x is not None else None
+    if x is None or y is None:
+        return None
+    pair = (memoryview(x[0])[x[1] : x[1] + t_bytes], t_code, memoryview(y[0])[y[1] : y[1] + b_bytes], b_code)
     sums = direct_sums(pair, EPS_BENCH[b_code], extremes)
     found = None if sums is None else sums_values(sums[0], numel)  # (None: hints not usable, or NaN/inf)
     if found is None:

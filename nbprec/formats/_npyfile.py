@@ -49,8 +49,10 @@ def small_npy(path: str, dtype: str, shape: tuple[int, ...]) -> tuple[bytes, int
     anything else (the native reader then reads the file, with its checks and messages). One open, one read (or
     none: read ahead, :func:`~nbprec.formats._files.read_ahead`)."""
     descr = KERNEL_DESCRS.get(dtype)
-    data = taken_ahead(path) if descr is not None else None
-    if data is None and descr is not None:
+    if descr is None:
+        return None
+    data = taken_ahead(path)
+    if data is None:
         opened = open_plain_file(path)
         if opened is None:
             return None
@@ -61,8 +63,9 @@ def small_npy(path: str, dtype: str, shape: tuple[int, ...]) -> tuple[bytes, int
             return None
         finally:
             os.close(fd)
-        data = data if len(data) == size else b""
-    if not isinstance(data, bytes):
+        if len(data) != size:  # (too large to read whole, or shrunk while read)
+            return None
+    elif not isinstance(data, bytes):  # (an archive read ahead for small_tensor: not this reader's)
         return None
     span = header_span(data)
     parsed = parse_header(data[span[0] : span[1]]) if span is not None and span[1] <= len(data) else None

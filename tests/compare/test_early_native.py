@@ -44,6 +44,12 @@ def _payloads(run: Path, dtype: str) -> list[Path]:
     return [run / row["file"] for row in rows if row.get("dtype") == dtype and row.get("file")]
 
 
+def _shape(file: Path) -> tuple[int, ...]:
+    head = file.read_bytes()[:128]
+    start, end = _npyfile.header_span(head)
+    return _npyfile.parse_header(head[start:end])[2]
+
+
 def _edit_header(file: Path, old: bytes, new: bytes) -> None:
     data = file.read_bytes()
     assert old in data[:128] and len(old) == len(new)
@@ -60,8 +66,8 @@ def _damage(run: Path, damage: str) -> None:
     elif damage == "another dtype in the header":
         _edit_header(first, b"'<u2'", b"'<i2'")
     elif damage == "Fortran order":
-        big = next(f for f in files if b"(" in f.read_bytes()[:128] and b", " in f.read_bytes()[40:128].split(b"(")[1])
-        _edit_header(big, b"False", b"True ")
+        two_d = next(f for f in files if len(_shape(f)) > 1)
+        _edit_header(two_d, b"False", b"True ")  # (a matrix: its elements in another order)
     elif damage == "not a .npy file":
         first.write_bytes(b"PK\x03\x04" + first.read_bytes()[4:])
     elif damage == "a link to another payload":
@@ -132,9 +138,23 @@ def test_damaged_dumps_compare_the_same_with_the_worker(runs, tmp_path, damage):
     assert_same(plain, _general_path(run, runs["tiny_fp32"]))
 
 
-def test_the_small_pair_path_gives_the_arrays_results(runs):
+def test_the_small_pair_path_gives_the_arrays_results(runs, monkeypatch):
     """The engine's small-pair path (payload bytes straight to the kernel) against the general one (the reader's
-    arrays through tensor_metrics) on every pair of real captures."""
+    arrays through tensor_metrics) on every pair of real captures; the path measures most of them."""
+    from nbprec.compare import engine
+    from nbprec.compare.executors import InlineExecutor
+
+    taken = []
+    small_pair = engine.small_pair
+
+    def counting(*args):
+        found = small_pair(*args)
+        taken.append(found is not None and args[-1] == "npy")
+        return found
+
+    monkeypatch.setattr(engine, "small_pair", counting)
+    comp = engine.compare(runs["tiny_bf16"], runs["tiny_fp32"], executor=InlineExecutor())
+    assert sum(taken) > 0.8 * int((comp.table["compare_mode"] == "tensor").sum())
     for target in ("tiny_bf16", "tiny_fp16", "tiny_bf16_faulty"):
         assert_same(
             _general_path(runs[target], runs["tiny_fp32"]), compare_fresh(runs[target], runs["tiny_fp32"], "plain")

@@ -692,10 +692,32 @@ static void run_part(const Py_buffer *xv, int xt, const Py_buffer *yv, int yt, P
     state[ST_N] += (double)n;
 }
 
+/* pair_sums's result: the element count, then the totals of a finished state. */
+static PyObject *sums_tuple(const double *state, Py_ssize_t n)
+{
+    PyObject *out = PyTuple_New(N_SUMS + 1), *count;
+    int k;
+    if (out == NULL) return NULL;
+    count = PyLong_FromSsize_t(n);
+    if (count == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, count);
+    for (k = 0; k < N_SUMS; k++) {
+        PyObject *v = (k == S_P1 || k == S_P5) ? PyLong_FromLongLong((long long)state[k]) : PyFloat_FromDouble(state[k]);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, k + 1, v);
+    }
+    return out;
+}
+
 static PyObject *py_pair_sums(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *out;
-    int xt, yt, k;
+    int xt, yt;
     Params p;
     Py_buffer xv, yv;
     Py_ssize_t n;
@@ -707,17 +729,73 @@ static PyObject *py_pair_sums(PyObject *self, PyObject *const *args, Py_ssize_t 
     run_part(&xv, xt, &yv, yt, n, &p, state);
     PyBuffer_Release(&xv);
     PyBuffer_Release(&yv);
-    out = PyTuple_New(N_SUMS + 1);
-    if (out == NULL) return NULL;
-    PyTuple_SET_ITEM(out, 0, PyLong_FromSsize_t(n));
-    for (k = 0; k < N_SUMS; k++) {
-        PyObject *v = (k == S_P1 || k == S_P5) ? PyLong_FromLongLong((long long)state[k]) : PyFloat_FromDouble(state[k]);
-        if (v == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(out, k + 1, v);
+    return sums_tuple(state, n);
+}
+
+PyDoc_STRVAR(pair_sums_many_doc,
+             "pair_sums_many(calls) -> list\n\n"
+             "[pair_sums(*call) for call in calls] (`calls`: a list of pair_sums's 12-argument tuples), with the GIL\n"
+             "released once for all of them rather than once per pair: threads measuring batches of small pairs\n"
+             "then hand the GIL over once per batch. The same kernel on the same arguments: the same bits.");
+
+/* One pair of a pair_sums_many call: its arguments, held buffers and state. */
+typedef struct {
+    Params p;
+    Py_buffer xv, yv;
+    int xt, yt;
+    Py_ssize_t n;
+    double state[STATE_SIZE];
+} ManyItem;
+
+static PyObject *py_pair_sums_many(PyObject *self, PyObject *calls)
+{
+    PyObject *seq, *out = NULL;
+    ManyItem *items;
+    Py_ssize_t count, held = 0, k;
+    (void)self;
+    seq = PySequence_Fast(calls, "pair_sums_many: expected a list of argument tuples");
+    if (seq == NULL) return NULL;
+    count = PySequence_Fast_GET_SIZE(seq);
+    items = PyMem_Calloc(count ? (size_t)count : 1, sizeof(ManyItem));
+    if (items == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
     }
+    for (held = 0; held < count; held++) { /* every call's arguments and buffers, before any is measured */
+        PyObject *call = PySequence_Fast_GET_ITEM(seq, held);
+        ManyItem *it = &items[held];
+        if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 12) {
+            PyErr_SetString(PyExc_TypeError, "pair_sums_many: each call is a tuple of pair_sums's 12 arguments");
+            goto done;
+        }
+        if (!pair_args(&PyTuple_GET_ITEM(call, 0), &it->p, &it->xv, &it->xt, &it->yv, &it->yt, &it->n)) goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (k = 0; k < count; k++) {
+        ManyItem *it = &items[k];
+        int near;
+        init_state(it->state);
+        near = it->state[ST_NEAR] != 0.0;
+        pair_impl((const char *)it->xv.buf, it->xt, (const char *)it->yv.buf, it->yt, it->n, &it->p, it->state, &near);
+    }
+    Py_END_ALLOW_THREADS
+    out = PyList_New(count);
+    if (out == NULL) goto done;
+    for (k = 0; k < count; k++) {
+        PyObject *sums = sums_tuple(items[k].state, items[k].n);
+        if (sums == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, k, sums);
+    }
+done:
+    for (k = 0; k < held; k++) {
+        PyBuffer_Release(&items[k].xv);
+        PyBuffer_Release(&items[k].yv);
+    }
+    PyMem_Free(items);
+    Py_DECREF(seq);
     return out;
 }
 
@@ -837,6 +915,7 @@ static PyMethodDef methods[] = {
     {"use_isa", py_use_isa, METH_VARARGS, use_isa_doc},
     {"min_max", py_min_max, METH_VARARGS, min_max_doc},
     {"pair_sums", (PyCFunction)(void (*)(void))py_pair_sums, METH_FASTCALL, pair_sums_doc},
+    {"pair_sums_many", py_pair_sums_many, METH_O, pair_sums_many_doc},
     {"pair_accumulate", (PyCFunction)(void (*)(void))py_pair_accumulate, METH_FASTCALL, pair_accumulate_doc},
     {"new_state", py_new_state, METH_NOARGS, new_state_doc},
     {"log_ratio", py_log_ratio, METH_VARARGS, log_ratio_doc},

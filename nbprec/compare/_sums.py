@@ -132,7 +132,12 @@ def _usable_hints(hints: tuple | None) -> bool:
 
 def _direct_pass(pair: tuple[Buffer, int, Buffer, int], params: tuple) -> Sums:
     """The sums of a pair :func:`in_place_pair` accepted: one call of the compiled kernel."""
-    acc = Sums.from_sums(FUSED.pair_sums(*pair, *params))
+    return kernel_sums(FUSED.pair_sums(*pair, *params), params)
+
+
+def kernel_sums(sums: tuple, params: tuple) -> Sums:
+    """The :class:`Sums` of what ``pair_sums`` gave with ``params``."""
+    acc = Sums.from_sums(sums)
     acc.shift_x, acc.shift_y = params[4], params[5]
     return acc
 
@@ -142,9 +147,20 @@ def direct_sums(
 ) -> tuple[Sums, bool | None] | None:
     """:func:`fused_sums` of a pair :func:`in_place_pair` accepted, given usable ``hints`` (None without them:
     the caller then takes :func:`fused_sums`, which finds the extremes first)."""
-    if not _usable_hints(hints):
-        return None
-    acc = _direct_pass(pair, _pair_params(hints, eps_b))
+    params = direct_params(eps_b, hints)
+    return None if params is None else checked_sums(_direct_pass(pair, params), pair, eps_b, hints)
+
+
+def direct_params(eps_b: float, hints: tuple | None) -> tuple | None:
+    """``pair_sums``'s parameters for :func:`direct_sums`'s pass with usable ``hints``; None without them."""
+    return _pair_params(hints, eps_b) if _usable_hints(hints) else None
+
+
+def checked_sums(
+    acc: Sums, pair: tuple[Buffer, int, Buffer, int], eps_b: float, hints: tuple
+) -> tuple[Sums, bool | None]:
+    """:func:`direct_sums` after its pass with ``hints`` gave ``acc``: the pass again with the extremes it found
+    when the hints were not the pair's (whose KL offsets and floors they set), and whether they were."""
     held = (acc.min_x, acc.max_x, acc.min_y, acc.max_y) == tuple(hints)  # right, NaN aside
     found = acc.extremes()
     if found == tuple(hints):

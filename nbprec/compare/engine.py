@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
@@ -37,10 +36,10 @@ from nbprec.compare.pair_table import (
     recorded_problems,
 )
 from nbprec.compare.rules import Rule, column, get_rule, running_precision
-from nbprec.compare.small_pairs import small_pair
+from nbprec.compare.small_pairs import small_pair, small_pairs
 from nbprec.compare.tasks import ExtremeHints as _ExtremeHints
-from nbprec.compare.tasks import PairTask
-from nbprec.compare.workers import Job, batches, default_workers
+from nbprec.compare.tasks import PairTask, RowJob
+from nbprec.compare.workers import Job, Result, batches, default_workers
 from nbprec.dump import Dump
 from nbprec.errors import ComparisonError, NbprecError
 from nbprec.formats._files import forget_ahead, read_ahead
@@ -134,16 +133,16 @@ def _problem_summary(dump: Dump) -> dict[str, Any]:
     }
 
 
-def _measure(
-    job: tuple[int, str, Mapping[str, Any], Mapping[str, Any]], t_dump: Dump, b_dump: Dump, hints: _ExtremeHints
-) -> tuple[int, dict[str, Any], str]:
+def _measure(job: RowJob, t_dump: Dump, b_dump: Dump, hints: _ExtremeHints, small: bool = True) -> Result:
+    """The metric values of one job, and why one is missing ('' if none is); ``small=False``: not by
+    :func:`_small_pair` (the caller found that it gives nothing for this pair)."""
     i, mode, t_row, b_row = job
     try:
         if mode == "tensor":
             extremes = hints.extremes(t_row, b_row)
-            small = _small_pair(t_dump, b_dump, t_row, b_row, extremes)
-            if small is not None:  # the usual pair, measured without making its arrays
-                values, reason, held = small
+            measured = _small_pair(t_dump, b_dump, t_row, b_row, extremes) if small else None
+            if measured is not None:  # the usual pair, measured without making its arrays
+                values, reason, held = measured
                 hints.record(held)
                 values["target_nonfinite"] = values["bench_nonfinite"] = 0.0
                 return i, values, reason
@@ -202,21 +201,44 @@ def _read_whole(t_dump: Dump, b_dump: Dump, t_row: Mapping[str, Any], b_row: Map
     return kind if t_loader.reads_whole(t_row) and b_loader.reads_whole(b_row) else None
 
 
-@contextlib.contextmanager
-def _read_ahead(jobs: list[tuple[int, str, Any, Any]], t_dump: Dump, b_dump: Dump) -> Iterator[None]:
-    """Around a thread's batch (:class:`~nbprec.compare.executors.ThreadExecutor`): the payloads of its pairs
-    that :func:`_small_pair` reads, read ahead in one call without the GIL (:func:`nbprec.formats._files.read_ahead`),
-    and whatever was not taken dropped after. The same files, read the same way: only the GIL's hand-overs change."""
-    paths = [
-        str(row["file"])
-        for _i, mode, t_row, b_row in jobs
-        if mode == "tensor" and _read_whole(t_dump, b_dump, t_row, b_row)
-        for row in (t_row, b_row)
-    ]
-    if len(paths) > 2:  # (one kind of payload: the loaders', which _read_whole gives when both are alike)
-        read_ahead(paths, archives=t_dump._loader.small_payloads == "pt")
+def _measure_batch(jobs: list[RowJob], t_dump: Dump, b_dump: Dump, hints: _ExtremeHints) -> list[Result]:
+    """:func:`_measure` of each job of a batch, the same results, with the small pairs taken together
+    (:func:`~nbprec.compare.small_pairs.small_pairs`): their payloads read ahead in one call
+    (:func:`nbprec.formats._files.read_ahead`) and their kernel passes made in another, neither holding the GIL.
+    Threads measuring batches then hand the GIL over a few times a batch rather than a few times a pair (under
+    contention, each hand-over costs both threads a sleep and a wake-up). Every other job, and a small pair that
+    needs its arrays after all (NaN, inf), is measured as :func:`_measure` measures it."""
+    results: list[Result | None] = [None] * len(jobs)
+    positions, items, kind = [], [], None
+    for k, (_i, mode, t_row, b_row) in enumerate(jobs):
+        extremes = hints.extremes(t_row, b_row) if mode == "tensor" else None
+        kind_here = _read_whole(t_dump, b_dump, t_row, b_row) if extremes is not None else None
+        if kind_here is not None:  # (one kind: the loaders')
+            kind = kind_here
+            positions.append(k)
+            items.append((str(t_row["file"]), t_row["dtype"], str(b_row["file"]), b_row["dtype"], tuple(t_row["shape"]),
+                          extremes))  # fmt: skip
+    arrays = set()  # small pairs measured on their arrays (no kernel sums for them: an integer dtype, NaN, inf)
+    if len(items) > 1:  # (what the arrays' reads of those pairs take too)
+        read_ahead([path for item in items for path in (item[0], item[2])], archives=kind == "pt")
     try:
-        yield
+        if items:
+            try:
+                found = small_pairs(items, kind)
+            except (NbprecError, MemoryError, ValueError, TypeError):
+                found = [None] * len(items)  # (then each on its own, where such an error becomes its reason)
+            else:
+                arrays = {k for k, got in zip(positions, found, strict=True) if got is None}
+            for k, got in zip(positions, found, strict=True):
+                if got is not None:
+                    values, reason, held = got
+                    hints.record(held)
+                    values["target_nonfinite"] = values["bench_nonfinite"] = 0.0
+                    results[k] = (jobs[k][0], values, reason)
+        return [
+            result if result is not None else _measure(job, t_dump, b_dump, hints, small=k not in arrays)
+            for k, (job, result) in enumerate(zip(jobs, results, strict=True))
+        ]
     finally:
         forget_ahead()
 
@@ -357,7 +379,11 @@ def compare(
         progress = _counting_from(progress, len(early_done))
         progress(0, len(jobs))
     # the workers (threads, processes, a cluster) start measuring here; the table is built meanwhile
-    task = PairTask(_measure, t_dump, b_dump, prepare=_read_ahead if isinstance(run_on, ThreadExecutor) else None)
+    # threads take a batch's small pairs together (see _measure_batch); a forked process, which holds no GIL to
+    # hand over, reads and measures them one by one (reading a whole batch first costs it more page faults)
+    task = PairTask(
+        _measure, t_dump, b_dump, measure_batch=_measure_batch if isinstance(run_on, ThreadExecutor) else None
+    )
     results = _start(jobs, task, numel, run_on, progress or None)
 
     try:  # while the workers measure: everything that does not need a metric

@@ -132,9 +132,9 @@ class ThreadExecutor(Executor):
 
     Batches of several small pairs rather than one: each batch's hand-over (a lock, a queue, waking the caller's
     thread, which then competes for the GIL) cost about as much as a small pair's own Python; and the engine reads a
-    batch's small payloads ahead in one call that holds the GIL for none of them
-    (:func:`nbprec.compare.engine._read_ahead`): under contention each time a thread gives the GIL up and takes it
-    back costs both threads a sleep and a wake-up. In a Jupyter kernel (whose own threads make ``auto`` choose
+    batch's small payloads ahead in one call and makes their kernel passes in another, neither holding the GIL
+    (:func:`nbprec.compare.engine._measure_batch`): under contention each time a thread gives the GIL up and takes
+    it back costs both threads a sleep and a wake-up. In a Jupyter kernel (whose own threads make ``auto`` choose
     threads) the three changes took ``nbprec.compare`` from 1.43x to 1.11x its time in a plain interpreter on the
     1,038-pair msprobe pair of ``bench/notebook.py``, and from 1.67x to 1.23x on its 2,031-pair one."""
 

@@ -17,10 +17,25 @@ from __future__ import annotations
 
 import math
 
-from nbprec.compare._sums import EPS_BENCH, FUSED, KERNEL_TYPES, direct_sums, sums_values
+from nbprec.compare._sums import (
+    EPS_BENCH,
+    FUSED,
+    KERNEL_TYPES,
+    Sums,
+    checked_sums,
+    direct_params,
+    direct_sums,
+    kernel_sums,
+    sums_values,
+)
 from nbprec.formats._files import MAP_FROM
 from nbprec.formats._npyfile import small_npy
 from nbprec.formats._ptzip import ITEMSIZES, small_tensor
+
+#: What :func:`small_pair` gives: (metric columns, why cosine is missing or '', whether the extremes held).
+Measured = tuple[dict[str, float], str, bool | None]
+#: A pair :func:`small_pairs` measures: (target file, target dtype, bench file, bench dtype, shape, extremes).
+Item = tuple[str, str, str, str, tuple[int, ...], tuple[float, float, float, float]]
 
 
 def small_pair(
@@ -31,13 +46,50 @@ def small_pair(
     shape: tuple[int, ...],
     extremes: tuple[float, float, float, float],
     kind: str = "pt",
-) -> tuple[dict[str, float], str, bool] | None:
+) -> Measured | None:
     """``(metric columns, why cosine is missing or '', whether the extremes held)`` of the pair of payload files
     ``t_file`` and ``b_file``, each a tensor of ``shape`` and its canonical dtype, measured with the recorded
     ``extremes`` (target min, max, benchmark min, max) as the kernel's hints; None when this pair is not one
     :func:`small_pair` measures (see the module docstring). ``kind`` says what the files are: ``"pt"``, msprobe's
     archives (:func:`~nbprec.formats._ptzip.small_tensor`), or ``"npy"``, nbprec's own payloads
     (:func:`~nbprec.formats._npyfile.small_npy`, stored as the dtypes the index names are)."""
+    read = _read_pair(t_file, t_dtype, b_file, b_dtype, shape, kind)
+    if read is None:
+        return None
+    pair, numel = read
+    return _measured(direct_sums(pair, EPS_BENCH[pair[3]], extremes), numel)
+
+
+def small_pairs(items: list[Item], kind: str = "pt") -> list[Measured | None]:
+    """:func:`small_pair` of each item ``(t_file, t_dtype, b_file, b_dtype, shape, extremes)``, the same values to
+    the bit, with every pair's kernel pass in one call (``pair_sums_many``): threads measuring batches of small
+    pairs give up and take back the GIL once per batch for the kernel rather than once per pair (each hand-over
+    between two threads costs both a sleep and a wake-up). The payloads are read as :func:`small_pair` reads them
+    (from what :func:`~nbprec.formats._files.read_ahead` read, when it did)."""
+    found: list[Measured | None] = [None] * len(items)
+    reads, calls = [], []  # (position, pair, numel, eps_b, extremes), kernel arguments
+    for k, (t_file, t_dtype, b_file, b_dtype, shape, extremes) in enumerate(items):
+        read = _read_pair(t_file, t_dtype, b_file, b_dtype, shape, kind)
+        if read is None:
+            continue
+        pair, numel = read
+        eps_b = EPS_BENCH[pair[3]]
+        params = direct_params(eps_b, extremes)
+        if params is not None:
+            reads.append((k, pair, numel, eps_b, extremes))
+            calls.append((*pair, *params))
+    for (k, pair, numel, eps_b, extremes), sums, params in zip(
+        reads, FUSED.pair_sums_many(calls) if calls else [], (call[4:] for call in calls), strict=True
+    ):
+        found[k] = _measured(checked_sums(kernel_sums(sums, params), pair, eps_b, extremes), numel)
+    return found
+
+
+def _read_pair(
+    t_file: str, t_dtype: str, b_file: str, b_dtype: str, shape: tuple[int, ...], kind: str
+) -> tuple[tuple[memoryview, int, memoryview, int], int] | None:
+    """``((target bytes, its kernel type, benchmark bytes, its kernel type), element count)`` of a pair
+    :func:`small_pair` measures, both payloads read; None for any other."""
     t_code, b_code = KERNEL_TYPES.get(t_dtype), KERNEL_TYPES.get(b_dtype)
     if FUSED is None or t_code is None or b_code is None:
         return None
@@ -50,8 +102,11 @@ def small_pair(
     y = read(b_file, b_dtype, shape) if x is not None else None
     if x is None or y is None:
         return None
-    pair = (memoryview(x[0])[x[1] : x[1] + t_bytes], t_code, memoryview(y[0])[y[1] : y[1] + b_bytes], b_code)
-    sums = direct_sums(pair, EPS_BENCH[b_code], extremes)
+    return (memoryview(x[0])[x[1] : x[1] + t_bytes], t_code, memoryview(y[0])[y[1] : y[1] + b_bytes], b_code), numel
+
+
+def _measured(sums: tuple[Sums, bool | None] | None, numel: int) -> Measured | None:
+    """What :func:`small_pair` gives from a pair's checked sums: None where they need the arrays again."""
     found = None if sums is None else sums_values(sums[0], numel)  # (None: hints not usable, or NaN/inf)
     if found is None:
         return None

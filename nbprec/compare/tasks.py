@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -28,9 +27,9 @@ from nbprec.errors import ComparisonError
 Measure = Callable[[tuple[int, str, Mapping[str, Any], Mapping[str, Any]], Dump, Dump, "ExtremeHints"], Result]
 
 RowJob = tuple[int, str, Mapping[str, Any], Mapping[str, Any]]  # (table row, mode, target row, bench row)
-#: What a task may do around measuring a batch here: ``prepare(jobs, target, bench)``, a context manager (the
-#: engine reads a thread's payloads ahead, :func:`nbprec.compare.engine._read_ahead`).
-Prepare = Callable[[list[RowJob], Dump, Dump], AbstractContextManager[Any]]
+#: How a task measures a batch here, when not job by job: ``measure_batch(jobs, target, bench, hints)``, the
+#: results of ``measure`` on each job (the engine's :func:`nbprec.compare.engine._measure_batch`).
+MeasureBatch = Callable[[list[RowJob], Dump, Dump, "ExtremeHints"], list[Result]]
 
 #: A payload loader that pickles to more than this holds data, not a way to read files (see PayloadSource).
 LOADER_BYTES = 1 << 20
@@ -174,9 +173,9 @@ class PairTask:
     :class:`BatchCall` for executors whose workers do not share this process's memory.
     """
 
-    def __init__(self, measure: Measure, target: Dump, bench: Dump, prepare: Prepare | None = None) -> None:
+    def __init__(self, measure: Measure, target: Dump, bench: Dump, measure_batch: MeasureBatch | None = None) -> None:
         self._measure = measure
-        self._prepare = prepare
+        self._measure_batch = measure_batch
         self._dumps = (target, bench)
         self._rows = (Rows(target.columns), Rows(bench.columns))
         self._hints = ExtremeHints()  # forked workers each get their own copy
@@ -186,8 +185,9 @@ class PairTask:
     def __call__(self, batch: list[Job]) -> list[Result]:
         (t_rows, b_rows), (t_dump, b_dump), hints, measure = self._rows, self._dumps, self._hints, self._measure
         jobs = [(i, mode, t_rows.row(t), b_rows.row(b)) for i, mode, t, b in batch]
-        with self._prepare(jobs, t_dump, b_dump) if self._prepare else nullcontext():
-            return [measure(job, t_dump, b_dump, hints) for job in jobs]
+        if self._measure_batch is not None:
+            return self._measure_batch(jobs, t_dump, b_dump, hints)
+        return [measure(job, t_dump, b_dump, hints) for job in jobs]
 
     def portable(self, batch: list[Job]) -> BatchCall:
         """``batch`` as a call that measures it in another process or machine (which reads the files)."""

@@ -345,6 +345,54 @@ def test_the_kernel_lets_other_threads_run():
     assert inside, f"no tick of this thread during the {1e3 * seconds:.0f} ms kernel call"
 
 
+@needs_fused
+def test_pair_sums_many_is_pair_sums_of_each_call():
+    """One call for many pairs (what threads measuring a batch make): each pair's sums to the bit, with every
+    element type, NaN, inf, the checked and unchecked KL loops, empty pairs and one longer than a block."""
+    rng = np.random.default_rng(5)
+    calls = []
+    for n in (0, 1, 7, 513, 4000):
+        x64 = rng.standard_normal(n) * 3
+        y64 = x64 + rng.standard_normal(n) * 1e-3
+        if n > 10:
+            x64[3], y64[5] = np.nan, np.inf
+        for (xt, xdt), (yt, ydt) in [((0, np.float64), (0, np.float64)), ((2, np.float16), (1, np.float32)),
+                                     ((3, "bfloat16"), (1, np.float32))]:  # fmt: skip
+            x = x64.astype(ml_dtypes.bfloat16 if xdt == "bfloat16" else xdt)
+            y = y64.astype(ydt)
+            for kl_normal in (False, True):
+                calls.append((x.view(np.uint8), xt, y.view(np.uint8), yt, -10.0, 1e-6, -10.0, 1e-6, 0.1, 0.2,
+                              1e-7, kl_normal))  # fmt: skip
+    many = FUSED.pair_sums_many(calls)
+    one = [FUSED.pair_sums(*call) for call in calls]
+    assert len(many) == len(calls) and FUSED.pair_sums_many([]) == []
+    for a, b in zip(many, one, strict=True):
+        assert [np.float64(v).tobytes() for v in a] == [np.float64(v).tobytes() for v in b]
+
+
+@needs_fused
+def test_pair_sums_many_refuses_bad_calls_whole():
+    x = np.ones(10, np.float32).view(np.uint8)
+    good = (x, 1, x, 1, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1e-7, True)
+    with pytest.raises(ValueError, match="element counts differ"):
+        FUSED.pair_sums_many([good, (x, 1, x[:20], 1, *good[4:])])
+    with pytest.raises(TypeError, match="12 arguments"):
+        FUSED.pair_sums_many([good, good[:11]])
+    with pytest.raises(TypeError, match="list of argument tuples"):
+        FUSED.pair_sums_many(5)
+    with pytest.raises(ValueError, match="unknown element type"):
+        FUSED.pair_sums_many([(x, 7, x, 1, *good[4:])])
+    assert FUSED.pair_sums_many([good, good]) == [FUSED.pair_sums(*good)] * 2  # (buffers released: usable again)
+
+
+@needs_fused
+def test_pair_sums_many_lets_other_threads_run():
+    x = np.random.default_rng(0).standard_normal(4_000_000).astype(np.float32).view(np.uint8)
+    call = (x, 1, x, 1, 0, 1e-6, 0, 1e-6, 0, 0, 1e-7, False)
+    inside, seconds = ticks_inside(lambda: FUSED.pair_sums_many([call] * 4))
+    assert inside, f"no tick of this thread during the {1e3 * seconds:.0f} ms kernel call"
+
+
 def test_unknown_or_missing_kernels_are_errors(monkeypatch):
     with pytest.raises(ComparisonError, match="unknown kernel"):
         tensor_metrics(np.ones(3), np.ones(3), kernel="gpu")

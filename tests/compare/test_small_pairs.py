@@ -11,7 +11,7 @@ import pytest
 
 import nbprec
 from nbprec.compare.metrics import tensor_metrics
-from nbprec.compare.small_pairs import small_pair
+from nbprec.compare.small_pairs import small_pair, small_pairs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
 SCENARIOS = FIXTURES / "scenarios"
@@ -101,6 +101,54 @@ def test_small_pair_steps_aside(tmp_path):
         extremes=(0.0, 0.0, *extremes[2:]),
     )
     assert zero is not None and zero[1] == reference.reason and "all zero" in zero[1]
+
+
+def test_small_pairs_is_small_pair_of_each(tmp_path):
+    """The batch form (one kernel call for all, as threads measure a batch) gives each pair what ``small_pair``
+    gives it, to the bit, on real pairs and on the pairs ``small_pair`` steps aside for or measures twice; and it
+    takes the payloads read ahead, reading none itself."""
+    from nbprec.formats import _files, _ptzip
+
+    items = []
+    for target, bench in PAIRS[:3]:
+        _t_dump, _b_dump, pairs = _rows(target, bench)
+        items += [
+            (str(t["file"]), t["dtype"], str(b["file"]), b["dtype"], tuple(t["shape"]),
+             (t["min"], t["max"], b["min"], b["max"]))
+            for t, b in pairs if t["has_data"] and b["has_data"]
+        ]  # fmt: skip
+    t_file, t_dtype, b_file, b_dtype, shape, extremes = next(i for i in items if i[1] == "bfloat16" and len(i[4]) > 1)
+    nan_file = tmp_path / "nan.pt"
+    _fill_payload(Path(t_file), nan_file, b"\xc0\x7f")
+    items += [
+        (t_file, t_dtype, b_file, b_dtype, shape, (extremes[0] - 1, *extremes[1:])),  # wrong: measured again
+        (t_file, t_dtype, b_file, b_dtype, shape, (math.nan, *extremes[1:])),  # not usable: None
+        (str(nan_file), t_dtype, b_file, b_dtype, shape, extremes),  # NaN inside: None
+        (t_file, "float16", b_file, b_dtype, shape, extremes),  # another dtype: None
+        (str(tmp_path / "missing.pt"), t_dtype, b_file, b_dtype, shape, extremes),
+    ]
+    singles = [small_pair(*item) for item in items]
+    paths = [path for item in items for path in (item[0], item[2])]
+    _files.read_ahead(paths)
+    try:
+        reads = []
+        real = _ptzip._read_small_c
+        _ptzip._read_small_c = lambda path, limit: reads.append(path) or real(path, limit)
+        try:
+            batch = small_pairs(items)
+        finally:
+            _ptzip._read_small_c = real
+    finally:
+        _files.forget_ahead()
+    assert sum(found is not None for found in batch) > len(items) // 2
+    assert [found is None for found in batch] == [found is None for found in singles]
+    once = {path for path in paths if paths.count(path) == 1} - {str(tmp_path / "missing.pt")}
+    assert not once & set(reads), reads  # (a path read ahead is taken once: a second item reads it again)
+    for found, single in zip(batch, singles, strict=True):
+        if found is not None:
+            assert {k: repr(v) for k, v in found[0].items()} == {k: repr(v) for k, v in single[0].items()}
+            assert found[1:] == single[1:]
+    assert batch[-5][2] is False and small_pairs([]) == []
 
 
 def _fill_payload(source: Path, to: Path, element: bytes) -> None:

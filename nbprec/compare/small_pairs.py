@@ -10,7 +10,8 @@ and for a pair whose sums need the arrays again (NaN or inf, a standard deviatio
 pass); the caller then measures it the general way.
 
 The engine (:func:`nbprec.compare.engine._measure`) and the command's early worker (:mod:`nbprec.compare.early`)
-use it.
+use it; threads take a batch's pairs together with :func:`small_pairs` (one kernel call for all of them,
+:func:`nbprec.compare.engine._measure_batch`).
 """
 
 from __future__ import annotations

@@ -680,16 +680,23 @@ static int pair_args(PyObject *const *args, Params *p, Py_buffer *xv, int *xt, P
     return 1;
 }
 
-/* Run the kernel over one part of a pair, continuing `state`. */
+/* The kernel over one part of a pair, continuing `state` (touches no Python object: callable without the GIL). */
+static void measure_part(const Py_buffer *xv, int xt, const Py_buffer *yv, int yt, Py_ssize_t n, const Params *p,
+                         double *state)
+{
+    int near = state[ST_NEAR] != 0.0;
+    pair_impl((const char *)xv->buf, xt, (const char *)yv->buf, yt, n, p, state, &near);
+    state[ST_NEAR] = near;
+    state[ST_N] += (double)n;
+}
+
+/* measure_part with the GIL released. */
 static void run_part(const Py_buffer *xv, int xt, const Py_buffer *yv, int yt, Py_ssize_t n, const Params *p,
                      double *state)
 {
-    int near = state[ST_NEAR] != 0.0;
     Py_BEGIN_ALLOW_THREADS
-    pair_impl((const char *)xv->buf, xt, (const char *)yv->buf, yt, n, p, state, &near);
+    measure_part(xv, xt, yv, yt, n, p, state);
     Py_END_ALLOW_THREADS
-    state[ST_NEAR] = near;
-    state[ST_N] += (double)n;
 }
 
 /* pair_sums's result: the element count, then the totals of a finished state. */
@@ -772,11 +779,8 @@ static PyObject *py_pair_sums_many(PyObject *self, PyObject *calls)
     }
     Py_BEGIN_ALLOW_THREADS
     for (k = 0; k < count; k++) {
-        ManyItem *it = &items[k];
-        int near;
-        init_state(it->state);
-        near = it->state[ST_NEAR] != 0.0;
-        pair_impl((const char *)it->xv.buf, it->xt, (const char *)it->yv.buf, it->yt, it->n, &it->p, it->state, &near);
+        init_state(items[k].state);
+        measure_part(&items[k].xv, items[k].xt, &items[k].yv, items[k].yt, items[k].n, &items[k].p, items[k].state);
     }
     Py_END_ALLOW_THREADS
     out = PyList_New(count);

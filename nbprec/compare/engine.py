@@ -36,7 +36,7 @@ from nbprec.compare.pair_table import (
     recorded_problems,
 )
 from nbprec.compare.rules import Rule, column, get_rule, running_precision
-from nbprec.compare.small_pairs import small_pair, small_pairs
+from nbprec.compare.small_pairs import Item, Measured, small_pair, small_pairs
 from nbprec.compare.tasks import ExtremeHints as _ExtremeHints
 from nbprec.compare.tasks import PairTask, RowJob
 from nbprec.compare.workers import Job, Result, batches, default_workers
@@ -135,17 +135,15 @@ def _problem_summary(dump: Dump) -> dict[str, Any]:
 
 def _measure(job: RowJob, t_dump: Dump, b_dump: Dump, hints: _ExtremeHints, small: bool = True) -> Result:
     """The metric values of one job, and why one is missing ('' if none is); ``small=False``: not by
-    :func:`_small_pair` (the caller found that it gives nothing for this pair)."""
+    :func:`~nbprec.compare.small_pairs.small_pair` (the caller found that it gives nothing for this pair)."""
     i, mode, t_row, b_row = job
     try:
         if mode == "tensor":
             extremes = hints.extremes(t_row, b_row)
-            measured = _small_pair(t_dump, b_dump, t_row, b_row, extremes) if small else None
+            item = _small_item(t_dump, b_dump, t_row, b_row, extremes) if small else None
+            measured = small_pair(*item[0], item[1]) if item is not None else None
             if measured is not None:  # the usual pair, measured without making its arrays
-                values, reason, held = measured
-                hints.record(held)
-                values["target_nonfinite"] = values["bench_nonfinite"] = 0.0
-                return i, values, reason
+                return _small_result(i, measured, hints)
             result = tensor_metrics(t_dump.tensor(t_row), b_dump.tensor(b_row), extremes=extremes)
             hints.record(result.extremes_held)
             found = result.values  # (made for this call: extended in place)
@@ -174,18 +172,27 @@ def _counting_from(progress: ProgressCallback, done: int) -> ProgressCallback:
     return report
 
 
-def _small_pair(
+def _small_item(
     t_dump: Dump, b_dump: Dump, t_row: Mapping[str, Any], b_row: Mapping[str, Any], extremes: tuple | None
-) -> tuple[dict[str, float], str, bool] | None:
-    """:func:`~nbprec.compare.small_pairs.small_pair` of a job whose payloads both dumps' loaders read whole
-    (:func:`_read_whole`: msprobe's ``.pt`` archives or nbprec's ``.npy`` files), with usable recorded extremes;
-    None for any other job (measured by :func:`tensor_metrics` on its arrays, with the same result where both
-    apply)."""
+) -> tuple[Item, str] | None:
+    """(the :func:`~nbprec.compare.small_pairs.small_pair` arguments, the payloads' kind) of a job whose payloads
+    both dumps' loaders read whole (:func:`_read_whole`: msprobe's ``.pt`` archives or nbprec's ``.npy`` files),
+    with usable recorded extremes; None for any other job (measured by :func:`tensor_metrics` on its arrays, with
+    the same result where both apply)."""
     kind = _read_whole(t_dump, b_dump, t_row, b_row) if extremes is not None else None
     if kind is None:
         return None
-    shape = tuple(t_row["shape"])
-    return small_pair(str(t_row["file"]), t_row["dtype"], str(b_row["file"]), b_row["dtype"], shape, extremes, kind)
+    item = (str(t_row["file"]), t_row["dtype"], str(b_row["file"]), b_row["dtype"], tuple(t_row["shape"]), extremes)
+    return item, kind
+
+
+def _small_result(i: int, measured: Measured, hints: _ExtremeHints) -> Result:
+    """The result of table row ``i`` from what the small-pair path measured (no NaN or inf in it: it measures
+    only finite pairs)."""
+    values, reason, held = measured
+    hints.record(held)
+    values["target_nonfinite"] = values["bench_nonfinite"] = 0.0
+    return i, values, reason
 
 
 def _read_whole(t_dump: Dump, b_dump: Dump, t_row: Mapping[str, Any], b_row: Mapping[str, Any]) -> str | None:
@@ -211,13 +218,11 @@ def _measure_batch(jobs: list[RowJob], t_dump: Dump, b_dump: Dump, hints: _Extre
     results: list[Result | None] = [None] * len(jobs)
     positions, items, kind = [], [], None
     for k, (_i, mode, t_row, b_row) in enumerate(jobs):
-        extremes = hints.extremes(t_row, b_row) if mode == "tensor" else None
-        kind_here = _read_whole(t_dump, b_dump, t_row, b_row) if extremes is not None else None
-        if kind_here is not None:  # (one kind: the loaders')
-            kind = kind_here
+        small = _small_item(t_dump, b_dump, t_row, b_row, hints.extremes(t_row, b_row)) if mode == "tensor" else None
+        if small is not None:  # (one kind: the loaders')
             positions.append(k)
-            items.append((str(t_row["file"]), t_row["dtype"], str(b_row["file"]), b_row["dtype"], tuple(t_row["shape"]),
-                          extremes))  # fmt: skip
+            items.append(small[0])
+            kind = small[1]
     arrays = set()  # small pairs measured on their arrays (no kernel sums for them: an integer dtype, NaN, inf)
     if len(items) > 1:  # (what the arrays' reads of those pairs take too)
         read_ahead([path for item in items for path in (item[0], item[2])], archives=kind == "pt")
@@ -231,10 +236,7 @@ def _measure_batch(jobs: list[RowJob], t_dump: Dump, b_dump: Dump, hints: _Extre
                 arrays = {k for k, got in zip(positions, found, strict=True) if got is None}
             for k, got in zip(positions, found, strict=True):
                 if got is not None:
-                    values, reason, held = got
-                    hints.record(held)
-                    values["target_nonfinite"] = values["bench_nonfinite"] = 0.0
-                    results[k] = (jobs[k][0], values, reason)
+                    results[k] = _small_result(jobs[k][0], got, hints)
         return [
             result if result is not None else _measure(job, t_dump, b_dump, hints, small=k not in arrays)
             for k, (job, result) in enumerate(zip(jobs, results, strict=True))

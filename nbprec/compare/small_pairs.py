@@ -68,21 +68,15 @@ def small_pairs(items: list[Item], kind: str = "pt") -> list[Measured | None]:
     between two threads costs both a sleep and a wake-up). The payloads are read as :func:`small_pair` reads them
     (from what :func:`~nbprec.formats._files.read_ahead` read, when it did)."""
     found: list[Measured | None] = [None] * len(items)
-    reads, calls = [], []  # (position, pair, numel, eps_b, extremes), kernel arguments
+    ready = []  # (position, pair, element count, extremes, kernel parameters) of each pair read, with usable hints
     for k, (t_file, t_dtype, b_file, b_dtype, shape, extremes) in enumerate(items):
         read = _read_pair(t_file, t_dtype, b_file, b_dtype, shape, kind)
-        if read is None:
-            continue
-        pair, numel = read
-        eps_b = EPS_BENCH[pair[3]]
-        params = direct_params(eps_b, extremes)
+        params = None if read is None else direct_params(EPS_BENCH[read[0][3]], extremes)
         if params is not None:
-            reads.append((k, pair, numel, eps_b, extremes))
-            calls.append((*pair, *params))
-    for (k, pair, numel, eps_b, extremes), sums, params in zip(
-        reads, FUSED.pair_sums_many(calls) if calls else [], (call[4:] for call in calls), strict=True
-    ):
-        found[k] = _measured(checked_sums(kernel_sums(sums, params), pair, eps_b, extremes), numel)
+            ready.append((k, *read, extremes, params))
+    all_sums = FUSED.pair_sums_many([(*pair, *params) for _k, pair, _n, _e, params in ready]) if ready else []
+    for (k, pair, numel, extremes, params), sums in zip(ready, all_sums, strict=True):
+        found[k] = _measured(checked_sums(kernel_sums(sums, params), pair, EPS_BENCH[pair[3]], extremes), numel)
     return found
 
 

@@ -3,6 +3,7 @@ shared; a backend is a few lines; Ctrl-C in a comparison on forked processes lea
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pickle
@@ -139,6 +140,55 @@ def test_threads_read_their_batches_payloads_ahead_in_one_call(monkeypatch):
     inline = compare(TARGET, BENCH, executor=InlineExecutor())
     assert calls["many"] == 0 and calls["one"] > 0, calls  # (one at a time elsewhere)
     pd.testing.assert_frame_equal(threads.table, inline.table)
+
+
+def test_threads_measure_a_batchs_small_pairs_in_one_kernel_call(monkeypatch):
+    """On threads, the small pairs of a batch go through the kernel together (``pair_sums_many``), most pairs of
+    the dump that way, and none through one ``pair_sums`` call each; the table is the one measured inline."""
+    from nbprec.compare import _sums
+
+    if _sums.FUSED is None:
+        pytest.skip("the compiled kernel is not built")
+    real = _sums.FUSED
+    counts = {"many": 0, "pairs in many": 0, "one": 0}
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def pair_sums_many(self, calls):
+            counts["many"] += 1
+            counts["pairs in many"] += len(calls)
+            return real.pair_sums_many(calls)
+
+        def pair_sums(self, *args):
+            counts["one"] += 1
+            return real.pair_sums(*args)
+
+    monkeypatch.setattr(_sums, "FUSED", Counting())
+    monkeypatch.setattr(importlib.import_module("nbprec.compare.small_pairs"), "FUSED", _sums.FUSED)
+    threads = compare(TARGET, BENCH, executor=ThreadExecutor(2))
+    compared = int((threads.table["compare_mode"] == "tensor").sum())
+    assert counts["many"] > 0 and counts["pairs in many"] > compared // 2, (counts, compared)
+    assert counts["one"] == 0, counts  # (every pair it takes measured together; the fixture holds no NaN)
+    pd.testing.assert_frame_equal(threads.table, compare(TARGET, BENCH, executor=InlineExecutor()).table)
+
+
+def test_a_batch_whose_small_pairs_fail_together_is_measured_pair_by_pair(monkeypatch):
+    """Should measuring a batch's small pairs together raise, each pair is measured on its own (where such an
+    error becomes that pair's reason): the table is the one measured inline."""
+    from nbprec.compare import engine
+
+    calls = []
+
+    def broken(items, kind):
+        calls.append(len(items))
+        raise ValueError("a batch that cannot be measured together")
+
+    monkeypatch.setattr(engine, "small_pairs", broken)
+    threads = compare(TARGET, BENCH, executor=ThreadExecutor(2))
+    assert calls and sum(calls) > 10, calls  # (the batches' small pairs were all taken to it)
+    pd.testing.assert_frame_equal(threads.table, compare(TARGET, BENCH, executor=InlineExecutor()).table)
 
 
 @pytest.mark.parametrize("damage", DAMAGES)

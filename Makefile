@@ -19,7 +19,8 @@ install: $(STAMP)
 # import hook instead, which every Python process of the virtualenv loads at start-up (pathlib, re, urllib and
 # more: about 15 ms, half the start-up of an nbprec command served by the command daemon).
 
-$(STAMP): Makefile pyproject.toml setup.py nbprec/compare/_fused.c nbprec/formats/_zipdir.c nbprec/capture/_stats.c \
+$(STAMP): Makefile pyproject.toml setup.py nbprec/compare/_fused.c nbprec/compare/_fused_metrics.c \
+		nbprec/compare/_fused.h nbprec/formats/_zipdir.c nbprec/capture/_stats.c \
 		nbprec/capture/_npyio.c nbprec/_floattext.c nbprec/graph/_textformat.c nbprec/formats/_msprobescan.c \
 		nbprec/labextension/package.json
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

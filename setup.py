@@ -1,6 +1,6 @@
 """Build of nbprec's optional C extensions; everything else is in pyproject.toml.
 
-- ``nbprec.compare._fused``: the one-pass metric kernel;
+- ``nbprec.compare._fused``: the one-pass metric kernel and the metrics made from its sums;
 - ``nbprec.formats._zipdir``: the directory of a ``torch.save`` archive (the pure-Python twin in
   ``nbprec/formats/_pt.py`` does the same, slower);
 - ``nbprec.formats._msprobescan``: the usual msprobe ``dump.json`` read into its index columns in C (without
@@ -83,7 +83,12 @@ def jupyter_data_files() -> list[tuple[str, list[str]]]:
 setup(
     data_files=jupyter_data_files(),
     ext_modules=[
-        Extension("nbprec.compare._fused", ["nbprec/compare/_fused.c"], optional=True),
+        Extension(
+            "nbprec.compare._fused",
+            ["nbprec/compare/_fused.c", "nbprec/compare/_fused_metrics.c"],
+            depends=["nbprec/compare/_fused.h"],
+            optional=True,
+        ),
         Extension("nbprec.formats._zipdir", ["nbprec/formats/_zipdir.c"], optional=True),
         Extension("nbprec.formats._msprobescan", ["nbprec/formats/_msprobescan.c"], optional=True),
         Extension("nbprec.capture._stats", ["nbprec/capture/_stats.c"], optional=True),

@@ -25,15 +25,16 @@
  * picked at import time. The AVX-512 build keeps AVX2's vector width (512-bit vectors were slower on AMD Zen 4,
  * which splits them in two) and gains the 32 vector registers, the mask registers and the direct conversions:
  * 8% faster than the AVX2 build on the msprobe pair's bfloat16/float32 tensors (Zen 4).
+ *
+ * The extension's other part, _fused_metrics.c, turns the sums of a pair into its metric columns (pair_metrics);
+ * _fused.h holds what the two share.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_fused.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-enum { TYPE_F64 = 0, TYPE_F32 = 1, TYPE_F16 = 2, TYPE_BF16 = 3, N_TYPES = 4 };
 static const Py_ssize_t ITEMSIZE[N_TYPES] = {8, 4, 2, 2};
 
 #define BLOCK 512 /* 3 x 4 KiB of doubles per block; 1024 was 4-6% slower on the msprobe pair of bench/compare.py */
@@ -66,20 +67,6 @@ static int ctz64_portable(uint64_t v) /* trailing zero bits of v != 0 */
 }
 #define CTZ64(v) ctz64_portable(v)
 #endif
-
-/* Parameters of one pair_sums call (the KL offsets/floors and the shifts of the centred sums). */
-typedef struct {
-    double off_x, floor_x, off_y, floor_y; /* KL: max(v - off, floor) */
-    double shift_x, shift_y;               /* centred sums: v - shift */
-    double eps_b;                          /* the benchmark dtype's eps, used where y == 0 */
-    int kl_normal; /* the caller vouches that every max(v - off, floor) is a positive normal double */
-} Params;
-
-/* Running totals; the order is the order of the tuple pair_sums returns (see SUM_NAMES in _kernels.py). */
-enum {
-    S_SX, S_SY, S_SXX, S_SYY, S_SXY, S_SDD, S_SAD, S_MAD, S_REL, S_MREL,
-    S_P1, S_P5, S_KSX, S_KSY, S_KT, S_CX, S_CXX, S_CY, S_CYY, S_LX, S_HX, S_LY, S_HY, N_SUMS
-};
 
 static double bits_to_double(uint64_t b) { double d; memcpy(&d, &b, sizeof d); return d; }
 static uint64_t double_to_bits(double d) { uint64_t b; memcpy(&b, &d, sizeof b); return b; }
@@ -588,7 +575,7 @@ static const char *isa_name = "baseline";
 /* ---- Python interface ---------------------------------------------------------------------------- */
 
 /* Get a contiguous read-only buffer of n elements of `type`; sets an error and returns 0 on failure. */
-static int get_buffer(PyObject *obj, int type, Py_buffer *view, Py_ssize_t *n, const char *side)
+int nbprec_get_buffer(PyObject *obj, int type, Py_buffer *view, Py_ssize_t *n, const char *side)
 {
     if (type < 0 || type >= N_TYPES) {
         PyErr_Format(PyExc_ValueError, "%s: unknown element type code %d", side, type);
@@ -619,7 +606,7 @@ static PyObject *py_min_max(PyObject *self, PyObject *args)
     double lo = INFINITY, hi = -INFINITY;
     (void)self;
     if (!PyArg_ParseTuple(args, "Oi:min_max", &obj, &type)) return NULL;
-    if (!get_buffer(obj, type, &view, &n, "min_max")) return NULL;
+    if (!nbprec_get_buffer(obj, type, &view, &n, "min_max")) return NULL;
     Py_BEGIN_ALLOW_THREADS
     minmax_impl((const char *)view.buf, type, n, &lo, &hi, &nans);
     Py_END_ALLOW_THREADS
@@ -636,12 +623,9 @@ PyDoc_STRVAR(pair_sums_doc,
              "max(v - off, floor) is a positive normal double (finite data, normal floors): the KL loop then skips\n"
              "its per-element checks. The GIL is released.");
 
-/* The state of a pass over a pair in parts (pair_accumulate): the running totals, then the element count
-   and whether KL takes its short series first (see pair_body). Parts that start at multiples of BLOCK give
-   the same bits as one call over the whole pair. */
-enum { ST_N = N_SUMS, ST_NEAR = N_SUMS + 1, STATE_SIZE = N_SUMS + 2 };
-
-static void init_state(double *state)
+/* The state of a pass over a pair in parts (pair_accumulate; STATE_SIZE values, see _fused.h): parts that start
+   at multiples of BLOCK give the same bits as one call over the whole pair. */
+void nbprec_init_state(double *state)
 {
     int k;
     for (k = 0; k < STATE_SIZE; k++) state[k] = 0.0;
@@ -666,8 +650,8 @@ static int pair_args(PyObject *const *args, Params *p, Py_buffer *xv, int *xt, P
     }
     p->kl_normal = PyObject_IsTrue(args[11]);
     if (p->kl_normal < 0) return 0;
-    if (!get_buffer(args[0], *xt, xv, n, "pair_sums (target)")) return 0;
-    if (!get_buffer(args[2], *yt, yv, &ny, "pair_sums (benchmark)")) {
+    if (!nbprec_get_buffer(args[0], *xt, xv, n, "pair_sums (target)")) return 0;
+    if (!nbprec_get_buffer(args[2], *yt, yv, &ny, "pair_sums (benchmark)")) {
         PyBuffer_Release(xv);
         return 0;
     }
@@ -681,21 +665,20 @@ static int pair_args(PyObject *const *args, Params *p, Py_buffer *xv, int *xt, P
 }
 
 /* The kernel over one part of a pair, continuing `state` (touches no Python object: callable without the GIL). */
-static void measure_part(const Py_buffer *xv, int xt, const Py_buffer *yv, int yt, Py_ssize_t n, const Params *p,
-                         double *state)
+void nbprec_measure(const char *x, int xt, const char *y, int yt, Py_ssize_t n, const Params *p, double *state)
 {
     int near = state[ST_NEAR] != 0.0;
-    pair_impl((const char *)xv->buf, xt, (const char *)yv->buf, yt, n, p, state, &near);
+    pair_impl(x, xt, y, yt, n, p, state, &near);
     state[ST_NEAR] = near;
     state[ST_N] += (double)n;
 }
 
-/* measure_part with the GIL released. */
+/* nbprec_measure of two held buffers with the GIL released. */
 static void run_part(const Py_buffer *xv, int xt, const Py_buffer *yv, int yt, Py_ssize_t n, const Params *p,
                      double *state)
 {
     Py_BEGIN_ALLOW_THREADS
-    measure_part(xv, xt, yv, yt, n, p, state);
+    nbprec_measure((const char *)xv->buf, xt, (const char *)yv->buf, yt, n, p, state);
     Py_END_ALLOW_THREADS
 }
 
@@ -732,75 +715,11 @@ static PyObject *py_pair_sums(PyObject *self, PyObject *const *args, Py_ssize_t 
     (void)self;
     if (nargs != 12) return PyErr_Format(PyExc_TypeError, "pair_sums takes 12 arguments (%zd given)", nargs);
     if (!pair_args(args, &p, &xv, &xt, &yv, &yt, &n)) return NULL;
-    init_state(state);
+    nbprec_init_state(state);
     run_part(&xv, xt, &yv, yt, n, &p, state);
     PyBuffer_Release(&xv);
     PyBuffer_Release(&yv);
     return sums_tuple(state, n);
-}
-
-PyDoc_STRVAR(pair_sums_many_doc,
-             "pair_sums_many(calls) -> list\n\n"
-             "[pair_sums(*call) for call in calls] (`calls`: a list of pair_sums's 12-argument tuples), with the GIL\n"
-             "released once for all of them rather than once per pair: threads measuring batches of small pairs\n"
-             "then hand the GIL over once per batch. The same kernel on the same arguments: the same bits.");
-
-/* One pair of a pair_sums_many call: its arguments, held buffers and state. */
-typedef struct {
-    Params p;
-    Py_buffer xv, yv;
-    int xt, yt;
-    Py_ssize_t n;
-    double state[STATE_SIZE];
-} ManyItem;
-
-static PyObject *py_pair_sums_many(PyObject *self, PyObject *calls)
-{
-    PyObject *seq, *out = NULL;
-    ManyItem *items;
-    Py_ssize_t count, held = 0, k;
-    (void)self;
-    seq = PySequence_Fast(calls, "pair_sums_many: expected a list of argument tuples");
-    if (seq == NULL) return NULL;
-    count = PySequence_Fast_GET_SIZE(seq);
-    items = PyMem_Calloc(count ? (size_t)count : 1, sizeof(ManyItem));
-    if (items == NULL) {
-        Py_DECREF(seq);
-        return PyErr_NoMemory();
-    }
-    for (held = 0; held < count; held++) { /* every call's arguments and buffers, before any is measured */
-        PyObject *call = PySequence_Fast_GET_ITEM(seq, held);
-        ManyItem *it = &items[held];
-        if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 12) {
-            PyErr_SetString(PyExc_TypeError, "pair_sums_many: each call is a tuple of pair_sums's 12 arguments");
-            goto done;
-        }
-        if (!pair_args(&PyTuple_GET_ITEM(call, 0), &it->p, &it->xv, &it->xt, &it->yv, &it->yt, &it->n)) goto done;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    for (k = 0; k < count; k++) {
-        init_state(items[k].state);
-        measure_part(&items[k].xv, items[k].xt, &items[k].yv, items[k].yt, items[k].n, &items[k].p, items[k].state);
-    }
-    Py_END_ALLOW_THREADS
-    out = PyList_New(count);
-    if (out == NULL) goto done;
-    for (k = 0; k < count; k++) {
-        PyObject *sums = sums_tuple(items[k].state, items[k].n);
-        if (sums == NULL) {
-            Py_CLEAR(out);
-            goto done;
-        }
-        PyList_SET_ITEM(out, k, sums);
-    }
-done:
-    for (k = 0; k < held; k++) {
-        PyBuffer_Release(&items[k].xv);
-        PyBuffer_Release(&items[k].yv);
-    }
-    PyMem_Free(items);
-    Py_DECREF(seq);
-    return out;
 }
 
 PyDoc_STRVAR(pair_accumulate_doc,
@@ -842,7 +761,7 @@ static PyObject *py_new_state(PyObject *self, PyObject *unused)
     double state[STATE_SIZE];
     (void)self;
     (void)unused;
-    init_state(state);
+    nbprec_init_state(state);
     return PyByteArray_FromStringAndSize((const char *)state, sizeof state);
 }
 
@@ -919,7 +838,8 @@ static PyMethodDef methods[] = {
     {"use_isa", py_use_isa, METH_VARARGS, use_isa_doc},
     {"min_max", py_min_max, METH_VARARGS, min_max_doc},
     {"pair_sums", (PyCFunction)(void (*)(void))py_pair_sums, METH_FASTCALL, pair_sums_doc},
-    {"pair_sums_many", py_pair_sums_many, METH_O, pair_sums_many_doc},
+    {"pair_metrics", (PyCFunction)(void (*)(void))nbprec_pair_metrics, METH_FASTCALL, nbprec_pair_metrics_doc},
+    {"pair_metrics_many", nbprec_pair_metrics_many, METH_O, nbprec_pair_metrics_many_doc},
     {"pair_accumulate", (PyCFunction)(void (*)(void))py_pair_accumulate, METH_FASTCALL, pair_accumulate_doc},
     {"new_state", py_new_state, METH_NOARGS, new_state_doc},
     {"log_ratio", py_log_ratio, METH_VARARGS, log_ratio_doc},

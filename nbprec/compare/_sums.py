@@ -2,8 +2,11 @@
 
 :class:`Sums` holds the sums :func:`_fused.pair_sums <nbprec.compare._fused>` returns; :func:`direct_sums` makes
 that call over two buffers read whole (the usual pair), with the parameters :func:`_pair_params` derives from the
-sides' extremes. :mod:`nbprec.compare._kernels` drives the kernel over every other layout;
-:mod:`nbprec.compare.early` calls :func:`direct_sums` in a process that has not loaded numpy.
+sides' extremes. :mod:`nbprec.compare._kernels` drives the kernel over every other layout.
+
+The small payloads of :mod:`nbprec.compare.small_pairs` (most pairs of a dump) take the same steps in C instead,
+``_fused.pair_metrics`` (``nbprec/compare/_fused_metrics.c``): :func:`checked_sums` around the pass, then
+:func:`sums_values`, operation for operation, with the same bits (the tests hold the two to each other).
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@ own ``.npy`` files), read whole, through the compiled kernel in one call.
 
 Most payloads are small (under :data:`~nbprec.formats._files.MAP_FROM` bytes) and of a float dtype.
 :func:`small_pair` reads both (:func:`~nbprec.formats._ptzip.small_tensor`, :func:`~nbprec.formats._npyfile.small_npy`:
-one open and one read each) and measures them with :func:`~nbprec.compare._sums.direct_sums` and
-:func:`~nbprec.compare._sums.sums_values`: what :func:`~nbprec.compare.metrics.tensor_metrics` does on their arrays
-(the same kernel call on the same bytes), without the arrays and without numpy. It gives None for any other pair
+one open and one read each) and measures them with the compiled ``pair_metrics``
+(``nbprec/compare/_fused_metrics.c``): what :func:`~nbprec.compare.metrics.tensor_metrics` does on their arrays (the
+same kernel call on the same bytes, and :mod:`nbprec.compare._sums`'s ``checked_sums`` and ``sums_values`` in C, to
+the bit), without the arrays and without numpy, in a few microseconds of Python. It gives None for any other pair
 and for a pair whose sums need the arrays again (NaN or inf, a standard deviation that needs an exact second
 pass); the caller then measures it the general way.
 
@@ -18,17 +19,7 @@ from __future__ import annotations
 
 import math
 
-from nbprec.compare._sums import (
-    EPS_BENCH,
-    FUSED,
-    KERNEL_TYPES,
-    Sums,
-    checked_sums,
-    direct_params,
-    direct_sums,
-    kernel_sums,
-    sums_values,
-)
+from nbprec.compare._sums import EPS_BENCH, FUSED, KERNEL_TYPES
 from nbprec.formats._files import MAP_FROM
 from nbprec.formats._npyfile import small_npy
 from nbprec.formats._ptzip import ITEMSIZES, small_tensor
@@ -54,37 +45,33 @@ def small_pair(
     :func:`small_pair` measures (see the module docstring). ``kind`` says what the files are: ``"pt"``, msprobe's
     archives (:func:`~nbprec.formats._ptzip.small_tensor`), or ``"npy"``, nbprec's own payloads
     (:func:`~nbprec.formats._npyfile.small_npy`, stored as the dtypes the index names are)."""
-    read = _read_pair(t_file, t_dtype, b_file, b_dtype, shape, kind)
-    if read is None:
-        return None
-    pair, numel = read
-    return _measured(direct_sums(pair, EPS_BENCH[pair[3]], extremes), numel)
+    pair = _read_pair(t_file, t_dtype, b_file, b_dtype, shape, kind)
+    return None if pair is None else FUSED.pair_metrics(*pair, extremes, EPS_BENCH[pair[3]])
 
 
 def small_pairs(items: list[Item], kind: str = "pt") -> list[Measured | None]:
     """:func:`small_pair` of each item ``(t_file, t_dtype, b_file, b_dtype, shape, extremes)``, the same values to
-    the bit, with every pair's kernel pass in one call (``pair_sums_many``): threads measuring batches of small
+    the bit, with every pair measured in one call (``pair_metrics_many``): threads measuring batches of small
     pairs give up and take back the GIL once per batch for the kernel rather than once per pair (each hand-over
     between two threads costs both a sleep and a wake-up). The payloads are read as :func:`small_pair` reads them
     (from what :func:`~nbprec.formats._files.read_ahead` read, when it did)."""
     found: list[Measured | None] = [None] * len(items)
-    ready = []  # (position, pair, element count, extremes, kernel parameters) of each pair read, with usable hints
+    positions, calls = [], []  # each pair read, and its pair_metrics arguments
     for k, (t_file, t_dtype, b_file, b_dtype, shape, extremes) in enumerate(items):
-        read = _read_pair(t_file, t_dtype, b_file, b_dtype, shape, kind)
-        params = None if read is None else direct_params(EPS_BENCH[read[0][3]], extremes)
-        if params is not None:
-            ready.append((k, *read, extremes, params))
-    all_sums = FUSED.pair_sums_many([(*pair, *params) for _k, pair, _n, _e, params in ready]) if ready else []
-    for (k, pair, numel, extremes, params), sums in zip(ready, all_sums, strict=True):
-        found[k] = _measured(checked_sums(kernel_sums(sums, params), pair, EPS_BENCH[pair[3]], extremes), numel)
+        pair = _read_pair(t_file, t_dtype, b_file, b_dtype, shape, kind) if extremes is not None else None
+        if pair is not None:
+            positions.append(k)
+            calls.append((*pair, extremes, EPS_BENCH[pair[3]]))
+    for k, measured in zip(positions, FUSED.pair_metrics_many(calls) if calls else [], strict=True):
+        found[k] = measured
     return found
 
 
 def _read_pair(
     t_file: str, t_dtype: str, b_file: str, b_dtype: str, shape: tuple[int, ...], kind: str
-) -> tuple[tuple[memoryview, int, memoryview, int], int] | None:
-    """``((target bytes, its kernel type, benchmark bytes, its kernel type), element count)`` of a pair
-    :func:`small_pair` measures, both payloads read; None for any other."""
+) -> tuple[memoryview, int, memoryview, int] | None:
+    """``(target bytes, its kernel type, benchmark bytes, its kernel type)`` of a pair :func:`small_pair`
+    measures, both payloads read; None for any other."""
     t_code, b_code = KERNEL_TYPES.get(t_dtype), KERNEL_TYPES.get(b_dtype)
     if FUSED is None or t_code is None or b_code is None:
         return None
@@ -97,12 +84,4 @@ def _read_pair(
     y = read(b_file, b_dtype, shape) if x is not None else None
     if x is None or y is None:
         return None
-    return (memoryview(x[0])[x[1] : x[1] + t_bytes], t_code, memoryview(y[0])[y[1] : y[1] + b_bytes], b_code), numel
-
-
-def _measured(sums: tuple[Sums, bool | None] | None, numel: int) -> Measured | None:
-    """What :func:`small_pair` gives from a pair's checked sums: None where they need the arrays again."""
-    found = None if sums is None else sums_values(sums[0], numel)  # (None: hints not usable, or NaN/inf)
-    if found is None:
-        return None
-    return found[0], found[1], sums[1]
+    return memoryview(x[0])[x[1] : x[1] + t_bytes], t_code, memoryview(y[0])[y[1] : y[1] + b_bytes], b_code

@@ -143,8 +143,9 @@ def test_threads_read_their_batches_payloads_ahead_in_one_call(monkeypatch):
 
 
 def test_threads_measure_a_batchs_small_pairs_in_one_kernel_call(monkeypatch):
-    """On threads, the small pairs of a batch go through the kernel together (``pair_sums_many``), most pairs of
-    the dump that way, and none through one ``pair_sums`` call each; the table is the one measured inline."""
+    """On threads, the small pairs of a batch go through the kernel together (``pair_metrics_many``), most pairs
+    of the dump that way, and none through one ``pair_metrics`` or ``pair_sums`` call each; the table is the one
+    measured inline."""
     from nbprec.compare import _sums
 
     if _sums.FUSED is None:
@@ -156,10 +157,14 @@ def test_threads_measure_a_batchs_small_pairs_in_one_kernel_call(monkeypatch):
         def __getattr__(self, name):
             return getattr(real, name)
 
-        def pair_sums_many(self, calls):
+        def pair_metrics_many(self, calls):
             counts["many"] += 1
             counts["pairs in many"] += len(calls)
-            return real.pair_sums_many(calls)
+            return real.pair_metrics_many(calls)
+
+        def pair_metrics(self, *args):
+            counts["one"] += 1
+            return real.pair_metrics(*args)
 
         def pair_sums(self, *args):
             counts["one"] += 1

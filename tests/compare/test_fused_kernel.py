@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import importlib
 import math
+import struct
 
 import ml_dtypes
 import numpy as np
 import pytest
 from threads_support import ticks_inside
 
-from nbprec.compare._sums import FUSED, FUSED_SUMS
+from nbprec.compare._sums import EPS_BENCH, FUSED, FUSED_SUMS, direct_sums, sums_values
 from nbprec.compare.metrics import KERNEL, METRIC_COLUMNS, tensor_metrics
 from nbprec.errors import ComparisonError
 
@@ -345,51 +346,95 @@ def test_the_kernel_lets_other_threads_run():
     assert inside, f"no tick of this thread during the {1e3 * seconds:.0f} ms kernel call"
 
 
-@needs_fused
-def test_pair_sums_many_is_pair_sums_of_each_call():
-    """One call for many pairs (what threads measuring a batch make): each pair's sums to the bit, with every
-    element type, NaN, inf, the checked and unchecked KL loops, empty pairs and one longer than a block."""
-    rng = np.random.default_rng(5)
+def _metric_cases() -> list[tuple]:
+    """pair_metrics calls: every element type, one element, all-zero sides, a constant, a large mean with a small
+    spread (its one-pass standard deviation cancels), NaN, inf, and right, wrong, unusable and missing extremes."""
+    rng = np.random.default_rng(11)
     calls = []
-    for n in (0, 1, 7, 513, 4000):
-        x64 = rng.standard_normal(n) * 3
-        y64 = x64 + rng.standard_normal(n) * 1e-3
-        if n > 10:
-            x64[3], y64[5] = np.nan, np.inf
+    y64 = rng.standard_normal(4000) * 3 - 0.5
+    sides = {
+        "noise": (y64 + rng.standard_normal(4000) * 1e-3, y64),
+        "one element": (np.array([2.5]), np.array([2.0])),
+        "target zero": (np.zeros(600), y64[:600]),
+        "benchmark zero": (y64[:600], np.zeros(600)),
+        "both zero": (np.zeros(600), np.zeros(600)),
+        "constant": (np.full(700, 3.0), np.full(700, 3.0)),
+        "large mean": (y64 * 1e-6 + 1e3, y64 * 1.0001e-6 + 1e3),
+        "nan": (np.where(np.arange(4000) == 9, np.nan, y64), y64),
+        "inf": (y64, np.where(np.arange(4000) == 9, np.inf, y64)),
+    }
+    for x64, y in sides.values():
         for (xt, xdt), (yt, ydt) in [((0, np.float64), (0, np.float64)), ((2, np.float16), (1, np.float32)),
-                                     ((3, "bfloat16"), (1, np.float32))]:  # fmt: skip
-            x = x64.astype(ml_dtypes.bfloat16 if xdt == "bfloat16" else xdt)
-            y = y64.astype(ydt)
-            for kl_normal in (False, True):
-                calls.append((x.view(np.uint8), xt, y.view(np.uint8), yt, -10.0, 1e-6, -10.0, 1e-6, 0.1, 0.2,
-                              1e-7, kl_normal))  # fmt: skip
-    many = FUSED.pair_sums_many(calls)
-    one = [FUSED.pair_sums(*call) for call in calls]
-    assert len(many) == len(calls) and FUSED.pair_sums_many([]) == []
-    for a, b in zip(many, one, strict=True):
-        assert [np.float64(v).tobytes() for v in a] == [np.float64(v).tobytes() for v in b]
+                                     ((3, ml_dtypes.bfloat16), (1, np.float32))]:  # fmt: skip
+            with np.errstate(over="ignore", invalid="ignore"):
+                x, yy = x64.astype(xdt), y.astype(ydt)
+            with np.errstate(invalid="ignore"):
+                right = tuple(float(v) for v in (np.nanmin(x), np.nanmax(x), np.nanmin(yy), np.nanmax(yy)))
+            wrong = (right[0] - 1.0, right[1], right[2], right[3] * 2 + 1)
+            for hints in (right, wrong, (1.0, 0.0, 0.0, 1.0), (math.nan, 1.0, 0.0, 1.0), None):
+                calls.append((x.view(np.uint8), xt, yy.view(np.uint8), yt, hints, EPS_BENCH[yt]))
+    return calls
+
+
+def _python_metrics(call: tuple):
+    """What small_pair gave before pair_metrics: the Python finish of _sums.py around one pair_sums call."""
+    x, xt, y, yt, hints, eps_b = call
+    checked = direct_sums((x, xt, y, yt), eps_b, hints)
+    found = None if checked is None else sums_values(checked[0], checked[0].n)
+    return None if found is None else (*found, checked[1])
+
+
+def _bits(measured):
+    return None if measured is None else ({k: struct.pack("<d", v) for k, v in measured[0].items()}, *measured[1:])
 
 
 @needs_fused
-def test_pair_sums_many_refuses_bad_calls_whole():
+def test_pair_metrics_is_the_python_finish_to_the_bit():
+    """pair_metrics (C) gives what _sums.py's checked_sums and sums_values give around pair_sums: the same columns
+    in the same order and bits, the same reason and the same verdict on the extremes; None for the same pairs."""
+    outcomes = set()
+    for call in _metric_cases():
+        got, want = FUSED.pair_metrics(*call), _python_metrics(call)
+        assert _bits(got) == _bits(want), (call[1], call[3], call[4], got, want)
+        assert got is None or list(got[0]) == list(want[0])
+        outcomes.add("none" if got is None else (got[1] != "", got[2]))
+    # every branch was taken: measured with right and wrong extremes, a zero side's reason, and no result
+    assert {"none", (False, True), (False, False), (True, True)} <= outcomes, outcomes
+
+
+@needs_fused
+def test_pair_metrics_many_is_pair_metrics_of_each_call():
+    calls = _metric_cases()
+    many = FUSED.pair_metrics_many(calls)
+    assert len(many) == len(calls) and FUSED.pair_metrics_many([]) == []
+    assert [_bits(m) for m in many] == [_bits(FUSED.pair_metrics(*call)) for call in calls]
+
+
+@needs_fused
+def test_pair_metrics_refuses_bad_calls_whole():
     x = np.ones(10, np.float32).view(np.uint8)
-    good = (x, 1, x, 1, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1e-7, True)
+    good = (x, 1, x, 1, (1.0, 1.0, 1.0, 1.0), 1e-7)
     with pytest.raises(ValueError, match="element counts differ"):
-        FUSED.pair_sums_many([good, (x, 1, x[:20], 1, *good[4:])])
-    with pytest.raises(TypeError, match="12 arguments"):
-        FUSED.pair_sums_many([good, good[:11]])
+        FUSED.pair_metrics_many([good, (x, 1, x[:20], 1, *good[4:])])
+    with pytest.raises(TypeError, match="6 arguments"):
+        FUSED.pair_metrics_many([good, good[:5]])
     with pytest.raises(TypeError, match="list of argument tuples"):
-        FUSED.pair_sums_many(5)
+        FUSED.pair_metrics_many(5)
     with pytest.raises(ValueError, match="unknown element type"):
-        FUSED.pair_sums_many([(x, 7, x, 1, *good[4:])])
-    assert FUSED.pair_sums_many([good, good]) == [FUSED.pair_sums(*good)] * 2  # (buffers released: usable again)
+        FUSED.pair_metrics_many([(x, 7, x, 1, *good[4:])])
+    with pytest.raises(TypeError, match="tuple of 4 floats"):
+        FUSED.pair_metrics(x, 1, x, 1, (1.0, 2.0), 1e-7)
+    with pytest.raises(TypeError, match="6 arguments"):
+        FUSED.pair_metrics(*good[:5])
+    assert FUSED.pair_metrics(x[:0], 1, x[:0], 1, good[4], 1e-7) is None  # empty: no metrics from sums
+    assert _bits(FUSED.pair_metrics_many([good, good])[1]) == _bits(FUSED.pair_metrics(*good))  # (released: usable)
 
 
 @needs_fused
-def test_pair_sums_many_lets_other_threads_run():
-    x = np.random.default_rng(0).standard_normal(4_000_000).astype(np.float32).view(np.uint8)
-    call = (x, 1, x, 1, 0, 1e-6, 0, 1e-6, 0, 0, 1e-7, False)
-    inside, seconds = ticks_inside(lambda: FUSED.pair_sums_many([call] * 4))
+def test_pair_metrics_many_lets_other_threads_run():
+    x = np.random.default_rng(0).standard_normal(4_000_000).astype(np.float32)
+    call = (x.view(np.uint8), 1, x.view(np.uint8), 1, (float(x.min()), float(x.max())) * 2, 1e-7)
+    inside, seconds = ticks_inside(lambda: FUSED.pair_metrics_many([call] * 4))
     assert inside, f"no tick of this thread during the {1e3 * seconds:.0f} ms kernel call"
 
 

@@ -308,6 +308,10 @@ def _describe(pickle_bytes: bytes) -> tuple[str, str, int, tuple[int, ...], tupl
     return str(ref[2]), dtype, offset, tuple(size), tuple(stride)
 
 
+#: What reading ``data.pkl`` and finding its storage raises for an archive that is not a plain one-tensor one.
+_NOT_A_TENSOR = (_Unsupported, KeyError, UnicodeError, struct.error, ValueError, IndexError, EOFError, TypeError)
+
+
 def _tensor_entry(fd: int, file_size: int, head: bytes, entries: dict) -> tuple[tuple, tuple[int, int]] | None:
     """(description, (storage offset, storage bytes)) of a plain little-endian one-tensor archive whose first
     bytes are ``head`` and whose directory is ``entries``; None for any other archive."""
@@ -325,7 +329,7 @@ def _tensor_entry(fd: int, file_size: int, head: bytes, entries: dict) -> tuple[
         storage = entries.get(prefix + b"data/" + description[0].encode())
         if storage is None or storage[0] < 0:
             return None
-    except (_Unsupported, KeyError, UnicodeError, struct.error, ValueError, IndexError, EOFError, TypeError):
+    except _NOT_A_TENSOR:
         return None
     return description, storage
 
@@ -354,7 +358,9 @@ def small_tensor(path: str, dtype: str, shape: tuple[int, ...]) -> tuple[bytes, 
     ``path`` (under :data:`MAP_FROM` bytes, a regular file, not a symbolic link) holding one C-contiguous,
     non-empty tensor of the canonical ``dtype`` and ``shape``; None for anything else (the callers then read the
     file with their checks and messages). One open and one read; numpy is not needed
-    (:func:`nbprec.formats._pt.read_small_pt` makes the array, :mod:`nbprec.compare.early` reads the bytes)."""
+    (:func:`nbprec.formats._pt.read_small_pt` makes the array, :mod:`nbprec.compare.early` reads the bytes).
+    The tensor is found by ``_zipdir.tensor_start`` (C) when it is built, else by :func:`_tensor_start`: the
+    same checks, the same answer (the tests hold the two to each other)."""
     try:
         small = _small_archive(path)
     except (OSError, _Unsupported):
@@ -362,6 +368,16 @@ def small_tensor(path: str, dtype: str, shape: tuple[int, ...]) -> tuple[bytes, 
     if small is None:
         return None
     head, entries = small
+    if _tensor_start_c is not None and type(shape) is tuple and type(head) is bytes:
+        found = _tensor_start_c(head, entries, dtype, ITEMSIZES.get(dtype, 0), shape, _description)
+    else:
+        found = _tensor_start(head, entries, dtype, shape)
+    return None if found is None else (head, *found)
+
+
+def _tensor_start(head: bytes, entries: dict, dtype: str, shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """(where the tensor starts in ``head``, the whole archive, its element count) when the archive whose directory
+    is ``entries`` holds one C-contiguous, non-empty tensor of ``dtype`` and ``shape``; else None."""
     try:  # (the head is the whole file: nothing is read past it, and the file is closed)
         found = _tensor_entry(-1, len(head), head, entries)
     except OSError:
@@ -375,4 +391,18 @@ def small_tensor(path: str, dtype: str, shape: tuple[int, ...]) -> tuple[bytes, 
     numel, last, contiguous = _geometry(offset, size, stride)
     if not contiguous or numel == 0 or nbytes % itemsize or not 0 <= last < nbytes // itemsize:
         return None
-    return head, start + offset * itemsize, numel
+    return start + offset * itemsize, numel
+
+
+def _description(pickle_bytes: bytes) -> tuple[str, str, int, tuple[int, ...], tuple[int, ...]] | None:
+    """:func:`_describe`, or None for a pickle it does not read (as :func:`_tensor_entry` takes it)."""
+    try:
+        return _describe(pickle_bytes)
+    except _NOT_A_TENSOR:
+        return None
+
+
+try:
+    from nbprec.formats._zipdir import tensor_start as _tensor_start_c
+except ImportError:  # not built
+    _tensor_start_c = None

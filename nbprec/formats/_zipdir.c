@@ -21,6 +21,9 @@
  * read_small_many(paths, whole_below) -> [read_small() of each, or None where it would raise]
  *   the files opened and read in one pass that holds the GIL for none of them (threads measuring pairs read a
  *   batch's payloads ahead: nbprec/formats/_ptzip.py's read_ahead).
+ * tensor_start(head, entries, dtype, itemsize, shape, describe) -> (start, numel) or None
+ *   where the one tensor of a small archive read whole starts, when it is the plain tensor asked for (what
+ *   nbprec/formats/_ptzip.py's small_tensor checks, held to its Python twin there by the tests).
  * entries() and read_small() raise ValueError (the archive is not one this reader understands: the caller falls
  * back to zipfile) or OSError (reading failed). Every offset and length read from the file is checked against the buffer it
  * indexes before it is used: the file may be truncated, damaged or hostile.
@@ -443,10 +446,169 @@ done:
     return out;
 }
 
+/* ---- the tensor of a one-tensor archive ------------------------------------------------------------ */
+
+enum { ENTRY_ERROR = -1, ENTRY_ABSENT = 0, ENTRY_STORED = 1, ENTRY_UNUSABLE = 2 };
+
+/* Entry `prefix` + `suffix` of read_small()'s `entries`: ENTRY_STORED with its (offset, size) when it is stored
+   (offset >= 0) and lies inside the file's file_size bytes, ENTRY_ABSENT, ENTRY_UNUSABLE for any other, or
+   ENTRY_ERROR with an error set. */
+static int stored_entry(PyObject *entries, const char *prefix, Py_ssize_t prefix_len, const char *suffix,
+                        Py_ssize_t suffix_len, long long file_size, long long *offset, long long *size)
+{
+    PyObject *name = PyBytes_FromStringAndSize(NULL, prefix_len + suffix_len), *value;
+    if (name == NULL) return ENTRY_ERROR;
+    memcpy(PyBytes_AS_STRING(name), prefix, (size_t)prefix_len);
+    memcpy(PyBytes_AS_STRING(name) + prefix_len, suffix, (size_t)suffix_len);
+    value = PyDict_GetItemWithError(entries, name); /* (borrowed) */
+    Py_DECREF(name);
+    if (value == NULL) return PyErr_Occurred() ? ENTRY_ERROR : ENTRY_ABSENT;
+    if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2) return ENTRY_UNUSABLE;
+    *offset = PyLong_AsLongLong(PyTuple_GET_ITEM(value, 0));
+    *size = PyLong_AsLongLong(PyTuple_GET_ITEM(value, 1));
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return ENTRY_UNUSABLE;
+    }
+    return *offset >= 0 && *size >= 0 && *offset <= file_size && *size <= file_size - *offset ? ENTRY_STORED
+                                                                                             : ENTRY_UNUSABLE;
+}
+
+/* A tuple of at most 64 non-negative ints that fit in a long long, copied to out[0:*n]; 0 for anything else. */
+static int int_tuple(PyObject *obj, long long *out, Py_ssize_t *n)
+{
+    Py_ssize_t k;
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) > 64) return 0;
+    *n = PyTuple_GET_SIZE(obj);
+    for (k = 0; k < *n; k++) {
+        int overflow = 0;
+        PyObject *item = PyTuple_GET_ITEM(obj, k);
+        if (!PyLong_Check(item)) return 0;
+        out[k] = PyLong_AsLongLongAndOverflow(item, &overflow);
+        if (overflow || out[k] < 0) return 0;
+    }
+    return 1;
+}
+
+/* Whether data.pkl's description (storage key, dtype, offset, size, stride) is one non-empty C-contiguous tensor
+   of `dtype` and `shape` inside the storage's nbytes bytes; its element offset and count in *offset and *numel.
+   (Geometry Python's checks would also refuse, negative sizes or values past 2^63, is refused here outright.) */
+static int plain_tensor(PyObject *description, PyObject *dtype, PyObject *shape, long long itemsize, long long nbytes,
+                        long long *offset, long long *numel)
+{
+    long long size[64], stride[64], step = 1, last, count = 1;
+    Py_ssize_t n_size, n_stride, k;
+    int overflow = 0;
+    PyObject *kind = PyTuple_GET_ITEM(description, 1);
+    if (!PyUnicode_Check(kind) || PyUnicode_Compare(kind, dtype) != 0 ||
+        PyObject_RichCompareBool(PyTuple_GET_ITEM(description, 3), shape, Py_EQ) != 1) {
+        PyErr_Clear(); /* (a comparison that failed: not the tensor asked for) */
+        return 0;
+    }
+    *offset = PyLong_Check(PyTuple_GET_ITEM(description, 2))
+                  ? PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(description, 2), &overflow)
+                  : -1;
+    if (overflow || *offset < 0 || !int_tuple(PyTuple_GET_ITEM(description, 3), size, &n_size) ||
+        !int_tuple(PyTuple_GET_ITEM(description, 4), stride, &n_stride) || n_size != n_stride)
+        return 0;
+    last = *offset;
+    for (k = n_size - 1; k >= 0; k--) { /* C-contiguous: each stride the product of the later sizes (at least 1) */
+        if (stride[k] != step || __builtin_mul_overflow(count, size[k], &count)) return 0;
+        if (size[k] > 1 && (__builtin_add_overflow(last, (size[k] - 1) * stride[k], &last) ||
+                            __builtin_mul_overflow(step, size[k], &step)))
+            return 0;
+    }
+    *numel = count;
+    return count > 0 && nbytes % itemsize == 0 && last < nbytes / itemsize;
+}
+
+/* bytes.strip() of data[0:size] == b"little" */
+static int is_little(const char *data, long long size)
+{
+    static const char space[] = " \t\n\r\v\f";
+    while (size > 0 && memchr(space, data[0], sizeof space - 1) != NULL) data++, size--;
+    while (size > 0 && memchr(space, data[size - 1], sizeof space - 1) != NULL) size--;
+    return size == 6 && memcmp(data, "little", 6) == 0;
+}
+
+PyDoc_STRVAR(tensor_start_doc,
+             "tensor_start(head, entries, dtype, itemsize, shape, describe) -> (start, numel) or None\n\n"
+             "Where the tensor of a plain one-tensor archive starts in `head` (the whole file) and its element\n"
+             "count, given read_small()'s `entries`: the first entry named data.pkl, the byte order little-endian,\n"
+             "describe(data.pkl's bytes) (None, or (storage key, dtype, offset, size, stride)) a C-contiguous,\n"
+             "non-empty tensor of `dtype` (`itemsize` bytes an element) and `shape`, inside its stored storage\n"
+             "entry. None for any other archive: what nbprec/formats/_ptzip.py's small_tensor checks, in C.");
+
+static PyObject *py_tensor_start(PyObject *self, PyObject *args)
+{
+    PyObject *head, *entries, *dtype, *shape, *describe, *key, *value, *description;
+    const char *name = NULL, *data, *storage_key;
+    Py_ssize_t pos = 0, name_len = 0, prefix_len, key_len;
+    long long itemsize, offset = 0, size = 0, start, nbytes, element_offset, numel, file_size;
+    int found;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "SO!ULO!O:tensor_start", &head, &PyDict_Type, &entries, &dtype, &itemsize,
+                          &PyTuple_Type, &shape, &describe))
+        return NULL;
+    data = PyBytes_AS_STRING(head);
+    file_size = PyBytes_GET_SIZE(head);
+    while (PyDict_Next(entries, &pos, &key, &value)) { /* torch.save writes data.pkl first */
+        if (!PyBytes_Check(key)) continue;
+        name = PyBytes_AS_STRING(key);
+        name_len = PyBytes_GET_SIZE(key);
+        if ((name_len >= 9 && memcmp(name + name_len - 9, "/data.pkl", 9) == 0) ||
+            (name_len == 8 && memcmp(name, "data.pkl", 8) == 0))
+            break;
+        name = NULL;
+    }
+    if (name == NULL || itemsize <= 0) Py_RETURN_NONE;
+    prefix_len = name_len - 8;
+    found = stored_entry(entries, name, prefix_len, "byteorder", 9, file_size, &offset, &size);
+    if (found == ENTRY_ERROR) return NULL;
+    if (found == ENTRY_UNUSABLE || (found == ENTRY_STORED && !is_little(data + offset, size))) Py_RETURN_NONE;
+    found = stored_entry(entries, name, prefix_len, "data.pkl", 8, file_size, &offset, &size);
+    if (found != ENTRY_STORED) {
+        if (found == ENTRY_ERROR) return NULL;
+        Py_RETURN_NONE;
+    }
+    value = PyBytes_FromStringAndSize(data + offset, (Py_ssize_t)size);
+    if (value == NULL) return NULL;
+    description = PyObject_CallOneArg(describe, value);
+    Py_DECREF(value);
+    if (description == NULL) return NULL;
+    if (!PyTuple_Check(description) || PyTuple_GET_SIZE(description) != 5 ||
+        !PyUnicode_Check(PyTuple_GET_ITEM(description, 0)) ||
+        (storage_key = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(description, 0), &key_len)) == NULL) {
+        PyErr_Clear(); /* (None, or a key that is not UTF-8: not an archive this reads) */
+        Py_DECREF(description);
+        Py_RETURN_NONE;
+    }
+    {
+        PyObject *suffix = PyBytes_FromStringAndSize(NULL, 5 + key_len);
+        if (suffix == NULL) {
+            Py_DECREF(description);
+            return NULL;
+        }
+        memcpy(PyBytes_AS_STRING(suffix), "data/", 5);
+        memcpy(PyBytes_AS_STRING(suffix) + 5, storage_key, (size_t)key_len);
+        found = stored_entry(entries, name, prefix_len, PyBytes_AS_STRING(suffix), 5 + key_len, file_size, &start,
+                             &nbytes);
+        Py_DECREF(suffix);
+    }
+    if (found != ENTRY_STORED || !plain_tensor(description, dtype, shape, itemsize, nbytes, &element_offset, &numel)) {
+        Py_DECREF(description);
+        if (found == ENTRY_ERROR) return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_DECREF(description);
+    return Py_BuildValue("(LL)", start + element_offset * itemsize, numel);
+}
+
 static PyMethodDef methods[] = {
     {"entries", py_entries, METH_VARARGS, entries_doc},
     {"read_small", py_read_small, METH_VARARGS, read_small_doc},
     {"read_small_many", py_read_small_many, METH_VARARGS, read_small_many_doc},
+    {"tensor_start", py_tensor_start, METH_VARARGS, tensor_start_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -427,3 +427,50 @@ def test_reading_ahead_a_name_no_file_can_have_reads_nothing_ahead(tmp_path):
         assert _ptzip.small_tensor(good, "float32", (6,)) is not None
     finally:
         _files.forget_ahead()
+
+
+def test_the_c_and_python_tensor_locators_agree(tmp_path):
+    """``_zipdir.tensor_start`` (C) finds the one tensor of a small archive exactly where ``_tensor_start`` (its
+    Python twin) finds it, and refuses what it refuses: plain tensors of every layout asked for with their own,
+    another dtype and another shape, big-endian and compressed archives, several tensors, and hundreds of damaged
+    archives."""
+
+    from nbprec.formats import _ptzip
+
+    if _ptzip._tensor_start_c is None or _ptzip._read_small_c is None:
+        pytest.skip("nbprec.formats._zipdir is not built")
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    tensors = {
+        "float32": base, "bfloat16": base.to(torch.bfloat16), "float16": base.to(torch.float16),
+        "int64": base.to(torch.int64), "bool": base > 5, "offset view": base[2:], "scalar": torch.tensor(2.5),
+        "strided": base.t(), "empty": torch.zeros(0, 3), "ones": torch.ones(1, 1, 5),
+    }  # fmt: skip
+    for name, t in tensors.items():
+        torch.save(t, tmp_path / f"{name}.pt")
+    big_endian = tmp_path / "big_endian.pt"
+    members = _members(tmp_path / "float32.pt")
+    with zipfile.ZipFile(big_endian, "w") as archive:
+        for member, data in members.items():
+            archive.writestr(member, b"big\n" if member.endswith("byteorder") else data)
+    asked = [(name, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for name, t in tensors.items()]
+    asked = [(tmp_path / f"{name}.pt", dtype, shape) for name, dtype, shape in asked]
+    asked.append((big_endian, "float32", (4, 6)))
+    asked += [(path, "float16", (4, 6)) for path in (tmp_path / "float32.pt", tmp_path / "float16.pt")]
+    asked += [(tmp_path / "float32.pt", "float32", (6, 4)), (tmp_path / "float32.pt", "float32", [4, 6])]
+    asked += [(path, "float32", (128, 130)) for path in _damaged_archives(tmp_path)]
+    found = refused = 0
+    for path, dtype, shape in asked:
+        try:
+            small = _ptzip._read_small_c(str(path), _ptzip.MAP_FROM)
+        except ValueError:  # (not an archive the directory reader understands)
+            continue
+        if small is None:
+            continue
+        head, entries = small
+        python = _ptzip._tensor_start(head, entries, dtype, tuple(shape) if isinstance(shape, tuple) else shape)
+        if isinstance(shape, tuple):
+            c = _ptzip._tensor_start_c(head, entries, dtype, _ptzip.ITEMSIZES.get(dtype, 0), shape, _ptzip._description)
+            assert c == python, (path.name, dtype, shape)
+        assert _ptzip.small_tensor(str(path), dtype, shape) == (None if python is None else (head, *python))
+        found, refused = found + (python is not None), refused + (python is None)
+    assert found > 10 and refused > 50, (found, refused)  # both answers were exercised

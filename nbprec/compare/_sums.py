@@ -18,6 +18,8 @@ try:  # the compiled one-pass kernel; absent when the package was installed with
     from nbprec.compare import _fused as FUSED
 except ImportError:  # pragma: no cover - depends on the build
     FUSED = None
+if FUSED is not None and not hasattr(FUSED, "pair_metrics"):  # pragma: no cover - an extension built before it:
+    FUSED = None  # the numpy kernel then, as without a compiler (`make install` rebuilds it)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
  *
  * pair_metrics() is what nbprec/compare/small_pairs.py did in Python around one pair_sums call: the pass's
  * parameters from the recorded extremes (_pair_params), the pass, the pass again when those extremes were not
- * the pair's (checked_sums), and the metric columns from the sums (sums_values, _finish, _one_pass_std). The
+ * the pair's (direct_sums), and the metric columns from the sums (sums_values, _finish, _one_pass_std). The
  * usual pair costs a few microseconds of Python that way instead of about twenty, and pair_metrics_many() does
  * a whole batch with the GIL released once. Every value is the one the Python functions of _sums.py give, to
  * the bit (the tests hold the two to each other on real pairs): the same operations in the same order on IEEE
@@ -42,8 +42,6 @@ static const char *const METRIC_NAMES[N_METRICS] = {
 };
 static PyObject *metric_keys[N_METRICS]; /* interned, made on the first call (with the GIL) */
 
-/* What one pair gave: its columns, or why it has none here (the caller then measures it on its arrays). */
-typedef enum { GOT_VALUES, NO_HINTS, NEEDS_ARRAYS } Outcome;
 typedef enum { REASON_NONE, REASON_TARGET_ZERO, REASON_BENCH_ZERO } Reason;
 static const char *const REASONS[] = {
     "",
@@ -58,7 +56,7 @@ typedef struct {
     double hints[4]; /* target min, max, benchmark min, max */
     int has_hints;
     double eps_b;
-    Outcome outcome;
+    int measured; /* 0: no columns here (no usable hints, or the pair needs its arrays: the caller measures it) */
     double values[N_METRICS];
     Reason reason;
     int held; /* whether the hints were the pair's extremes */
@@ -153,25 +151,20 @@ NO_CONTRACT static int finish(const double *st, Py_ssize_t count, double *v, Rea
 }
 
 /* One pair, start to end (no Python object touched: runs without the GIL): the pass with the hints' parameters,
-   again with the extremes it found when the hints were not the pair's (checked_sums), then the columns. */
+   again with the extremes it found when the hints were not the pair's (direct_sums), then the columns. */
 static void measure_pair(Pair *it)
 {
     double state[STATE_SIZE];
     Params p;
     const char *x = (const char *)it->xv.buf, *y = (const char *)it->yv.buf;
-    if (!it->has_hints || !usable(it->hints) || it->n == 0) {
-        it->outcome = NO_HINTS;
-        return;
-    }
+    it->measured = 0;
+    if (!it->has_hints || !usable(it->hints) || it->n == 0) return;
     pair_params(it->hints, it->eps_b, &p);
     nbprec_init_state(state);
     nbprec_measure(x, it->xt, y, it->yt, it->n, &p, state);
     /* A side with NaN or inf needs its arrays whatever the second pass would give (sxx and syy do not depend on
        the parameters); otherwise the extremes found are the pair's, NaN aside. */
-    if (!isfinite(state[S_SXX] + state[S_SYY])) {
-        it->outcome = NEEDS_ARRAYS;
-        return;
-    }
+    if (!isfinite(state[S_SXX] + state[S_SYY])) return;
     it->held = state[S_LX] == it->hints[0] && state[S_HX] == it->hints[1] && state[S_LY] == it->hints[2] &&
                state[S_HY] == it->hints[3];
     if (!it->held) {
@@ -180,7 +173,7 @@ static void measure_pair(Pair *it)
         nbprec_init_state(state);
         nbprec_measure(x, it->xt, y, it->yt, it->n, &p, state);
     }
-    it->outcome = finish(state, it->n, it->values, &it->reason) ? GOT_VALUES : NEEDS_ARRAYS;
+    it->measured = finish(state, it->n, it->values, &it->reason);
 }
 
 /* ---- Python interface ------------------------------------------------------------------------------- */
@@ -237,7 +230,7 @@ static PyObject *pair_result(const Pair *it)
 {
     PyObject *values, *value;
     int k;
-    if (it->outcome != GOT_VALUES) Py_RETURN_NONE;
+    if (!it->measured) Py_RETURN_NONE;
     if (!make_keys() || (values = PyDict_New()) == NULL) return NULL;
     for (k = 0; k < N_METRICS; k++) {
         value = PyFloat_FromDouble(it->values[k]);
@@ -253,7 +246,7 @@ static PyObject *pair_result(const Pair *it)
 
 const char nbprec_pair_metrics_doc[] =
     "pair_metrics(x, x_type, y, y_type, extremes, eps_b) -> (columns, reason, held) or None\n\n"
-    "The metric columns of one pair (what small_pair gives: nbprec.compare._sums's sums_values of checked_sums of\n"
+    "The metric columns of one pair (what small_pair gives: nbprec.compare._sums's sums_values of direct_sums of\n"
     "a pass with the parameters the recorded `extremes` (target min, max, benchmark min, max) give), to the bit:\n"
     "`columns` a dict in sums_values's order, `reason` why cosine is missing ('' if it is not), `held` whether the\n"
     "extremes were the pair's (when not, the pass is made again with the ones found). None when `extremes` is None\n"

@@ -5,7 +5,7 @@ that call over two buffers read whole (the usual pair), with the parameters :fun
 sides' extremes. :mod:`nbprec.compare._kernels` drives the kernel over every other layout.
 
 The small payloads of :mod:`nbprec.compare.small_pairs` (most pairs of a dump) take the same steps in C instead,
-``_fused.pair_metrics`` (``nbprec/compare/_fused_metrics.c``): :func:`checked_sums` around the pass, then
+``_fused.pair_metrics`` (``nbprec/compare/_fused_metrics.c``): :func:`direct_sums`, then
 :func:`sums_values`, operation for operation, with the same bits (the tests hold the two to each other).
 """
 
@@ -137,12 +137,7 @@ def _usable_hints(hints: tuple | None) -> bool:
 
 def _direct_pass(pair: tuple[Buffer, int, Buffer, int], params: tuple) -> Sums:
     """The sums of a pair :func:`in_place_pair` accepted: one call of the compiled kernel."""
-    return kernel_sums(FUSED.pair_sums(*pair, *params), params)
-
-
-def kernel_sums(sums: tuple, params: tuple) -> Sums:
-    """The :class:`Sums` of what ``pair_sums`` gave with ``params``."""
-    acc = Sums.from_sums(sums)
+    acc = Sums.from_sums(FUSED.pair_sums(*pair, *params))
     acc.shift_x, acc.shift_y = params[4], params[5]
     return acc
 
@@ -151,21 +146,12 @@ def direct_sums(
     pair: tuple[Buffer, int, Buffer, int], eps_b: float, hints: tuple | None
 ) -> tuple[Sums, bool | None] | None:
     """:func:`fused_sums` of a pair :func:`in_place_pair` accepted, given usable ``hints`` (None without them:
-    the caller then takes :func:`fused_sums`, which finds the extremes first)."""
-    params = direct_params(eps_b, hints)
-    return None if params is None else checked_sums(_direct_pass(pair, params), pair, eps_b, hints)
-
-
-def direct_params(eps_b: float, hints: tuple | None) -> tuple | None:
-    """``pair_sums``'s parameters for :func:`direct_sums`'s pass with usable ``hints``; None without them."""
-    return _pair_params(hints, eps_b) if _usable_hints(hints) else None
-
-
-def checked_sums(
-    acc: Sums, pair: tuple[Buffer, int, Buffer, int], eps_b: float, hints: tuple
-) -> tuple[Sums, bool | None]:
-    """:func:`direct_sums` after its pass with ``hints`` gave ``acc``: the pass again with the extremes it found
-    when the hints were not the pair's (whose KL offsets and floors they set), and whether they were."""
+    the caller then takes :func:`fused_sums`, which finds the extremes first): one pass with the parameters the
+    hints give, and a second with the extremes it found when the hints were not the pair's (whose KL offsets and
+    floors they set); and whether they were."""
+    if not _usable_hints(hints):
+        return None
+    acc = _direct_pass(pair, _pair_params(hints, eps_b))
     held = (acc.min_x, acc.max_x, acc.min_y, acc.max_y) == tuple(hints)  # right, NaN aside
     found = acc.extremes()
     if found == tuple(hints):

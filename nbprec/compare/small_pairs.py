@@ -5,7 +5,7 @@ Most payloads are small (under :data:`~nbprec.formats._files.MAP_FROM` bytes) an
 :func:`small_pair` reads both (:func:`~nbprec.formats._ptzip.small_tensor`, :func:`~nbprec.formats._npyfile.small_npy`:
 one open and one read each) and measures them with the compiled ``pair_metrics``
 (``nbprec/compare/_fused_metrics.c``): what :func:`~nbprec.compare.metrics.tensor_metrics` does on their arrays (the
-same kernel call on the same bytes, and :mod:`nbprec.compare._sums`'s ``checked_sums`` and ``sums_values`` in C, to
+same kernel call on the same bytes, and :mod:`nbprec.compare._sums`'s ``direct_sums`` and ``sums_values`` in C, to
 the bit), without the arrays and without numpy, in a few microseconds of Python. It gives None for any other pair
 and for a pair whose sums need the arrays again (NaN or inf, a standard deviation that needs an exact second
 pass); the caller then measures it the general way.

@@ -368,7 +368,7 @@ def small_tensor(path: str, dtype: str, shape: tuple[int, ...]) -> tuple[bytes, 
     if small is None:
         return None
     head, entries = small
-    if _tensor_start_c is not None and type(shape) is tuple and type(head) is bytes:
+    if _tensor_start_c is not None and type(shape) is tuple:  # (a list of sizes: never the tensor's tuple)
         found = _tensor_start_c(head, entries, dtype, ITEMSIZES.get(dtype, 0), shape, _description)
     else:
         found = _tensor_start(head, entries, dtype, shape)

@@ -390,7 +390,7 @@ def _bits(measured):
 
 @needs_fused
 def test_pair_metrics_is_the_python_finish_to_the_bit():
-    """pair_metrics (C) gives what _sums.py's checked_sums and sums_values give around pair_sums: the same columns
+    """pair_metrics (C) gives what _sums.py's direct_sums and sums_values give around pair_sums: the same columns
     in the same order and bits, the same reason and the same verdict on the extremes; None for the same pairs."""
     outcomes = set()
     for call in _metric_cases():
@@ -436,6 +436,30 @@ def test_pair_metrics_many_lets_other_threads_run():
     call = (x.view(np.uint8), 1, x.view(np.uint8), 1, (float(x.min()), float(x.max())) * 2, 1e-7)
     inside, seconds = ticks_inside(lambda: FUSED.pair_metrics_many([call] * 4))
     assert inside, f"no tick of this thread during the {1e3 * seconds:.0f} ms kernel call"
+
+
+_STALE_BUILD = """
+import importlib, sys, types
+import nbprec.compare
+sys.modules["nbprec.compare._fused"] = types.ModuleType("nbprec.compare._fused")  # built before pair_metrics
+import numpy as np
+metrics = importlib.import_module("nbprec.compare.metrics")
+small_pair = importlib.import_module("nbprec.compare.small_pairs").small_pair
+assert metrics.KERNEL == "numpy", metrics.KERNEL
+assert small_pair("a.pt", "float32", "b.pt", "float32", (3,), (0.0, 1.0, 0.0, 1.0)) is None
+print(metrics.tensor_metrics(np.arange(5.0), np.arange(5.0) + 1e-3).values["cosine"])
+"""
+
+
+def test_an_extension_built_before_pair_metrics_counts_as_no_kernel():
+    """A compiled kernel left from an older build (a pull without ``make install``) lacks ``pair_metrics``: the
+    comparison then runs on the numpy kernel (``KERNEL`` says so), as without a compiler, rather than failing."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _STALE_BUILD], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) > 0.999
 
 
 def test_unknown_or_missing_kernels_are_errors(monkeypatch):

@@ -6,7 +6,9 @@ the machine's other cores wait. :func:`start` (called by :func:`nbprec.cli.run` 
 files with the C scanner, :mod:`nbprec.compare.early_msprobe`; the column cache of nbprec's own dumps,
 :mod:`nbprec.compare.early_native`), pairs the tensors both sides record alike, and measures the usual pairs
 (small plain ``.pt`` or ``.npy`` payloads of a float dtype, the same shape on both sides, finite recorded extremes)
-with the compiled kernel (:mod:`nbprec.compare.small_pairs`), in the target's order, until it is told to stop.
+with the compiled kernel (:mod:`nbprec.compare.small_pairs`), in the target's order (a pair whose payloads are not
+all in the page cache after the others: see :func:`nbprec.compare.engine._measure_cached_first`), until it is told
+to stop.
 
 It sends each pair's metric values (those :func:`~nbprec.compare._sums.sums_values` gives from the kernel's sums,
 when they need no second look at the arrays) through a pipe as it goes. When :func:`nbprec.compare` has opened
@@ -381,10 +383,14 @@ def _pair_records(roots: tuple[str, str], flag: Any) -> Any:
     else:
         pairs, kind = early_msprobe.candidates(roots), "pt"
     columns = None
-    for t_file, b_file, t_dtype, b_dtype, shape, hints in pairs:
+    later: list[tuple] = []  # pairs whose payloads were not all in the page cache: measured after the others
+    for (t_file, b_file, t_dtype, b_dtype, shape, hints), wait in _cached_first(pairs, later):
         if flag[0]:
             return
-        measured = small_pair(t_file, t_dtype, b_file, b_dtype, shape, hints, kind)
+        measured = small_pair(t_file, t_dtype, b_file, b_dtype, shape, hints, kind, wait)
+        if measured is False:  # (its reading from the disk has started: it comes in meanwhile)
+            later.append((t_file, b_file, t_dtype, b_dtype, shape, hints))
+            continue
         if measured is None:
             continue
         values, reason, _held = measured
@@ -394,3 +400,12 @@ def _pair_records(roots: tuple[str, str], flag: Any) -> Any:
         if tuple(values) != columns:
             return
         yield (t_file, b_file, t_dtype, b_dtype, shape, hints, tuple(values.values()), reason)
+
+
+def _cached_first(pairs: Any, later: list[tuple]) -> Any:
+    """``(pair, False)`` for each of ``pairs`` (read without waiting for the disk), then ``(pair, True)`` for each
+    the caller put in ``later`` meanwhile (read, waiting)."""
+    for pair in pairs:
+        yield pair, False
+    for pair in later:
+        yield pair, True

@@ -24,6 +24,10 @@ from nbprec.formats._files import MAP_FROM
 from nbprec.formats._npyfile import small_npy
 from nbprec.formats._ptzip import ITEMSIZES, small_tensor
 
+TYPE_CHECKING = False  # (the early worker imports this module: typing is not needed at run time)
+if TYPE_CHECKING:
+    from typing import Literal
+
 #: What :func:`small_pair` gives: (metric columns, why cosine is missing or '', whether the extremes held).
 Measured = tuple[dict[str, float], str, bool | None]
 #: A pair :func:`small_pairs` measures: (target file, target dtype, bench file, bench dtype, shape, extremes).
@@ -38,15 +42,20 @@ def small_pair(
     shape: tuple[int, ...],
     extremes: tuple[float, float, float, float],
     kind: str = "pt",
-) -> Measured | None:
+    wait: bool = True,
+) -> Measured | Literal[False] | None:
     """``(metric columns, why cosine is missing or '', whether the extremes held)`` of the pair of payload files
     ``t_file`` and ``b_file``, each a tensor of ``shape`` and its canonical dtype, measured with the recorded
     ``extremes`` (target min, max, benchmark min, max) as the kernel's hints; None when this pair is not one
     :func:`small_pair` measures (see the module docstring). ``kind`` says what the files are: ``"pt"``, msprobe's
     archives (:func:`~nbprec.formats._ptzip.small_tensor`), or ``"npy"``, nbprec's own payloads
-    (:func:`~nbprec.formats._npyfile.small_npy`, stored as the dtypes the index names are)."""
-    pair = _read_pair(t_file, t_dtype, b_file, b_dtype, shape, kind)
-    return None if pair is None else FUSED.pair_metrics(*pair, extremes, EPS_BENCH[pair[3]])
+    (:func:`~nbprec.formats._npyfile.small_npy`, stored as the dtypes the index names are).
+
+    ``wait=False``: False, without waiting, when part of a payload is not in the page cache yet (its
+    reading from the disk has started: the caller measures other pairs meanwhile and then asks again, see
+    :func:`nbprec.compare.engine._measure_cached_first`)."""
+    pair = _read_pair(t_file, t_dtype, b_file, b_dtype, shape, kind, wait)
+    return pair if not pair else FUSED.pair_metrics(*pair, extremes, EPS_BENCH[pair[3]])
 
 
 def small_pairs(items: list[Item], kind: str = "pt") -> list[Measured | None]:
@@ -68,10 +77,11 @@ def small_pairs(items: list[Item], kind: str = "pt") -> list[Measured | None]:
 
 
 def _read_pair(
-    t_file: str, t_dtype: str, b_file: str, b_dtype: str, shape: tuple[int, ...], kind: str
-) -> tuple[memoryview, int, memoryview, int] | None:
+    t_file: str, t_dtype: str, b_file: str, b_dtype: str, shape: tuple[int, ...], kind: str, wait: bool = True
+) -> tuple[memoryview, int, memoryview, int] | Literal[False] | None:
     """``(target bytes, its kernel type, benchmark bytes, its kernel type)`` of a pair :func:`small_pair`
-    measures, both payloads read; None for any other."""
+    measures, both payloads read; None for any other; False (``wait=False``) when a payload is not all in the page
+    cache yet (the benchmark's is asked for too, so that both come from the disk together)."""
     t_code, b_code = KERNEL_TYPES.get(t_dtype), KERNEL_TYPES.get(b_dtype)
     if FUSED is None or t_code is None or b_code is None:
         return None
@@ -80,8 +90,10 @@ def _read_pair(
     if numel <= 0 or max(t_bytes, b_bytes) >= MAP_FROM:
         return None
     read = small_npy if kind == "npy" else small_tensor
-    x = read(t_file, t_dtype, shape)
-    y = read(b_file, b_dtype, shape) if x is not None else None
+    x = read(t_file, t_dtype, shape, wait)
+    y = read(b_file, b_dtype, shape, wait) if x is not None else None
+    if x is False or y is False:
+        return False
     if x is None or y is None:
         return None
     return memoryview(x[0])[x[1] : x[1] + t_bytes], t_code, memoryview(y[0])[y[1] : y[1] + b_bytes], b_code

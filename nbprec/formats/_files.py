@@ -142,7 +142,7 @@ except ImportError:  # not built
 _ahead = _thread._local()
 
 
-def read_ahead(paths: list[str], archives: bool = True) -> None:
+def read_ahead(paths: list[str], archives: bool = True, wait: bool = True) -> set[str]:
     """Read the small payload files ``paths`` now, in one call that holds the GIL for none of them; this thread's
     next read of each (:func:`taken_ahead`) takes it from here, once, instead of reading it (until
     :func:`forget_ahead`). ``archives``: msprobe's ``.pt`` archives, kept as ``(the whole file, its zip entries)``
@@ -151,14 +151,18 @@ def read_ahead(paths: list[str], archives: bool = True) -> None:
     ``nbprec.compare``): reading a batch's payloads in one go hands the GIL over once, not twice a pair, and each
     hand-over under contention costs both threads a sleep and a wake-up. Files are opened as :func:`open_plain_file`
     opens them, of 1 to :data:`MAP_FROM` - 1 bytes; one the reader would refuse or fail on is not kept: that
-    read then says so. Nothing is done without the compiled reader (``nbprec.formats._zipdir``)."""
+    read then says so. Nothing is done without the compiled reader (``nbprec.formats._zipdir``).
+
+    ``wait=False``: a file part of which is not in the page cache is not read (its reading from the disk has
+    started, and nothing waits for it); the paths of those files are returned (an empty set otherwise)."""
     if _read_small_many_c is None or not paths:
-        return
+        return set()
     try:
-        found = _read_small_many_c(paths, MAP_FROM, archives)
+        found = _read_small_many_c(paths, MAP_FROM, archives, wait)
     except ValueError:  # a name no file can have (a NUL byte): each pair's own read then says so
-        return
-    _ahead.files = {path: small for path, small in zip(paths, found, strict=True) if small is not None}
+        return set()
+    _ahead.files = {path: small for path, small in zip(paths, found, strict=True) if small}
+    return {path for path, small in zip(paths, found, strict=True) if small is False}
 
 
 def taken_ahead(path: str) -> object | None:

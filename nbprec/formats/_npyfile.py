@@ -15,6 +15,15 @@ import re
 
 from nbprec.formats._files import MAP_FROM, open_plain_file, taken_ahead
 
+try:
+    from nbprec.formats._zipdir import read_small_many as _read_small_many_c
+except ImportError:  # not built
+    _read_small_many_c = None
+
+TYPE_CHECKING = False  # (the early worker imports this module: typing is not needed at run time)
+if TYPE_CHECKING:
+    from typing import Literal
+
 MAGIC = b"\x93NUMPY"
 #: The ``descr`` a native dump stores each dtype of the compiled metric kernel as (little-endian; bfloat16 as its
 #: raw bits, :data:`nbprec.formats.native_read.RAW_BITS_STORAGE`).
@@ -42,16 +51,26 @@ def parse_header(text: bytes) -> tuple[str, bool, tuple[int, ...]] | None:
     return match[1], match[2] == "True", tuple(int(v) for v in match[3].replace(" ", "").split(",") if v)
 
 
-def small_npy(path: str, dtype: str, shape: tuple[int, ...]) -> tuple[bytes, int] | None:
+def small_npy(
+    path: str, dtype: str, shape: tuple[int, ...], wait: bool = True
+) -> tuple[bytes, int] | Literal[False] | None:
     """``(the whole file, where the payload starts in it)`` of ``path`` when it is a regular file, not a symbolic
     link, of 1 to :data:`~nbprec.formats._files.MAP_FROM` - 1 bytes, holding a plain C-order ``.npy`` payload of
     ``shape`` stored as the kernel dtype ``dtype`` is (:data:`KERNEL_DESCRS`), all its bytes there; None for
     anything else (the native reader then reads the file, with its checks and messages). One open, one read (or
-    none: read ahead, :func:`~nbprec.formats._files.read_ahead`)."""
+    none: read ahead, :func:`~nbprec.formats._files.read_ahead`). ``wait=False``: False when part of the file is
+    not in the page cache yet (its reading from the disk has started; the compiled reader is needed)."""
     descr = KERNEL_DESCRS.get(dtype)
     if descr is None:
         return None
     data = taken_ahead(path)
+    if data is None and not wait and _read_small_many_c is not None:
+        try:
+            data = _read_small_many_c([path], MAP_FROM, False, False)[0]
+        except ValueError:  # (a NUL byte in the name)
+            return None
+        if not data:  # None: not a file it reads (the reader's checked path says why); False: not cached yet
+            return data
     if data is None:
         opened = open_plain_file(path)
         if opened is None:

@@ -25,7 +25,7 @@ from nbprec.formats._files import MAP_FROM, open_plain_file, taken_ahead
 
 TYPE_CHECKING = False  # (without importing typing: see the module docstring)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Literal
 
 
 class _Unsupported(Exception):
@@ -159,17 +159,19 @@ except ImportError:  # not built
     _read_small_c = None
 
 
-def _small_archive(path: str) -> tuple[bytes, Entries] | None:
+def _small_archive(path: str, wait: bool = True) -> tuple[bytes, Entries] | Literal[False] | None:
     """(the whole file, its entries) of ``path`` when it is a regular file, not a symbolic link, of 1 to
     ``MAP_FROM`` - 1 bytes; None when it is not, or cannot be opened (the caller's checked path then says why).
     One call: open, fstat, one read, close (or none: read ahead, :func:`~nbprec.formats._files.read_ahead`).
-    Raises _Unsupported for an archive this reader does not understand, OSError when reading fails."""
+    ``wait=False``: False when part of the file is not in the page cache yet (the compiled reader has started
+    reading it from the disk and did not wait). Raises _Unsupported for an archive this reader does not
+    understand, OSError when reading fails."""
     small = taken_ahead(path)
     if small is not None:
         return small
     if _read_small_c is not None:
         try:
-            return _read_small_c(path, MAP_FROM)
+            return _read_small_c(path, MAP_FROM, wait)
         except ValueError as exc:
             raise _Unsupported(str(exc)) from None
     opened = open_plain_file(path)
@@ -353,20 +355,23 @@ def _contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def small_tensor(path: str, dtype: str, shape: tuple[int, ...]) -> tuple[bytes, int, int] | None:
+def small_tensor(
+    path: str, dtype: str, shape: tuple[int, ...], wait: bool = True
+) -> tuple[bytes, int, int] | Literal[False] | None:
     """``(the whole file, where the tensor's bytes start in it, its element count)`` of a small plain archive
     ``path`` (under :data:`MAP_FROM` bytes, a regular file, not a symbolic link) holding one C-contiguous,
     non-empty tensor of the canonical ``dtype`` and ``shape``; None for anything else (the callers then read the
     file with their checks and messages). One open and one read; numpy is not needed
     (:func:`nbprec.formats._pt.read_small_pt` makes the array, :mod:`nbprec.compare.early` reads the bytes).
     The tensor is found by ``_zipdir.tensor_start`` (C) when it is built, else by :func:`_tensor_start`: the
-    same checks, the same answer (the tests hold the two to each other)."""
+    same checks, the same answer (the tests hold the two to each other). ``wait=False``: False when part of the
+    file is not in the page cache yet (see :func:`_small_archive`)."""
     try:
-        small = _small_archive(path)
+        small = _small_archive(path, wait)
     except (OSError, _Unsupported):
         return None
-    if small is None:
-        return None
+    if not small:
+        return small
     head, entries = small
     if _tensor_start_c is not None and type(shape) is tuple:  # (a list of sizes: never the tensor's tuple)
         found = _tensor_start_c(head, entries, dtype, ITEMSIZES.get(dtype, 0), shape, _description)

@@ -13,14 +13,18 @@
  *   name: the entry's name as stored (bytes, not decoded);
  *   data_offset: where the entry's bytes start, -1 when it is compressed (its method is not "stored", or
  *   its stored size differs from its size); size: its uncompressed size.
- * read_small(path, whole_below) -> entries() of a small regular file read whole, or None
+ * read_small(path, whole_below, wait=True) -> entries() of a small regular file read whole, or None
  *   path is opened without following a symbolic link (O_NOFOLLOW) and without blocking (O_NONBLOCK: a FIFO
  *   does not hang it), and read only when it is a regular file of 1 to whole_below - 1 bytes; None otherwise
  *   (the caller then takes its checked path, which says what is wrong). The usual payload in one call: open,
  *   fstat, one read (these without the GIL: other threads measure meanwhile, as in a notebook), close.
- * read_small_many(paths, whole_below) -> [read_small() of each, or None where it would raise]
- *   the files opened and read in one pass that holds the GIL for none of them (threads measuring pairs read a
- *   batch's payloads ahead: nbprec/formats/_ptzip.py's read_ahead).
+ *   wait=False: False, without waiting, when part of the file is not in the page cache (the read asks with
+ *   RWF_NOWAIT, which starts reading the missing pages from the disk): the caller measures other pairs while
+ *   they come, and then reads it again (a dump part of whose pages were evicted would otherwise stop at every
+ *   missing page, once per file).
+ * read_small_many(paths, whole_below, entries=True, wait=True) -> [read_small() of each, or None where it
+ *   would raise] the files opened and read in one pass that holds the GIL for none of them (threads measuring
+ *   pairs read a batch's payloads ahead: nbprec/formats/_files.py's read_ahead); wait=False as read_small's.
  * tensor_start(head, entries, dtype, itemsize, shape, describe) -> (start, numel) or None
  *   where the one tensor of a small archive read whole starts, when it is the plain tensor asked for (what
  *   nbprec/formats/_ptzip.py's small_tensor checks, held to its Python twin there by the tests).
@@ -36,6 +40,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define TAIL 8192        /* bytes read from the end: the directory of a one-tensor archive fits easily */
@@ -74,6 +79,37 @@ static int read_at(int fd, unsigned char *buf, size_t n, uint64_t offset)
     }
     return 0;
 }
+
+#if defined(RWF_NOWAIT) && defined(__linux__)
+/* read_at() of a whole small file, only from the page cache: 0 when read; 1 when part of it is not in the page
+   cache (preadv2 with RWF_NOWAIT, which has started reading the missing pages; nothing waits for them); -1 with
+   errno as read_at (and read_at itself where the file system does not take RWF_NOWAIT). */
+static int read_cached(int fd, unsigned char *buf, size_t n)
+{
+    static int unsupported_here = 0; /* (set once the file system said it does not take the flag) */
+    size_t done = 0;
+    while (done < n && !unsupported_here) {
+        struct iovec part = {buf + done, n - done};
+        ssize_t got = preadv2(fd, &part, 1, (off_t)done, RWF_NOWAIT);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN) return 1;
+            if (errno != EOPNOTSUPP && errno != EINVAL) return -1;
+            unsupported_here = 1;
+            break;
+        }
+        if (got == 0) {
+            errno = 0;
+            return -1;
+        }
+        done += (size_t)got;
+        if (done < n) return 1; /* (a short read: the next page is not in the page cache) */
+    }
+    return done < n ? read_at(fd, buf + done, n - done, done) : 0;
+}
+#else
+static int read_cached(int fd, unsigned char *buf, size_t n) { return read_at(fd, buf, n, 0); }
+#endif
 
 /* Sets the Python error for a failed read_at and returns NULL. */
 static PyObject *read_failed(size_t n, uint64_t offset)
@@ -124,7 +160,7 @@ PyDoc_STRVAR(entries_doc, "entries(fd, file_size, whole_below=0) -> (head, {name
 
 /* entries() of the open file fd of file_size bytes (see the top of this file); `read_whole`, when given, is the
    whole file already read (a bytes object of file_size bytes, whose reference this steals), and fd is not used. */
-static PyObject *entries_of(int fd, uint64_t file_size, long long whole_below, PyObject *read_whole)
+static PyObject *entries_of(int fd, uint64_t file_size, long long whole_below, PyObject *read_whole, int wait)
 {
     unsigned char tail_buf[TAIL], head_buf[HEAD], record[EOCD64_SIZE], local_buf[LOCAL_SIZE];
     const unsigned char *tail = tail_buf, *head = head_buf;
@@ -147,9 +183,13 @@ static PyObject *entries_of(int fd, uint64_t file_size, long long whole_below, P
         if (whole == NULL) return NULL;
         bytes = (unsigned char *)PyBytes_AS_STRING(whole);
         Py_BEGIN_ALLOW_THREADS /* (a fresh object, not yet seen by any other thread) */
-        failed = read_at(fd, bytes, (size_t)file_size, 0);
+        failed = wait ? read_at(fd, bytes, (size_t)file_size, 0) : read_cached(fd, bytes, (size_t)file_size);
         error = errno;
         Py_END_ALLOW_THREADS
+        if (failed == 1) { /* not all in the page cache: asked again later */
+            Py_DECREF(whole);
+            Py_RETURN_FALSE;
+        }
         if (failed != 0) {
             errno = error;
             read_failed((size_t)file_size, 0);
@@ -305,7 +345,7 @@ static PyObject *py_entries(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "iL|L:entries", &fd, &file_size, &whole_below)) return NULL;
     if (file_size < 0) return unsupported("negative file size");
-    return entries_of(fd, (uint64_t)file_size, whole_below, NULL);
+    return entries_of(fd, (uint64_t)file_size, whole_below, NULL, 1);
 }
 
 #ifdef O_NOFOLLOW
@@ -327,17 +367,21 @@ static int open_small(const char *name, long long whole_below, long long *size)
 #endif
 
 PyDoc_STRVAR(read_small_doc,
-             "read_small(path, whole_below) -> (head, {name: (data_offset, size)}) or None\n\n"
+             "read_small(path, whole_below, wait=True) -> (head, {name: (data_offset, size)}), None or False\n\n"
              "entries() of the regular file `path` read whole, opened without following a symbolic link and\n"
              "without blocking; None when it cannot be opened, is not a regular file or its size is not\n"
-             "between 1 and whole_below - 1 bytes. The GIL is released while the file is opened and read.");
+             "between 1 and whole_below - 1 bytes. The GIL is released while the file is opened and read.\n"
+             "wait=False: False when part of the file is not in the page cache (its reading from the disk has\n"
+             "started; nothing waits for it).");
 
 static PyObject *py_read_small(PyObject *self, PyObject *args)
 {
     PyObject *path_bytes, *result;
     long long whole_below;
+    int wait = 1;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O&L:read_small", PyUnicode_FSConverter, &path_bytes, &whole_below)) return NULL;
+    if (!PyArg_ParseTuple(args, "O&L|p:read_small", PyUnicode_FSConverter, &path_bytes, &whole_below, &wait))
+        return NULL;
 #ifdef O_NOFOLLOW
     {
         int fd;
@@ -348,7 +392,7 @@ static PyObject *py_read_small(PyObject *self, PyObject *args)
         Py_END_ALLOW_THREADS
         Py_DECREF(path_bytes);
         if (fd < 0) Py_RETURN_NONE;
-        result = entries_of(fd, (uint64_t)size, whole_below, NULL);
+        result = entries_of(fd, (uint64_t)size, whole_below, NULL, wait);
         close(fd);
         return result;
     }
@@ -360,20 +404,21 @@ static PyObject *py_read_small(PyObject *self, PyObject *args)
 }
 
 PyDoc_STRVAR(read_small_many_doc,
-             "read_small_many(paths, whole_below, entries=True) -> [read_small(path, whole_below) or None, ...]\n\n"
+             "read_small_many(paths, whole_below, entries=True, wait=True) -> [read_small(path, whole_below), ...]\n\n"
              "read_small() of each path, the files opened and read in one pass without the GIL (threads measuring\n"
              "pairs hand it over once for a batch's payloads, not twice a pair). A file that read_small() would\n"
              "refuse, or raise ValueError or OSError for, gives None. With entries false, each file's bytes\n"
-             "instead (files that are not zip archives: .npy payloads), None for a file read_small() would not open.");
+             "instead (files that are not zip archives: .npy payloads), None for a file read_small() would not open.\n"
+             "wait=False: False for a file part of which is not in the page cache (as read_small(wait=False)).");
 
 static PyObject *py_read_small_many(PyObject *self, PyObject *args)
 {
     PyObject *paths, *seq, *out = NULL, **names = NULL, **wholes = NULL;
     long long whole_below, *sizes = NULL;
-    int *fds = NULL, *failed = NULL, parse = 1;
+    int *fds = NULL, *failed = NULL, parse = 1, wait = 1;
     Py_ssize_t n, i;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OL|p:read_small_many", &paths, &whole_below, &parse)) return NULL;
+    if (!PyArg_ParseTuple(args, "OL|pp:read_small_many", &paths, &whole_below, &parse, &wait)) return NULL;
     seq = PySequence_Fast(paths, "read_small_many: paths must be a sequence");
     if (seq == NULL) return NULL;
     n = PySequence_Fast_GET_SIZE(seq);
@@ -400,7 +445,9 @@ static PyObject *py_read_small_many(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS /* (fresh objects, not yet seen by any other thread) */
     for (i = 0; i < n; i++) {
         if (fds[i] < 0) continue;
-        failed[i] = read_at(fds[i], (unsigned char *)PyBytes_AS_STRING(wholes[i]), (size_t)sizes[i], 0) != 0;
+        unsigned char *bytes = (unsigned char *)PyBytes_AS_STRING(wholes[i]);
+        int got = wait ? read_at(fds[i], bytes, (size_t)sizes[i], 0) : read_cached(fds[i], bytes, (size_t)sizes[i]);
+        failed[i] = got == 1 ? 2 : got != 0; /* 2: not all in the page cache */
         close(fds[i]);
         fds[i] = -1;
     }
@@ -413,7 +460,7 @@ static PyObject *py_read_small_many(PyObject *self, PyObject *args)
             found = wholes[i]; /* the file's bytes */
             wholes[i] = NULL;
         } else if (wholes[i] != NULL && !failed[i]) {
-            found = entries_of(-1, (uint64_t)sizes[i], whole_below, wholes[i]);
+            found = entries_of(-1, (uint64_t)sizes[i], whole_below, wholes[i], 1);
             wholes[i] = NULL; /* (stolen) */
             if (found == NULL) {
                 if (!PyErr_ExceptionMatches(PyExc_ValueError) && !PyErr_ExceptionMatches(PyExc_OSError)) {
@@ -424,7 +471,7 @@ static PyObject *py_read_small_many(PyObject *self, PyObject *args)
             }
         }
         if (found == NULL) {
-            found = Py_None;
+            found = failed[i] == 2 ? Py_False : Py_None;
             Py_INCREF(found);
         }
         PyList_SET_ITEM(out, i, found);

@@ -147,8 +147,8 @@ def test_the_small_pair_path_gives_the_arrays_results(runs, monkeypatch):
     taken = []
     small_pair = engine.small_pair
 
-    def counting(*args):
-        found = small_pair(*args)
+    def counting(*args, **kwargs):
+        found = small_pair(*args, **kwargs)
         taken.append(found is not None and args[-1] == "npy")
         return found
 
@@ -255,12 +255,18 @@ def test_threads_read_their_batches_payloads_ahead(runs, monkeypatch):
         calls["one"] += 1
         return one(path)
 
-    def read_many(paths, limit, archives):
+    def read_many(paths, limit, archives, wait=True):
         assert not archives  # (.npy payloads: their bytes)
         calls["many"] += 1
-        return many(paths, limit, archives)
+        return many(paths, limit, archives, wait)
+
+    def read_one_without_waiting(paths, limit, archives, wait):  # (small_npy(wait=False): one file)
+        assert len(paths) == 1 and not archives and not wait
+        calls["one"] += 1
+        return many(paths, limit, archives, wait)
 
     monkeypatch.setattr(_npyfile, "open_plain_file", read_one)
+    monkeypatch.setattr(_npyfile, "_read_small_many_c", read_one_without_waiting)
     monkeypatch.setattr(_files, "_read_small_many_c", read_many)
     threads = compare(runs["tiny_bf16"], runs["tiny_fp32"], executor=ThreadExecutor(2))
     assert calls["many"] > 0 and calls["one"] == 0, calls

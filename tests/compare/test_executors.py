@@ -124,13 +124,13 @@ def test_threads_read_their_batches_payloads_ahead_in_one_call(monkeypatch):
     calls = {"one": 0, "many": 0}
     one, many = _ptzip._read_small_c, _files._read_small_many_c
 
-    def read_one(path, limit):
+    def read_one(path, limit, wait=True):
         calls["one"] += 1
-        return one(path, limit)
+        return one(path, limit, wait)
 
-    def read_many(paths, limit, archives):
+    def read_many(paths, limit, archives, wait=True):
         calls["many"] += 1
-        return many(paths, limit, archives)
+        return many(paths, limit, archives, wait)
 
     monkeypatch.setattr(_ptzip, "_read_small_c", read_one)
     monkeypatch.setattr(_files, "_read_small_many_c", read_many)

@@ -133,7 +133,7 @@ def test_small_pairs_is_small_pair_of_each(tmp_path):
     try:
         reads = []
         real = _ptzip._read_small_c
-        _ptzip._read_small_c = lambda path, limit: reads.append(path) or real(path, limit)
+        _ptzip._read_small_c = lambda path, limit, wait=True: reads.append(path) or real(path, limit, wait)
         try:
             batch = small_pairs(items)
         finally:

@@ -108,7 +108,7 @@ def main() -> None:
                 seed["round"] = next(seeds)
             seed["calls"] += 1
             make_holes(files, args.drop, args.pages, seed["round"])
-            env = {**os.environ, "PYTHONPATH": str(tree)}
+            env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}  # (not the working folder first)
             found = timing.child(_CALL, target, bench, args.parallel, str(SETTLE_SECONDS), env=env)
             if not found["file"].startswith(str(tree)):
                 raise SystemExit(f"{name}: imported {found['file']}, not the tree {tree}")

@@ -59,15 +59,14 @@ def payload_files(*dumps: str) -> list[str]:
     )
 
 
-def make_holes(files: list[str], share: float, pages: int, seed: int) -> int:
+def make_holes(files: list[str], share: float, pages: int, seed: int) -> None:
     """Read every file (all in the page cache), then drop ``share`` of them (whole, or ``pages`` single pages
-    of each); returns how many were chosen."""
+    of each), chosen by ``seed``."""
     timing.read_files(files)
-    rng, chosen = random.Random(seed), 0
+    rng = random.Random(seed)
     for path in files:
         if rng.random() >= share:
             continue
-        chosen += 1
         fd = os.open(path, os.O_RDONLY)
         try:
             if pages <= 0:
@@ -78,7 +77,6 @@ def make_holes(files: list[str], share: float, pages: int, seed: int) -> int:
                     os.posix_fadvise(fd, rng.randrange(count) * 4096, 4096, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
-    return chosen
 
 
 def main() -> None:
@@ -99,15 +97,12 @@ def main() -> None:
     if args.baseline:
         trees["baseline"] = args.baseline.resolve()
     blocks: dict[str, list[int]] = {name: [] for name in trees}
-    seeds = iter(range(1 << 30))
-    seed = {"round": 0, "calls": 0}
+    calls = [0]  # sides timed so far: the round is calls // len(trees)
 
     def side(name: str, tree: Path):
         def run() -> float:
-            if seed["calls"] % len(trees) == 0:  # a new round: new holes, the same for every side of it
-                seed["round"] = next(seeds)
-            seed["calls"] += 1
-            make_holes(files, args.drop, args.pages, seed["round"])
+            make_holes(files, args.drop, args.pages, seed=calls[0] // len(trees))  # the same for a round's sides
+            calls[0] += 1
             env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}  # (not the working folder first)
             found = timing.child(_CALL, target, bench, args.parallel, str(SETTLE_SECONDS), env=env)
             if not found["file"].startswith(str(tree)):

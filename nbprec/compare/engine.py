@@ -256,6 +256,8 @@ def _measure_batch(jobs: list[RowJob], t_dump: Dump, b_dump: Dump, hints: _Extre
             groups = [[n for n in groups[0] if n not in later], sorted(later)]
     try:
         for number, group in enumerate(groups):
+            if not group:
+                continue
             if number:
                 read_ahead([path for n in group for path in (items[n][0], items[n][2])], archives=kind == "pt")
             try:

@@ -165,6 +165,18 @@ def read_ahead(paths: list[str], archives: bool = True, wait: bool = True) -> se
     return {path for path, small in zip(paths, found, strict=True) if small is False}
 
 
+def read_small_file(path: str, wait: bool = True) -> bytes | bool | None:
+    """The bytes of the small payload file ``path`` (opened as :func:`read_ahead` opens it), in one call without
+    the GIL; None for a file it does not read (or without the compiled reader). ``wait=False``: False when part of
+    the file is not in the page cache (its reading from the disk has started, and nothing waits for it)."""
+    if _read_small_many_c is None:
+        return None
+    try:
+        return _read_small_many_c([path], MAP_FROM, False, wait)[0]
+    except ValueError:  # (a NUL byte in the name: the reader's checked path says so)
+        return None
+
+
 def taken_ahead(path: str) -> object | None:
     """What :func:`read_ahead` read of ``path`` in this thread and no read took yet (now taken), or None."""
     ahead = getattr(_ahead, "files", None)

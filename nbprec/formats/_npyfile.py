@@ -13,12 +13,7 @@ import math
 import os
 import re
 
-from nbprec.formats._files import MAP_FROM, open_plain_file, taken_ahead
-
-try:
-    from nbprec.formats._zipdir import read_small_many as _read_small_many_c
-except ImportError:  # not built
-    _read_small_many_c = None
+from nbprec.formats._files import MAP_FROM, open_plain_file, read_small_file, taken_ahead
 
 TYPE_CHECKING = False  # (the early worker imports this module: typing is not needed at run time)
 if TYPE_CHECKING:
@@ -64,13 +59,10 @@ def small_npy(
     if descr is None:
         return None
     data = taken_ahead(path)
-    if data is None and not wait and _read_small_many_c is not None:
-        try:
-            data = _read_small_many_c([path], MAP_FROM, False, False)[0]
-        except ValueError:  # (a NUL byte in the name)
-            return None
-        if not data:  # None: not a file it reads (the reader's checked path says why); False: not cached yet
-            return data
+    if data is None and not wait:
+        data = read_small_file(path, wait=False)
+        if data is False:  # not all in the page cache yet
+            return False
     if data is None:
         opened = open_plain_file(path)
         if opened is None:

@@ -257,16 +257,11 @@ def test_threads_read_their_batches_payloads_ahead(runs, monkeypatch):
 
     def read_many(paths, limit, archives, wait=True):
         assert not archives  # (.npy payloads: their bytes)
-        calls["many"] += 1
-        return many(paths, limit, archives, wait)
-
-    def read_one_without_waiting(paths, limit, archives, wait):  # (small_npy(wait=False): one file)
-        assert len(paths) == 1 and not archives and not wait
-        calls["one"] += 1
+        one_by_one = paths == [paths[0]] and not wait  # (small_npy(wait=False): _files.read_small_file)
+        calls["one" if one_by_one else "many"] += 1
         return many(paths, limit, archives, wait)
 
     monkeypatch.setattr(_npyfile, "open_plain_file", read_one)
-    monkeypatch.setattr(_npyfile, "_read_small_many_c", read_one_without_waiting)
     monkeypatch.setattr(_files, "_read_small_many_c", read_many)
     threads = compare(runs["tiny_bf16"], runs["tiny_fp32"], executor=ThreadExecutor(2))
     assert calls["many"] > 0 and calls["one"] == 0, calls

@@ -20,11 +20,12 @@
  * 2 atanh(s) over the whole range), and a block where many are far takes log_ratio for every term (kl_block).
  * Blocks holding a value that is not a positive normal double are redone with the C library's log.
  *
- * On x86-64 with GCC or Clang the kernels are compiled three times, for AVX-512 (on 256-bit vectors), for
- * AVX2+FMA (both with F16C, which converts float16) and for the baseline, and the fastest the CPU runs is
- * picked at import time. The AVX-512 build keeps AVX2's vector width (512-bit vectors were slower on AMD Zen 4,
- * which splits them in two) and gains the 32 vector registers, the mask registers and the direct conversions:
- * 8% faster than the AVX2 build on the msprobe pair's bfloat16/float32 tensors (Zen 4).
+ * On x86-64 with GCC or Clang the kernels are compiled three times, for AVX-512, for AVX2+FMA (both with F16C,
+ * which converts float16) and for the baseline, and the fastest the CPU runs is picked at import time. The
+ * AVX-512 build gains the 32 vector registers, the mask registers and the direct conversions: 8% faster than
+ * the AVX2 build on the msprobe pair's bfloat16/float32 tensors (Zen 4). GCC gives it 512-bit vectors, which
+ * Zen 4 runs as two halves: the same build held to 256-bit ones (target "prefer-vector-width=256") took 4-5%
+ * longer per element pair on 64 K-element pairs (2026-11-30).
  *
  * The extension's other part, _fused_metrics.c, turns the sums of a pair into its metric columns (pair_metrics);
  * _fused.h holds what the two share.

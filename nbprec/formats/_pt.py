@@ -3,7 +3,7 @@
 A ``torch.save`` file of one tensor is a zip archive: ``<name>/data.pkl`` describes the tensor (a call of
 ``torch._utils._rebuild_tensor_v2`` on a storage reference, an offset, a size, a stride) and
 ``<name>/data/<key>`` holds the storage's raw bytes. :func:`read_pt_tensor` walks the pickle's opcodes
-statically (``pickletools.genops``, nothing is executed or imported), accepts only that one shape of
+statically (:mod:`nbprec.formats._pickleops`: nothing is executed or imported), accepts only that one shape of
 content, and builds the numpy array from the raw bytes. Anything else returns ``None`` so the caller can fall
 back to ``torch.load(weights_only=True)``.
 

@@ -8,20 +8,20 @@ twin :func:`_zip_entries_py` otherwise; the two give the same result for every i
 Every offset and length read from the file is checked before it is used: the file may be truncated or hostile.
 
 :func:`_describe` reads the tensor's description (storage, dtype, offset, size, stride) from ``data.pkl`` by
-walking its opcodes, executing nothing; :func:`small_tensor` gives the bytes of a small archive's tensor, which a
-thread may have read ahead with others (:func:`nbprec.formats._files.read_ahead`).
-:mod:`nbprec.formats._pt` makes numpy arrays of them; :mod:`nbprec.compare.early` uses them before numpy is
-loaded."""
+walking its opcodes (:mod:`nbprec.formats._pickleops`), executing nothing; :func:`small_tensor` gives the bytes
+of a small archive's tensor, which a thread may have read ahead with others
+(:func:`nbprec.formats._files.read_ahead`). :mod:`nbprec.formats._pt` makes numpy arrays of them;
+:mod:`nbprec.compare.early` uses them before numpy is loaded."""
 
 from __future__ import annotations
 
 import functools
 import math
 import os
-import pickletools
 import struct
 
 from nbprec.formats._files import MAP_FROM, open_plain_file, taken_ahead
+from nbprec.formats._pickleops import opcodes
 
 TYPE_CHECKING = False  # (without importing typing: see the module docstring)
 if TYPE_CHECKING:
@@ -236,8 +236,7 @@ def _describe(pickle_bytes: bytes) -> tuple[str, str, int, tuple[int, ...], tupl
     stack: list[Any] = []
     memo: dict[int, Any] = {}
     mark = _Mark()
-    for op, arg, _pos in pickletools.genops(pickle_bytes):
-        name = op.name
+    for name, arg in opcodes(pickle_bytes):
         if name in ("PROTO", "FRAME"):
             continue
         if name == "GLOBAL":

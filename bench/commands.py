@@ -7,7 +7,9 @@ processes.
   ``dashboard ready`` line (the dashboard built in Voila's preheated kernel, so that the page opens at once).
 
 - ``nbprec compare T B -o OUT`` (with ``--compare T B``): the comparison command in its own process
-  (``NBPREC_DAEMON=off``: no command daemon), all its files written.
+  (``NBPREC_DAEMON=off``: no command daemon), all its files written: into a new folder each run, or with
+  ``--same-output`` into the same folder each run, over the files of the run before (as a user re-running the
+  command, and as ``bench/compare.py`` runs it).
 
 For report and serve, T and B are the demo's tiny encoder runs (bfloat16 with the planted faulty GELU, float32;
 ``nbprec demo``'s, made here with torch). ``--baseline DIR`` (another nbprec tree: a checkout with its
@@ -20,7 +22,7 @@ is timed against the default (``--baseline-env NBPREC_EARLY=off``: the command w
 Usage::
 
     .venv/bin/python bench/commands.py [--repeat 6] [--baseline DIR] [--baseline-env NAME=VALUE] [--compare T B]
-        [--compare-only]
+        [--compare-only] [--same-output]
 """
 
 from __future__ import annotations
@@ -97,6 +99,9 @@ def main() -> None:
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("T", "B"), help="also time nbprec compare T B")
     parser.add_argument("--compare-only", action="store_true", help="with --compare: time nothing else")
     parser.add_argument(
+        "--same-output", action="store_true", help="with --compare: each tree writes into one folder, run after run"
+    )
+    parser.add_argument(
         "--baseline-env", action="append", default=[], metavar="NAME=VALUE", help="a variable for the baseline only"
     )
     args = parser.parse_args()
@@ -112,9 +117,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if args.compare:
             outs = iter(range(1 << 30))
+
+            def folder(name: str) -> Path:  # a new one each run, or the tree's own
+                return Path(tmp) / (f"compare {name}" if args.same_output else f"compare{next(outs)}")
+
             compared = timing.interleave(
-                {n: lambda t=t: compare_seconds(t, *args.compare, Path(tmp) / f"compare{next(outs)}")
-                 for n, t in trees.items()}, rounds, "nbprec compare, ")  # fmt: skip
+                {n: lambda n=n, t=t: compare_seconds(t, *args.compare, folder(n)) for n, t in trees.items()},
+                rounds, "nbprec compare, ")  # fmt: skip
             for n in trees:
                 times[n]["compare"] = compared[n]
         if not args.compare_only:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from nbprec._output import rewriting
 from nbprec.floattext import float_texts
 
 try:
@@ -149,7 +150,7 @@ def write_table_csv(table: Any, path: str | Path, *, exact: bool = False) -> Pat
         header, cells = list(table.columns), [_csv_texts(values, exact) for _, values in table.items()]
         text = [column for (_, values), column in zip(table.items(), cells, strict=True) if values.dtype == object]
         how = csv.QUOTE_ALL if any("\r" in "".join(column) for column in text) else csv.QUOTE_MINIMAL
-        with Path(path).open("w", newline="", encoding="utf-8", errors=errors) as fh:
+        with rewriting(path, newline="", encoding="utf-8", errors=errors) as fh:
             write_csv_columns(fh, header, cells, "\n", how)
         return Path(path)
     breaks = False

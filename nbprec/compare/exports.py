@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nbprec._output import rewriting
 from nbprec.columns import Columns
 from nbprec.compare.msprobe_layout import (  # noqa: F401 (re-exported: where users look for the layouts)
     MSPROBE_HEADERS,
@@ -189,6 +190,6 @@ def write_csv(comparison: Comparison, path: Path, layout: str = "nbprec") -> Pat
     else:
         (header, columns), ending = msprobe_columns(comparison), "\n"  # as pandas writes msprobe's
     columns, how = _export_columns(header, columns)
-    with path.open("w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
+    with rewriting(path, newline="", encoding="utf-8", errors="backslashreplace") as fh:
         write_csv_columns(fh, header, columns, ending, how)
     return path

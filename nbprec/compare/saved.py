@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from nbprec._output import rewriting
 from nbprec._record import asdict
 from nbprec._version import __version__
 from nbprec.columns import Columns, texts_of_objects
@@ -42,7 +43,8 @@ def write_saved(folder: Path, table: Columns, unmatched: Columns, meta: dict[str
         unmatched["shape"] = np.array([json.dumps(list(s)) for s in unmatched["shape"].tolist()], dtype=object)
     write_table_csv(unmatched, folder / "unmatched_bench.csv", exact=True)
     header = {"format": SAVE_FORMAT, "nbprec_version": __version__, "meta": meta, "rule": rule_to_dict(rule)}
-    (folder / "comparison.json").write_text(json.dumps(header, indent=1, default=str), encoding="utf-8")
+    with rewriting(folder / "comparison.json") as fh:
+        fh.write(json.dumps(header, indent=1, default=str))
     return folder
 
 

@@ -132,6 +132,25 @@ def test_every_build_the_cpu_runs_agrees_with_numpy(case, build, build_in_use):
     assert not bad, bad
 
 
+@needs_fused
+@pytest.mark.parametrize("build", _BUILDS)
+def test_every_build_finds_the_far_kl_terms_wherever_they_are(build, build_in_use):
+    # KL's terms far from 1 are found with a different compare in each build (far_bits_*): blocks with one far
+    # term at each position of a 64-term word, blocks of many far terms, and a last part block of 77 terms
+    rng = np.random.default_rng(11)
+    n = 512 * 70 + 77
+    y = rng.standard_normal(n).astype(np.float32)
+    x = y.copy()
+    x[np.arange(0, 512 * 64, 513)] *= 3  # one far term in each of 64 blocks, at position (block number)
+    x[512 * 64 :] *= rng.uniform(0.5, 1.5, n - 512 * 64).astype(np.float32)
+    x = x.astype(ml_dtypes.bfloat16)
+    build_in_use(build)
+    got, want = (tensor_metrics(x, y, kernel=kernel)["kl_divergence"] for kernel in ("c", "numpy"))
+    assert _agree(got, want, "kl_divergence"), (got, want)
+    got, want = (tensor_metrics(x[: 512 * 64], y[: 512 * 64], kernel=k)["kl_divergence"] for k in ("c", "numpy"))
+    assert _agree(got, want, "kl_divergence"), (got, want)  # the blocks of one far term alone
+
+
 def _min_max_cases() -> dict[str, np.ndarray]:
     """Arrays for min_max: every bit pattern of the 16-bit types, edge values, sizes across its 16,384-value
     parts, NaN alone."""

@@ -32,7 +32,8 @@ def rewriting(
     """A text file open to write ``path``'s whole new content, as ``open(path, "w", ...)`` gives (created with
     the same permissions when missing), except that an existing file's old content is overwritten in place and
     its tail cut when the ``with`` block ends, instead of being discarded when the file is opened."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)  # (as open's)
+    fd = os.open(path, flags, 0o666)
     try:
         handle = open(fd, "w", encoding=encoding, errors=errors, newline=newline)  # noqa: SIM115 (closed below)
     except BaseException:

@@ -46,5 +46,18 @@ def rewriting(
             try:
                 handle.flush()
             finally:  # (cut even when the flush failed: what was written stands, the old tail goes)
-                if stat.S_ISREG(os.fstat(fd).st_mode):  # (a FIFO or a device has no old content to cut)
-                    os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR))
+                _cut(fd)
+
+
+def _cut(fd: int) -> None:
+    """Cut the regular file ``fd`` where its writing ended (a FIFO or a device has no old content to cut). A file
+    system that cannot cut files is an error only when there is something to cut."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        return
+    end = os.lseek(fd, 0, os.SEEK_CUR)
+    try:
+        os.ftruncate(fd, end)
+    except OSError:
+        if info.st_size != end:
+            raise

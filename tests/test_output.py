@@ -77,3 +77,18 @@ def test_a_table_written_over_a_larger_one_is_the_table_alone(tmp_path):
     write_table_csv(small, tmp_path / "t.csv")
     write_table_csv(small, tmp_path / "fresh.csv")
     assert (tmp_path / "t.csv").read_bytes() == (tmp_path / "fresh.csv").read_bytes() == b"name,value\na,1.5\n'=b,\n"
+
+
+def test_a_file_system_that_cannot_cut_files_fails_only_when_there_is_a_tail(tmp_path, monkeypatch):
+    def refuse(fd, length):
+        raise OSError(95, "Operation not supported")
+
+    monkeypatch.setattr(os, "ftruncate", refuse)
+    path = tmp_path / "out.txt"
+    with rewriting(path) as fh:  # a new file: nothing to cut
+        fh.write("same size")
+    with rewriting(path) as fh:  # the same size again: nothing to cut
+        fh.write("SAME SIZE")
+    assert path.read_text(encoding="utf-8") == "SAME SIZE"
+    with pytest.raises(OSError, match="not supported"), rewriting(path) as fh:  # a tail left: an error, not a mix
+        fh.write("short")

@@ -161,7 +161,8 @@ def write_table_csv(table: Any, path: str | Path, *, exact: bool = False) -> Pat
         return csv_cell(value, exact)
 
     frame = _map_text(table, cell)
-    frame.to_csv(Path(path), index=False, errors=errors, quoting=csv.QUOTE_ALL if breaks else csv.QUOTE_MINIMAL)
+    with rewriting(path, newline="", encoding="utf-8", errors=errors) as fh:  # (as to_csv opens a path)
+        frame.to_csv(fh, index=False, quoting=csv.QUOTE_ALL if breaks else csv.QUOTE_MINIMAL)
     return Path(path)
 
 

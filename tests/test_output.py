@@ -92,3 +92,14 @@ def test_a_file_system_that_cannot_cut_files_fails_only_when_there_is_a_tail(tmp
     assert path.read_text(encoding="utf-8") == "SAME SIZE"
     with pytest.raises(OSError, match="not supported"), rewriting(path) as fh:  # a tail left: an error, not a mix
         fh.write("short")
+
+
+def test_a_data_frame_written_over_a_larger_file_is_what_pandas_writes(tmp_path):
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"name": ["a", "=b", "c\udcff"], "value": [1.5, float("nan"), 2.0]})
+    (tmp_path / "t.csv").write_text("old\n" * 1000, encoding="utf-8")
+    write_table_csv(frame, tmp_path / "t.csv", exact=True)
+    pd.DataFrame({"name": ["a", "'=b", "c\udcff"], "value": [1.5, float("nan"), 2.0]}).to_csv(
+        tmp_path / "pandas.csv", index=False, errors="surrogateescape"
+    )
+    assert (tmp_path / "t.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()

@@ -30,10 +30,12 @@ from nbprec.compare.pair_table import (
     CompareMode,
     choose_modes,
     contradicted_statistics,
+    fill_statistics,
     nonfinite_reasons,
     op_input_scale,
     pair_table,
     recorded_problems,
+    statistics_pairs,
 )
 from nbprec.compare.rules import Rule, column, get_rule, running_precision
 from nbprec.compare.small_pairs import Item, Measured, small_pair, small_pairs
@@ -403,15 +405,15 @@ def compare(
     jobs = [(i, modes[i], i, int(b_positions[i])) for i in np.flatnonzero(modes != "none").tolist()]
 
     early_done, jobs = early.measured(jobs, t_dump, b_dump)  # pairs the command measured while it started
+    stats_done, jobs = statistics_pairs(jobs, t_idx, b_idx)  # pairs without payloads, all at once
 
     numel = np.nan_to_num(column(t_idx, "numel", np.float64), nan=0.0)
     if run_on is None:
         run_on = local_executor(parallel, workers if workers is not None else default_workers(), jobs, numel)
     if progress is True:
         progress = run_on.progress_bar("comparing")
-    if progress and early_done:
-        progress = _counting_from(progress, len(early_done))
-        progress(0, len(jobs))
+    if progress and (done := len(early_done) + len(stats_done[0])):
+        (progress := _counting_from(progress, done))(0, len(jobs))
     # the workers (threads, processes, a cluster) start measuring here; the table is built meanwhile
     # threads take a batch's small pairs together (see _measure_batch); a forked process, which holds no GIL to
     # hand over, reads and measures them one by one (reading a whole batch first costs it more page faults)
@@ -477,6 +479,7 @@ def compare(
                 if reason.startswith(("could not", "element count")):
                     modes[i] = "none" if not result else modes[i]
         _fill(values, checksum_match, held)
+        fill_statistics(values, reasons, stats_done)
     finally:
         results.close()
 

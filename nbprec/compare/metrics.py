@@ -66,6 +66,7 @@ __all__ = [
     "STAT_METRIC_COLUMNS",
     "MetricResult",
     "checksum_equal",
+    "statistics_columns",
     "statistics_metrics",
     "tensor_metrics",
 ]
@@ -403,6 +404,37 @@ def statistics_metrics(target_stats: dict, bench_stats: dict) -> MetricResult:
         reasons.append(f"statistics missing or NaN: {', '.join(missing)}")
     reasons.extend(f"{key}: benchmark is 0, relative difference undefined" for key in zero_bench)
     return MetricResult({c: values[c] for c in STAT_METRIC_COLUMNS}, "; ".join(reasons))
+
+
+def statistics_columns(
+    target_stats: dict[str, np.ndarray], bench_stats: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """:func:`statistics_metrics` of many pairs at once: ``target_stats`` and ``bench_stats`` hold a float64 array
+    per statistic (``max``, ``min``, ``mean``, ``norm``: an index's columns, NaN where unknown), one element per
+    pair. Returns the metric columns (keyed by :data:`STAT_METRIC_COLUMNS`) and each pair's reason: the same values
+    and texts as :func:`statistics_metrics` gives pair by pair (a test holds the two to each other), without a
+    Python call per pair (msprobe's default dump task records statistics only: thousands of pairs)."""
+    values: dict[str, np.ndarray] = {}
+    missing, zero_bench = [], []
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for key in ("max", "min", "mean", "norm"):
+            t, b = (np.asarray(stats[key], dtype=np.float64) for stats in (target_stats, bench_stats))
+            missing.append(np.isnan(t) | np.isnan(b))
+            diff = t - b
+            undefined = (diff != 0) & (b == 0)  # (NaN != 0: a NaN difference is not "equal")
+            zero_bench.append(undefined)
+            values[f"{key}_diff"] = diff
+            values[f"{key}_rel_diff"] = np.where(diff == 0, 0.0, np.where(undefined, np.nan, np.abs(diff) / np.abs(b)))
+    reasons = [""] * len(values["max_diff"])
+    for i in np.flatnonzero(np.logical_or.reduce([*missing, *zero_bench])).tolist():
+        keys = ("max", "min", "mean", "norm")
+        gone = [k for k, flags in zip(keys, missing, strict=True) if flags[i]]
+        parts = [f"statistics missing or NaN: {', '.join(gone)}"] if gone else []
+        parts += [
+            f"{k}: benchmark is 0, relative difference undefined" for k, f in zip(keys, zero_bench, strict=True) if f[i]
+        ]
+        reasons[i] = "; ".join(parts)
+    return {c: values[c] for c in STAT_METRIC_COLUMNS}, reasons
 
 
 def checksum_equal(a: str | None, b: str | None) -> bool | None:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 import numpy as np
 
 from nbprec.columns import Columns, group_codes, text_in
+from nbprec.compare.metrics import statistics_columns
 from nbprec.compare.rules import bench_magnitude, column, one_run
 from nbprec.dtypes import FLOAT_DTYPES
 from nbprec.dump import Dump
@@ -137,6 +138,38 @@ def _mode_flags(index: Columns, take: np.ndarray | None = None) -> tuple[np.ndar
     if take is None:
         return flags
     return tuple(f[take] if len(f) else np.zeros(len(take), dtype=bool) for f in flags)
+
+
+#: What :func:`statistics_pairs` measured: (table rows, metric columns of those rows, their reasons).
+StatisticsDone = tuple[np.ndarray, dict[str, np.ndarray], list[str]]
+
+
+def statistics_pairs(
+    jobs: list[tuple[int, str, int, int]], t_idx: Columns, b_idx: Columns
+) -> tuple[StatisticsDone, list[tuple[int, str, int, int]]]:
+    """The jobs ``(row, mode, target position, benchmark position)`` compared by their recorded statistics,
+    measured at once from both indexes' columns (:func:`~nbprec.compare.metrics.statistics_columns`), and the
+    other jobs. What was measured (table rows, metric columns, reasons) goes into the comparison through
+    :func:`fill_statistics`. Nothing is read for these pairs: handing each to a worker cost more than measuring
+    it."""
+    picked = [job for job in jobs if job[1] == "statistics"]
+    if not picked:
+        return (np.zeros(0, dtype=np.int64), {}, []), jobs
+    rows, t_pos, b_pos = (np.fromiter((job[k] for job in picked), np.int64, len(picked)) for k in (0, 2, 3))
+    target = {k: column(t_idx, k, np.float64)[t_pos] for k in STAT_KEYS}
+    bench = {k: column(b_idx, k, np.float64)[b_pos] for k in STAT_KEYS}
+    values, reasons = statistics_columns(target, bench)
+    return (rows, values, reasons), [job for job in jobs if job[1] != "statistics"]
+
+
+def fill_statistics(values: dict[str, np.ndarray], reasons: np.ndarray, done: StatisticsDone) -> None:
+    """Put what :func:`statistics_pairs` measured into the comparison's metric columns and reasons."""
+    rows, measured, why = done
+    for name, column_values in measured.items():
+        values[name][rows] = column_values
+    for i, reason in zip(rows.tolist(), why, strict=True):
+        if reason:
+            reasons[i] = reason
 
 
 def choose_modes(mode: CompareMode, t_idx: Columns, b_idx: Columns, b_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -127,6 +127,40 @@ def test_statistics_mode_when_payloads_are_absent(make_mlp_dump):
     assert comp.table["max_rel_diff"].notna().all()
 
 
+def test_statistics_pairs_are_measured_at_once_as_pair_by_pair(monkeypatch):
+    """msprobe statistics dumps: every pair compared by its recorded statistics is measured from the index columns
+    at once (no worker sees one), and each row holds what ``statistics_metrics`` gives for its pair, reason
+    included, to the bit."""
+    import importlib
+    from pathlib import Path
+
+    from nbprec.compare.metrics import STAT_METRIC_COLUMNS, statistics_metrics
+
+    engine = importlib.import_module("nbprec.compare.engine")
+    measure = engine._measure
+
+    def refusing(job, *args, **kwargs):
+        assert job[1] != "statistics", "a statistics pair went to a worker"
+        return measure(job, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "_measure", refusing)
+    fixtures = Path(__file__).parents[1] / "fixtures" / "msprobe"
+    table = compare(fixtures / "bf16_statistics_mix", fixtures / "fp32_statistics_mix", step=0).table
+    rows = table[table["compare_mode"] == "statistics"]
+    assert len(rows) > 100
+    keys = ("max", "min", "mean", "norm")
+    with_reason = 0
+    for _, row in rows.iterrows():
+        one = statistics_metrics({k: row[f"target_{k}"] for k in keys}, {k: row[f"bench_{k}"] for k in keys})
+        for name in STAT_METRIC_COLUMNS:
+            assert np.float64(row[name]).tobytes() == np.float64(one[name]).tobytes() or (
+                np.isnan(row[name]) and np.isnan(one[name])
+            ), (row["name"], name)
+        assert one.reason in row["reason"]
+        with_reason += bool(one.reason)
+    assert with_reason > 0  # the fixture has pairs with a reason (a benchmark statistic of 0)
+
+
 def test_forced_tensor_mode_gives_reasons(make_mlp_dump):
     target = make_mlp_dump(name="t")
     target.index = target.index.assign(has_data=False)

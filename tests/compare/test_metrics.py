@@ -16,6 +16,7 @@ from nbprec.compare.metrics import (
     METRIC_COLUMNS,
     STAT_METRIC_COLUMNS,
     checksum_equal,
+    statistics_columns,
     statistics_metrics,
     tensor_metrics,
 )
@@ -352,6 +353,28 @@ def test_statistics_metrics_zero_bench_missing_and_msprobe_keys():
     assert r["min_rel_diff"] == 0.0  # 0 vs 0
     assert math.isnan(r["mean_diff"]) and r["norm_rel_diff"] == 0.0
     assert r.reason == "statistics missing or NaN: mean; max: benchmark is 0, relative difference undefined"
+
+
+def test_statistics_columns_are_statistics_metrics_pair_by_pair():
+    """Every pairing of special values (0, -0, NaN, inf, equal, tiny, huge) and random ones: the column version gives
+    the per-pair function's values to the bit (NaN where it is NaN) and its reason texts."""
+    special = [0.0, -0.0, math.nan, math.inf, -math.inf, 1.0, -1.0, 5e-324, 1e308, 0.1 + 0.2, 0.3]
+    rng = np.random.default_rng(7)
+    grid = np.array([(a, b) for a in special for b in special] + rng.standard_normal((400, 2)).tolist())
+    keys = ("max", "min", "mean", "norm")
+    # each statistic takes its own shuffle of the pairs, so rows mix reasons across statistics
+    target = {k: grid[rng.permutation(len(grid))] for k in keys}
+    target, bench = {k: v[:, 0] for k, v in target.items()}, {k: v[:, 1] for k, v in target.items()}
+    columns, reasons = statistics_columns(target, bench)
+    assert tuple(columns) == STAT_METRIC_COLUMNS
+    assert sum(bool(r) for r in reasons) > 100 and sum(";" in r for r in reasons) > 10
+    for i in range(len(grid)):
+        one = statistics_metrics({k: target[k][i] for k in keys}, {k: bench[k][i] for k in keys})
+        assert reasons[i] == one.reason
+        for name in STAT_METRIC_COLUMNS:
+            got, want = columns[name][i], one[name]
+            same = np.float64(got).tobytes() == np.float64(want).tobytes()
+            assert same or (math.isnan(got) and math.isnan(want)), (i, name, got, want)
 
 
 def test_checksum_equal():

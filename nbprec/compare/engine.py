@@ -16,7 +16,7 @@ from nbprec.compare import early
 from nbprec.compare.comparison import Comparison
 from nbprec.compare.culprit import random_by_call
 from nbprec.compare.executors import Executor, Results, ThreadExecutor, local_executor
-from nbprec.compare.fusion import FusionMatcher, benchmark_key, wants_fusion
+from nbprec.compare.fusion import FusionMatcher, automatic_fusion, benchmark_key, read_graph_model
 from nbprec.compare.matching import FusionHook, match_tensors, read_mapping
 from nbprec.compare.metrics import (
     METRIC_COLUMNS,
@@ -88,35 +88,6 @@ def _fill(values: dict[str, np.ndarray], checksum_match: np.ndarray, held: list[
             if "checksum_match" in result:
                 checksum_match[i] = result["checksum_match"]
     held.clear()
-
-
-def _graph_model(graph: Any) -> Any:
-    """The GE graph ``graph`` as a :class:`nbprec.graph.ge.GeModel` (read when a path), or None."""
-    if graph is None:
-        return None
-    from nbprec.graph.ge import GeModel, read_ge_model
-
-    return graph if isinstance(graph, GeModel) else read_ge_model(graph)
-
-
-def _auto_fusion(t_dump: Dump, b_dump: Dump, graph_model: Any, notes: list[str]) -> FusionMatcher | None:
-    """The fusion matcher an NPU target needs without being asked: from ``graph_model``, a Build graph in
-    the dump's folder, or the dump's own origin records; None for other targets, and for an NPU benchmark
-    (two NPU runs share their op names)."""
-    if graph_model is not None:
-        return FusionMatcher(graph_model)
-    if t_dump.format != "cann" or b_dump.format == "cann":
-        return None
-    builds = [g for g in t_dump.meta.get("ge_graphs", []) if "_build" in Path(g).name.lower()]
-    if len(builds) == 1:
-        notes.append(f"fusion records and producers from the graph found in the dump: {builds[0]}")
-        return FusionMatcher.from_graph(builds[0])
-    if len(builds) > 1:
-        notes.append(f"{len(builds)} Build graphs in the dump folder; none used (pass graph= to choose one)")
-    if wants_fusion(t_dump.columns):
-        notes.append("no GE graph: outputs matched through the dump's original_op records; inputs unmatched")
-        return FusionMatcher(None)
-    return None
 
 
 #: How many of a dump's problems a comparison keeps as examples (all are counted).
@@ -386,14 +357,14 @@ def compare(
     if mode not in MODES:
         raise ComparisonError(f"unknown mode {mode!r}; use auto, tensor, statistics or checksum")
     run_on = _executor(executor, client, parallel, workers)
-    graph_model = _graph_model(graph)
+    graph_model = read_graph_model(graph)
     t_dump = _as_dump(target, step, rank, graph_model)
     b_dump = _as_dump(bench, step, rank)
     if isinstance(mapping, (str, os.PathLike)):
         mapping = read_mapping(Path(mapping))
     fusion_notes: list[str] = []
     if fusion is None:
-        fusion = _auto_fusion(t_dump, b_dump, graph_model, fusion_notes)
+        fusion = automatic_fusion(t_dump, b_dump, graph_model, fusion_notes)
     t_idx, b_idx = t_dump.columns, b_dump.columns
     matched = match_tensors(t_idx, b_idx, mapping=mapping, fusion=fusion, by_order=by_order)
     pairs = matched.pairs
@@ -412,8 +383,10 @@ def compare(
         run_on = local_executor(parallel, workers if workers is not None else default_workers(), jobs, numel)
     if progress is True:
         progress = run_on.progress_bar("comparing")
-    if progress and (done := len(early_done) + len(stats_done[0])):
-        (progress := _counting_from(progress, done))(0, len(jobs))
+    done = len(early_done) + len(stats_done[0])
+    if progress and done:
+        progress = _counting_from(progress, done)
+        progress(0, len(jobs))
     # the workers (threads, processes, a cluster) start measuring here; the table is built meanwhile
     # threads take a batch's small pairs together (see _measure_batch); a forked process, which holds no GIL to
     # hand over, reads and measures them one by one (reading a whole batch first costs it more page faults)

@@ -28,11 +28,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from nbprec.columns import Columns
+
+if TYPE_CHECKING:
+    from nbprec.dump import Dump
 
 #: Producers an input is followed through to reach the op whose output the benchmark holds.
 PASS_THROUGH_TYPES = frozenset({"Cast", "TransData", "TransDataRNN", "TransDataV2"})
@@ -245,4 +248,40 @@ def wants_fusion(index: Any) -> bool:
     return "origin_name" in index.columns and bool((index["origin_name"] != "").any())
 
 
-__all__ = ["PASS_THROUGH_TYPES", "FusionMatcher", "benchmark_key", "wants_fusion"]
+def read_graph_model(graph: Any) -> Any:
+    """The GE graph ``graph`` as a :class:`nbprec.graph.ge.GeModel` (read when a path), or None."""
+    if graph is None:
+        return None
+    from nbprec.graph.ge import GeModel, read_ge_model
+
+    return graph if isinstance(graph, GeModel) else read_ge_model(graph)
+
+
+def automatic_fusion(t_dump: Dump, b_dump: Dump, graph_model: Any, notes: list[str]) -> FusionMatcher | None:
+    """The fusion matcher an NPU target needs without being asked: from ``graph_model``, a Build graph in
+    the dump's folder, or the dump's own origin records; None for other targets, and for an NPU benchmark
+    (two NPU runs share their op names)."""
+    if graph_model is not None:
+        return FusionMatcher(graph_model)
+    if t_dump.format != "cann" or b_dump.format == "cann":
+        return None
+    builds = [g for g in t_dump.meta.get("ge_graphs", []) if "_build" in Path(g).name.lower()]
+    if len(builds) == 1:
+        notes.append(f"fusion records and producers from the graph found in the dump: {builds[0]}")
+        return FusionMatcher.from_graph(builds[0])
+    if len(builds) > 1:
+        notes.append(f"{len(builds)} Build graphs in the dump folder; none used (pass graph= to choose one)")
+    if wants_fusion(t_dump.columns):
+        notes.append("no GE graph: outputs matched through the dump's original_op records; inputs unmatched")
+        return FusionMatcher(None)
+    return None
+
+
+__all__ = [
+    "PASS_THROUGH_TYPES",
+    "FusionMatcher",
+    "automatic_fusion",
+    "benchmark_key",
+    "read_graph_model",
+    "wants_fusion",
+]

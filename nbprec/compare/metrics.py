@@ -349,6 +349,9 @@ def sums_result(acc: Sums, held: bool | None, n: int, reasons: list[str] | tuple
     return MetricResult(values, "; ".join([*reasons, reason] if reason else reasons), held, (0, 0))
 
 
+_STAT_KEYS = ("max", "min", "mean", "norm")
+
+
 def _stat_value(stats: dict, key: str) -> float:
     """A statistic as float, NaN when absent or unreadable (accepts msprobe's capitalised keys)."""
     value = stats.get(key, stats.get(key.capitalize()))
@@ -383,27 +386,11 @@ def statistics_metrics(target_stats: dict, bench_stats: dict) -> MetricResult:
     >>> r["max_diff"], r["max_rel_diff"], r["min_rel_diff"], r.reason
     (-0.5, 0.2, 0.0, 'mean: benchmark is 0, relative difference undefined')
     """
-    values: dict[str, float] = {}
-    missing, zero_bench = [], []
-    for key in ("max", "min", "mean", "norm"):
-        t, b = _stat_value(target_stats, key), _stat_value(bench_stats, key)
-        if math.isnan(t) or math.isnan(b):
-            missing.append(key)
-        diff = t - b
-        if diff == 0:
-            rel = 0.0
-        elif b == 0:
-            zero_bench.append(key)
-            rel = math.nan
-        else:
-            rel = abs(diff) / abs(b)
-        values[f"{key}_diff"] = diff
-        values[f"{key}_rel_diff"] = rel
-    reasons = []
-    if missing:
-        reasons.append(f"statistics missing or NaN: {', '.join(missing)}")
-    reasons.extend(f"{key}: benchmark is 0, relative difference undefined" for key in zero_bench)
-    return MetricResult({c: values[c] for c in STAT_METRIC_COLUMNS}, "; ".join(reasons))
+    columns, reasons = statistics_columns(
+        {key: np.array([_stat_value(target_stats, key)]) for key in _STAT_KEYS},
+        {key: np.array([_stat_value(bench_stats, key)]) for key in _STAT_KEYS},
+    )
+    return MetricResult({c: float(v[0]) for c, v in columns.items()}, reasons[0])
 
 
 def statistics_columns(
@@ -411,13 +398,13 @@ def statistics_columns(
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """:func:`statistics_metrics` of many pairs at once: ``target_stats`` and ``bench_stats`` hold a float64 array
     per statistic (``max``, ``min``, ``mean``, ``norm``: an index's columns, NaN where unknown), one element per
-    pair. Returns the metric columns (keyed by :data:`STAT_METRIC_COLUMNS`) and each pair's reason: the same values
-    and texts as :func:`statistics_metrics` gives pair by pair (a test holds the two to each other), without a
-    Python call per pair (msprobe's default dump task records statistics only: thousands of pairs)."""
+    pair. Returns the metric columns (keyed by :data:`STAT_METRIC_COLUMNS`) and each pair's reason text, without a
+    Python call per pair (msprobe's default dump task records statistics only: thousands of pairs). The rules are
+    :func:`statistics_metrics`'s, which is this function on one-element arrays."""
     values: dict[str, np.ndarray] = {}
     missing, zero_bench = [], []
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        for key in ("max", "min", "mean", "norm"):
+        for key in _STAT_KEYS:
             t, b = (np.asarray(stats[key], dtype=np.float64) for stats in (target_stats, bench_stats))
             missing.append(np.isnan(t) | np.isnan(b))
             diff = t - b
@@ -427,11 +414,12 @@ def statistics_columns(
             values[f"{key}_rel_diff"] = np.where(diff == 0, 0.0, np.where(undefined, np.nan, np.abs(diff) / np.abs(b)))
     reasons = [""] * len(values["max_diff"])
     for i in np.flatnonzero(np.logical_or.reduce([*missing, *zero_bench])).tolist():
-        keys = ("max", "min", "mean", "norm")
-        gone = [k for k, flags in zip(keys, missing, strict=True) if flags[i]]
+        gone = [k for k, flags in zip(_STAT_KEYS, missing, strict=True) if flags[i]]
         parts = [f"statistics missing or NaN: {', '.join(gone)}"] if gone else []
         parts += [
-            f"{k}: benchmark is 0, relative difference undefined" for k, f in zip(keys, zero_bench, strict=True) if f[i]
+            f"{k}: benchmark is 0, relative difference undefined"
+            for k, f in zip(_STAT_KEYS, zero_bench, strict=True)
+            if f[i]
         ]
         reasons[i] = "; ".join(parts)
     return {c: values[c] for c in STAT_METRIC_COLUMNS}, reasons

@@ -355,9 +355,30 @@ def test_statistics_metrics_zero_bench_missing_and_msprobe_keys():
     assert r.reason == "statistics missing or NaN: mean; max: benchmark is 0, relative difference undefined"
 
 
-def test_statistics_columns_are_statistics_metrics_pair_by_pair():
-    """Every pairing of special values (0, -0, NaN, inf, equal, tiny, huge) and random ones: the column version gives
-    the per-pair function's values to the bit (NaN where it is NaN) and its reason texts."""
+def _statistics_by_hand(target: dict, bench: dict) -> tuple[dict, str]:
+    """The rules of METRICS.md for statistics-only pairs, written out for one pair in plain Python floats."""
+    values, missing, zero_bench = {}, [], []
+    for key in ("max", "min", "mean", "norm"):
+        t, b = float(target[key]), float(bench[key])
+        if math.isnan(t) or math.isnan(b):
+            missing.append(key)
+        diff = t - b
+        if diff == 0:
+            rel = 0.0
+        elif b == 0:
+            zero_bench.append(key)
+            rel = math.nan
+        else:
+            rel = abs(diff) / abs(b)
+        values[f"{key}_diff"], values[f"{key}_rel_diff"] = diff, rel
+    reasons = [f"statistics missing or NaN: {', '.join(missing)}"] if missing else []
+    reasons += [f"{key}: benchmark is 0, relative difference undefined" for key in zero_bench]
+    return values, "; ".join(reasons)
+
+
+def test_statistics_columns_are_the_rules_pair_by_pair():
+    """Every pairing of special values (0, -0, NaN, inf, equal, tiny, huge) and random ones: the column version (and
+    the per-pair function built on it) gives the rules' values to the bit (NaN where they are NaN) and reason texts."""
     special = [0.0, -0.0, math.nan, math.inf, -math.inf, 1.0, -1.0, 5e-324, 1e308, 0.1 + 0.2, 0.3]
     rng = np.random.default_rng(7)
     grid = np.array([(a, b) for a in special for b in special] + rng.standard_normal((400, 2)).tolist())
@@ -369,12 +390,14 @@ def test_statistics_columns_are_statistics_metrics_pair_by_pair():
     assert tuple(columns) == STAT_METRIC_COLUMNS
     assert sum(bool(r) for r in reasons) > 100 and sum(";" in r for r in reasons) > 10
     for i in range(len(grid)):
-        one = statistics_metrics({k: target[k][i] for k in keys}, {k: bench[k][i] for k in keys})
-        assert reasons[i] == one.reason
+        pair = {k: target[k][i] for k in keys}, {k: bench[k][i] for k in keys}
+        want, reason = _statistics_by_hand(*pair)
+        one = statistics_metrics(*pair)
+        assert reasons[i] == one.reason == reason
         for name in STAT_METRIC_COLUMNS:
-            got, want = columns[name][i], one[name]
-            same = np.float64(got).tobytes() == np.float64(want).tobytes()
-            assert same or (math.isnan(got) and math.isnan(want)), (i, name, got, want)
+            for got in (columns[name][i], one[name]):
+                same = np.float64(got).tobytes() == np.float64(want[name]).tobytes()
+                assert same or (math.isnan(got) and math.isnan(want[name])), (i, name, got, want[name])
 
 
 def test_checksum_equal():

@@ -367,6 +367,8 @@ def statistics_metrics(target_stats: dict, bench_stats: dict) -> MetricResult:
     ``<stat>_diff`` is ``target - bench`` (signed, as msprobe's "Max diff"); ``<stat>_rel_diff`` is
     ``abs(target - bench) / abs(bench)`` as a fraction (msprobe prints the same in percent). A relative
     difference against a benchmark of exactly 0 is 0 when the target is 0 too, otherwise NaN with a reason.
+    This is :func:`statistics_columns` on one pair (about 0.1 ms a call, numpy's overhead); for many pairs, call
+    that instead, as the comparison does.
 
     Parameters
     ----------

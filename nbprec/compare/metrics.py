@@ -349,7 +349,8 @@ def sums_result(acc: Sums, held: bool | None, n: int, reasons: list[str] | tuple
     return MetricResult(values, "; ".join([*reasons, reason] if reason else reasons), held, (0, 0))
 
 
-_STAT_KEYS = ("max", "min", "mean", "norm")
+#: The statistics a statistics-only pair is compared by (index columns of the same names).
+STAT_KEYS = ("max", "min", "mean", "norm")
 
 
 def _stat_value(stats: dict, key: str) -> float:
@@ -389,8 +390,8 @@ def statistics_metrics(target_stats: dict, bench_stats: dict) -> MetricResult:
     (-0.5, 0.2, 0.0, 'mean: benchmark is 0, relative difference undefined')
     """
     columns, reasons = statistics_columns(
-        {key: np.array([_stat_value(target_stats, key)]) for key in _STAT_KEYS},
-        {key: np.array([_stat_value(bench_stats, key)]) for key in _STAT_KEYS},
+        {key: np.array([_stat_value(target_stats, key)]) for key in STAT_KEYS},
+        {key: np.array([_stat_value(bench_stats, key)]) for key in STAT_KEYS},
     )
     return MetricResult({c: float(v[0]) for c, v in columns.items()}, reasons[0])
 
@@ -406,7 +407,7 @@ def statistics_columns(
     values: dict[str, np.ndarray] = {}
     missing, zero_bench = [], []
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        for key in _STAT_KEYS:
+        for key in STAT_KEYS:
             t, b = (np.asarray(stats[key], dtype=np.float64) for stats in (target_stats, bench_stats))
             missing.append(np.isnan(t) | np.isnan(b))
             diff = t - b
@@ -416,11 +417,11 @@ def statistics_columns(
             values[f"{key}_rel_diff"] = np.where(diff == 0, 0.0, np.where(undefined, np.nan, np.abs(diff) / np.abs(b)))
     reasons = [""] * len(values["max_diff"])
     for i in np.flatnonzero(np.logical_or.reduce([*missing, *zero_bench])).tolist():
-        gone = [k for k, flags in zip(_STAT_KEYS, missing, strict=True) if flags[i]]
+        gone = [k for k, flags in zip(STAT_KEYS, missing, strict=True) if flags[i]]
         parts = [f"statistics missing or NaN: {', '.join(gone)}"] if gone else []
         parts += [
             f"{k}: benchmark is 0, relative difference undefined"
-            for k, f in zip(_STAT_KEYS, zero_bench, strict=True)
+            for k, f in zip(STAT_KEYS, zero_bench, strict=True)
             if f[i]
         ]
         reasons[i] = "; ".join(parts)

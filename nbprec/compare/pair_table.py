@@ -9,13 +9,12 @@ from typing import Any, Literal
 import numpy as np
 
 from nbprec.columns import Columns, group_codes, text_in
-from nbprec.compare.metrics import statistics_columns
+from nbprec.compare.metrics import STAT_KEYS, statistics_columns
 from nbprec.compare.rules import bench_magnitude, column, one_run
 from nbprec.dtypes import FLOAT_DTYPES
 from nbprec.dump import Dump
 
 CompareMode = Literal["auto", "tensor", "statistics", "checksum"]
-STAT_KEYS = ("max", "min", "mean", "norm")
 
 _BASE_COLUMNS = ("step", "rank", "order", "op", "op_type", "api", "module", "direction", "role", "slot")
 

@@ -28,7 +28,9 @@ starts, since other programs' deletions there have the same effect.
 
 Printed per model: the medians and their ratios (capture / plain, nbprec / msprobe; "paired" is the median of
 each round's capture / that round's plain run, which a change in the machine's load between rounds moves
-less), tensor-mode payload throughput (MB of ``.npy`` files / whole captured step), and the **per-call hook
+less), tensor-mode payload throughput (MB of ``.npy`` files / whole captured step; where nbprec made files
+hard links of earlier ones, holding the same values, also the files, the links and the MB written, which
+count each distinct file once), and the **per-call hook
 cost**: (captured - plain) / recorded ops, in microseconds (each tool's own op count: nbprec records tensor
 methods and ``torch.*`` calls that msprobe's API list leaves out). Targets (issue 21): nbprec statistics
 cheaper than msprobe on every model, under 2x the plain run on MiniLM and the wide model, tensor mode at
@@ -91,8 +93,17 @@ def build(name: str) -> tuple[Any, Callable[[], Any]]:
     raise SystemExit(f"unknown model {name!r}")
 
 
-def _folder_bytes(path: Path, suffixes: tuple[str, ...]) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.suffix in suffixes)
+def _payload_sizes(path: Path, suffixes: tuple[str, ...]) -> dict[str, int]:
+    """Bytes of the payload files, each counted as a reader sees it, and of the distinct files (inodes) among
+    them: nbprec makes the file of a record whose values it saved before a hard link of that file."""
+    total, files, inodes = 0, 0, {}
+    for f in path.rglob("*"):
+        if f.suffix in suffixes and f.is_file():
+            st = f.stat()
+            total += st.st_size
+            files += 1
+            inodes[(st.st_dev, st.st_ino)] = st.st_size
+    return {"bytes": total, "files": files, "links": files - len(inodes), "written": sum(inodes.values())}
 
 
 def _empty_payloads(path: Path, suffixes: tuple[str, ...]) -> None:
@@ -130,9 +141,9 @@ class NbprecWorker:
                 records += 1
                 seen.add(json.loads(line)["op"])
             ops = len(seen)
-        payload = _folder_bytes(path, (".npy",))
+        sizes = _payload_sizes(path, (".npy",))
         _empty_payloads(path, (".npy",))
-        return {"seconds": seconds, "ops": ops, "records": records, "bytes": payload}
+        return {"seconds": seconds, "ops": ops, "records": records, **sizes}
 
 
 class MsprobeWorker:
@@ -181,10 +192,10 @@ class MsprobeWorker:
         steps = sorted(self.out.glob("step*"), key=lambda p: int(p.name[4:]) if p.name[4:].isdigit() else -1)
         dumps = sorted(steps[-1].glob("rank*/dump.json")) if steps else []  # this run's step
         ops = len(json.loads(dumps[-1].read_text(encoding="utf-8"))["data"]) if dumps else 0
-        payload = _folder_bytes(steps[-1], (".pt", ".npy")) if steps else 0
+        sizes = _payload_sizes(steps[-1], (".pt", ".npy")) if steps else {}
         if steps:
             _empty_payloads(steps[-1], (".pt", ".npy"))
-        return {"seconds": seconds, "ops": ops, "records": ops, "bytes": payload}
+        return {"seconds": seconds, "ops": ops, "records": ops, **sizes}
 
 
 def worker_main(args: argparse.Namespace) -> None:
@@ -308,8 +319,14 @@ def report(res: dict[str, Any]) -> None:
         ops = last[key].get("ops", 0)
         per_op = (seconds - plain) / ops * 1e6 if ops else float("nan")
         extra = ""
-        if last[key].get("bytes"):
-            extra = f", {last[key]['bytes'] / 1e6:6.1f} MB payload: {last[key]['bytes'] / 1e6 / seconds:6.0f} MB/s"
+        got = last[key]
+        if got.get("bytes"):
+            extra = f", {got['bytes'] / 1e6:6.1f} MB payload: {got['bytes'] / 1e6 / seconds:6.0f} MB/s"
+            if got.get("links"):
+                extra += (
+                    f" ({got['files']} files, {got['links']} of them hard links of earlier ones: "
+                    f"{got['written'] / 1e6:.1f} MB written, {got['written'] / 1e6 / seconds:.0f} MB/s)"
+                )
         print(
             f"  {label:20s} {seconds * 1e3:8.1f} ms  {seconds / plain:5.2f}x plain ({paired:5.2f}x paired)  "
             f"{ops:5d} ops {last[key].get('records', 0):5d} records  hook cost {per_op:6.1f} us/op{extra}"

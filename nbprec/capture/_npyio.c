@@ -4,6 +4,8 @@
  *     w = Writer(folder, threads, ring)    folder: bytes (os.fsencode); threads: those filling files (one more
  *                                         creates them); ring: bytes of the snapshot ring
  *     w.save(name, header, data)          copy data (a C-contiguous buffer), queue folder/name = header + data
+ *     w.link(name, source)                queue folder/name as a hard link of folder/source, saved or linked
+ *                                         before (a record of values already written: no data, no new inode)
  *     w.close()                           wait until every file is written; raise the first error
  *
  * save() takes a snapshot of the payload (the model may change the tensor as soon as it returns): one memcpy,
@@ -20,6 +22,11 @@
  * copying meanwhile, and never spins on the folder's lock against a second creator. No Python object is
  * touched, so these threads never wait for the GIL and the capture's thread never waits for them, except
  * when the ring is full (save() then waits, without the GIL) and in close().
+ *
+ * A file is made under a name that no longer exists: a name left by an earlier capture into the same folder
+ * (overwrite=True) is removed first, never written through, since it may be a hard link of another file.
+ * A link is made by the creator too, so it follows its source's creation (the filler may still be writing
+ * the source: both names are the same file).
  *
  * An error (a full disk, a folder that is gone) removes the partial file and is kept, with the file's path,
  * until save() or close() raises it as an OSError (errno, strerror, path); files queued meanwhile are
@@ -58,8 +65,9 @@ typedef struct Job {
     size_t offset, span; /* place in the ring; span 0: memory of its own (or none) */
     int done, fd;
     size_t header_len;
-    char *header; /* points into path[] */
-    char path[];  /* folder/name, NUL, then the header */
+    char *header;    /* points into path[] */
+    char *link_from; /* a link job: folder/source, in path[] after the path; NULL for a file to write */
+    char path[];     /* folder/name, NUL, then the header or the link's source */
 } Job;
 
 typedef struct {
@@ -196,7 +204,35 @@ static int fill_file(const Job *job, int fd)
     return err;
 }
 
-/* The creator: opens the files in order and queues them to be filled. */
+/* Create job->path, new (a name left by an earlier capture is removed first: it may be a hard link of
+   another file); 0 with *fd set, or the errno of the failure. */
+static int create_file(const Job *job, int *fd)
+{
+    int removed = 0;
+    for (;;) {
+        *fd = open(job->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (*fd >= 0) return 0;
+        if (errno == EINTR) continue;
+        if (errno != EEXIST || removed) return errno;
+        if (unlink(job->path) != 0 && errno != ENOENT) return errno;
+        removed = 1;
+    }
+}
+
+/* Make job->path a hard link of job->link_from (replacing a name left by an earlier capture); 0 or errno. */
+static int make_link(const Job *job)
+{
+    int removed = 0;
+    for (;;) {
+        if (link(job->link_from, job->path) == 0) return 0;
+        if (errno == EINTR) continue;
+        if (errno != EEXIST || removed) return errno;
+        if (unlink(job->path) != 0 && errno != ENOENT) return errno;
+        removed = 1;
+    }
+}
+
+/* The creator: opens the files (and makes the links) in order and queues the files to be filled. */
 static void *creator_main(void *arg)
 {
     Writer *w = (Writer *)arg;
@@ -208,14 +244,9 @@ static void *creator_main(void *arg)
         int skip = w->error != 0; /* after a failure, nothing more is written until it is raised */
         pthread_mutex_unlock(&w->lock);
         int fd = -1, err = 0;
-        if (!skip) {
-            do {
-                fd = open(job->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-            } while (fd < 0 && errno == EINTR);
-            if (fd < 0) err = errno;
-        }
+        if (!skip) err = job->link_from != NULL ? make_link(job) : create_file(job, &fd);
         pthread_mutex_lock(&w->lock);
-        if (fd < 0) {
+        if (fd < 0) { /* a link (made, or failed), a failure, or skipped */
             failed(w, job, err);
             finished(w, job);
         } else {
@@ -391,20 +422,54 @@ static int reserve(Writer *w, Job *job)
     return 0;
 }
 
+/* Queue `job` for the creator (GIL held), starting the threads at the first job; None, or NULL with an
+   OSError set when they cannot start (the job is dropped). */
+static PyObject *enqueue(Writer *w, Job *job)
+{
+    pthread_mutex_lock(&w->lock);
+    if (w->started < 2 && start_threads(w) < 0) { /* a creator without a filler would wait for ever */
+        int err = errno, started = w->started;
+        w->stopping = 1; /* stop the creator, if it started: nothing was queued */
+        pthread_cond_broadcast(&w->work);
+        pthread_mutex_unlock(&w->lock);
+        Py_BEGIN_ALLOW_THREADS;
+        for (int i = 0; i < started; i++) pthread_join(w->threads[i], NULL);
+        Py_END_ALLOW_THREADS;
+        pthread_mutex_lock(&w->lock);
+        w->started = w->stopping = w->created_all = 0;
+        release(w, job); /* the first job: nothing older holds the ring */
+        pthread_mutex_unlock(&w->lock);
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    push(&w->to_create, job);
+    w->pending += job->nbytes;
+    pthread_cond_signal(&w->work);
+    pthread_mutex_unlock(&w->lock);
+    Py_RETURN_NONE;
+}
+
+/* Checks before a job is queued: the arguments' count, a writer not closed, no failure left to raise; -1 with an
+   exception set. */
+static int ready(Writer *w, Py_ssize_t nargs, Py_ssize_t want, const char *usage)
+{
+    if (nargs != want) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    if (w->closed) {
+        PyErr_SetString(PyExc_ValueError, "the payload writer is closed");
+        return -1;
+    }
+    return raise_error(w);
+}
+
 PyDoc_STRVAR(save_doc, "save(name, header, data)\n\nCopy ``data`` (a C-contiguous buffer) and queue the file "
                        "``folder/name`` holding ``header`` then ``data``; raises the first failure not yet raised.");
 
 static PyObject *Writer_save(Writer *w, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "save() takes exactly 3 arguments (name, header, data)");
-        return NULL;
-    }
-    if (w->closed) {
-        PyErr_SetString(PyExc_ValueError, "the payload writer is closed");
-        return NULL;
-    }
-    if (raise_error(w) < 0) return NULL;
+    if (ready(w, nargs, 3, "save() takes exactly 3 arguments (name, header, data)") < 0) return NULL;
     Py_buffer name, header, data;
     if (PyObject_GetBuffer(args[0], &name, PyBUF_SIMPLE) < 0) return NULL;
     if (PyObject_GetBuffer(args[1], &header, PyBUF_SIMPLE) < 0) {
@@ -446,32 +511,45 @@ static PyObject *Writer_save(Writer *w, PyObject *const *args, Py_ssize_t nargs)
     PyBuffer_Release(&name);
     PyBuffer_Release(&header);
     PyBuffer_Release(&data);
-    pthread_mutex_lock(&w->lock);
-    if (w->started < 2 && start_threads(w) < 0) { /* a creator without a filler would wait for ever */
-        int err = errno, started = w->started;
-        w->stopping = 1; /* stop the creator, if it started: nothing was queued */
-        pthread_cond_broadcast(&w->work);
-        pthread_mutex_unlock(&w->lock);
-        Py_BEGIN_ALLOW_THREADS;
-        for (int i = 0; i < started; i++) pthread_join(w->threads[i], NULL);
-        Py_END_ALLOW_THREADS;
-        pthread_mutex_lock(&w->lock);
-        w->started = w->stopping = w->created_all = 0;
-        release(w, job); /* the first save: nothing older holds the ring */
-        pthread_mutex_unlock(&w->lock);
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    push(&w->to_create, job);
-    w->pending += n;
-    pthread_cond_signal(&w->work);
-    pthread_mutex_unlock(&w->lock);
-    Py_RETURN_NONE;
+    return enqueue(w, job);
 fail:
     PyBuffer_Release(&name);
     PyBuffer_Release(&header);
     PyBuffer_Release(&data);
     return NULL;
+}
+
+PyDoc_STRVAR(link_doc, "link(name, source)\n\nQueue ``folder/name`` as a hard link of ``folder/source``, a file "
+                       "saved or linked before; raises the first failure not yet raised.");
+
+static PyObject *Writer_link(Writer *w, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (ready(w, nargs, 2, "link() takes exactly 2 arguments (name, source)") < 0) return NULL;
+    Py_buffer name, source;
+    if (PyObject_GetBuffer(args[0], &name, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &source, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&name);
+        return NULL;
+    }
+    size_t path_len = w->folder_len + 1 + (size_t)name.len, from_len = w->folder_len + 1 + (size_t)source.len;
+    Job *job = calloc(1, sizeof(Job) + path_len + 1 + from_len + 1);
+    if (job == NULL) {
+        PyBuffer_Release(&name);
+        PyBuffer_Release(&source);
+        return PyErr_NoMemory();
+    }
+    char *from = job->path + path_len + 1;
+    memcpy(job->path, w->folder, w->folder_len);
+    job->path[w->folder_len] = '/';
+    memcpy(job->path + w->folder_len + 1, name.buf, (size_t)name.len);
+    memcpy(from, w->folder, w->folder_len);
+    from[w->folder_len] = '/';
+    memcpy(from + w->folder_len + 1, source.buf, (size_t)source.len);
+    job->link_from = from;
+    job->fd = -1;
+    PyBuffer_Release(&name);
+    PyBuffer_Release(&source);
+    return enqueue(w, job);
 }
 
 /* Stop the threads once every queued file is written, and unmap the ring (called without the GIL). */
@@ -540,6 +618,7 @@ static void Writer_dealloc(Writer *w)
 
 static PyMethodDef Writer_methods[] = {
     {"save", (PyCFunction)(void (*)(void))Writer_save, METH_FASTCALL, save_doc},
+    {"link", (PyCFunction)(void (*)(void))Writer_link, METH_FASTCALL, link_doc},
     {"close", (PyCFunction)Writer_close, METH_NOARGS, close_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -550,7 +629,7 @@ static PyGetSetDef Writer_getset[] = {
 };
 
 PyDoc_STRVAR(Writer_doc, "Writer(folder, threads=1, ring=64 MiB)\n\n"
-                         "Writes payload files into ``folder`` (bytes) from C threads: one creating the files, "
+                         "Writes payload files (and hard links) into ``folder`` (bytes) from C threads: one creating them, "
                          "``threads`` filling them; see nbprec/capture/_npyio.c.");
 
 static PyTypeObject WriterType = {

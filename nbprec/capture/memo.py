@@ -1,7 +1,11 @@
-"""The capture's memo of the tensors it has seen: which record produced each, and its statistics.
+"""The capture's memo of the tensors it has seen: which record produced each, its statistics, its payload file.
 
 Keyed by tensor identity (a weak reference per entry, so entries die with their tensors) and checked against
-the tensor's version counter, so that statistics are reused only while a tensor holds the same values.
+the tensor's version counter, so that statistics and payload files are reused only while a tensor holds the
+same values. Some ops change an input without telling its counter (batch norm's running statistics): the
+recorder forgets those inputs (:meth:`TensorMemo.forget`). Writes made behind torch's back (through ``.data``,
+or a numpy view of the memory) are not noticed: a later record of the tensor in the same step repeats the
+earlier one's statistics and payload.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from nbprec.capture.writer import EncodedStats
 
 
 class _Produced:
-    """What the capture knows about a tensor it has seen: who produced it, and its (encoded) statistics."""
+    """What the capture knows about a tensor it has seen: who produced it, its (encoded) statistics, and the
+    payload file holding its values (``file`` at ``file_version``, with ``links`` hard links made to it)."""
 
-    __slots__ = ("api_name", "module_name", "ref", "stats", "version")
+    __slots__ = ("api_name", "file", "file_version", "links", "module_name", "ref", "stats", "version")
 
     def __init__(self, ref: weakref.ref[Any], version: int) -> None:
         self.ref = ref
@@ -23,6 +28,9 @@ class _Produced:
         self.stats: EncodedStats | None = None
         self.api_name: str | None = None
         self.module_name: str | None = None
+        self.file: str | None = None
+        self.file_version = -1
+        self.links = 0
 
 
 class TensorMemo:
@@ -62,6 +70,29 @@ class TensorMemo:
         entry = self.put(t)
         entry.version = t._version
         entry.stats = stats
+
+    def payload_file(self, t: Any, limit: int) -> str | None:
+        """The payload file already holding ``t``'s current values (counted as linked once more), or None.
+
+        None too once ``limit`` links were made to it (a file system caps them): the values are saved afresh.
+        """
+        entry = self.get(t)
+        if entry is None or entry.file is None or entry.file_version != t._version or entry.links >= limit:
+            return None
+        entry.links += 1
+        return entry.file
+
+    def note_file(self, t: Any, file: str) -> None:
+        """Note that payload file ``file`` holds ``t``'s current values."""
+        entry = self.put(t)
+        entry.file, entry.file_version, entry.links = file, t._version, 0
+
+    def forget(self, t: Any) -> None:
+        """Forget ``t``'s statistics and payload file (an op changed its values unseen); who made it stays."""
+        entry = self.get(t)
+        if entry is not None:
+            entry.stats = None
+            entry.file = None
 
     def clear(self) -> None:
         """Forget everything."""

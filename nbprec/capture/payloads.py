@@ -18,6 +18,13 @@ complete when :meth:`PayloadWriter.close` returns, and an error while writing (a
 the capture's thread at the next save or at close, as a :class:`~nbprec.errors.CaptureError` naming the
 file. The ``.npy`` header (format 1.0, exactly what :func:`numpy.save` writes) is cached per dtype and
 shape.
+
+A record whose values were saved before (the same tensor, unchanged, recorded again as the next op's input)
+is written as a hard link of that file (:meth:`PayloadWriter.link`): no copy, no data written, and no new
+inode, which on some file systems is most of what a file costs. A file is always made under a new name: a
+name left by an earlier capture into the same folder is removed first, never written through, since it may
+be a hard link of another file. Where the folder cannot hold hard links (:meth:`PayloadWriter.can_link`
+finds out once), every record gets a file of its own, as before.
 """
 
 from __future__ import annotations
@@ -47,6 +54,9 @@ WRITER_THREADS = 1
 #: Bytes of the compiled writer's snapshot ring: payloads waiting for its threads at most, and the memory its
 #: snapshots touch however many there are (memory touched for the first time is slow to copy into).
 RING_BYTES = 64 << 20
+#: Hard links made to one payload file at most (file systems cap an inode's links: ext4 at 65,000); the
+#: capture saves the values afresh beyond this, and links to the new file.
+MAX_LINKS = 1000
 
 
 def load_native_writer() -> Any:
@@ -76,10 +86,22 @@ def capture_error(path: str, exc: OSError) -> CaptureError:
     return CaptureError(f"{path}: cannot write the dump: {exc.strerror or exc}")
 
 
-def write_file(path: str, header: bytes, data: memoryview | bytes) -> None:
-    """Write one ``.npy`` file (header, then data); a partial file is removed and the error raised."""
+def _replacing(make: Any, path: str) -> Any:
+    """``make()`` (which creates ``path`` and fails if it exists), after removing an existing ``path``."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        return make()
+    except FileExistsError:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return make()
+
+
+def write_file(path: str, header: bytes, data: memoryview | bytes) -> None:
+    """Write one ``.npy`` file (header, then data) under a new name (an existing ``path`` is removed first);
+    a partial file is removed and the error raised."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    try:
+        fd = _replacing(lambda: os.open(path, flags, 0o666), path)
         try:
             _write_all(fd, header)
             _write_all(fd, data)
@@ -89,6 +111,30 @@ def write_file(path: str, header: bytes, data: memoryview | bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(path)
         raise capture_error(path, exc) from exc
+
+
+def link_file(path: str, source: str) -> None:
+    """Make ``path`` a hard link of ``source`` (an existing ``path`` is replaced); errors as :func:`write_file`."""
+    try:
+        _replacing(lambda: os.link(source, path), path)
+    except OSError as exc:
+        raise capture_error(path, exc) from exc
+
+
+def links_work(folder: str) -> bool:
+    """Whether ``folder``'s file system makes hard links (a probe file and its link, removed again)."""
+    probe = os.path.join(folder, f".nbprec-link-probe-{os.getpid()}-{threading.get_ident()}")
+    try:
+        with open(probe, "xb"):
+            pass
+        try:
+            os.link(probe, probe + "-2")
+            os.unlink(probe + "-2")
+            return True
+        finally:
+            os.unlink(probe)
+    except OSError:
+        return False
 
 
 def _write_all(fd: int, data: memoryview | bytes) -> None:
@@ -129,12 +175,15 @@ class PayloadWriter:
         self._pending = 0
         self._lock = threading.Condition()
         self._error: BaseException | None = None
-        self._queue: queue.SimpleQueue[tuple[str, bytes, np.ndarray, np.ndarray | None] | None] | None = None
+        # (path, header, data, buffer) of a file; (path, None, source path, None) of a link; None: stop
+        self._queue: queue.SimpleQueue[tuple[str, Any, Any, np.ndarray | None] | None] | None = None
         self._thread: threading.Thread | None = None
         self._threaded = threaded
+        self._can_link: bool | None = None
         self._spare: dict[int, list[np.ndarray]] = {}  # size class -> buffers of 2**class bytes, written out
         self._spare_bytes = 0
         self.bytes_written = 0
+        self.links = 0
 
     def save(self, file_name: str, array: np.ndarray, owned: bool = False) -> None:
         """Write ``array`` (C-contiguous, numeric) as ``folder/file_name``.
@@ -173,6 +222,32 @@ class PayloadWriter:
         self._queue.put((path, header, data, buffer))
         self.bytes_written += len(header) + nbytes
 
+    def can_link(self) -> bool:
+        """Whether :meth:`link` works in this folder (found out at the first call, with a probe file)."""
+        if self._can_link is None:
+            self._can_link = links_work(self._folder)
+        return self._can_link
+
+    def link(self, file_name: str, source_name: str) -> None:
+        """Make ``folder/file_name`` a hard link of ``folder/source_name``, a file saved (or linked) before.
+
+        Only where :meth:`can_link`. Links are made in order with the saves, so the source exists by then.
+        """
+        self._raise_pending()
+        path, source = f"{self._folder}/{file_name}", f"{self._folder}/{source_name}"
+        if self._native is not None:
+            try:
+                self._native.link(os.fsencode(file_name), os.fsencode(source_name))
+            except OSError as exc:
+                raise capture_error(exc.filename or path, exc) from exc
+        elif not self._threaded:
+            link_file(path, source)
+        else:
+            self._start()
+            assert self._queue is not None
+            self._queue.put((path, None, source, None))
+        self.links += 1
+
     def _copy(self, data: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """A copy of ``data``, and the buffer holding it when that goes back to the spares once written.
 
@@ -209,9 +284,14 @@ class PayloadWriter:
             path, header, data, buffer = item
             try:
                 if self._error is None:
-                    write_file(path, header, data)
+                    if header is None:  # a link: data is its source's path
+                        link_file(path, data)
+                    else:
+                        write_file(path, header, data)
             except BaseException as exc:  # handed to the capture's thread
                 self._error = exc
+            if header is None:
+                continue
             with self._lock:
                 self._pending -= data.nbytes
                 if buffer is not None and self._spare_bytes + buffer.nbytes <= MAX_SPARE:
@@ -243,12 +323,15 @@ class PayloadWriter:
 
 
 __all__ = [
+    "MAX_LINKS",
     "MAX_PENDING",
     "MAX_SPARE",
     "RING_BYTES",
     "WRITER_THREADS",
     "PayloadWriter",
     "capture_error",
+    "link_file",
+    "links_work",
     "load_native_writer",
     "npy_header",
     "write_file",

@@ -16,6 +16,7 @@ from nbprec.capture.gradients import GradientKeeper, KeptGradient
 from nbprec.capture.memo import TensorMemo
 from nbprec.capture.naming import OpName, module_api, parent_backward, recorded_identity
 from nbprec.capture.overflow import OverflowCheck
+from nbprec.capture.payloads import MAX_LINKS
 from nbprec.capture.select import Selection
 from nbprec.capture.signature import encode_call_json
 from nbprec.capture.stacks import StackCollector, StackKey
@@ -44,6 +45,20 @@ SAME_VALUES = frozenset(
         "movedim",
         "swapaxes",
         "mT",
+    }
+)
+#: APIs that change an input without telling its version counter (batch norm's running statistics): what the
+#: memo holds for their inputs is not reused; their records measure and save the values again.
+UNSEEN_WRITES = frozenset(
+    {
+        "batch_norm",
+        "instance_norm",
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "_batch_norm_impl_index",
+        "batch_norm_elemt",
+        "cudnn_batch_norm",
+        "miopen_batch_norm",
     }
 )
 
@@ -266,6 +281,9 @@ class Recorder:
     ) -> None:
         """Record one forward op call: its place in the hierarchy, stack, inputs (with edges) and outputs."""
         order = self._next_order()
+        if name.op_type in UNSEEN_WRITES:
+            for _, t in inputs:
+                self.memo.forget(t)
         if self.opt.overflow:
             self._check_overflow(name, parent, inputs, outputs, order, snapshot)
             return
@@ -329,6 +347,7 @@ class Recorder:
         if enc is None:
             enc = self._encode(name)
         tensor_mode = self._tensor_mode
+        links = tensor_mode and self.writer.can_link()  # a record of values saved before: a hard link
         prefer_module = name.kind == "module"
         memo = self.memo
         add = self.writer.add
@@ -342,16 +361,38 @@ class Recorder:
                 if src is not None:
                     self._write_edge(src, edges_to, slot)
             owned = False
+            same_as = array = None
             if snapshot is not None and slot in snapshot:
                 stats, array = snapshot[slot]
                 owned = True
             else:
                 stats = entry.stats if entry is not None and entry.version == t._version else None
-                array = self.arrays.payload(t) if tensor_mode else None
+                if tensor_mode:
+                    if entry is not None and links:
+                        same_as = memo.payload_file(t, MAX_LINKS)
+                    if same_as is None:
+                        array = self.arrays.payload(t)
             if stats is None:
                 stats = self._stats(t)
             dtype = dtypes.get(t.dtype) or self._dtype_name(t.dtype)
-            add(tname, step, rank, order, enc, role, slot, dtype, tuple(t.shape), t.numel(), stats, array, owned)
+            file = add(
+                tname,
+                step,
+                rank,
+                order,
+                enc,
+                role,
+                slot,
+                dtype,
+                tuple(t.shape),
+                t.numel(),
+                stats,
+                array,
+                owned,
+                same_as,
+            )
+            if links and file is not None and same_as is None and not owned:
+                memo.note_file(t, file)
             if produced or entry is None or entry.stats is None:
                 entry = memo.put(t)
                 entry.version = t._version

@@ -10,7 +10,8 @@ record and column cache) with a faster path for the records a capture makes by t
 - lines of every file are collected and handed to the operating system every ``FLUSH_INTERVAL`` seconds in
   one write per file (a killed process loses at most that interval's records, as with the base writer);
 - payloads (mode ``"tensor"``) are copied when the op is recorded and written by a background thread, with a
-  ``.npy`` header cached per dtype and shape (:class:`~nbprec.capture.payloads.PayloadWriter`).
+  ``.npy`` header cached per dtype and shape (:class:`~nbprec.capture.payloads.PayloadWriter`); a record of
+  values saved before is a hard link of that file (``same_as``).
 """
 
 from __future__ import annotations
@@ -164,11 +165,16 @@ class CaptureWriter(NativeDumpWriter):
         stats: EncodedStats,
         payload: Any = None,
         owned: bool = False,
-    ) -> None:
+        same_as: str | None = None,
+    ) -> str | None:
         """Append one tensor record; ``payload`` (a contiguous numpy array, mode ``"tensor"``) is saved too.
 
         ``dtype`` is the canonical dtype name; a bfloat16/float8 payload is passed as its raw bits. The
         payload is copied before this returns unless ``owned`` (it is already a copy nothing else changes).
+        ``same_as`` instead of a payload: the payload file of an earlier record of this writer holding the same
+        values, made this record's file too as a hard link (only where :meth:`can_link`).
+
+        Returns the name of the record's payload file (in the tensor folder), or None without one.
         """
         key = (step, name)
         seen = self._seen
@@ -184,11 +190,14 @@ class CaptureWriter(NativeDumpWriter):
         role_text = strings.get(role) or self.string(role)
         slot_text = strings.get(slot) or self.string(slot)
         dtype_text = strings.get(dtype) or self.string(dtype)
-        file_text = None
-        if payload is not None and self._payloads is not None:
-            rel = f"{TENSOR_DIR}/{safe_file_stem(name, len(self._rows))}.npy"
-            self._payloads.save(rel.rpartition("/")[2], payload, owned)
-            file_text = json_string(rel)
+        file_text = file_name = None
+        if (payload is not None or same_as is not None) and self._payloads is not None:
+            file_name = f"{safe_file_stem(name, len(self._rows))}.npy"
+            if same_as is not None:
+                self._payloads.link(file_name, same_as)
+            else:
+                self._payloads.save(file_name, payload, owned)
+            file_text = json_string(f"{TENSOR_DIR}/{file_name}")
             self._has_files = True
         self._lines[INDEX_FILE].append(
             f'{{"name":{name_text},"step":{step},"rank":{rank},"order":{order},{op.fragment},"role":{role_text},'
@@ -204,6 +213,16 @@ class CaptureWriter(NativeDumpWriter):
         if now - self._last_flush >= FLUSH_INTERVAL:
             self._last_flush = now
             self.flush()
+        return file_name
+
+    def can_link(self) -> bool:
+        """Whether :meth:`add` may make a record's payload a hard link of an earlier one (``same_as``)."""
+        return self._payloads is not None and self._payloads.can_link()
+
+    @property
+    def payload_links(self) -> int:
+        """Payload files made as hard links of earlier ones so far."""
+        return 0 if self._payloads is None else self._payloads.links
 
     def edge(self, src: str, dst_op: str, dst_slot: str) -> None:
         """Record that op ``dst_op`` consumed tensor ``src`` as its input ``dst_slot``."""

@@ -369,8 +369,10 @@ class NativeDumpWriter:
         storage = RAW_BITS_STORAGE.get(dtype)
         data = array.view(storage) if storage is not None else array
         try:
-            with self._io(target), open(target, "wb") as handle:
-                np.lib.format.write_array(handle, data, allow_pickle=False)
+            with self._io(target):
+                target.unlink(missing_ok=True)  # an earlier dump's name may be a hard link: never write through
+                with open(target, "xb") as handle:
+                    np.lib.format.write_array(handle, data, allow_pickle=False)
         except CaptureError:
             target.unlink(missing_ok=True)
             raise

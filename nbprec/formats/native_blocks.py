@@ -93,7 +93,9 @@ def write_blocks(
     count = math.prod(shape)
     storage = RAW_BITS_STORAGE.get(canonical_dtype(dtype), dtype)
     stats = BlockStats() if want_stats else None
-    handle = open(target, "wb") if target is not None else None  # noqa: SIM115 - closed below, removed on error
+    if target is not None:  # a name left by an earlier dump may be a hard link: replaced, never written through
+        Path(target).unlink(missing_ok=True)
+    handle = open(target, "xb") if target is not None else None  # noqa: SIM115 - closed below, removed on error
     written = 0
     try:
         if handle is not None:

@@ -7,7 +7,9 @@ same torch: one in nbprec's virtualenv, one in msprobe's (``bench/.venv-msprobe`
 
 - ``plain``: no capture (in the nbprec worker, which never had msprobe's API wrappers installed);
 - ``nbprec statistics`` / ``nbprec tensor``: ``with nbprec.capture(model, path, mode=...): step()``,
-  from opening the dump to closing it;
+  from opening the dump to closing it; and tensor mode ``without links`` (``links=False``: every record's
+  payload a file of its own, as before the captures made repeated values hard links), printed with the
+  ratio of tensor mode to it;
 - ``msprobe statistics`` (and ``msprobe tensor`` with ``--msprobe-tensor``): ``PrecisionDebugger`` with
   task ``statistics``/``tensor``, level ``mix`` (modules and APIs, as nbprec's ``level="both"``), timed
   from ``debugger.start(model)`` to ``debugger.stop(); debugger.step()``, which writes its dump.
@@ -130,8 +132,9 @@ class NbprecWorker:
             return {"seconds": time.perf_counter() - start}
         self.runs += 1
         path = self.tmp / f"nbprec-{what}-{self.runs}"
+        mode, links = ("tensor", False) if what == "tensor-copies" else (what, True)
         start = time.perf_counter()
-        with self.capture(self.model, path, mode=what):
+        with self.capture(self.model, path, mode=mode, links=links):
             self.step()
         seconds = time.perf_counter() - start
         ops, records = 0, 0
@@ -285,11 +288,12 @@ def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any
     """Interleaved rounds of every measurement of one model; returns the medians."""
     tasks = ["statistics", "tensor"] if args.msprobe_tensor else ["statistics"]
     create_us = file_creation_cost(tmp)
-    workers = {"nbprec": Worker(sys.executable, "nbprec", name, args.threads, ["statistics", "tensor"], tmp)}
+    nbprec_runs = ["statistics", "tensor", "tensor-copies"]
+    workers = {"nbprec": Worker(sys.executable, "nbprec", name, args.threads, nbprec_runs, tmp)}
     if not args.skip_msprobe:
         for task in tasks:  # one process per msprobe task: its debugger is a singleton
             workers[f"msprobe-{task}"] = Worker(args.msprobe_python, "msprobe", name, args.threads, [task], tmp)
-    plan = [("nbprec", "plain"), ("nbprec", "statistics"), ("nbprec", "tensor")]
+    plan = [("nbprec", "plain")] + [("nbprec", what) for what in nbprec_runs]
     plan += [(f"msprobe-{task}", task) for task in tasks if f"msprobe-{task}" in workers]
     results: dict[str, list[dict[str, Any]]] = {f"{w}:{what}": [] for w, what in plan}
     try:
@@ -348,6 +352,13 @@ def report(res: dict[str, Any]) -> None:
         print(f"  WARNING: workers differ in torch version or threads ({sides}): nbprec/msprobe is not a fair ratio")
     line("nbprec statistics", "nbprec:statistics")
     line("nbprec tensor", "nbprec:tensor")
+    line("  without links", "nbprec:tensor-copies")
+    copies = res["all"]["nbprec:tensor-copies"]
+    paired = statistics.median(t / c for t, c in zip(res["all"]["nbprec:tensor"], copies, strict=True))
+    print(
+        f"  nbprec tensor / without links (every record a file of its own, links=False): "
+        f"{med['nbprec:tensor'] / med['nbprec:tensor-copies']:5.2f} ({paired:5.2f} paired)"
+    )
     for task in ("statistics", "tensor"):
         key = f"msprobe-{task}:{task}"
         if key in med:

@@ -59,6 +59,7 @@ class Capture:
         stacks: bool = True,
         overflow_check: bool = False,
         overflow_nums: int = 1,
+        links: bool = True,
     ) -> None:
         if level not in LEVELS:
             raise CaptureError(f"level must be one of {LEVELS}, not {level!r}")
@@ -84,6 +85,7 @@ class Capture:
         self._meta = dict(meta or {})
         self._overwrite = overwrite
         self._stacks = stacks
+        self._links = bool(links)
         self._writer: Any = None
         self._recorder: Recorder | None = None
         self._mode_obj: Any = None
@@ -107,7 +109,9 @@ class Capture:
         }
         if self._overflow:
             meta["overflow_nums"] = self._overflow.limit
-        self._writer = CaptureWriter(self.path, run=self._run, mode=self._mode, meta=meta, overwrite=self._overwrite)
+        self._writer = CaptureWriter(
+            self.path, run=self._run, mode=self._mode, meta=meta, overwrite=self._overwrite, links=self._links
+        )
         skip = [os.path.dirname(torch.__file__), os.path.dirname(__file__)]
         options = RecorderOptions(
             mode=self._mode,
@@ -242,6 +246,10 @@ def capture(model: Any, path: str | os.PathLike[str], **options: Any) -> Capture
         Overflow-check mode: record only ops whose outputs or gradients hold NaN/inf or hit the float16/
         bfloat16 maximum (full tensors), and raise :class:`~nbprec.errors.OverflowDetectedError` after
         ``overflow_nums`` of them (-1: never).
+    links
+        Tensor mode: a tensor recorded again with unchanged values (one op's output, the next op's input) has
+        its values saved once, the later records' files being hard links of the first (where the file system
+        has them). False gives every record a file of its own, for tools that change payload files in place.
 
     Returns
     -------

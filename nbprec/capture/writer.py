@@ -97,10 +97,11 @@ _C_TEXTS: Any = None  # the C formatter of encode_stats, set by the first writer
 class CaptureWriter(NativeDumpWriter):
     """A :class:`~nbprec.formats.native.NativeDumpWriter` with the capture's fast record path.
 
-    Parameters are those of :class:`~nbprec.formats.native.NativeDumpWriter`.
+    Parameters are those of :class:`~nbprec.formats.native.NativeDumpWriter`, and ``links``: whether a record
+    may have its payload file made a hard link of an earlier one (see :meth:`add`).
     """
 
-    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, links: bool = True, **options: Any) -> None:
         global _C_TEXTS
         if _C_TEXTS is None:  # (its tables take about 1 ms to make: at the first capture, not at import)
             _C_TEXTS = json_texts_function()
@@ -112,6 +113,7 @@ class CaptureWriter(NativeDumpWriter):
         self._shapes: dict[tuple[int, ...], str] = {}
         self._payloads = PayloadWriter(self._path / TENSOR_DIR) if self._mode == "tensor" else None
         self._has_files = False
+        self._links = links
 
     # -- encoding ------------------------------------------------------------------------------------------
     def string(self, text: str) -> str:
@@ -217,7 +219,7 @@ class CaptureWriter(NativeDumpWriter):
 
     def can_link(self) -> bool:
         """Whether :meth:`add` may make a record's payload a hard link of an earlier one (``same_as``)."""
-        return self._payloads is not None and self._payloads.can_link()
+        return self._links and self._payloads is not None and self._payloads.can_link()
 
     @property
     def payload_links(self) -> int:

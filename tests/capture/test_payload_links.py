@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,12 +29,12 @@ def _inode(dump: nbprec.Dump, name: str) -> int:
     return os.stat(dump.path / str(dump.row(name)["file"])).st_ino
 
 
-def _capture_reuses(path: Path) -> dict[str, np.ndarray]:
+def _capture_reuses(path: Path, **options: Any) -> dict[str, np.ndarray]:
     """y recorded three times unchanged, then changed in place and recorded again; the values it had."""
     from nbprec.capture import capture
 
     x = torch.linspace(-2, 2, 50_000)
-    with capture(None, path, level="apis", mode="tensor"):
+    with capture(None, path, level="apis", mode="tensor", **options):
         y = torch.relu(x)  # output of relu
         y * 2  # input of mul.0
         y + 1  # input of add.0
@@ -64,9 +65,15 @@ def test_a_tensor_recorded_again_unchanged_is_a_link_and_a_changed_one_is_not(tm
     assert _inode(dump, changed[1]) == _inode(dump, changed[0])  # unchanged since add_ wrote it
 
 
-def test_without_hard_links_every_record_gets_its_own_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(payloads, "links_work", lambda folder: False)  # a file system without them (FAT, some NAS)
-    values = _capture_reuses(tmp_path / "run")
+@pytest.mark.parametrize("why", ["the file system has none", "links=False"])
+def test_without_hard_links_every_record_gets_its_own_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, why: str
+) -> None:
+    if why == "links=False":
+        values = _capture_reuses(tmp_path / "run", links=False)
+    else:  # FAT, some network shares
+        monkeypatch.setattr(payloads, "links_work", lambda folder: False)
+        values = _capture_reuses(tmp_path / "run")
     dump = nbprec.open(tmp_path / "run")
     names = ["Torch.relu.0.forward.output.0", "Tensor.mul.0.forward.input.0", "Tensor.add.0.forward.input.0"]
     assert len({_inode(dump, name) for name in names}) == 3

@@ -221,11 +221,6 @@ class CaptureWriter(NativeDumpWriter):
         """Whether :meth:`add` may make a record's payload a hard link of an earlier one (``same_as``)."""
         return self._links and self._payloads is not None and self._payloads.can_link()
 
-    @property
-    def payload_links(self) -> int:
-        """Payload files made as hard links of earlier ones so far."""
-        return 0 if self._payloads is None else self._payloads.links
-
     def edge(self, src: str, dst_op: str, dst_slot: str) -> None:
         """Record that op ``dst_op`` consumed tensor ``src`` as its input ``dst_slot``."""
         self._lines[EDGES_FILE].append(

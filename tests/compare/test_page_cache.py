@@ -169,10 +169,13 @@ def test_a_comparison_with_payloads_out_of_the_page_cache_is_the_same(tmp_path, 
 
     monkeypatch.setattr(engine, "small_pair", counting_pairs)
     monkeypatch.setattr(engine, "read_ahead", counting_files)
-    for path in _payloads(target)[::3] + _payloads(bench)[1::5]:
-        _evict(path)
-    holed = nbprec.compare(target, bench, **options)
-    _same(clean, holed)
+    for _ in range(_TRIES if parallel != "processes" else 1):  # (see _TRIES: the disk may serve the holes in time)
+        for path in _payloads(target)[::3] + _payloads(bench)[1::5]:
+            _evict(path)
+        holed = nbprec.compare(target, bench, **options)
+        _same(clean, holed)
+        if any(later):
+            break
     if parallel != "processes":  # (a forked worker's calls are not seen here)
         assert any(later), "no pair was found out of the page cache"
 

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from nbprec._gc import paused_gc
 from nbprec._optional import require
 
 _WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def caption(text: str) -> Any:
+    """The words before a control, as an HTML widget: nbprec's controls have no ``description``.
+
+    ipywidgets hands every non-empty ``description`` to the page's LaTeX typesetter, and JupyterLab's loads and
+    starts MathJax on its first call, math or not. In a notebook that had not started it (one without Markdown
+    cells) that was the last third of a second or so of the browser's work before the dashboard was drawn. An
+    HTML widget's value is never typeset. (Voila's page starts MathJax as it loads, whatever the widgets.)
+    """
+    import ipywidgets as w
+
+    layout = w.Layout(margin="0 4px 0 6px", flex="0 0 auto")
+    return w.HTML(f"<span style='white-space:nowrap'>{html.escape(text)}</span>", layout=layout)
 
 
 class View:

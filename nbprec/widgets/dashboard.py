@@ -144,20 +144,19 @@ class Dashboard(View):
     def _build(self) -> Any:
         import ipywidgets as w
 
+        # CSS classes and tab titles go with each widget's first message (add_class and set_title would each
+        # send one more)
         def cell(area: str, title: str, body: Any) -> Any:
             heading = w.HTML(f"<div class='nbprec-cell-title'>{esc(title)}</div>") if title else None
-            box = w.VBox([heading, body] if heading else [body], layout=w.Layout(grid_area=area))
-            box.add_class("nbprec-cell")
-            box.add_class(f"nbprec-cell-{area}")
-            return box
+            return w.VBox([heading, body] if heading else [body], layout=w.Layout(grid_area=area),
+                          _dom_classes=("nbprec-cell", f"nbprec-cell-{area}"))  # fmt: skip
 
-        tabs = w.Tab(children=[view.widget for _, view in self.side_views])
-        for i, (title, _) in enumerate(self.side_views):
-            tabs.set_title(i, title)
+        tabs = w.Tab(
+            children=[view.widget for _, view in self.side_views], titles=[title for title, _ in self.side_views]
+        )
         tabs.observe(self._tab_opened, names="selected_index")
         self._tabs = tabs
-        head = w.HTML(self.header_html(), layout=w.Layout(grid_area="head"))
-        head.add_class("nbprec-head")
+        head = w.HTML(self.header_html(), layout=w.Layout(grid_area="head"), _dom_classes=("nbprec-head",))
         grid = w.GridBox(
             [
                 head,
@@ -165,12 +164,10 @@ class Dashboard(View):
                 cell("graph", "", self.subgraph.widget),  # the graph view has its own title
                 cell("trend", "", self.trend.widget),
                 cell("side", "", tabs),
-            ]
+            ],
+            _dom_classes=("nbprec-app",),
         )
-        grid.add_class("nbprec-app")
-        root = w.VBox([w.HTML(DASHBOARD_CSS), grid], layout=w.Layout(width="100%"))
-        root.add_class("nbprec-dash")
-        return root
+        return w.VBox([w.HTML(DASHBOARD_CSS), grid], layout=w.Layout(width="100%"), _dom_classes=("nbprec-dash",))
 
     def _tab_opened(self, change: dict[str, Any]) -> None:
         """Expensive views compute on first use: the overflow scan runs when its tab is first opened."""

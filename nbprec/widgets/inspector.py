@@ -9,7 +9,7 @@ import pandas as pd
 
 from nbprec.errors import NbprecError
 from nbprec.inspect import PairInspection, inspect_pair, op_tensor_rows, sample_indices
-from nbprec.widgets.base import View
+from nbprec.widgets.base import View, caption
 from nbprec.widgets.model import Selection
 from nbprec.widgets.static import Series, esc, html_table, svg_histogram, svg_plot
 from nbprec.widgets.tensor_source import TensorSource
@@ -108,7 +108,7 @@ class InspectorView(View):
         import ipywidgets as w
 
         self._header = w.HTML()
-        self._tensor = w.Dropdown(description="tensor", layout=w.Layout(width="95%"))
+        self._tensor = w.Dropdown(tooltip="tensor", layout=w.Layout(flex="1 1 auto", width="auto"))
         self._tensor.observe(self._tensor_picked, names="value")
         self._stats = w.HTML()
         self._top = w.HTML()
@@ -117,7 +117,8 @@ class InspectorView(View):
         self._plots: list[Any] = []  # the four figures, built with the first tensor pair that has payloads
         wrap = w.Layout(flex_flow="row wrap", align_items="flex-start")
         self._plot_box = w.HBox([self._stats], layout=wrap)
-        return w.VBox([self._header, self._tensor, self._plot_box, w.HBox([self._top, self._bits], layout=wrap)])
+        tensor = w.HBox([caption("tensor"), self._tensor], layout=w.Layout(width="95%", align_items="center"))
+        return w.VBox([self._header, tensor, self._plot_box, w.HBox([self._top, self._bits], layout=wrap)])
 
     def _build_plots(self) -> None:
         """The histogram, scatter and error-profile figures (bqplot), added beside the statistics. Built when a

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from nbprec.errors import NbprecError
-from nbprec.widgets.base import View
+from nbprec.widgets.base import View, caption
 from nbprec.widgets.model import Selection
 from nbprec.widgets.static import esc, html_table
 from nbprec.widgets.tensor_source import TensorSource
@@ -124,11 +124,12 @@ class OverflowView(View):
         self._summary = w.HTML()
         self._load = w.Button(description="scan for overflow", icon="", button_style="info")
         self._load.on_click(lambda _: self.load())
-        self._list = w.Select(rows=8, layout=w.Layout(width="98%"), description="flagged")
-        self._list.add_class("nbprec-mono")
+        self._list = w.Select(rows=8, tooltip="flagged", layout=w.Layout(flex="1 1 auto", width="auto"),
+                              _dom_classes=("nbprec-mono",))  # fmt: skip
         self._list.observe(self._picked, names="value")
         self._updating = False
-        return w.VBox([self._summary, self._load, self._list])
+        self._flagged = w.HBox([caption("flagged"), self._list], layout=w.Layout(width="98%"))
+        return w.VBox([self._summary, self._load, self._flagged])
 
     def _on_selection(self, op: str | None) -> None:
         """Only the selected op's line and the list's highlight change (the list is not resent)."""
@@ -152,10 +153,10 @@ class OverflowView(View):
             return
         if not self._scanned:
             self._summary.value = NOT_SCANNED_HTML
-            self._list.layout.display = "none"
+            self._flagged.layout.display = "none"
             return
         self._load.layout.display = "none"
-        self._list.layout.display = None
+        self._flagged.layout.display = None
         self._updating = True
         try:
             ranked = self.ranked()

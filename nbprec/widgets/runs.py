@@ -17,7 +17,7 @@ import pandas as pd
 
 from nbprec.compare.presence import BOTH
 from nbprec.compare.runs import RunSummary
-from nbprec.widgets.base import View
+from nbprec.widgets.base import View, caption
 from nbprec.widgets.model import OpsModel, Run, Selection
 from nbprec.widgets.static import esc, html_table
 
@@ -218,7 +218,7 @@ class RunsView(View):
             layout=w.Layout(width="min(100%, 520px)", height="220px"),
         )
         self._value = w.Dropdown(
-            options=[(label, key) for key, (label, _) in HEATMAP_VALUES.items()], value=self.value, description="cells"
+            options=[(label, key) for key, (label, _) in HEATMAP_VALUES.items()], value=self.value, tooltip="cells"
         )
         self._value.observe(lambda ch: self.set_value(ch["new"]), names="value")
         self._all = w.Button(description="all steps and ranks")
@@ -229,7 +229,7 @@ class RunsView(View):
             [
                 w.HTML("<h3 style='margin:4px 0'>Steps and ranks</h3>"),
                 self._summary,
-                w.HBox([self._value, self._all]),
+                w.HBox([caption("cells"), self._value, self._all], layout=w.Layout(align_items="center")),
                 self._figure,
                 self._grid,
             ]

@@ -13,7 +13,7 @@ import numpy as np
 
 from nbprec.compare.rules import STATUS_FAIL
 from nbprec.errors import NbprecError
-from nbprec.widgets.base import View
+from nbprec.widgets.base import View, caption
 from nbprec.widgets.graphdata import (
     MAX_ELEMENTS,
     NA_COLOUR,
@@ -286,9 +286,9 @@ class SubgraphView(View):
         import ipywidgets as w
         from ipycytoscape import CytoscapeWidget
 
-        self._cy = CytoscapeWidget(layout=w.Layout(width="100%", height="460px"))
-        self._cy.min_zoom, self._cy.max_zoom = MIN_ZOOM, 3.0
-        self._cy.wheel_sensitivity = 0.3
+        self._cy = CytoscapeWidget(
+            layout=w.Layout(width="100%", height="460px"), min_zoom=MIN_ZOOM, max_zoom=3.0, wheel_sensitivity=0.3
+        )
         self._cy.on("node", "click", lambda node: self.click_node(node.get("data", {})))
         self._drawn_nodes: list[tuple[tuple[str, str], Any]] = []
         self._drawn_edges: list[tuple[tuple[str, str], Any]] = []
@@ -316,14 +316,14 @@ class SubgraphView(View):
         """The neighbourhood mode's depth and block sliders and its "expand all" button."""
         import ipywidgets as w
 
-        depth = w.IntSlider(value=self.depth, min=1, max=40, description="depth", continuous_update=False)
+        depth = w.IntSlider(value=self.depth, min=1, max=40, tooltip="depth", continuous_update=False)
         depth.observe(lambda ch: self.set_depth(ch["new"]), names="value")
-        blocks = w.IntSlider(value=self.block_depth, min=0, max=4, description="blocks", continuous_update=False,
+        blocks = w.IntSlider(value=self.block_depth, min=0, max=4, continuous_update=False,
                              tooltip="collapse modules this many levels down (0: every op)")  # fmt: skip
         blocks.observe(lambda ch: self.set_block_depth(ch["new"]), names="value")
         expand_all = w.Button(description="expand all")
         expand_all.on_click(lambda _: self.expand_all())
-        return depth, blocks, expand_all
+        return caption("depth"), depth, caption("blocks"), blocks, expand_all
 
     def refresh(self) -> None:
         """Send the elements to the cytoscape widget (once built), reusing the node and edge widgets that stay.
@@ -397,9 +397,8 @@ class SubgraphView(View):
             not n["data"].get("expanded"), nesting(n)))  # fmt: skip
         added_nodes = []
         for n in fresh:
-            widget = Node(data=dict(n["data"]), classes=n.get("classes", ""))
-            if "position" in n:
-                widget.position = dict(n["position"])
+            place = {"position": dict(n["position"])} if "position" in n else {}  # sent with the node, not after it
+            widget = Node(data=dict(n["data"]), classes=n.get("classes", ""), **place)
             added_nodes.append(((n["data"]["id"], n["data"].get("parent", "")), widget))
         kept_edge_ids = {key[0] for key, _ in kept_edges}
         added_edges = [

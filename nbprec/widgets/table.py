@@ -10,7 +10,7 @@ import pandas as pd
 
 from nbprec.compare.rules import HIGHER_IS_BETTER, STATUS_FAIL, STATUS_NA, STATUS_PASS
 from nbprec.compare.runs import op_at
-from nbprec.widgets.base import View
+from nbprec.widgets.base import View, caption
 from nbprec.widgets.model import TEXT_SORT_COLUMNS, OpsModel, Selection
 from nbprec.widgets.static import esc, html_table
 
@@ -165,21 +165,20 @@ class OpsTableView(View):
         def sized(width: str) -> Any:
             return w.Layout(width=width)
 
-        compact = {"description_width": "initial"}
-        self._cos_slider = w.FloatSlider(min=0.9, max=1.0, step=1e-4, readout_format=".4f", description="threshold",
-                                         continuous_update=False, style=compact, layout=sized("300px"))  # fmt: skip
+        # captions are widgets of their own, not the controls' descriptions (see ``caption``)
+        self._cos_slider = w.FloatSlider(min=0.9, max=1.0, step=1e-4, readout_format=".4f", tooltip="threshold",
+                                         continuous_update=False, layout=sized("240px"))  # fmt: skip
         self._err_slider: Any = None  # built when an error metric (lower is better) is first picked
-        self._metric = w.Dropdown(options=m.metric_options(), value=m.metric, description="metric", style=compact,
-                                  layout=sized("190px"))  # fmt: skip
-        self._rule = w.Dropdown(options=m.rule_options(), value=_preset_or_none(m), description="rule", style=compact,
-                                layout=sized("150px"))  # fmt: skip
+        self._threshold_caption = caption("threshold")
+        self._metric = w.Dropdown(options=m.metric_options(), value=m.metric, tooltip="metric", layout=sized("150px"))
+        self._rule = w.Dropdown(options=m.rule_options(), value=_preset_or_none(m), tooltip="rule",
+                                layout=sized("120px"))  # fmt: skip
         self._types = w.Dropdown(options=_any("type", m.op_type_options()), layout=sized("120px"))
         self._status = w.Dropdown(options=_any("status", [STATUS_FAIL, STATUS_PASS, STATUS_NA]), layout=sized("105px"))
         self._origin = w.Dropdown(options=_any("origin", [o for o in _ORIGINS if o]), layout=sized("110px"))
         self._pattern = w.Text(placeholder="op name contains", layout=sized("150px"))
         self._module = w.Text(placeholder="module (prefix)", layout=sized("150px"))
-        self._sort = w.Dropdown(options=self._sort_options(), value="order", description="sort",
-                                style=compact, layout=sized("230px"))  # fmt: skip
+        self._sort = w.Dropdown(options=self._sort_options(), value="order", tooltip="sort", layout=sized("200px"))
         self._prev = w.Button(description="◀", tooltip="previous page", layout=sized("36px"))
         self._next = w.Button(description="▶", tooltip="next page", layout=sized("36px"))
         self._first = w.Button(description="go to first failing op", button_style="warning", layout=sized("170px"))
@@ -215,12 +214,12 @@ class OpsTableView(View):
         self._prev.on_click(lambda _: self.set_page(self.model.page - 1))
         self._next.on_click(lambda _: self.set_page(self.model.page + 1))
         self._first.on_click(lambda _: self.go_to_first_failing())
-        self._slider_box = w.HBox()
+        self._slider_box = w.HBox(layout=w.Layout(align_items="center"))
         row = w.Layout(flex_flow="row wrap", align_items="center")
         controls = [
-            w.HBox([self._rule, self._metric, self._slider_box], layout=row),
+            w.HBox([caption("rule"), self._rule, caption("metric"), self._metric, self._slider_box], layout=row),
             w.HBox([self._pattern, self._module, self._types, self._status, self._origin], layout=row),
-            w.HBox([self._first, self._sort, self._prev, self._next], layout=row),
+            w.HBox([self._first, caption("sort"), self._sort, self._prev, self._next], layout=row),
         ]
         return w.VBox([*controls, self._summary, self._grid], layout=w.Layout(width="100%"))
 
@@ -239,10 +238,8 @@ class OpsTableView(View):
         if self._err_slider is None:
             import ipywidgets as w
 
-            self._err_slider = w.FloatLogSlider(min=-6, max=1, step=0.05, readout_format=".2e",
-                                                description="threshold", continuous_update=False,
-                                                style={"description_width": "initial"},
-                                                layout=w.Layout(width="300px"))  # fmt: skip
+            self._err_slider = w.FloatLogSlider(min=-6, max=1, step=0.05, readout_format=".2e", tooltip="threshold",
+                                                continuous_update=False, layout=w.Layout(width="240px"))  # fmt: skip
             self._err_slider.observe(lambda ch: self._slider_moved(ch["new"]), names="value")
         return self._err_slider
 
@@ -290,7 +287,7 @@ class OpsTableView(View):
             if cosine_like:
                 slider.min = min(0.9, m.threshold)
             slider.value = m.threshold
-            self._slider_box.children = (slider,)
+            self._slider_box.children = (self._threshold_caption, slider)
             self._metric.value = m.metric
             self._sort.options = self._sort_options()
             self._sort.value = m.sort_by if m.sort_by in dict(self._sort_options()).values() else "order"

@@ -12,7 +12,7 @@ import pandas as pd
 from nbprec.compare.rules import HIGHER_IS_BETTER, STATUS_FAIL
 from nbprec.compare.runs import op_at
 from nbprec.inspect import sample_indices
-from nbprec.widgets.base import View
+from nbprec.widgets.base import View, caption
 from nbprec.widgets.model import OpsModel, Selection
 from nbprec.widgets.static import Series, esc, line_points, svg_plot
 
@@ -207,16 +207,14 @@ class TrendView(View):
             layout=w.Layout(width="100%", height=f"{FIGURE_HEIGHT}px"),
             title="",
         )
-        compact = {"description_width": "initial"}
-        self._zoom = w.IntRangeSlider(
-            description="zoom", continuous_update=False, style=compact, layout=w.Layout(width="340px")
-        )
+        self._zoom = w.IntRangeSlider(tooltip="zoom", continuous_update=False, layout=w.Layout(width="300px"))
         self._zoom.observe(self._zoomed, names="value")
         self._around = w.Button(description="around selection", layout=w.Layout(width="130px"))
         self._around.on_click(lambda _: self.zoom_to_selection())
         self._all = w.Button(description="all ops", layout=w.Layout(width="70px"))
         self._all.on_click(lambda _: self.set_window(None))
-        tools = w.HBox([self._zoom, self._around, self._all], layout=w.Layout(flex_flow="row wrap"))
+        tools = w.HBox([caption("zoom"), self._zoom, self._around, self._all],
+                       layout=w.Layout(flex_flow="row wrap", align_items="center"))  # fmt: skip
         return w.VBox([self._label, self._figure, tools], layout=w.Layout(width="100%"))
 
     def _zoomed(self, change: dict[str, Any]) -> None:

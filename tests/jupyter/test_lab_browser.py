@@ -210,6 +210,41 @@ def test_launcher_card_opens_the_dialog_then_the_dashboard(lab, lab_page):
     shut_down_kernels(lab)
 
 
+def test_a_notebook_without_markdown_never_starts_mathjax(lab, browser):
+    """A notebook of code cells only, in a page of its own: its dashboard is drawn and, seconds later, MathJax has
+    never run (its first call adds its stylesheet). JupyterLab's typesetter loads MathJax on its first call, math
+    or not, and ipywidgets typesets every control's ``description``: nbprec's controls have captions instead."""
+    import nbformat
+
+    path = lab.root / "demo-output" / "plain-dashboard.ipynb"
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("import nbprec\nnbprec.explore('tiny_bf16_faulty', 'tiny_fp32')")]
+    )
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    context = browser.new_context(viewport={"width": 1500, "height": 1000})
+    try:
+        page = context.new_page()
+        # a workspace of its own: the default one would reopen the notebooks of the tests before (Markdown cells)
+        url = f"{lab.url}lab/workspaces/code-cells-only/tree/demo-output/{path.name}?token={lab.token}"
+        page.goto(url, timeout=bs.TIMEOUT_MS)
+        page.wait_for_function(
+            "() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+            " const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;"
+            " return k && k.status === 'idle'; }",
+            timeout=bs.TIMEOUT_MS,
+        )
+        run_command(page, "notebook:run-all-cells")
+        wait_dashboard(page)
+        page.wait_for_timeout(2000)
+        assert page.evaluate("() => [...document.querySelectorAll('style[id^=MJX]')].map(s => s.id)") == []
+        assert page.locator(SHOWN_NOTEBOOK).get_by_text("threshold", exact=True).count() == 1  # a caption
+    finally:
+        shut_down_kernels(lab)
+        context.close()
+        path.unlink()
+
+
 def test_dialog_says_what_is_wrong_with_a_path(lab_page):
     run_command(lab_page, "nbprec:new-investigation")
     dialog = lab_page.locator(".jp-Dialog")

@@ -221,7 +221,8 @@ def test_the_inspector_sends_its_figures_only_for_payloads(msprobe_comparison, f
     # the neighbourhood mode's controls are built when that mode is first shown
     assert statistics_only.subgraph._neighbourhood_bar.children == ()
     statistics_only.subgraph.set_mode("neighbourhood")
-    assert len(statistics_only.subgraph._neighbourhood_bar.children) == 3
+    bar = statistics_only.subgraph._neighbourhood_bar.children
+    assert [type(c).__name__ for c in bar] == ["HTML", "IntSlider", "HTML", "IntSlider", "Button"]
 
 
 def test_the_model_graph_is_laid_out_in_python():
@@ -276,3 +277,43 @@ def test_a_view_builds_its_widget_with_the_collector_paused():
     finally:
         (gc.enable if was else gc.disable)()
     assert seen == [False, False]
+
+
+def test_no_control_has_a_description_for_the_typesetter(msprobe_comparison):
+    """Every widget of the dashboard, with the controls built on demand (the error-metric slider, the graph's
+    neighbourhood controls, the overflow list, the rank x step view): none has a ``description`` (ipywidgets hands
+    each one to the page's LaTeX typesetter, and JupyterLab's and Voila's load MathJax on its first call) and
+    none is an ``HTMLMath`` or ``Label`` (typeset too). Each control's words are a caption beside it."""
+    from pathlib import Path
+
+    import ipywidgets
+
+    import nbprec
+
+    multirank = Path(__file__).resolve().parents[1] / "fixtures" / "multirank" / "msprobe"
+    built = []
+    previous = ipywidgets.Widget._widget_construction_callback
+    ipywidgets.Widget.on_widget_constructed(built.append)
+    try:
+        for comparison in (msprobe_comparison, nbprec.compare(multirank / "fault", multirank / "fp32", progress=None)):
+            dash = explore(comparison)
+            dash.widget  # noqa: B018
+            dash.table.set_metric("max_abs_err")  # the error metrics' slider
+            dash.subgraph.set_mode("neighbourhood")  # the depth and block sliders
+            dash.overflow.load()  # the flagged list
+    finally:
+        ipywidgets.Widget.on_widget_constructed(previous)
+    assert dash.runs is not None and dash.runs.built
+    names = {type(w).__name__ for w in built}
+    assert {"FloatSlider", "FloatLogSlider", "IntRangeSlider", "IntSlider", "Dropdown", "Select"} <= names
+    typeset = [
+        (type(w).__name__, w.description)
+        for w in built
+        if isinstance(w, ipywidgets.widgets.widget_description.DescriptionWidget) and w.description
+    ]
+    assert typeset == []
+    assert not names & {"HTMLMath", "Label"}
+    captions = [w.value for w in built if type(w).__name__ == "HTML" and "white-space:nowrap" in w.value]
+    assert {"threshold", "metric", "rule", "sort", "zoom", "tensor", "flagged", "depth", "blocks", "cells"} <= {
+        c.split(">")[1].split("<")[0] for c in captions
+    }

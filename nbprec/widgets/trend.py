@@ -18,8 +18,10 @@ from nbprec.widgets.static import Series, esc, line_points, svg_plot
 
 #: Errors below this are drawn at it (an exact match has no logarithm).
 FLOOR = 1e-9
-#: At most this many clickable dots (failing ones first): SVG scatters slow the browser beyond a few thousand.
-MAX_DOTS = 2_000
+#: At most this many clickable dots in the window shown (failing ones first), drawn again when it changes: every
+#: op has its dot once the window holds no more ops. Each dot is an SVG element: with 2,000 of them at 5,000 ops,
+#: drawing the dashboard in JupyterLab took 0.3-0.5 s longer.
+MAX_DOTS = 500
 #: The line is reduced to the min and max of each bucket beyond this many points (the window when zoomed).
 MAX_LINE_POINTS = 4_000
 #: Colours of the story's marks, the same in every view.
@@ -44,7 +46,8 @@ def error_label(metric: str) -> str:
 @dataclass(frozen=True)
 class TrendData:
     """Arrays of the trend plot: ``x``/``y`` for the ops of the chosen (step, rank) (all ops when none is),
-    ``rows`` their positions in ``model.ops``; ``dots``, ``fails``, ``outliers`` and the marks index ``x``.
+    ``rows`` their positions in ``model.ops``; ``fails`` (every failing op with a value), ``outliers`` and the marks
+    index ``x`` (:func:`window_dots` picks the dots drawn).
 
     ``err`` is what is drawn (:func:`error_values` of ``y``), ``err_threshold`` the threshold on that scale;
     ``first``, ``introduced`` and ``onset`` are the verdict's ops (NaN when there is none), named by
@@ -53,7 +56,6 @@ class TrendData:
 
     x: np.ndarray
     y: np.ndarray
-    dots: np.ndarray
     fails: np.ndarray
     threshold: float
     onset: float
@@ -69,16 +71,14 @@ class TrendData:
 
 
 def trend_data(model: OpsModel, selected: str | None) -> TrendData:
-    """The trend's data from the table model: every op of the run on the line, at most :data:`MAX_DOTS` dots
-    (failing ones kept first)."""
+    """The trend's data from the table model: every op of the run on the line (:func:`window_dots` picks the
+    dots)."""
     rows = model.run_positions()
     ops = model.ops.iloc[rows]
     column = model.metric_column
     y = ops[column].to_numpy(dtype=np.float64) if column in ops else np.full(len(ops), np.nan)
     x = np.arange(len(ops), dtype=np.float64)
     fails = np.flatnonzero((ops["status"] == STATUS_FAIL).to_numpy() & ~np.isnan(y))
-    fails = fails[sample_indices(len(fails), MAX_DOTS // 2)]
-    dots = sample_indices(len(ops), MAX_DOTS - len(fails))
     err = error_values(column, y)
     story = {"first": model.first_failing(), "introduced": model.first_introduced(), "onset": model.onset()}
 
@@ -91,7 +91,6 @@ def trend_data(model: OpsModel, selected: str | None) -> TrendData:
     return TrendData(
         x=x,
         y=y,
-        dots=dots,
         fails=fails,
         threshold=model.threshold,
         onset=x_of(story["onset"]),
@@ -105,6 +104,15 @@ def trend_data(model: OpsModel, selected: str | None) -> TrendData:
         introduced=x_of(story["introduced"]),
         names={k: op_at(v, model.several) for k, v in story.items()},
     )
+
+
+def window_dots(data: TrendData, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """The dots drawn for execution order ``lo`` to ``hi`` (positions in ``data.x``): the failing ones (at most
+    half of :data:`MAX_DOTS`), then the others up to :data:`MAX_DOTS` in all; every op when they fit."""
+    fails = data.fails[(data.fails >= lo) & (data.fails <= hi)]
+    fails = fails[sample_indices(len(fails), MAX_DOTS // 2)]
+    dots = lo + sample_indices(max(hi - lo + 1, 0), MAX_DOTS - len(fails))
+    return dots, fails
 
 
 def _selected_x(rows: np.ndarray, position: int | None) -> float:
@@ -240,10 +248,6 @@ class TrendView(View):
         d = self.data
         top = self._y_range()[1]
         with self._figure.hold_sync():
-            self._dot_positions, self._fail_positions = d.dots, d.fails
-            self._dots.x, self._dots.y = d.x[d.dots], np.where(np.isinf(d.err[d.dots]), top, d.err[d.dots])
-            self._fail_dots.x = d.x[d.fails]
-            self._fail_dots.y = np.where(np.isinf(d.err[d.fails]), top, d.err[d.fails])
             self._outliers.x, self._outliers.y = (
                 d.x[d.outliers[:MAX_DOTS]],
                 np.full(min(len(d.outliers), MAX_DOTS), top),
@@ -253,7 +257,7 @@ class TrendView(View):
         self._label.value = self._caption()
 
     def _push_window(self) -> None:
-        """The x range, the y range of what is in it, the line, and the lines that span the y range."""
+        """The x range, the y range of what is in it, the line and the dots in it, the lines spanning the y range."""
         if not self.built:
             return
         d = self.data
@@ -265,6 +269,10 @@ class TrendView(View):
             self._sx.min, self._sx.max = float(lo), float(max(hi, lo + 1))
             self._sy.min, self._sy.max = bottom, top
             self._line.x, self._line.y = self.visible_line()
+            dots, fails = window_dots(d, int(lo), int(hi) if self.window is not None else n - 1)
+            self._dot_positions, self._fail_positions = dots, fails
+            self._dots.x, self._dots.y = d.x[dots], np.where(np.isinf(d.err[dots]), top, d.err[dots])
+            self._fail_dots.x, self._fail_dots.y = d.x[fails], np.where(np.isinf(d.err[fails]), top, d.err[fails])
             self._threshold.x, self._threshold.y = np.array([0.0, max(n - 1, 1)]), np.full(2, d.err_threshold)
             xs = np.array([[x if np.isfinite(x) else -1e9] * 2 for x, _ in story])
             self._marks.x, self._marks.y = xs, np.array([[bottom, top]] * len(story))

@@ -140,6 +140,30 @@ def test_trend_marks_infinite_errors_and_zooms(faulty_5000):
     assert trend._sx.max == len(trend.data.x) - 1
 
 
+def test_the_trend_draws_its_dots_for_the_window_shown(faulty_5000):
+    """At most MAX_DOTS dots over 5,000 ops, every failing op first where they fit; zoomed in, every op of the
+    window has its dot, and clicking one selects that op."""
+    from nbprec.widgets.trend import MAX_DOTS
+
+    dash = explore(faulty_5000, overflow=False)
+    trend = dash.trend
+    trend.widget  # noqa: B018
+    drawn = len(trend._dots.x) + len(trend._fail_dots.x)
+    assert drawn == MAX_DOTS and len(trend.data.fails) > 0
+    assert len(trend._fail_dots.x) == min(len(trend.data.fails), MAX_DOTS // 2)
+    trend.set_window(4000, 4099)
+    shown = np.concatenate([trend._dots.x, trend._fail_dots.x])
+    assert set(np.arange(4000, 4100)) <= set(shown.astype(int).tolist())
+    assert set(trend._fail_dots.x.astype(int).tolist()) == set(
+        trend.data.fails[(trend.data.fails >= 4000) & (trend.data.fails <= 4099)].tolist()
+    )
+    k = int(np.flatnonzero(trend._dots.x == 4050)[0])
+    trend._clicked(trend._dot_positions, {"data": {"index": k}})
+    assert dash.selection.op == dash.model.ops.iloc[int(trend.data.rows[4050])]["op"]
+    trend.set_window(None)
+    assert len(trend._dots.x) + len(trend._fail_dots.x) == MAX_DOTS
+
+
 def test_line_reduction_keeps_peaks():
     y = np.full(100_000, 1e-6)
     y[54_321] = 0.7

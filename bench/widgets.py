@@ -215,8 +215,8 @@ def faulty_comparison(n_ops: int, seed: int = 0) -> Comparison:
 
 
 #: Every view drawn, each in its own cell of the dashboard: the grid's canvas (operators), the trend's dots, the
-#: graph's nodes in Cytoscape.js, the inspector's header and, when the selected tensors have payloads (no
-#: "element-wise views unavailable"), its histogram bars and scatter dots.
+#: graph's nodes in Cytoscape.js, the inspector's header and, when its cell shows figures (the tensor plots' tab
+#: open, selected tensors with payloads), their histogram bars and scatter dots.
 _DASHBOARD_READY_JS = """() => {
   const [table, trend, graph, side] = ['table', 'trend', 'graph', 'side'].map(
     a => document.querySelector('.nbprec-cell-' + a));

@@ -77,12 +77,16 @@ class View:
         svg = self.to_svg()
         if svg:
             data["image/svg+xml"] = svg
-        widget = self.widget
+        widget = self._displayed_widget()
         if getattr(widget, "_view_name", None) is not None:
             # what ``widget._repr_mimebundle_()`` returns beside its ``text/plain``, which is the repr of the whole
             # widget tree (tens of milliseconds for a dashboard of a few hundred widgets, then thrown away)
             data[_WIDGET_MIME] = {"version_major": 2, "version_minor": 0, "model_id": widget.model_id}
         return data
+
+    def _displayed_widget(self) -> Any:
+        """The widget a notebook shows when this view is displayed on its own (:attr:`widget` unless overridden)."""
+        return self.widget
 
     def __repr__(self) -> str:
         return f"<nbprec {self.title}>"

@@ -133,8 +133,9 @@ class Dashboard(View):
 
     @property
     def side_views(self) -> list[tuple[str, View]]:
-        """The tabs beside the trend: the inspector, then the overflow view and the rank x step heatmap."""
-        tabs: list[tuple[str, View]] = [("Tensor inspector", self.inspector)]
+        """The tabs beside the trend: the inspector, its plots, then the overflow view and the rank x step
+        heatmap."""
+        tabs: list[tuple[str, View]] = [("Tensor inspector", self.inspector), ("Tensor plots", self.inspector.plots)]
         if self.overflow is not None:
             tabs.append(("Overflow", self.overflow))
         if self.runs is not None:
@@ -170,9 +171,12 @@ class Dashboard(View):
         return w.VBox([w.HTML(DASHBOARD_CSS), grid], layout=w.Layout(width="100%"), _dom_classes=("nbprec-dash",))
 
     def _tab_opened(self, change: dict[str, Any]) -> None:
-        """Expensive views compute on first use: the overflow scan runs when its tab is first opened."""
+        """Expensive views work only when seen: the tensor plots draw while their tab is open, and the overflow
+        scan runs when its tab is first opened."""
         index = change["new"]
-        if index is not None and self.side_views[index][1] is self.overflow and self.overflow is not None:
+        view = self.side_views[index][1] if index is not None else None
+        self.inspector.plots.show(view is self.inspector.plots)
+        if view is not None and view is self.overflow:
             self.overflow.load()
 
     def to_html(self) -> str:

@@ -8,21 +8,21 @@ import numpy as np
 import pandas as pd
 
 from nbprec.errors import NbprecError
-from nbprec.inspect import PairInspection, inspect_pair, op_tensor_rows, sample_indices
+from nbprec.inspect import PairInspection, inspect_pair, op_tensor_rows
 from nbprec.widgets.base import View, caption
 from nbprec.widgets.model import Selection
 from nbprec.widgets.static import Series, esc, html_table, svg_histogram, svg_plot
+from nbprec.widgets.tensor_plots import TensorPlotsView
 from nbprec.widgets.tensor_source import TensorSource
 
 _SUMMARY_COLUMNS = ("role", "slot", "target_dtype", "bench_dtype", "target_shape", "cosine", "rel_euclidean",
                     "max_abs_err", "status", "reason")  # fmt: skip
 _TABLE_STATS = ("max", "min", "mean", "norm")
-#: Points of the target-vs-benchmark scatter sent to the browser on each selection (SVG: a few thousand at most).
-MAX_SCATTER_DRAWN = 1_500
 
 
 class InspectorView(View):
-    """Statistics, histograms, scatter, error profiles, worst elements and bits of one tensor pair.
+    """Statistics, worst elements and bits of one tensor pair; :attr:`plots` draws its histograms, scatter and
+    error profiles.
 
     Parameters
     ----------
@@ -48,6 +48,8 @@ class InspectorView(View):
         self.tensor: str | None = None
         self.inspection: PairInspection | None = None
         self.problem = ""
+        self.plots = TensorPlotsView(self)
+        self._alone: Any = None
         selection.observe(self._on_selection)
         self._on_selection(selection.op)
 
@@ -114,62 +116,27 @@ class InspectorView(View):
         self._top = w.HTML()
         self._bits = w.HTML()
         self._updating = False
-        self._plots: list[Any] = []  # the four figures, built with the first tensor pair that has payloads
         wrap = w.Layout(flex_flow="row wrap", align_items="flex-start")
-        self._plot_box = w.HBox([self._stats], layout=wrap)
         tensor = w.HBox([caption("tensor"), self._tensor], layout=w.Layout(width="95%", align_items="center"))
-        return w.VBox([self._header, tensor, self._plot_box, w.HBox([self._top, self._bits], layout=wrap)])
+        return w.VBox([self._header, tensor, self._stats, w.HBox([self._top, self._bits], layout=wrap)])
 
-    def _build_plots(self) -> None:
-        """The histogram, scatter and error-profile figures (bqplot), added beside the statistics. Built when a
-        tensor pair first has payloads to draw: a comparison of statistics only never sends them."""
-        import bqplot as bq
+    def _displayed_widget(self) -> Any:
+        """On its own (``dash.inspector`` as a cell's result) the inspector shows its plots below its tables; in
+        the dashboard they have a tab of their own."""
         import ipywidgets as w
 
-        def figure(title: str, xlabel: str, ylabel: str, marks: list[Any], scales: tuple[Any, Any]) -> Any:
-            axes = [
-                bq.Axis(scale=scales[0], label=xlabel, num_ticks=5, tick_format=".3g"),
-                bq.Axis(scale=scales[1], side="left", label=ylabel, num_ticks=5, tick_format=".3g"),
-            ]
-            return bq.Figure(
-                marks=marks,
-                axes=axes,
-                title=title,
-                fig_margin={"top": 30, "bottom": 40, "left": 60, "right": 10},
-                layout=w.Layout(width="330px", height="230px", flex="0 0 auto"),
-                title_style={"font-size": "12px"},
-            )
-
-        s = (bq.LinearScale(), bq.LinearScale(min=0))  # counts: the axis starts at 0, never below
-        # Two overlaid 1-D marks: bqplot 0.13 draws 2-D "grouped" bars from binary arrays with zero height.
-        self._hist_target = bq.Bars(scales={"x": s[0], "y": s[1]}, colors=["#d62728"], opacities=[0.55],
-                                    labels=["target"], display_legend=True)  # fmt: skip
-        self._hist_bench = bq.Bars(scales={"x": s[0], "y": s[1]}, colors=["#1f77b4"], opacities=[0.55],
-                                   labels=["benchmark"], display_legend=True)  # fmt: skip
-        hist_fig = figure(
-            "histogram: target (red), benchmark (blue)", "value", "count", [self._hist_bench, self._hist_target], s
-        )
-        s2 = (bq.LinearScale(), bq.LinearScale())
-        self._diag = bq.Lines(scales={"x": s2[0], "y": s2[1]}, colors=["#999"], line_style="dashed")
-        self._scatter = bq.Scatter(scales={"x": s2[0], "y": s2[1]}, colors=["#1f77b4"], default_size=8)
-        scatter_fig = figure("target vs benchmark", "benchmark", "target", [self._diag, self._scatter], s2)
-        s3 = (bq.LogScale(), bq.LinearScale())
-        self._by_mag = bq.Lines(scales={"x": s3[0], "y": s3[1]}, colors=["#d62728", "#1f77b4"], marker="circle",
-                                labels=["max", "mean"], display_legend=True)  # fmt: skip
-        mag_fig = figure("abs error vs |benchmark|", "|benchmark| (log)", "abs error", [self._by_mag], s3)
-        s4 = (bq.LinearScale(), bq.LinearScale())
-        self._by_pos = bq.Lines(scales={"x": s4[0], "y": s4[1]}, colors=["#d62728", "#1f77b4"],
-                                labels=["max", "mean"], display_legend=True)  # fmt: skip
-        pos_fig = figure("abs error vs position", "flat element index", "abs error", [self._by_pos], s4)
-        self._plots = [hist_fig, scatter_fig, mag_fig, pos_fig]
-        self._plot_box.children = (self._stats, *self._plots)
+        if self._alone is None:
+            self._alone = w.VBox([self.widget, self.plots.widget])
+        self.plots.show()
+        return self._alone
 
     def _tensor_picked(self, change: dict[str, Any]) -> None:
         if not self._updating and change["new"] and change["new"] != self.tensor:
             self.choose_tensor(change["new"])
 
     def refresh(self) -> None:
-        """Push the current inspection into the widgets (once built)."""
+        """Push the current inspection into the widgets (once built), and to :attr:`plots`."""
+        self.plots.refresh()
         if not self.built:
             return
         self._updating = True
@@ -182,39 +149,9 @@ class InspectorView(View):
             self._tensor.value = self.tensor if self.tensor in names else None
             self._header.value = self.header_html()
             self._stats.value = html_table(self.stats_frame(), caption="statistics")
-            ins = self.inspection
-            empty = np.array([], dtype=np.float64)
-            if (ins is None or ins.histogram.empty) and not self._plots:
-                self._top.value = self._bits.value = ""
-                return
-            if ins is None or ins.histogram.empty:
-                for bars in (self._hist_target, self._hist_bench):
-                    with bars.hold_sync():
-                        bars.x, bars.y = empty, empty
-                self._scatter.x = self._scatter.y = self._diag.x = self._diag.y = empty
-                self._by_mag.x = self._by_mag.y = self._by_pos.x = self._by_pos.y = empty
-                self._top.value = self._bits.value = ""
-                return
-            if not self._plots:
-                self._build_plots()
-            h = ins.histogram
-            centres = ((h["left"] + h["right"]) / 2).to_numpy(np.float64)
-            for bars, side in ((self._hist_target, "target"), (self._hist_bench, "bench")):
-                with bars.hold_sync():  # x and y change together: never a half-updated mark in the browser
-                    bars.x, bars.y = centres, h[side].to_numpy(np.float64)
-            sc = ins.scatter.iloc[sample_indices(len(ins.scatter), MAX_SCATTER_DRAWN)]
-            lo, hi = float(np.nanmin(sc["bench"])), float(np.nanmax(sc["bench"]))
-            self._diag.x = self._diag.y = np.array([lo, hi])
-            self._scatter.x, self._scatter.y = sc["bench"].to_numpy(), sc["target"].to_numpy()
-            bm = ins.by_magnitude
-            mid = np.sqrt(bm["lo"].to_numpy() * bm["hi"].to_numpy())
-            self._by_mag.x = mid
-            self._by_mag.y = np.vstack([bm["max_abs_err"].to_numpy(), bm["mean_abs_err"].to_numpy()])
-            bp = ins.by_position
-            self._by_pos.x = bp["start"].to_numpy(dtype=np.float64)
-            self._by_pos.y = np.vstack([bp["max_abs_err"].to_numpy(), bp["mean_abs_err"].to_numpy()])
-            self._top.value = self.top_html()
-            self._bits.value = self.bits_html()
+            drawn = self.inspection is not None and not self.inspection.histogram.empty
+            self._top.value = self.top_html() if drawn else ""
+            self._bits.value = self.bits_html() if drawn else ""
         finally:
             self._updating = False
 

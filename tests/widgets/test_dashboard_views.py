@@ -213,36 +213,66 @@ def test_one_screen_layout_holds_every_view(faulty_5000):
     assert grid.children[1].children[-1] is dash.table.widget
     assert grid.children[2].children[-1] is dash.subgraph.widget
     assert grid.children[3].children[-1] is dash.trend.widget
-    assert [dash._tabs.get_title(i) for i in range(len(dash._tabs.children))] == ["Tensor inspector", "Overflow"]
-    assert dash.inspector._plots == []  # no tensor payloads (a synthetic comparison): no empty figures sent
+    titles = [dash._tabs.get_title(i) for i in range(len(dash._tabs.children))]
+    assert titles == ["Tensor inspector", "Tensor plots", "Overflow"]
+    dash._tabs.selected_index = 1
+    assert dash.inspector.plots._figures == []  # no tensor payloads (a synthetic comparison): no empty figures sent
+    assert "element-wise views unavailable" in dash.inspector.plots._note.value  # and why
 
 
-def test_the_inspector_sends_its_figures_only_for_payloads(msprobe_comparison, faulty_5000):
-    """A comparison of statistics only (no tensor payloads) gets no histogram, scatter or error-profile figure:
-    fewer widgets to send and draw; the first op with payloads adds them."""
+def test_the_tensor_plots_are_drawn_only_while_their_tab_is_open(msprobe_comparison, faulty_5000):
+    """The histogram, scatter and error profiles have a tab of their own: the dashboard sends no figure until it
+    is opened, selections while it is closed send it nothing, and opening it draws the pair shown then. A
+    comparison of statistics only (no tensor payloads) never gets an empty figure."""
     import ipywidgets
 
-    def widgets_of(comparison):
-        dash, built = explore(comparison, overflow=False), []
+    def built_widgets(action):
+        built = []
         previous = ipywidgets.Widget._widget_construction_callback
         ipywidgets.Widget.on_widget_constructed(built.append)
         try:
-            dash.widget  # noqa: B018
+            action()
         finally:
             ipywidgets.Widget.on_widget_constructed(previous)
-        return dash, sum(type(w).__name__ == "Figure" for w in built)
+        return sum(type(w).__name__ == "Figure" for w in built)
 
-    with_payloads, figures = widgets_of(msprobe_comparison)
-    assert figures == 5  # the trend's and the inspector's four
-    plots = with_payloads.inspector._plots
-    assert len(plots) == 4 and all(f in with_payloads.inspector._plot_box.children for f in plots)
-    assert with_payloads.inspector._hist_target.scales["y"].min == 0  # counts never below zero
-    assert len(with_payloads.inspector._hist_target.x) > 0
-    statistics_only, figures = widgets_of(faulty_5000)
-    assert figures == 1  # the trend's
-    assert statistics_only.inspector._plots == [] and statistics_only.inspector.inspection is None
-    assert statistics_only.inspector._plot_box.children == (statistics_only.inspector._stats,)
-    # the neighbourhood mode's controls are built when that mode is first shown
+    dash = explore(msprobe_comparison, overflow=False)
+    plots = dash.inspector.plots
+    assert built_widgets(lambda: dash.widget) == 1  # the trend's only
+    other = next(op for op in msprobe_comparison.ops["op"] if op != dash.selection.op)
+    dash.select(other)
+    assert plots._figures == [] and dash.inspector.tensor is not None
+    titles = [dash._tabs.get_title(i) for i in range(len(dash._tabs.children))]
+    assert built_widgets(lambda: setattr(dash._tabs, "selected_index", titles.index("Tensor plots"))) == 4
+    assert plots.shown and all(f in plots._box.children for f in plots._figures)
+    assert plots._hist_target.scales["y"].min == 0  # counts never below zero
+    assert len(plots._hist_target.x) > 0 and len(plots._scatter.x) > 0
+    assert dash.inspector.tensor in plots._note.value  # the pair the inspector shows
+    dash._tabs.selected_index = titles.index("Tensor inspector")
+    drawn = plots._scatter.x.copy()
+    third = next(op for op in msprobe_comparison.ops["op"][::-1] if op not in (other, dash.selection.op))
+    dash.select(third)
+    assert np.array_equal(plots._scatter.x, drawn)  # closed: nothing sent
+    dash._tabs.selected_index = titles.index("Tensor plots")
+    assert dash.inspector.tensor in plots._note.value
+    expected = dash.inspector.inspection.scatter["bench"].to_numpy()
+    assert set(plots._scatter.x.tolist()) <= set(expected.tolist()) and not np.array_equal(plots._scatter.x, drawn)
+
+    alone = explore(msprobe_comparison, overflow=False).inspector  # ``dash.inspector`` as a cell's result
+    bundle = alone._repr_mimebundle_()
+    shown = alone._alone
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == shown.model_id
+    assert shown.children == (alone.widget, alone.plots.widget) and len(alone.plots._figures) == 4
+
+    statistics_only = explore(faulty_5000, overflow=False)
+    statistics_only.widget  # noqa: B018
+    assert built_widgets(lambda: setattr(statistics_only._tabs, "selected_index", 1)) == 0
+    assert statistics_only.inspector.plots._figures == [] and statistics_only.inspector.inspection is None
+
+
+def test_the_neighbourhood_controls_are_built_when_that_mode_is_first_shown(faulty_5000):
+    statistics_only = explore(faulty_5000, overflow=False)
+    statistics_only.widget  # noqa: B018
     assert statistics_only.subgraph._neighbourhood_bar.children == ()
     statistics_only.subgraph.set_mode("neighbourhood")
     bar = statistics_only.subgraph._neighbourhood_bar.children

@@ -350,11 +350,35 @@ def _voila_dashboard(browser: object, folder: Path, source: str, shot: Path | No
         if shot is not None:
             page.screenshot(path=str(shot))  # the 1440 x 900 window
         clicks = [_click_row_latency(page, row) for row in (5, 7, 4, 6, 3)]
+        plots = _open_plots_latency(page)
         page.close()
     finally:
         next(served, None)  # stops Voila
     return {"render": render, "server": server, "kernel": kernel, "height": height, "views": [c[0] for c in clicks],
-            "graph": [c[1] for c in clicks if c[1] == c[1]]}  # fmt: skip
+            "graph": [c[1] for c in clicks if c[1] == c[1]], "plots": plots}  # fmt: skip
+
+
+#: The tensor plots' tab shows the inspector's tensor with its histogram bars and scatter dots.
+_PLOTS_DRAWN_JS = (
+    "() => { const s = document.querySelector('.nbprec-cell-side');"
+    " return Boolean(s && s.querySelector('.nbprec-plotted') && s.querySelector('.bargroup rect')"
+    " && s.querySelector('.dot')); }"
+)
+
+
+def _open_plots_latency(page: object) -> float:
+    """Click the "Tensor plots" tab: seconds until its figures are drawn (NaN without that tab, an older
+    dashboard, or when the selected tensors have no payloads to draw within 10 s)."""
+    tab = page.locator(".lm-TabBar-tab", has_text="Tensor plots")
+    if not tab.count():
+        return float("nan")
+    start = time.perf_counter()
+    tab.first.click()
+    try:
+        page.wait_for_function(_PLOTS_DRAWN_JS, timeout=10_000)
+    except Exception:  # playwright's timeout: nothing to draw
+        return float("nan")
+    return time.perf_counter() - start
 
 
 def _load_dashboard(browser: object, url: str) -> tuple[object, float, float, dict[str, float]]:
@@ -582,6 +606,10 @@ def browser_dashboard_figures(
                     f" median {med(views) * 1e3:.0f} ms (min {min(views) * 1e3:.0f}, max {max(views) * 1e3:.0f}); "
                     f"graph too: {graph_txt}"
                 )
+                plots = [r["plots"] for r in got if r["plots"] == r["plots"]]
+                if plots:
+                    print(f"    the Tensor plots tab opened (after the clicks) to its four figures drawn: median "
+                          f"{med(plots) * 1e3:.0f} ms of {len(plots)} loads")  # fmt: skip
             render = med(r["render"] for r in prepared)
             print(
                 f"browser (Voila as nbprec serve runs it, this tree): {_label(source):20s} page load to every view "

@@ -194,7 +194,7 @@ GRAPH_NODE_POINT_JS = """(id) => {
     const at = () => {
         const box = node.renderedBoundingBox({includeLabels: false});
         const middle = {x: (box.x1 + box.x2) / 2, y: (box.y1 + box.y2) / 2};
-        return node.isParent() ? {x: box.x1 + 5, y: box.y1 + 5} : middle;
+        return node.isParent() || node.hasClass('expanded') ? {x: box.x1 + 5, y: box.y1 + 5} : middle;
     };
     let p = at();
     if (p.x < 0 || p.y < 0 || p.x > cy.width() || p.y > cy.height()) {

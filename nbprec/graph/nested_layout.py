@@ -1,7 +1,7 @@
 """Positions for a graph drawn as nested boxes (open module blocks around blocks and ops), computed in Python.
 
-The whole-model graph view draws an open block as a container around what it holds; Cytoscape.js sizes a
-container from its children, so only the leaves need positions. Each container lays out its own children in
+The whole-model graph view draws an open block as a box around what it holds: the leaves' centres and each
+container's box come from here (``boxes``). Each container lays out its own children in
 layers along the data flow (every edge counted between the two children of the innermost container holding
 both of its ends), top to bottom in execution order, then is laid out as one box (what it holds, its padding
 and its title line) by the container around it. For the chains of blocks a model is made of this is the
@@ -36,6 +36,7 @@ def nested_positions(
     *,
     title_widths: Mapping[str, float] | None = None,
     spacing: BoxSpacing | None = None,
+    boxes: dict[str, tuple[float, float, float, float]] | None = None,
 ) -> dict[str, tuple[float, float]]:
     """Centre of every leaf, in pixels (y downwards, the outermost content centred on x = 0).
 
@@ -53,6 +54,10 @@ def nested_positions(
         Container id -> width of its title (a container is at least that wide).
     spacing
         Gaps and padding (:class:`BoxSpacing` by default).
+    boxes
+        When given, filled with container id -> ``(x, y, width, height)`` of its box: its centre and size, the
+        title line included (at the top of the box); the width is that of what it holds and its padding (a
+        longer title overhangs it, as Cytoscape.js draws a compound node's).
 
     Examples
     --------
@@ -81,11 +86,13 @@ def nested_positions(
                 lifted[a[depth - 1] if depth else ROOT].add((a[depth], b[depth]))
     offsets: dict[str, dict[str, tuple[float, float]]] = {}
     box: dict[str, tuple[float, float]] = {node: sizes.get(node, (0.0, 0.0)) for node in parent}
+    drawn: dict[str, float] = {}  # a container's width around what it holds (its title may be wider)
     for container in [*sorted(children.keys() - {ROOT}, key=lambda n: -len(chain[n])), ROOT]:
         kids = sorted(children[container], key=rank.__getitem__)
         offsets[container], (width, height) = _layers(kids, lifted[container], rank, box, spacing)
         if container != ROOT:
-            width = max(width + 2 * spacing.padding, title_widths.get(container, 0.0))
+            drawn[container] = width + 2 * spacing.padding
+            width = max(drawn[container], title_widths.get(container, 0.0))
             box[container] = (width, height + 2 * spacing.padding + spacing.title)
     positions: dict[str, tuple[float, float]] = {}
     stack = [(ROOT, 0.0, 0.0)]  # container, centre of what it holds
@@ -94,6 +101,8 @@ def nested_positions(
         for kid, (dx, dy) in offsets[container].items():
             if kid in offsets:  # a container: what it holds sits below its title
                 stack.append((kid, cx + dx, cy + dy + spacing.title / 2))
+                if boxes is not None:
+                    boxes[kid] = (cx + dx, cy + dy, drawn[kid], box[kid][1])
             else:
                 positions[kid] = (cx + dx, cy + dy)
     return positions

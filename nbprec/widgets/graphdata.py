@@ -238,6 +238,7 @@ def navigator_elements(view: Any, metric: str) -> GraphElements:
     from nbprec.graph.exports import color_scale
 
     positions = navigator_positions(view)
+    parents = {n["id"]: n["parent"] for n in view.nodes}
     nodes = []
     for n in sorted(view.nodes, key=lambda n: (n["expanded"], n["kind"] != "op")):
         op = n["kind"] == "op"
@@ -259,16 +260,20 @@ def navigator_elements(view: Any, metric: str) -> GraphElements:
             "first_failing": n["first_failing"],
             "colour": n["color"],
         }
-        if n["parent"]:
-            data["parent"] = n["parent"]
+        if n["parent"]:  # not Cytoscape's "parent": compound nodes cost (see navigator_style)
+            data["within"] = n["parent"]
         classes = ["op" if op else "block", n["kind"]]
         classes += [c for c, on in (("expanded", n["expanded"]), ("selected", n["selected"]),
                                     ("neighbour", n["neighbour"]), ("fail", n["failing"] > 0),
                                     ("introduced", n["status"] == "introduced")) if on]  # fmt: skip
         # no class twice: Cytoscape.js compares class lists by length and would miss a change
         node = {"data": data, "classes": " ".join(dict.fromkeys(classes))}
-        if n["id"] in positions:  # a leaf; an open block is drawn around what it holds
-            node["position"] = positions[n["id"]]
+        place = positions.get(n["id"])
+        if place is not None:
+            node["position"] = {"x": place["x"], "y": place["y"]}
+            if "w" in place:  # an open block: a box drawn under what it holds (dragged, it would leave it)
+                data.update(w=place["w"], h=place["h"], z=_nesting(n["id"], parents))
+                node["grabbable"] = False
         nodes.append(node)
     edges = [
         {
@@ -289,36 +294,58 @@ def navigator_elements(view: Any, metric: str) -> GraphElements:
     return GraphElements(nodes, edges, metric, bins, "model", view.truncated, labels, list(view.notes))
 
 
+def _nesting(node: str, parents: dict[str, str]) -> int:
+    """How many open blocks hold ``node``."""
+    depth = 0
+    while parents.get(node):
+        node, depth = parents[node], depth + 1
+    return depth
+
+
 #: Boxes of :func:`navigator_style` in pixels, their borders included: an op, a block (two lines), and the
 #: width of a character of an open block's title (12 px bold).
 OP_BOX, BLOCK_BOX, TITLE_CHAR = (176.0, 36.0), (176.0, 48.0), 7.5
 
 
 def navigator_positions(view: Any) -> dict[str, dict[str, float]]:
-    """Where each block and op of a :class:`~nbprec.graph.navigator.NavigatorView` goes (open blocks are drawn
-    around them): :func:`nbprec.graph.nested_layout.nested_positions` with the sizes of :func:`navigator_style`,
-    for Cytoscape's ``preset`` layout."""
-    from nbprec.graph.nested_layout import nested_positions
+    """Where each block and op of a :class:`~nbprec.graph.navigator.NavigatorView` goes, and each open block's
+    box (``x``, ``y``, ``w``, ``h``: its title line above it, outside): :func:`nbprec.graph.nested_layout.
+    nested_positions` with the sizes of :func:`navigator_style`, for Cytoscape's ``preset`` layout."""
+    from nbprec.graph.nested_layout import BoxSpacing, nested_positions
 
     leaves = [n for n in view.nodes if not n["expanded"]]
     containers = [n for n in view.nodes if n["expanded"]]
     sizes = {n["id"]: OP_BOX if n["kind"] == "op" else BLOCK_BOX for n in leaves}
     titles = {n["id"]: TITLE_CHAR * (len(n["label"]) + 16) for n in containers}  # + " · 1234 ops · 56 fail"
+    boxes: dict[str, tuple[float, float, float, float]] = {}
+    title = BoxSpacing().title
     pos = nested_positions(
         [(n["id"], n["parent"]) for n in [*containers, *leaves]],
         [(e["source"], e["target"]) for e in view.edges],
         sizes,
         title_widths=titles,
+        boxes=boxes,
     )
-    return {k: {"x": round(x, 1), "y": round(y, 1)} for k, (x, y) in pos.items()}
+    out: dict[str, dict[str, float]] = {k: {"x": round(x, 1), "y": round(y, 1)} for k, (x, y) in pos.items()}
+    for k, (x, y, w, h) in boxes.items():  # the drawn box: below the title line
+        out[k] = {"x": round(x, 1), "y": round(y + title / 2, 1), "w": round(w, 1), "h": round(h - title, 1)}
+    return out
 
 
 def navigator_style() -> list[dict[str, Any]]:
-    """The Cytoscape.js style of the whole-model view: labelled boxes, expanded blocks as containers."""
+    """The Cytoscape.js style of the whole-model view: labelled boxes, an open block a box under what it holds.
+
+    An open block is a plain node sized and placed in Python (:func:`navigator_positions`), drawn under its
+    contents and the edges by z-index, not a Cytoscape.js compound node: in a graph with compound nodes, every
+    style property applied to an element marks the styles of all its ancestors, descendants and their edges as
+    stale, and the 5,000-op model view's first draw (52 nodes, six open blocks deep) spent most of its time there.
+    """
     return [
         {
             "selector": "node",
             "style": {
+                "z-index-compare": "manual",
+                "z-index": 30,
                 "label": "data(label)",
                 "background-color": "data(colour)",
                 "shape": "round-rectangle",
@@ -342,6 +369,9 @@ def navigator_style() -> list[dict[str, Any]]:
         {
             "selector": "node.expanded",
             "style": {
+                "width": "data(w)",
+                "height": "data(h)",
+                "z-index": "data(z)",
                 "background-color": "#f4f6fa",
                 "background-opacity": 1,
                 "border-color": "#8a94a6",
@@ -351,8 +381,6 @@ def navigator_style() -> list[dict[str, Any]]:
                 "text-wrap": "none",
                 "font-size": 12,
                 "font-weight": "bold",
-                "padding": 12,
-                "compound-sizing-wrt-labels": "include",
                 "text-events": "yes",
             },
         },
@@ -363,6 +391,8 @@ def navigator_style() -> list[dict[str, Any]]:
         {
             "selector": "edge",
             "style": {
+                "z-index-compare": "manual",
+                "z-index": 20,
                 "width": 1.5,
                 "line-color": "#9e9e9e",
                 "target-arrow-color": "#9e9e9e",

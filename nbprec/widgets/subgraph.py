@@ -54,6 +54,8 @@ def _update_element(widget: Any, element: dict[str, Any], prefix: str = "") -> N
         widget.data = dict(element["data"])
     if "position" in element and widget.position != element["position"]:
         widget.position = dict(element["position"])
+    if "source" not in element["data"] and widget.grabbable != element.get("grabbable", True):  # a node
+        widget.grabbable = element.get("grabbable", True)
 
 
 class SubgraphView(View):
@@ -290,8 +292,8 @@ class SubgraphView(View):
             layout=w.Layout(width="100%", height="460px"), min_zoom=MIN_ZOOM, max_zoom=3.0, wheel_sensitivity=0.3
         )
         self._cy.on("node", "click", lambda node: self.click_node(node.get("data", {})))
-        self._drawn_nodes: list[tuple[tuple[str, str], Any]] = []
-        self._drawn_edges: list[tuple[tuple[str, str], Any]] = []
+        self._drawn_nodes: list[tuple[str, Any]] = []
+        self._drawn_edges: list[tuple[str, Any]] = []
         self._retired: list[Any] = []
         self._mode = w.ToggleButtons(options=list(MODES), value=self.mode, style={"button_width": "110px"})
         self._mode.observe(lambda ch: self.set_mode(ch["new"]), names="value")
@@ -331,9 +333,8 @@ class SubgraphView(View):
         ipycytoscape syncs ``graph.nodes`` and ``graph.edges`` through a ``ViewList``: it keeps the longest
         common prefix of the old and new lists, then adds the new tail (at once) and removes the old tail
         (a tick later). An element re-added under an id still drawn is refused by Cytoscape.js, then removed
-        with the old one, and removing an open block removes what it contains. So every redraw keeps a prefix
-        of what is drawn (containers before what they contain), first sends that prefix alone (the browser
-        removes the rest), then appends the new elements: two messages, no id drawn twice."""
+        with the old one. So every redraw keeps a prefix of what is drawn, first sends that prefix alone (the
+        browser removes the rest), then appends the new elements: two messages, no id drawn twice."""
         if not self.built:
             return
         e = self.elements
@@ -357,17 +358,15 @@ class SubgraphView(View):
 
         new_nodes = {n["data"]["id"]: n for n in nodes}
         new_edges = {x["data"]["id"]: x for x in edges}
-        kept_nodes: list[tuple[tuple[str, str], Any]] = []
-        kept: set[str] = set()
+        kept_nodes: list[tuple[str, Any]] = []
         for key, widget in self._drawn_nodes if reuse else []:
-            n = new_nodes.get(key[0])
-            if n is None or n["data"].get("parent", "") != key[1] or (key[1] and key[1] not in kept):
+            if key not in new_nodes:
                 break
             kept_nodes.append((key, widget))
-            kept.add(key[0])
-        kept_edges: list[tuple[tuple[str, str], Any]] = []
+        kept = {key for key, _ in kept_nodes}
+        kept_edges: list[tuple[str, Any]] = []
         for key, widget in self._drawn_edges if reuse else []:
-            x = new_edges.get(key[0])
+            x = new_edges.get(key)
             if x is None or x["data"]["source"] not in kept or x["data"]["target"] not in kept:
                 break
             if (x["data"]["source"], x["data"]["target"]) != (widget.data["source"], widget.data["target"]):
@@ -381,28 +380,21 @@ class SubgraphView(View):
                 graph.edges = [w for _, w in kept_edges]
         # update what stays, in place
         for key, widget in kept_nodes:
-            _update_element(widget, new_nodes[key[0]])
+            _update_element(widget, new_nodes[key])
         for key, widget in kept_edges:
-            _update_element(widget, new_edges[key[0]], "directed ")
-        # then the new elements: open blocks outer before inner, so a child's parent is drawn before it
-        depth: dict[str, int] = {}
-
-        def nesting(n: dict[str, Any]) -> int:
-            parent = n["data"].get("parent", "")
-            if n["data"]["id"] not in depth:
-                depth[n["data"]["id"]] = 0 if not parent or parent not in new_nodes else nesting(new_nodes[parent]) + 1
-            return depth[n["data"]["id"]]
-
-        fresh = sorted((n for n in nodes if n["data"]["id"] not in kept), key=lambda n: (
-            not n["data"].get("expanded"), nesting(n)))  # fmt: skip
+            _update_element(widget, new_edges[key], "directed ")
         added_nodes = []
-        for n in fresh:
+        for n in nodes:
+            if n["data"]["id"] in kept:
+                continue
             place = {"position": dict(n["position"])} if "position" in n else {}  # sent with the node, not after it
-            widget = Node(data=dict(n["data"]), classes=n.get("classes", ""), **place)
-            added_nodes.append(((n["data"]["id"], n["data"].get("parent", "")), widget))
-        kept_edge_ids = {key[0] for key, _ in kept_edges}
+            widget = Node(
+                data=dict(n["data"]), classes=n.get("classes", ""), grabbable=n.get("grabbable", True), **place
+            )
+            added_nodes.append((n["data"]["id"], widget))
+        kept_edge_ids = {key for key, _ in kept_edges}
         added_edges = [
-            ((x["data"]["id"], ""), Edge(data=dict(x["data"]), classes=("directed " + x.get("classes", "")).strip()))
+            (x["data"]["id"], Edge(data=dict(x["data"]), classes=("directed " + x.get("classes", "")).strip()))
             for x in edges
             if x["data"]["id"] not in kept_edge_ids
         ]
@@ -410,7 +402,7 @@ class SubgraphView(View):
         self._drawn_edges = kept_edges + added_edges
         if added_nodes or added_edges or gone:  # second message: the prefix and the new elements, laid out once
             with graph.hold_sync():
-                graph._adj = {key[0]: {} for key, _ in self._drawn_nodes}
+                graph._adj = {key: {} for key, _ in self._drawn_nodes}
                 graph.nodes = [w for _, w in self._drawn_nodes]
                 graph.edges = [w for _, w in self._drawn_edges]
         for widget in self._retired:  # closed one redraw later, once the browser has said they are removed

@@ -177,7 +177,7 @@ def test_threshold_filters_sort_paging_and_selection_work_offline(context, tiny_
         node = page.evaluate(
             "() => { const d = [...document.querySelectorAll('div')].find(e => e._cyreg && e._cyreg.cy);"
             " d.scrollIntoView(); const cy = d._cyreg.cy;"
-            " const n = cy.nodes().filter(x => !x.isParent() && x.id() !== 'Functional.gelu.1.forward')[0];"
+            " const n = cy.nodes().filter(x => !x.hasClass('expanded') && x.id() !== 'Functional.gelu.1.forward')[0];"
             " const p = n.renderedPosition(), r = d.getBoundingClientRect();"
             " return {id: n.id(), x: r.left + p.x, y: r.top + p.y}; }"
         )

@@ -280,8 +280,8 @@ def test_the_neighbourhood_controls_are_built_when_that_mode_is_first_shown(faul
 
 
 def test_the_model_graph_is_laid_out_in_python():
-    """Every block and op of the whole-model view has its position (Cytoscape's preset layout draws the open
-    blocks around them): no layout engine runs in the browser."""
+    """Every block and op of the whole-model view has its position, and every open block its box around what it
+    holds (plain nodes under it, not Cytoscape.js compound nodes): no layout engine runs in the browser."""
     from nbprec.graph.navigator import ModelNavigator
     from nbprec.widgets.graphdata import navigator_elements
     from nbprec.widgets.subgraph import _LAYOUTS
@@ -297,9 +297,17 @@ def test_the_model_graph_is_laid_out_in_python():
     e = navigator_elements(nav.view(), "cosine")
     leaves = [n for n in e.nodes if not n["data"]["expanded"]]
     assert leaves and all("position" in n for n in leaves)
-    assert not [n for n in e.nodes if n["data"]["expanded"] and "position" in n]
     ys = {n["data"]["id"]: n["position"]["y"] for n in leaves}
     assert ys["op6179"] < ys["op6180"] < ys["op6181"]
+    boxes = {n["data"]["id"]: n for n in e.nodes if n["data"]["expanded"]}
+    assert len(boxes) >= 4 and not any("parent" in n["data"] for n in e.nodes)  # m, s2, b4, l7 and groups
+    for node in e.nodes:  # inside the box of the open block that holds it, and drawn above it
+        holder = boxes.get(node["data"].get("within", ""))
+        if holder is None:
+            continue
+        (x, y), (bx, by) = node["position"].values(), holder["position"].values()
+        assert abs(x - bx) < holder["data"]["w"] / 2 and abs(y - by) < holder["data"]["h"] / 2
+        assert node["data"].get("z", 99) > holder["data"]["z"] and holder.get("grabbable") is False
 
 
 def test_a_view_builds_its_widget_with_the_collector_paused():

@@ -127,7 +127,7 @@ class InspectorView(View):
 
         if self._alone is None:
             self._alone = w.VBox([self.widget, self.plots.widget])
-        self.plots.show()
+        self.plots.pin()
         return self._alone
 
     def _tensor_picked(self, change: dict[str, Any]) -> None:

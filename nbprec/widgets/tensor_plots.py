@@ -34,19 +34,26 @@ class TensorPlotsView(View):
         super().__init__()
         self.inspector = inspector
         self.shown = False
+        self._pinned = False  # displayed on its own (or below the inspector): always seen
         self._figures: list[Any] = []
 
     def show(self, shown: bool = True) -> None:
-        """Open (``True``) or close the view; opening draws the inspector's current pair."""
+        """Open (``True``) or close the view; opening draws the inspector's current pair. Once displayed on its
+        own (:meth:`pin`) it stays open, whichever dashboard tab is chosen."""
         opening = shown and not self.shown
-        self.shown = bool(shown)
+        self.shown = bool(shown) or self._pinned
         if opening:
             self.refresh()
 
-    def _displayed_widget(self) -> Any:
-        """Displayed on its own, the view is seen: it draws."""
-        widget = self.widget
+    def pin(self) -> None:
+        """Keep the view open: it is displayed outside the dashboard's tabs."""
+        self._pinned = True
         self.show()
+
+    def _displayed_widget(self) -> Any:
+        """Displayed on its own, the view is seen: it draws from now on."""
+        widget = self.widget
+        self.pin()
         return widget
 
     def note_html(self) -> str:

@@ -258,11 +258,18 @@ def test_the_tensor_plots_are_drawn_only_while_their_tab_is_open(msprobe_compari
     expected = dash.inspector.inspection.scatter["bench"].to_numpy()
     assert set(plots._scatter.x.tolist()) <= set(expected.tolist()) and not np.array_equal(plots._scatter.x, drawn)
 
-    alone = explore(msprobe_comparison, overflow=False).inspector  # ``dash.inspector`` as a cell's result
+    both = explore(msprobe_comparison, overflow=False)  # the dashboard, and ``dash.inspector`` as a cell's result
+    both.widget  # noqa: B018
+    alone = both.inspector
     bundle = alone._repr_mimebundle_()
     shown = alone._alone
     assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == shown.model_id
     assert shown.children == (alone.widget, alone.plots.widget) and len(alone.plots._figures) == 4
+    both._tabs.selected_index = 1
+    both._tabs.selected_index = 0  # the dashboard's plots tab closed: the inspector shown alone still draws them
+    drawn = alone.plots._scatter.x.copy()
+    both.select(next(op for op in msprobe_comparison.ops["op"][::-1] if op != both.selection.op))
+    assert alone.plots.shown and not np.array_equal(alone.plots._scatter.x, drawn)
 
     statistics_only = explore(faulty_5000, overflow=False)
     statistics_only.widget  # noqa: B018

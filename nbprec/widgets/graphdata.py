@@ -294,12 +294,17 @@ def navigator_elements(view: Any, metric: str) -> GraphElements:
     return GraphElements(nodes, edges, metric, bins, "model", view.truncated, labels, list(view.notes))
 
 
+#: Z-indexes of the whole-model view: an open block's is how many open blocks hold it (below these, at most
+#: ``EDGE_Z - 1`` however deep the module tree), then the edges, then the ops and closed blocks on top.
+EDGE_Z, NODE_Z = 10_000, 10_001
+
+
 def _nesting(node: str, parents: dict[str, str]) -> int:
-    """How many open blocks hold ``node``."""
+    """How many open blocks hold ``node`` (its box's z-index: below the edges, whatever the depth)."""
     depth = 0
     while parents.get(node):
         node, depth = parents[node], depth + 1
-    return depth
+    return min(depth, EDGE_Z - 1)
 
 
 #: Boxes of :func:`navigator_style` in pixels, their borders included: an op, a block (two lines), and the
@@ -345,7 +350,7 @@ def navigator_style() -> list[dict[str, Any]]:
             "selector": "node",
             "style": {
                 "z-index-compare": "manual",
-                "z-index": 30,
+                "z-index": NODE_Z,
                 "label": "data(label)",
                 "background-color": "data(colour)",
                 "shape": "round-rectangle",
@@ -392,7 +397,7 @@ def navigator_style() -> list[dict[str, Any]]:
             "selector": "edge",
             "style": {
                 "z-index-compare": "manual",
-                "z-index": 20,
+                "z-index": EDGE_Z,
                 "width": 1.5,
                 "line-color": "#9e9e9e",
                 "target-arrow-color": "#9e9e9e",

@@ -317,6 +317,24 @@ def test_the_model_graph_is_laid_out_in_python():
         assert node["data"].get("z", 99) > holder["data"]["z"] and holder.get("grabbable") is False
 
 
+def test_open_blocks_however_deep_are_drawn_under_the_edges_and_the_ops():
+    """A module tree 30 levels deep: every open block's box stays below the edges' and the ops' z-indexes."""
+    from nbprec.graph.navigator import ModelNavigator
+    from nbprec.widgets.graphdata import navigator_elements, navigator_style
+
+    depth = 30
+    ops = pd.DataFrame({"op": ["a", "b", "c"], "order": [0, 1, 2], "status": "pass", "origin": "",
+                        "module": [".".join(f"m{k}" for k in range(depth))] * 3, "out_cosine": 1.0})  # fmt: skip
+    nav = ModelNavigator.from_ops(ops)
+    nav.reveal("b")
+    e = navigator_elements(nav.view(), "cosine")
+    boxes = [n["data"]["z"] for n in e.nodes if n["data"]["expanded"]]
+    assert len(boxes) >= 20 and boxes == sorted(boxes)  # outer blocks first, each under what it holds
+    style = {rule["selector"]: rule["style"] for rule in navigator_style()}
+    assert style["node.expanded"]["z-index"] == "data(z)"
+    assert max(boxes) < style["edge"]["z-index"] < style["node"]["z-index"]
+
+
 def test_a_view_builds_its_widget_with_the_collector_paused():
     """The first build (widget libraries imported, tens of thousands of objects made) triggers no collection; the
     collector's state comes back after it, whether it was on or off."""

@@ -8,18 +8,24 @@ The build takes a few minutes, most of them pip unpacking torch, TensorFlow and 
 test is among the collected ones, ``tests/conftest.py`` starts it as soon as collection ends, so that it runs
 beside the rest of the suite; the test then waits for it and checks every step. Run alone, the test starts it
 itself.
+
+The build runs as this file's ``__main__`` in a process of its own session that is not a child of pytest (its
+parent exits at once), so that tests checking that a call left no child process behind see none of it. It
+writes what each step did to ``steps.json`` in its folder, then ``done``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,92 +59,109 @@ class Step:
 
 @dataclass
 class BinderBuild:
-    """The build's steps run one after the other on a thread; :meth:`wait` returns them once all ran or one
-    failed. ``skipped`` says why nothing was built (no git work tree)."""
+    """A build running (or run) in ``work``; :meth:`wait` returns its steps once all ran or one failed."""
 
     work: Path
-    steps: list[Step] = field(default_factory=list)
-    skipped: str = ""
-    error: BaseException | None = None
-    _thread: threading.Thread | None = None
-    _proc: subprocess.Popen | None = None
-    _stopped: bool = False
 
     @property
     def repo(self) -> Path:
         return self.work / "repo"
 
     def start(self) -> BinderBuild:
-        env = dict(os.environ)  # a copy now: tests change os.environ while the build runs
-        self._thread = threading.Thread(target=self._build, args=(env,), name="binder-build", daemon=True)
-        self._thread.start()
+        launcher = "import subprocess, sys; subprocess.Popen(sys.argv[1:], start_new_session=True)"
+        with open(self.work / "build.log", "wb") as log:  # the build's own errors, if it fails outside a step
+            subprocess.run([sys.executable, "-c", launcher, sys.executable, __file__, str(self.work)],
+                           stdout=log, stderr=log, check=True)  # fmt: skip
         return self
 
-    def wait(self, timeout: float = 2400) -> list[Step]:
-        assert self._thread is not None, "the build was never started"
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            self.stop()
-            raise TimeoutError(f"the Binder build did not finish in {timeout:.0f} s")
-        if self.error is not None:
-            raise self.error
-        return self.steps
+    def wait(self, timeout: float = 2400) -> tuple[list[Step], str]:
+        """The steps run and why nothing was built ('' when something was)."""
+        deadline = time.monotonic() + timeout
+        while not (self.work / "done").exists():
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"the Binder build did not finish in {timeout:.0f} s")
+            if not self._running() and not (self.work / "done").exists():
+                log = (self.work / "build.log").read_text(errors="replace")
+                raise RuntimeError(f"the Binder build ended without finishing:\n{log[-3000:]}")
+            time.sleep(1)
+        result = json.loads((self.work / "steps.json").read_text())
+        return [Step(**s) for s in result["steps"]], result["skipped"]
+
+    def _pid(self) -> int | None:
+        try:
+            return int((self.work / "pid").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _running(self) -> bool:
+        pid = self._pid()
+        if pid is None:  # not written yet: give it a moment
+            return time.monotonic() - (self.work / "build.log").stat().st_mtime < 60
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
 
     def stop(self) -> None:
-        """Stop the command running now and every later one (the session ends)."""
-        self._stopped = True
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
+        """Kill the build and every command it runs, if it still runs (its own process group)."""
+        pid = self._pid()
+        if pid is not None and not (self.work / "done").exists():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
 
-    def _build(self, env: dict[str, str]) -> None:
-        try:
-            if shutil.which("git") is None or not (ROOT / ".git").exists():
-                self.skipped = "needs the git work tree to copy the repository's files"
-                return
-            self._copy_repository()
-            venv = self.work / "venv"
-            env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(venv),
-                       PIP_DISABLE_PIP_VERSION_CHECK="1", HOME=env.get("HOME", str(self.work)))  # fmt: skip
-            env.pop("PYTHONPATH", None)
-            py = str(venv / "bin" / "python")
-            # --no-compile: byte-compiling every installed module (torch, TensorFlow, transformers) is most of the
-            # install's time (224 against 128 s here) and tests nothing of Binder's; what runs compiles on import
-            for name, cmd, timeout in [
-                ("venv", [sys.executable, "-m", "venv", str(venv)], 300),
-                ("install", [py, "-m", "pip", "install", "-q", "--no-compile", "-r", "binder/requirements.txt"], 900),
-                ("postBuild", ["bash", "binder/postBuild"], 600),
-                ("quickstart", [py, "-c", QUICKSTART], 600),
-                ("pip list", [py, "-m", "pip", "list"], 120),
-            ]:
-                if self._stopped or not self._run(Step(name, cmd), env, timeout):
-                    return
-        except BaseException as exc:  # reported by wait(), in the test
-            self.error = exc
 
-    def _copy_repository(self) -> None:
+def _build(work: Path) -> None:
+    """The build itself (this file run as ``__main__``, in its own session)."""
+    (work / "pid").write_text(str(os.getpid()))
+    steps: list[Step] = []
+    skipped = ""
+
+    def record() -> None:
+        (work / "steps.json").write_text(json.dumps({"steps": [asdict(s) for s in steps], "skipped": skipped}))
+
+    try:
+        if shutil.which("git") is None or not (ROOT / ".git").exists():
+            skipped = "needs the git work tree to copy the repository's files"
+            return
+        repo = work / "repo"
         files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
                                text=True, check=True).stdout.split()  # fmt: skip
         for name in files:
             src = ROOT / name
             if src.is_file():
-                (self.repo / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, self.repo / name)
-
-    def _run(self, step: Step, env: dict[str, str], timeout: float) -> bool:
-        self.steps.append(step)
-        start = time.monotonic()
-        self._proc = subprocess.Popen(step.cmd, cwd=self.repo, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True)  # fmt: skip
-        try:
-            step.stdout, step.stderr = self._proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            step.stdout, step.stderr = self._proc.communicate()
-            step.stderr += f"\n(killed after {timeout:.0f} s)"
-        step.returncode = self._proc.returncode
-        step.seconds = time.monotonic() - start
-        return step.returncode == 0
+                (repo / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, repo / name)
+        venv = work / "venv"
+        env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(venv),
+               "PIP_DISABLE_PIP_VERSION_CHECK": "1", "HOME": os.environ.get("HOME", str(work))}  # fmt: skip
+        env.pop("PYTHONPATH", None)
+        py = str(venv / "bin" / "python")
+        # --no-compile: byte-compiling every installed module (torch, TensorFlow, transformers) is most of the
+        # install's time (224 against 128 s here) and tests nothing of Binder's; what runs compiles on import
+        for name, cmd, timeout in [
+            ("venv", [sys.executable, "-m", "venv", str(venv)], 300),
+            ("install", [py, "-m", "pip", "install", "-q", "--no-compile", "-r", "binder/requirements.txt"], 900),
+            ("postBuild", ["bash", "binder/postBuild"], 600),
+            ("quickstart", [py, "-c", QUICKSTART], 600),
+            ("pip list", [py, "-m", "pip", "list"], 120),
+        ]:
+            step = Step(name, cmd)
+            steps.append(step)
+            start = time.monotonic()
+            try:
+                done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+                step.returncode, step.stdout, step.stderr = done.returncode, done.stdout, done.stderr
+            except subprocess.TimeoutExpired as exc:
+                step.returncode, step.stderr = -1, f"{exc.stderr or ''}\n(killed after {timeout} s)"
+            step.seconds = time.monotonic() - start
+            record()
+            if step.returncode != 0:
+                return
+    finally:
+        record()
+        (work / "done").write_text("")
 
 
 _started: BinderBuild | None = None
@@ -158,13 +181,16 @@ def build() -> BinderBuild:
 
 
 def finish() -> None:
-    """At the session's end: stop what still runs and remove the virtualenv and the copy."""
+    """At the session's end: stop the build if it still runs, and remove its folder (the virtualenv's 3 GB take
+    most of a minute: a process of its own removes them after the session)."""
     global _started
     if _started is not None:
         _started.stop()
-        if _started._thread is not None:
-            _started._thread.join(30)
-        # removing the virtualenv's 3 GB takes most of a minute: a process of its own does it after the session
-        subprocess.Popen(["rm", "-rf", str(_started.work)], start_new_session=True, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run([sys.executable, "-c", "import subprocess, sys; subprocess.Popen(sys.argv[1:], "
+                        "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)",
+                        "rm", "-rf", str(_started.work)], check=False)  # fmt: skip
         _started = None
+
+
+if __name__ == "__main__":
+    _build(Path(sys.argv[1]))

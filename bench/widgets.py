@@ -372,11 +372,13 @@ def _open_plots_latency(page: object) -> float:
     tab = page.locator(".lm-TabBar-tab", has_text="Tensor plots")
     if not tab.count():
         return float("nan")
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     start = time.perf_counter()
     tab.first.click()
     try:
         page.wait_for_function(_PLOTS_DRAWN_JS, timeout=10_000)
-    except Exception:  # playwright's timeout: nothing to draw
+    except PlaywrightTimeout:  # nothing to draw
         return float("nan")
     return time.perf_counter() - start
 

@@ -167,17 +167,13 @@ def _build(work: Path) -> None:
 _started: BinderBuild | None = None
 
 
-def start_in_background() -> BinderBuild:
-    """Start the build for the session (tests/conftest.py, when the test was collected)."""
+def build() -> BinderBuild:
+    """The session's build, started now unless it already runs (tests/conftest.py starts it when the test is
+    collected; the test itself, run some other way)."""
     global _started
     if _started is None:
         _started = BinderBuild(Path(tempfile.mkdtemp(prefix="nbprec-binder-"))).start()
     return _started
-
-
-def build() -> BinderBuild:
-    """The session's build: the one started in the background, or one started now."""
-    return start_in_background()
 
 
 def finish() -> None:

@@ -12,7 +12,7 @@ os.environ["NBPREC_DAEMON"] = "off"
 def pytest_collection_finish(session):
     """The Binder build, a few minutes of pip on one core, starts now and runs beside the other tests."""
     if any(item.nodeid == binder_support.TEST_ID for item in session.items):
-        binder_support.start_in_background()
+        binder_support.build()
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -24,6 +24,13 @@
  * nbprec.stats.STAT_COLUMNS; the six value statistics are None when no value is finite. Tensors of at least
  * 2^15 elements are summed with the GIL released.
  *
+ * stats(..., threads) with threads > 1 (the capture passes torch's own thread count) sums a tensor of at least
+ * 2 SPLIT_FROM bytes in up to that many parts at once (at least SPLIT_FROM bytes each), on the threads of the
+ * OpenMP runtime torch has loaded: the same threads that run torch's ops, which wait for work between them (a
+ * thread of our own would have to take turns with them for a core). The parts share the shift, and their
+ * totals are added in order: the result depends on n and the part count only, not on which thread ran what.
+ * Without an OpenMP runtime in the process the tensor is summed whole.
+ *
  * On x86-64 with GCC or Clang the kernel is compiled twice, for AVX2+FMA and for the baseline, and the
  * faster one is picked at import time when the CPU has AVX2 and FMA.
  */
@@ -33,6 +40,13 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#if (defined(__unix__) || defined(__APPLE__)) && (defined(__GNUC__) || defined(__clang__))
+#include <dlfcn.h>
+#define NBPREC_TEAM 1
+#else
+#define NBPREC_TEAM 0
+#endif
 
 enum {
     TYPE_F64 = 0,
@@ -50,6 +64,8 @@ enum {
 
 #define BLOCK 2048
 #define NOGIL_FROM 32768
+#define SPLIT_FROM (1 << 20) /* bytes per part at least: below, starting a parallel region costs what it saves */
+#define MAX_PARTS 8
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define NBPREC_DISPATCH 1
@@ -254,6 +270,86 @@ typedef void (*stats_fn)(const char *, int, Py_ssize_t, Totals *);
 static stats_fn stats_impl = stats_base; /* chosen once at import; read-only afterwards */
 static const char *isa_name = "baseline";
 
+/* Large tensors in parts at once, on the threads of the OpenMP runtime torch already loaded (see the top of the
+   file). The runtime is looked up, never loaded: with dlopen(RTLD_NOLOAD), by the names of GNU's, LLVM's and
+   Intel's, which all have GOMP_parallel (GCC's entry point of a parallel region, a stable ABI since GCC 4.9). */
+#if NBPREC_TEAM
+static const int type_size[N_TYPES] = {8, 4, 2, 2, 8, 4, 2, 1, 1, 1};
+typedef void (*gomp_parallel_fn)(void (*)(void *), void *, unsigned, unsigned);
+static gomp_parallel_fn gomp_parallel = NULL;
+static const char *team_name = NULL; /* the runtime found */
+
+static void team_find(void) /* with the GIL held, until found (torch may be imported after this module) */
+{
+    static const char *const names[] = {"libgomp.so.1", "libomp.so", "libiomp5.so", "libomp.dylib", "libiomp5.dylib"};
+    size_t i;
+    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *lib = dlopen(names[i], RTLD_LAZY | RTLD_NOLOAD);
+        if (lib != NULL) {
+            gomp_parallel = (gomp_parallel_fn)dlsym(lib, "GOMP_parallel");
+            if (gomp_parallel != NULL) {
+                team_name = names[i];
+                return;
+            }
+        }
+    }
+}
+
+typedef struct {
+    const char *base;
+    int type;
+    Py_ssize_t n, part;  /* elements, and per part (whole blocks) */
+    int parts, next;     /* parts, and the next one not yet taken */
+    Totals totals[MAX_PARTS];
+} Team;
+
+/* Each thread of the region takes parts until none is left: right however many threads the runtime gives. */
+static void team_work(void *data)
+{
+    Team *team = (Team *)data;
+    int p;
+    while ((p = __atomic_fetch_add(&team->next, 1, __ATOMIC_RELAXED)) < team->parts) {
+        Py_ssize_t start = (Py_ssize_t)p * team->part;
+        Py_ssize_t m = p == team->parts - 1 ? team->n - start : team->part;
+        stats_impl(team->base + start * type_size[team->type], team->type, m, &team->totals[p]);
+    }
+}
+#endif
+
+/* The totals of n elements: in up to `threads` parts at once when the tensor is large enough. */
+static void sum_all(const char *base, int type, Py_ssize_t n, int threads, Totals *t)
+{
+#if NBPREC_TEAM
+    Py_ssize_t bytes = n * type_size[type];
+    int parts = threads < MAX_PARTS ? threads : MAX_PARTS, p;
+    if (parts > bytes / SPLIT_FROM) parts = (int)(bytes / SPLIT_FROM);
+    if (parts >= 2 && gomp_parallel != NULL) {
+        Team team;
+        team.base = base, team.type = type, team.n = n, team.parts = parts, team.next = 0;
+        team.part = n / parts / BLOCK * BLOCK; /* whole blocks of either size (BLOCK, BLOCK / 2) */
+        for (p = 0; p < parts; p++) {
+            memset(&team.totals[p], 0, sizeof(Totals));
+            team.totals[p].lo = INFINITY, team.totals[p].hi = -INFINITY, team.totals[p].shift = t->shift;
+        }
+        gomp_parallel(team_work, &team, (unsigned)parts, 0);
+        for (p = 0; p < parts; p++) { /* in order: the result does not depend on which thread took what */
+            const Totals *h = &team.totals[p];
+            neumaier(&t->dsum, &t->dsum_c, h->dsum);
+            t->dsum_c += h->dsum_c;
+            neumaier(&t->dsq, &t->dsq_c, h->dsq);
+            t->dsq_c += h->dsq_c;
+            t->lo = h->lo < t->lo ? h->lo : t->lo;
+            t->hi = h->hi > t->hi ? h->hi : t->hi;
+            t->nan += h->nan, t->inf += h->inf, t->zero += h->zero;
+        }
+        return;
+    }
+#else
+    (void)threads;
+#endif
+    stats_impl(base, type, n, t);
+}
+
 /* The shift of the centred sums: the mean of the finite values among the first BLOCK (0 if none). */
 static double first_block_mean(const char *base, int type, Py_ssize_t n)
 {
@@ -314,16 +410,18 @@ static double squares(const Totals *t, const char *base, int type, Py_ssize_t n)
 }
 
 PyDoc_STRVAR(stats_doc,
-             "stats(address, n, type) -> (min, max, mean, std, norm, abs_max, nan_count, inf_count, zero_count)\n\n"
+             "stats(address, n, type, threads=1) -> (min, max, mean, std, norm, abs_max, nan_count, inf_count, "
+             "zero_count)\n\n"
              "Statistics of n contiguous elements at memory address ``address`` of element type ``type`` (0 "
              "float64, 1 float32, 2 float16, 3 bfloat16, 4 int64, 5 int32, 6 int16, 7 int8, 8 uint8, 9 bool), "
-             "over the finite values, in one pass. The caller keeps the memory alive and unchanged.");
+             "over the finite values, in one pass. The caller keeps the memory alive and unchanged. ``threads``: a "
+             "large tensor is summed in up to that many parts at once, on the threads of the OpenMP runtime loaded.");
 
 static PyObject *py_stats(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "stats() takes exactly 3 arguments (address, n, type)");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "stats() takes 3 or 4 arguments (address, n, type[, threads])");
         return NULL;
     }
     void *address = PyLong_AsVoidPtr(args[0]);
@@ -332,6 +430,8 @@ static PyObject *py_stats(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (n == -1 && PyErr_Occurred()) return NULL;
     long type = PyLong_AsLong(args[2]);
     if (type == -1 && PyErr_Occurred()) return NULL;
+    long threads = 1;  /* parts at most: the caller's thread count */
+    if (nargs == 4 && (threads = PyLong_AsLong(args[3])) == -1 && PyErr_Occurred()) return NULL;
     if (type < 0 || type >= N_TYPES) {
         PyErr_Format(PyExc_ValueError, "unknown element type %ld", type);
         return NULL;
@@ -348,9 +448,12 @@ static PyObject *py_stats(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (n > 0) {
         const char *base = (const char *)address;
         if (n >= NOGIL_FROM) {
+#if NBPREC_TEAM
+            if (threads > 1 && gomp_parallel == NULL && n * type_size[type] >= 2 * SPLIT_FROM) team_find();
+#endif
             Py_BEGIN_ALLOW_THREADS;
             t.shift = first_block_mean(base, (int)type, n);
-            stats_impl(base, (int)type, n, &t);
+            sum_all(base, (int)type, n, (int)(threads < 1 ? 1 : threads < MAX_PARTS ? threads : MAX_PARTS), &t);
             sq = squares(&t, base, (int)type, n);
             Py_END_ALLOW_THREADS;
         } else {
@@ -369,9 +472,22 @@ static PyObject *py_isa(PyObject *self, PyObject *unused)
     return PyUnicode_FromString(isa_name);
 }
 
+static PyObject *py_team(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+#if NBPREC_TEAM
+    if (gomp_parallel == NULL) team_find();
+    if (team_name != NULL) return PyUnicode_FromString(team_name);
+#endif
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"stats", (PyCFunction)(void (*)(void))py_stats, METH_FASTCALL, stats_doc},
     {"isa", py_isa, METH_NOARGS, "The instruction set the kernel was compiled for and chose at import."},
+    {"team", py_team, METH_NOARGS,
+     "The OpenMP runtime whose threads sum large tensors in parts (looked up among those loaded), or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -83,6 +83,8 @@ class TensorStatistics:
         self._codes = {getattr(torch, name): code for name, code in _KERNEL_TYPES.items()}
         self._strided = torch.strided
         self._accumulators: dict[str, Any] = {}  # device type -> float64, or float32 where it has no float64
+        # the kernel sums a large tensor in parts at once, on torch's threads, as many as torch uses
+        self._threads = torch.get_num_threads()
 
     @property
     def compiled(self) -> bool:
@@ -97,7 +99,7 @@ class TensorStatistics:
             if code is not None and t.layout is self._strided and not t.is_neg():
                 if not t.is_contiguous() and not _covers_memory(t):
                     t = t.contiguous()
-                return kernel(t.data_ptr(), t.numel(), code)
+                return kernel(t.data_ptr(), t.numel(), code, self._threads)
         if t.device.type == "cpu":
             try:
                 return self._numpy(t)

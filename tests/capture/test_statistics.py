@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -99,6 +100,68 @@ def test_long_tensors_across_many_blocks(statistics, dtype: str) -> None:
         x[n // 3 :: 997] = math.nan
         x[n // 2] = -math.inf
         _check(statistics(x), _reference(x), 1e-9, f"{dtype} {n} with NaN/inf")
+
+
+def _kernel_module():
+    from nbprec.capture.statistics import load_kernel
+
+    if load_kernel() is None:
+        pytest.skip("nbprec.capture._stats was not compiled")
+    import importlib
+
+    return importlib.import_module("nbprec.capture._stats")
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16", "int8", "bool"])
+def test_large_tensors_summed_in_parts_on_torchs_threads(dtype: str) -> None:
+    """Tensors of 2 MB and more are summed in parts at once (on the OpenMP threads torch runs its ops on): the
+    same statistics as whole, whatever the part count, the same every time, NaN/inf/zeros counted in every part."""
+    kernel = _kernel_module()
+    code = {"float64": 0, "float32": 1, "float16": 2, "bfloat16": 3, "int8": 7, "bool": 9}[dtype]
+    gen = torch.Generator().manual_seed(4)
+    n = (7 << 20) // torch.empty(0, dtype=getattr(torch, dtype)).element_size() + 1234  # 7 MB and an odd tail
+    if dtype in ("int8", "bool"):
+        x = torch.randint(-100, 100, (n,), generator=gen, dtype=torch.int8)
+        x = x > 20 if dtype == "bool" else x
+    else:
+        x = (torch.randn(n, generator=gen, dtype=torch.float64) * 3 + 1).to(getattr(torch, dtype))
+        x[n // 5 :: 100_003] = math.nan  # in every part
+        x[n - 3] = math.inf
+        x[(n // 2) :: 50_001] = 0
+    whole = kernel.stats(x.data_ptr(), n, code, 1)
+    _check(whole, _reference(x), 1e-9, f"{dtype} whole")
+    for threads in (2, 3, 8):
+        parts = kernel.stats(x.data_ptr(), n, code, threads)
+        _check(parts, whole, 1e-12, f"{dtype} in {threads} parts")
+        assert kernel.stats(x.data_ptr(), n, code, threads) == parts  # not a matter of which thread ran what
+    if sys.platform.startswith("linux"):
+        assert kernel.team() == "libgomp.so.1"  # torch's own runtime, found rather than loaded
+
+
+def test_parts_from_several_python_threads_at_once() -> None:
+    """Python threads summing large tensors at the same time (the GIL released) each get their own results."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    kernel = _kernel_module()
+    gen = torch.Generator().manual_seed(5)
+    tensors = [torch.randn(1 << 20, generator=gen) * (k + 1) + k for k in range(8)]
+    alone = [kernel.stats(t.data_ptr(), t.numel(), 1, 2) for t in tensors]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            together = list(pool.map(lambda t: kernel.stats(t.data_ptr(), t.numel(), 1, 2), tensors))
+            assert together == alone
+
+
+def test_the_capture_sums_in_as_many_parts_as_torch_has_threads(monkeypatch) -> None:
+    from nbprec.capture.statistics import TensorStatistics
+
+    kernel = _kernel_module()
+    seen = []
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    stats = TensorStatistics(torch, kernel=lambda *args: seen.append(args[3:]) or kernel.stats(*args))
+    x = torch.randn(1 << 20)
+    _check(stats(x), _reference(x), 1e-9, "through TensorStatistics")
+    assert seen == [(3,)]
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

@@ -176,3 +176,33 @@ def test_the_base_writers_line_methods_stay_in_order(tmp_path: Path) -> None:
             writer.write_tensor({"name": "x", "dtype": "float32", "shape": [1]})
     lines = (tmp_path / "run" / "modules.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["node"] for line in lines] == ["a", "b", "c"]
+
+
+def test_call_texts_are_what_json_dumps_writes(monkeypatch) -> None:
+    """The calls' JSON goes through json's C encoder made once; its text is json.dumps's, and without the C
+    encoder (or where its private signature changed) the public encoder is used."""
+    import json as json_module
+
+    from nbprec.capture import signature
+
+    args = (torch.ones(2), [1, -2.5e-7, None, True], slice(0, 4, None), 'é\n"', float("nan"), torch.float16)
+    kwargs = {"dim": -1, "size": torch.Size([3, 4]), "weird": object()}
+    text = signature.encode_call_json("Functional.op", args, kwargs, torch)
+    encoded = signature.encode_call("Functional.op", args, kwargs, torch)
+    assert text == json_module.dumps(encoded, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    assert json_module.loads(text)["replayable"] is False
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        signature._DUMPS([float("inf")])  # encode_value never makes one; strict all the same
+    monkeypatch.setattr(json_module.encoder, "c_make_encoder", None)  # (what a Python without _json has)
+    public = signature._strict_dumps()
+    assert public([{"a": 1.5}]) == '[{"a":1.5}]'
+    monkeypatch.undo()
+    original = json_module.encoder.c_make_encoder
+
+    def changed(markers, *rest):  # a signature that no longer takes ours (json's own calls pass a dict)
+        if markers is None:
+            raise TypeError("changed")
+        return original(markers, *rest)
+
+    monkeypatch.setattr(json_module.encoder, "c_make_encoder", changed)
+    assert signature._strict_dumps()([1, "é"]) == '[1,"é"]'

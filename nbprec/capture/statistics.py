@@ -83,8 +83,10 @@ class TensorStatistics:
         self._codes = {getattr(torch, name): code for name, code in _KERNEL_TYPES.items()}
         self._strided = torch.strided
         self._accumulators: dict[str, Any] = {}  # device type -> float64, or float32 where it has no float64
-        # the kernel sums a large tensor in parts at once, on torch's threads, as many as torch uses
-        self._threads = torch.get_num_threads()
+        # the kernel sums a large tensor in parts at once, on torch's threads, as many as torch uses at the
+        # time: a process forked from one that ran OpenMP regions must not start one (it would wait forever for
+        # threads it does not have), and torch's own workers call torch.set_num_threads(1) for that reason
+        self._threads = torch.get_num_threads
 
     @property
     def compiled(self) -> bool:
@@ -99,7 +101,7 @@ class TensorStatistics:
             if code is not None and t.layout is self._strided and not t.is_neg():
                 if not t.is_contiguous() and not _covers_memory(t):
                     t = t.contiguous()
-                return kernel(t.data_ptr(), t.numel(), code, self._threads)
+                return kernel(t.data_ptr(), t.numel(), code, self._threads())
         if t.device.type == "cpu":
             try:
                 return self._numpy(t)

@@ -164,6 +164,38 @@ def test_the_capture_sums_in_as_many_parts_as_torch_has_threads(monkeypatch) -> 
     assert seen == [(3,)]
 
 
+def _child_statistics(stats, queue) -> None:
+    torch.set_num_threads(1)  # what torch's DataLoader workers do first
+    y = torch.arange(1 << 20, dtype=torch.float32)
+    queue.put(stats(y))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork()")
+def test_a_forked_child_on_one_thread_sums_whole() -> None:
+    """OpenMP cannot start a region in a child forked after the parent ran one (it waits for threads the child does
+    not have): the part count is torch's thread count when each tensor is measured, so a child that set it to 1, as
+    torch's own workers do, never starts one."""
+    import multiprocessing
+
+    _kernel_module()
+    from nbprec.capture.statistics import TensorStatistics
+
+    stats = TensorStatistics(torch)
+    with torch.enable_grad():
+        stats(torch.randn(1 << 20))  # in parts, on torch's threads, in this process
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_statistics, args=(stats, queue))
+    child.start()
+    child.join(60)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+    assert child.exitcode == 0, "the child hung or failed"
+    got = queue.get(timeout=10)
+    _check(got, _reference(torch.arange(1 << 20, dtype=torch.float32)), 1e-9, "in the child")
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_norm_when_the_first_block_is_unlike_the_rest(statistics, dtype: str) -> None:
     """The kernel centres its sums on the first block's mean and derives the sum of squares from them; a first

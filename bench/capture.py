@@ -250,7 +250,8 @@ def _kernel_note() -> str:
     except ImportError:
         return "statistics by torch reductions (the C kernel was not built)"
     team = kernel.team()
-    parts = f"tensors of 2 MB and more in parts on {team}'s threads" if team else "every tensor on one thread"
+    size = f"{kernel.SPLIT_BYTES / 2**20:g} MB"
+    parts = f"tensors of {size} and more in parts on {team}'s threads" if team else "every tensor on one thread"
     return f"statistics kernel {kernel.isa()}, {parts}"
 
 

@@ -511,5 +511,8 @@ PyMODINIT_FUNC PyInit__stats(void)
         isa_name = "avx2+fma";
     }
 #endif
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* the smallest tensor summed in parts, in bytes (the bench and the tests read it rather than repeat it) */
+    if (m != NULL && PyModule_AddIntConstant(m, "SPLIT_BYTES", 2 * SPLIT_FROM) < 0) Py_CLEAR(m);
+    return m;
 }

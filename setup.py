@@ -9,11 +9,13 @@
   them with numpy, slower);
 - ``nbprec.capture._npyio`` (POSIX): the capture's payload files, written by C threads that never wait for
   the GIL (without it a Python thread writes them, slower while the model runs);
+- ``nbprec.capture._indexlines`` (POSIX): a statistics capture's usual index record appended in C (without it,
+  by ``CaptureWriter.add`` in Python);
 - ``nbprec._floattext``: float64 values as ``repr`` writes them, for the CSV exports (without it, ``repr``);
 - ``nbprec.graph._textformat``: GE graphs in protobuf text format parsed in C (without it, by the Python
   tokeniser of ``nbprec/graph/ge_parse.py``, which also gives every error).
 
-All seven are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
+All eight are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
 
 It also installs the prebuilt JupyterLab extension (``nbprec/labextension/``, built from ``jupyterlab-nbprec/`` by
@@ -37,9 +39,15 @@ UNIX_FLAGS = ["-O3", "-fopenmp-simd", "-fno-math-errno"]
 KERNEL_FLAGS = ["-fno-wrapv"]
 
 
-# The capture's payload writer uses POSIX threads, mmap and writev: elsewhere payloads are written from Python.
+# The capture's payload writer uses POSIX threads, mmap and writev, its record appender clock_gettime: elsewhere
+# both are done in Python.
 POSIX_EXTENSIONS = (
-    [Extension("nbprec.capture._npyio", ["nbprec/capture/_npyio.c"], optional=True)] if os.name == "posix" else []
+    [
+        Extension("nbprec.capture._npyio", ["nbprec/capture/_npyio.c"], optional=True),
+        Extension("nbprec.capture._indexlines", ["nbprec/capture/_indexlines.c"], optional=True),
+    ]
+    if os.name == "posix"
+    else []
 )
 
 

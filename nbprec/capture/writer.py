@@ -7,6 +7,8 @@ record and column cache) with a faster path for the records a capture makes by t
   tensors (:meth:`CaptureWriter.encode_op`), a tensor's statistics once however many records reuse them
   (:meth:`CaptureWriter.encode_stats`), and the column cache at close reuses the same pieces instead of
   encoding every value a second time;
+- in mode ``"statistics"``, the usual record is appended by the C twin of :meth:`CaptureWriter.add`
+  (``nbprec/capture/_indexlines.c``), which hands anything else to the Python method;
 - lines of every file are collected and handed to the operating system every ``FLUSH_INTERVAL`` seconds in
   one write per file (a killed process loses at most that interval's records, as with the base writer);
 - payloads (mode ``"tensor"``) are copied when the op is recorded and written by a background thread, with a
@@ -35,6 +37,11 @@ from nbprec.formats.native_read import (
     TENSOR_DIR,
 )
 from nbprec.stats import STAT_COLUMNS
+
+try:
+    from nbprec.capture._indexlines import IndexLines
+except ImportError:  # built without a C compiler: every record through the Python add
+    IndexLines = None
 
 _encode_utf8 = json.encoder.encode_basestring  # type: ignore[attr-defined]  # C versions, as json.dumps uses
 _encode_ascii = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
@@ -114,6 +121,20 @@ class CaptureWriter(NativeDumpWriter):
         self._payloads = PayloadWriter(self._path / TENSOR_DIR) if self._mode == "tensor" else None
         self._has_files = False
         self._links = links
+        self._fast: Any = None
+        if IndexLines is not None and self._payloads is None:  # the usual record in C; the rest to the method
+            slow = CaptureWriter.add.__get__(self)
+            self._fast = IndexLines(
+                self._lines[INDEX_FILE],
+                self._rows,
+                self._seen,
+                self._strings,
+                self._shapes,
+                slow,
+                self.flush,
+                FLUSH_INTERVAL,
+            )
+            self.add = self._fast.add  # type: ignore[method-assign]
 
     # -- encoding ------------------------------------------------------------------------------------------
     def string(self, text: str) -> str:
@@ -210,12 +231,16 @@ class CaptureWriter(NativeDumpWriter):
         self._rows.append(
             (name_text, step, rank, order, op, role_text, slot_text, dtype_text, shape_text, numel, stats, file_text)
         )
-        self._count += 1
         now = time.monotonic()
         if now - self._last_flush >= FLUSH_INTERVAL:
             self._last_flush = now
             self.flush()
         return file_name
+
+    @property
+    def count(self) -> int:
+        """How many tensor records were written."""
+        return self._count if self._closed else len(self._rows)
 
     def can_link(self) -> bool:
         """Whether :meth:`add` may make a record's payload a hard link of an earlier one (``same_as``)."""
@@ -273,6 +298,11 @@ class CaptureWriter(NativeDumpWriter):
         """Finish the payloads, write the collected lines, then close as the base writer does."""
         if self._closed:
             return
+        if self._fast is not None:  # later records reach the Python add, which refuses them
+            self._fast.close()
+            self._fast = None
+            del self.add
+        self._count = len(self._rows)
         first: BaseException | None = None
         if self._payloads is not None:
             try:

@@ -10,7 +10,12 @@ sequence number is newer than every input's node. Node post-hooks then catch:
   ``grad_inputs``): summed per input, these are the backward op's ``output`` slots. They are the gradients
   *this call* produced for its inputs, not the total a shared input receives from all its consumers.
 
-A node that does both (most ops make a single node) gets one hook.
+A node that does both (most ops make a single node) gets one hook. A node several watches hook (a module
+call and the op call inside it often end at the same node) carries one registered hook that calls each
+watch's in turn (:class:`NodeHooks`): registering, firing and removing a hook costs torch about 10 us.
+
+A leaf input (a parameter) is matched by the tensor itself, which its ``AccumulateGrad`` node holds as
+``variable``: finding that node before the op runs would cost a throw-away view per parameter and step.
 
 Each gradient is handed to the watches' ``take`` when its hook fires: in statistics mode the recorder's
 :class:`~nbprec.capture.gradients.GradientKeeper`, which reads the record's fields, so that the watch does not
@@ -25,7 +30,6 @@ run at the end of each backward pass.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -42,17 +46,11 @@ def _keep(t: Any, like: Any = None) -> Any:
     return t
 
 
-def _seq(node: Any) -> int:
-    return node._sequence_nr()
-
-
-def input_edges(
-    torch: Any, inputs: list[tuple[str, Any]], leaves: LeafNodes | None = None
-) -> list[tuple[str, Any, int]]:
+def input_edges(torch: Any, inputs: list[tuple[str, Any]]) -> list[tuple[str, Any, int]]:
     """``(slot, node, output_nr)`` of every input that requires grad; call before the op runs.
 
-    A non-leaf input's edge is its ``grad_fn`` and ``output_nr``; a leaf's is its ``AccumulateGrad`` node,
-    which torch only hands out through a throw-away view: ``leaves`` caches it per tensor.
+    A non-leaf input's edge is its ``grad_fn`` and ``output_nr``. A leaf's is ``(slot, tensor, LEAF)``: the
+    walk of :meth:`BackwardWatch.attach` knows its ``AccumulateGrad`` node by the tensor it holds.
     """
     if not torch.is_grad_enabled():
         return []
@@ -60,46 +58,65 @@ def input_edges(
     for slot, t in inputs:
         if t.requires_grad:
             node = t.grad_fn
-            if node is not None:
-                edges.append((slot, node, t.output_nr))
-                continue
-            try:
-                node = leaves.node(t) if leaves is not None else _accumulate_grad(torch, t)
-            except RuntimeError:
-                continue
-            edges.append((slot, node, 0))
+            edges.append((slot, node, t.output_nr) if node is not None else (slot, t, LEAF))
     return edges
 
 
-def _accumulate_grad(torch: Any, t: Any) -> Any:
-    """The ``AccumulateGrad`` node of leaf tensor ``t`` (as ``torch.autograd.graph.get_gradient_edge`` finds it)."""
-    with torch.enable_grad():
-        return t.view_as(t).grad_fn.next_functions[0][0]
+#: The ``output_nr`` of a leaf's edge in :func:`input_edges` (whose "node" is then the tensor itself).
+LEAF = -1
 
 
-class LeafNodes:
-    """Leaf tensor -> its ``AccumulateGrad`` node, for one step (parameters are inputs of many calls).
+def _dispatch(hooks: list[Callable[[Any, Any], None]]) -> Callable[[Any, Any], None]:
+    def hook(grad_inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...]) -> None:
+        for h in tuple(hooks) if len(hooks) > 1 else hooks:  # (a hook may remove itself)
+            h(grad_inputs, grad_outputs)
 
-    Holding the node keeps it alive, which is what torch itself does while a graph uses it; entries are
-    checked against the tensor's identity, so a recycled ``id`` gets a fresh node.
+    return hook
+
+
+class NodeHooks:
+    """One registered post-hook per autograd node, calling the hooks of every watch on it in the order added.
+
+    Entries are keyed by the node's ``id``; one whose node has died (its hooks dict, which only the node holds,
+    is gone) is replaced, so a recycled ``id`` never inherits another node's hooks. Where torch's handle does
+    not say (``hooks_dict_ref``), every hook is registered on its own.
     """
 
-    def __init__(self, torch: Any) -> None:
-        self._torch = torch
-        self._nodes: dict[int, tuple[Any, Any]] = {}
+    def __init__(self) -> None:
+        self._on: dict[int, tuple[Any, list[Callable[[Any, Any], None]]]] = {}
 
-    def node(self, t: Any) -> Any:
-        """The ``AccumulateGrad`` node of leaf ``t``."""
-        hit = self._nodes.get(id(t))
-        if hit is not None and hit[0]() is t:
-            return hit[1]
-        node = _accumulate_grad(self._torch, t)
-        self._nodes[id(t)] = (weakref.ref(t), node)
-        return node
+    def add(self, node: Any, hook: Callable[[Any, Any], None]) -> tuple[int, Any, Any]:
+        """Call ``hook(grad_inputs, grad_outputs)`` after ``node`` runs; returns the token :meth:`remove` takes."""
+        key = id(node)
+        entry = self._on.get(key)
+        if entry is None or not _alive(entry[0]):
+            hooks: list[Callable[[Any, Any], None]] = []
+            entry = self._on[key] = (node.register_hook(_dispatch(hooks)), hooks)
+        entry[1].append(hook)
+        return key, entry, hook
+
+    def remove(self, token: tuple[int, Any, Any]) -> None:
+        """Stop calling one hook; the node's registered hook goes with its last one."""
+        key, entry, hook = token
+        hooks = entry[1]
+        hooks.remove(hook)
+        if not hooks:
+            entry[0].remove()
+            if self._on.get(key) is entry:
+                del self._on[key]
 
     def clear(self) -> None:
-        """Forget every node (a new step)."""
-        self._nodes.clear()
+        """Remove every registered hook."""
+        for handle, hooks in self._on.values():
+            hooks.clear()
+            handle.remove()
+        self._on.clear()
+
+
+def _alive(handle: Any) -> bool:
+    """Whether the node of a hook handle is alive (the hooks dict it holds, and only it, still exists)."""
+    ref = getattr(handle, "hooks_dict_ref", None)
+    return ref is not None and ref() is not None
 
 
 class BackwardWatch:
@@ -117,7 +134,8 @@ class BackwardWatch:
         self._report = report
         self._take = owner.take
         self._same_values = same_values  # the call's output holds its input's values, rearranged (a view)
-        self._handles: list[Any] = []
+        self._handles: list[Any] = []  # tensor hooks' handles
+        self._on_nodes: list[Any] = []  # node hooks' tokens (NodeHooks.add)
         self.grads_in: dict[str, Any] = {}  # gradient arriving per forward-output slot (taken)
         self.grads_out: dict[str, Any] = {}  # gradient produced per forward-input slot (taken, or summed)
         self._summed: set[str] = set()  # input slots with several gradients: tensors kept and summed
@@ -134,15 +152,19 @@ class BackwardWatch:
         """
         in_map: dict[tuple[int, int], list[str]] = {}
         threshold = -1
+        leaves = False
         for slot, node, nr in edges:
-            key = (id(node), nr)
+            key = (id(node), nr)  # a leaf's: (id(tensor), LEAF)
             slots = in_map.get(key)
             if slots is None:
                 in_map[key] = [slot]
             else:
                 slots.append(slot)
+            if nr == LEAF:
+                leaves = True
+                continue
             seq = node._sequence_nr()
-            if seq != _LEAF_SEQ and seq > threshold:
+            if seq > threshold:
                 threshold = seq
         grad_slots = {slot for slot, _, _ in edges} if aliases else None
         made: dict[int, tuple[Any, dict[int, list[str]]]] = {}  # the call's own output nodes: output nr -> slots
@@ -168,37 +190,52 @@ class BackwardWatch:
             handles.append(t.register_hook(self._tensor_hook(slot, alias)))
         if not handles and not made:
             return False
-        boundary = self._boundary([node for node, _ in made.values()], in_map, threshold) if made and in_map else {}
+        starts = [node for node, _ in made.values()]
+        boundary = self._boundary(starts, in_map, threshold, leaves) if made and in_map else {}
+        on_nodes = self._on_nodes
+        node_hooks = self._owner.node_hooks
         for key, (node, received) in made.items():
             links = boundary.pop(key, (None, []))[1]
-            handles.append(node.register_hook(self._node_hook(list(received.items()), links)))
+            on_nodes.append(node_hooks.add(node, self._node_hook(list(received.items()), links)))
             senders += [slot for _, slots in links for slot in slots]
         for node, links in boundary.values():
-            handles.append(node.register_hook(self._node_hook([], links)))
+            on_nodes.append(node_hooks.add(node, self._node_hook([], links)))
             senders += [slot for _, slots in links for slot in slots]
         if len(senders) > len(set(senders)):
             self._summed = {slot for slot in senders if senders.count(slot) > 1}
-        self._waiting = len(handles)
+        self._waiting = len(handles) + len(on_nodes)
         return True
 
     @staticmethod
     def _boundary(
-        starts: list[Any], in_map: dict[tuple[int, int], list[str]], threshold: int
+        starts: list[Any], in_map: dict[tuple[int, int], list[str]], threshold: int, leaves: bool
     ) -> dict[int, tuple[Any, list[tuple[int, list[str]]]]]:
+        """The call's nodes (newer than ``threshold``, reached from ``starts``) with edges to its inputs: per node,
+        ``(node, [(edge index, input slots), ...])``. ``leaves``: ``in_map`` holds leaf inputs (by tensor)."""
         boundary: dict[int, tuple[Any, list[tuple[int, list[str]]]]] = {}
         seen = {id(n) for n in starts}
         queue = list(starts)
+        get = in_map.get
         while queue:
             node = queue.pop()
-            for k, (nxt, nr) in enumerate(node.next_functions):
+            k = -1
+            for nxt, nr in node.next_functions:
+                k += 1
                 if nxt is None:
                     continue
-                slots = in_map.get((id(nxt), nr))
-                if slots is not None:
-                    boundary.setdefault(id(node), (node, []))[1].append((k, slots))
+                seq = nxt._sequence_nr()
+                if seq != _LEAF_SEQ:
+                    slots = get((id(nxt), nr))
+                elif leaves:  # an AccumulateGrad node: a leaf input's, known by the tensor it holds
+                    slots = get((id(nxt.variable), LEAF))
+                else:
                     continue
-                seq = _seq(nxt)
-                if seq > threshold and seq != _LEAF_SEQ and id(nxt) not in seen:
+                if slots is not None:
+                    entry = boundary.get(id(node))
+                    if entry is None:
+                        entry = boundary[id(node)] = (node, [])
+                    entry[1].append((k, slots))
+                elif seq > threshold and seq != _LEAF_SEQ and id(nxt) not in seen:
                     seen.add(id(nxt))
                     queue.append(nxt)
         return boundary
@@ -277,6 +314,10 @@ class BackwardWatch:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        remove = self._owner.node_hooks.remove
+        for token in self._on_nodes:
+            remove(token)
+        self._on_nodes.clear()
 
 
 class BackwardWatches:
@@ -285,14 +326,14 @@ class BackwardWatches:
     def __init__(self, torch: Any, take: Take = _keep) -> None:
         self._torch = torch
         self.take = take  # what a watch keeps of each gradient (see the module docstring)
-        self.leaves = LeafNodes(torch)
+        self.node_hooks = NodeHooks()
         self._live: dict[int, BackwardWatch] = {}
         self._touched: dict[int, BackwardWatch] = {}
         self._flush_queued = False
 
     def input_edges(self, inputs: list[tuple[str, Any]]) -> list[tuple[str, Any, int]]:
-        """:func:`input_edges` with this capture's cache of leaf nodes."""
-        return input_edges(self._torch, inputs, self.leaves)
+        """:func:`input_edges` (the edges of a call's inputs, taken before it runs)."""
+        return input_edges(self._torch, inputs)
 
     def watch(
         self,
@@ -343,11 +384,13 @@ class BackwardWatches:
                 w.finish()
             else:
                 w.remove()
+        self.node_hooks.clear()
 
     def discard(self) -> None:
         """Remove every hook without reporting (after an error)."""
         for w in list(self._live.values()):
             w.remove()
+        self.node_hooks.clear()
         self._live.clear()
         self._touched.clear()
         self._flush_queued = False

@@ -145,7 +145,6 @@ class Recorder:
     def set_step(self, step: int) -> None:
         """Finish the current step (pending gradients are reported) and start ``step``."""
         self.watches.flush()
-        self.watches.leaves.clear()
         self.step = step
         self.order = 0
         self._api_counts.clear()

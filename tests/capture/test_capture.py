@@ -396,3 +396,54 @@ def test_model_checking_isinstance_of_submodules_works(tmp_path: Path) -> None:
         out = model(ids)
     assert out.shape == (4, 3)
     assert all(type(layer) is EncoderLayer for layer in model.layers)
+
+
+def test_a_module_and_its_op_share_a_node_across_micro_batches(tmp_path: Path) -> None:
+    """A Linear module and the linear op inside it end at the same autograd node, which one registered hook serves
+    for both; the second micro-batch's graph may take the addresses of the first's freed nodes. Every call still
+    gets its own gradients, parameters' included (leaf inputs are known by their tensor)."""
+    from nbprec.capture import capture
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    weights = []
+    with capture(model, tmp_path / "run", mode="tensor", level="both"):
+        for _ in range(2):
+            model(torch.randn(5, 4)).pow(2).sum().backward()
+            weights.append(model[0].weight.grad.clone())
+    dump = nbprec.open(tmp_path / "run")
+    own = [weights[0], weights[1] - weights[0]]
+    for call in range(2):
+        pairs = [
+            (f"Functional.linear.{2 * call + 1}.backward", f"Module.2.Linear.backward.{call}"),
+            (f"Torch.tanh.{call}.backward", f"Module.1.Tanh.backward.{call}"),
+        ]
+        for api, module in pairs:
+            for role in ("input", "output"):
+                np.testing.assert_array_equal(dump.tensor(f"{api}.{role}.0"), dump.tensor(f"{module}.{role}.0"))
+        weight = dump.tensor(f"Functional.linear.{2 * call}.backward.output.1")
+        np.testing.assert_allclose(weight, own[call].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_shared_node_hook_is_known_dead_with_its_node() -> None:
+    """Entries of NodeHooks are keyed by the node's id: one whose node died must read as dead, so that a new node
+    at the same address gets a hook of its own."""
+    from nbprec.capture.backward import NodeHooks, _alive
+
+    x = torch.ones(3, requires_grad=True)
+    y = (x * 2).sum()
+    hooks, fired = NodeHooks(), []
+    first = hooks.add(y.grad_fn, lambda gi, go: fired.append("a"))
+    second = hooks.add(y.grad_fn, lambda gi, go: fired.append("b"))
+    assert first[1] is second[1] and _alive(first[1][0])  # one registered hook for both
+    hooks.remove(second)
+    y.backward(retain_graph=True)
+    assert fired == ["a"]
+    del y
+    assert not _alive(first[1][0])
+    z = (x * 3).sum()
+    third = hooks.add(z.grad_fn, lambda gi, go: fired.append("c"))
+    assert third[1] is not first[1]
+    z.backward()
+    assert fired == ["a", "c"]
+    hooks.clear()

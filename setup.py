@@ -11,11 +11,13 @@
   the GIL (without it a Python thread writes them, slower while the model runs);
 - ``nbprec.capture._indexlines`` (POSIX): a statistics capture's usual index record appended in C (without it,
   by ``CaptureWriter.add`` in Python);
+- ``nbprec.capture._stackkey``: the walk of the interpreter stack behind each recorded op's call stack (without
+  it, the Python loop of ``StackCollector.key``);
 - ``nbprec._floattext``: float64 values as ``repr`` writes them, for the CSV exports (without it, ``repr``);
 - ``nbprec.graph._textformat``: GE graphs in protobuf text format parsed in C (without it, by the Python
   tokeniser of ``nbprec/graph/ge_parse.py``, which also gives every error).
 
-All eight are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
+All nine are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
 
 It also installs the prebuilt JupyterLab extension (``nbprec/labextension/``, built from ``jupyterlab-nbprec/`` by
@@ -107,6 +109,7 @@ setup(
             libraries=["dl"] if sys.platform.startswith("linux") else [],
             optional=True,
         ),
+        Extension("nbprec.capture._stackkey", ["nbprec/capture/_stackkey.c"], optional=True),
         Extension("nbprec._floattext", ["nbprec/_floattext.c"], optional=True),
         Extension("nbprec._csvjoin", ["nbprec/_csvjoin.c"], optional=True),
         Extension("nbprec.graph._textformat", ["nbprec/graph/_textformat.c"], optional=True),

@@ -14,6 +14,11 @@ StackKey = tuple[int, ...]
 
 _encode_string = json.encoder.encode_basestring  # type: ignore[attr-defined]  # what json.dumps uses, in C
 
+try:  # the walk of StackCollector.key in C (nbprec/capture/_stackkey.c); without it, the Python loop below
+    from nbprec.capture._stackkey import key as _c_key
+except ImportError:
+    _c_key = None
+
 
 class StackCollector:
     """Walks the interpreter stack, keeping user frames; a formatted frame is cached per code object and
@@ -78,8 +83,10 @@ class StackCollector:
         ``offset`` is the frame's instruction offset (``f_lasti``, read as it is: ``f_lineno`` would decode
         the code's line table). Reaching ``stop``, the walk ends with ``outer``, the key of the frames from
         ``stop`` outwards. Code objects are keyed by ``id`` (hashing one hashes its whole body) and kept
-        alive, so that an ``id`` is never reused.
+        alive, so that an ``id`` is never reused. The walk runs in C where nbprec's extensions are built.
         """
+        if _c_key is not None:
+            return _c_key(frame, stop, outer, self._files, self._codes, 2 * self._limit, self._is_user)
         key: list[int] = []
         append = key.append
         files = self._files

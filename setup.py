@@ -11,8 +11,9 @@
   the GIL (without it a Python thread writes them, slower while the model runs);
 - ``nbprec.capture._indexlines`` (POSIX): a statistics capture's usual index record appended in C (without it,
   by ``CaptureWriter.add`` in Python);
-- ``nbprec.capture._stackkey``: the walk of the interpreter stack behind each recorded op's call stack (without
-  it, the Python loop of ``StackCollector.key``);
+- ``nbprec.capture._walks``: the capture's two walks, of the interpreter stack behind each recorded op's call stack
+  and of the autograd graph a call made (without it, the Python loops of ``StackCollector.key`` and
+  ``BackwardWatch._boundary``);
 - ``nbprec._floattext``: float64 values as ``repr`` writes them, for the CSV exports (without it, ``repr``);
 - ``nbprec.graph._textformat``: GE graphs in protobuf text format parsed in C (without it, by the Python
   tokeniser of ``nbprec/graph/ge_parse.py``, which also gives every error).
@@ -109,7 +110,7 @@ setup(
             libraries=["dl"] if sys.platform.startswith("linux") else [],
             optional=True,
         ),
-        Extension("nbprec.capture._stackkey", ["nbprec/capture/_stackkey.c"], optional=True),
+        Extension("nbprec.capture._walks", ["nbprec/capture/_walks.c"], optional=True),
         Extension("nbprec._floattext", ["nbprec/_floattext.c"], optional=True),
         Extension("nbprec._csvjoin", ["nbprec/_csvjoin.c"], optional=True),
         Extension("nbprec.graph._textformat", ["nbprec/graph/_textformat.c"], optional=True),

@@ -33,6 +33,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+try:  # BackwardWatch._boundary's walk in C (nbprec/capture/_walks.c); without it, the Python loop
+    from nbprec.capture._walks import graph_boundary as _c_boundary
+except ImportError:
+    _c_boundary = None
+
 _LEAF_SEQ = 2**64 - 1  # AccumulateGrad nodes carry UINT64_MAX as their sequence number
 
 GradReport = Callable[[dict[str, Any], dict[str, Any]], None]
@@ -191,7 +196,8 @@ class BackwardWatch:
         if not handles and not made:
             return False
         starts = [node for node, _ in made.values()]
-        boundary = self._boundary(starts, in_map, threshold, leaves) if made and in_map else {}
+        walk = _c_boundary if _c_boundary is not None else self._boundary
+        boundary = walk(starts, in_map, threshold, leaves) if made and in_map else {}
         on_nodes = self._on_nodes
         node_hooks = self._owner.node_hooks
         for key, (node, received) in made.items():
@@ -211,7 +217,8 @@ class BackwardWatch:
         starts: list[Any], in_map: dict[tuple[int, int], list[str]], threshold: int, leaves: bool
     ) -> dict[int, tuple[Any, list[tuple[int, list[str]]]]]:
         """The call's nodes (newer than ``threshold``, reached from ``starts``) with edges to its inputs: per node,
-        ``(node, [(edge index, input slots), ...])``. ``leaves``: ``in_map`` holds leaf inputs (by tensor)."""
+        ``(node, [(edge index, input slots), ...])``. ``leaves``: ``in_map`` holds leaf inputs (by tensor). The
+        same walk runs in C where nbprec's extensions are built."""
         boundary: dict[int, tuple[Any, list[tuple[int, list[str]]]]] = {}
         seen = {id(n) for n in starts}
         queue = list(starts)

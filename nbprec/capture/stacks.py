@@ -14,8 +14,8 @@ StackKey = tuple[int, ...]
 
 _encode_string = json.encoder.encode_basestring  # type: ignore[attr-defined]  # what json.dumps uses, in C
 
-try:  # the walk of StackCollector.key in C (nbprec/capture/_stackkey.c); without it, the Python loop below
-    from nbprec.capture._stackkey import key as _c_key
+try:  # the walk of StackCollector.key in C (nbprec/capture/_walks.c); without it, the Python loop below
+    from nbprec.capture._walks import stack_key as _c_key
 except ImportError:
     _c_key = None
 

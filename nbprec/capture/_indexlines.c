@@ -12,7 +12,7 @@
  * name of printable ASCII without quotes or backslashes, int fields, and role, slot, dtype and shape whose
  * JSON texts are cached. Anything else (a payload, a name to escape, a text not cached yet, a repeated
  * name, a closed writer) goes to slow, the writer's Python add, which handles it or raises; the texts it
- * makes are cached, so the next such record stays here. Every FLUSH interval seconds (CLOCK_MONOTONIC, the
+ * makes are cached, so the next such record stays here. Every `interval` seconds (CLOCK_MONOTONIC, the
  * clock of time.monotonic) add() calls flush(), as the Python add does.
  *
  * The line is the Python add's, byte for byte (the tests compare the two writers' files):
@@ -161,7 +161,6 @@ static int int_text(PyObject *v, char *buf, Py_ssize_t *len)
 }
 
 enum { N_ARGS = 11 }; /* add()'s arguments up to stats */
-
 
 static PyObject *lines_add(IndexLines *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {

@@ -15,10 +15,12 @@
   and of the autograd graph a call made (without it, the Python loops of ``StackCollector.key`` and
   ``BackwardWatch._boundary``);
 - ``nbprec._floattext``: float64 values as ``repr`` writes them, for the CSV exports (without it, ``repr``);
+- ``nbprec._csvjoin``: the CSV exports' rows joined from their columns in C when every cell is ASCII text (without it,
+  in Python);
 - ``nbprec.graph._textformat``: GE graphs in protobuf text format parsed in C (without it, by the Python
   tokeniser of ``nbprec/graph/ge_parse.py``, which also gives every error).
 
-All nine are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
+All ten are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
 
 It also installs the prebuilt JupyterLab extension (``nbprec/labextension/``, built from ``jupyterlab-nbprec/`` by

@@ -61,13 +61,11 @@ class GradientKeeper:
         with self._no_torch_function():
             dtype = self._dtype_name(t.dtype)
             numel = t.numel()
-            stats = self._memo.stats(t)
-            if stats is None:
-                if like is not None and like.numel == numel and like.dtype == dtype:
-                    stats = like.stats  # a rearranging op's gradient: the values it received
-                else:
-                    stats = self._stats(t)
-                self._memo.note_stats(t, stats)
+            if like is not None and like.numel == numel and like.dtype == dtype:
+                same = like.stats  # a rearranging op's gradient: the values it received
+                stats = self._memo.stats_or(t, lambda _: same)
+            else:
+                stats = self._memo.stats_or(t, self._stats)
             return KeptGradient(dtype, tuple(t.shape), numel, stats)
 
 

@@ -11,6 +11,7 @@ earlier one's statistics and payload.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from nbprec.capture.writer import EncodedStats
@@ -64,6 +65,21 @@ class TensorMemo:
         """The statistics noted for ``t`` while it held its current values (its version), or None."""
         entry = self.get(t)
         return entry.stats if entry is not None and entry.version == t._version else None
+
+    def stats_or(self, t: Any, make: Callable[[Any], EncodedStats]) -> EncodedStats:
+        """The statistics noted for ``t``'s current values, or else ``make(t)``, noted as them (what
+        :meth:`stats` and :meth:`note_stats` do, in one look-up: a gradient's hook asks for every gradient)."""
+        key = id(t)
+        entry = self._entries.get(key)
+        version = t._version
+        if entry is not None and entry.ref() is t:
+            if entry.version == version and entry.stats is not None:
+                return entry.stats
+        else:
+            entry = self._entries[key] = _Produced(weakref.KeyedRef(t, self._drop, key), version)
+        stats = entry.stats = make(t)
+        entry.version = version
+        return stats
 
     def note_stats(self, t: Any, stats: EncodedStats) -> None:
         """Note ``stats`` as those of ``t``'s current values."""

@@ -547,6 +547,9 @@ def summary(res: dict, runs: int) -> None:
     lines.append(
         f"numpy {np.__version__}; nbprec metric kernel {KERNEL}; medians of {runs} interleaved runs, warm page cache"
     )
+    lines.append(
+        f"imports in a fresh process (median of 5): {timing.import_costs(['numpy', 'ml_dtypes', 'nbprec.cli'])}"
+    )
     if "a" in res:
         a = res["a"]
         lines += [

@@ -74,6 +74,30 @@ def child(code: str, *args: str, python: str | None = None, env: dict | None = N
     return {**json.loads(lines[-1][len("RESULT ") :]), "process_seconds": process_seconds}
 
 
+IMPORT_COSTS = """
+import importlib, json, sys, time
+out = {}
+for name in sys.argv[1:]:
+    start = time.perf_counter()
+    module = importlib.import_module(name)
+    out[name] = [time.perf_counter() - start, getattr(module, "__version__", "?")]
+print("RESULT " + json.dumps(out))
+"""
+
+
+def import_costs(modules: Sequence[str], runs: int = 5) -> str:
+    """What importing ``modules`` (in this order, each after the ones before) costs a fresh interpreter: the median
+    of ``runs`` processes, as text ("numpy 2.4.6 62 ms, ..."). Start-up is most of a short command's time, and a
+    dependency's new release can move it (ml_dtypes 0.7.0 took 0.7 s: bench/README.md)."""
+    found = [child(IMPORT_COSTS, *modules) for _ in range(runs)]
+    texts = []
+    for name in modules:
+        version = found[0][name][1]
+        label = name if version == "?" else f"{name} {version}"
+        texts.append(f"{label} {median([f[name][0] for f in found]) * 1e3:.0f} ms")
+    return ", ".join(texts)
+
+
 def plain_read(files: Sequence[str | Path]) -> dict:
     """Read ``files`` in a :data:`PLAIN_READ` child: ``seconds`` (its read loop) and ``process_seconds``
     (the whole child process, as ``cat``)."""

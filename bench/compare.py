@@ -35,7 +35,9 @@ How each side is timed (``bench/timing.py``; every ratio compares two figures ti
     ``.pt`` files without it). An agreement check compares both tools' cosines on matched names.
 
 nbprec's modules are byte-compiled first, as a regular install compiles them and as msprobe's are (see
-:func:`compile_bytecode`). The machine (cores, CPU model, RAM, load average) is printed with the summary.
+:func:`compile_bytecode`). The machine (cores, CPU model, RAM, load average) is printed with the summary, and
+what importing numpy, ml_dtypes and ``nbprec.cli`` costs a fresh interpreter (``timing.import_costs``): most of a
+short command's time is its start-up, and a dependency's release can move it.
 
 Usage::
 

@@ -201,10 +201,9 @@ static int visit(PyObject *node, PyObject *in_map, long long threshold, int leav
         PyObject *ident = PyLong_FromVoidPtr(next);
         if (ident == NULL) goto done;
         int known = PySet_Contains(seen, ident);
-        if (known == 0) known = PySet_Add(seen, ident) < 0 || PyList_Append(queue, next) < 0 ? -1 : 0;
-        else if (known == 1) known = 0;
+        int failed = known < 0 || (known == 0 && (PySet_Add(seen, ident) < 0 || PyList_Append(queue, next) < 0));
         Py_DECREF(ident);
-        if (known < 0) goto done;
+        if (failed) goto done;
     }
     result = 0;
 done:

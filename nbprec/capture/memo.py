@@ -56,9 +56,11 @@ class TensorMemo:
     def put(self, t: Any) -> _Produced:
         """The entry of ``t``, created (or reset, for a different object with a recycled id) if needed."""
         entry = self.get(t)
-        if entry is None:
-            key = id(t)
-            entry = self._entries[key] = _Produced(weakref.KeyedRef(t, self._drop, key), t._version)
+        return entry if entry is not None else self._new_entry(t, id(t), t._version)
+
+    def _new_entry(self, t: Any, key: int, version: int) -> _Produced:
+        """A fresh entry for ``t`` (whose ``id`` is ``key``), replacing any entry of a dead tensor with that id."""
+        entry = self._entries[key] = _Produced(weakref.KeyedRef(t, self._drop, key), version)
         return entry
 
     def stats(self, t: Any) -> EncodedStats | None:
@@ -76,7 +78,7 @@ class TensorMemo:
             if entry.version == version and entry.stats is not None:
                 return entry.stats
         else:
-            entry = self._entries[key] = _Produced(weakref.KeyedRef(t, self._drop, key), version)
+            entry = self._new_entry(t, key, version)
         stats = entry.stats = make(t)
         entry.version = version
         return stats

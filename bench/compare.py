@@ -32,7 +32,8 @@ How each side is timed (``bench/timing.py``; every ratio compares two figures ti
     function and ``nbprec.compare`` (in-process; nbprec's figure also with writing its msprobe-layout CSV, the
     file msprobe's function writes) and the plain read. Targets: msprobe / nbprec >= 30 whole process and
     >= 20 in-process; nbprec / plain read <= 2.5 whole process. Torch is not imported by nbprec (it reads the
-    ``.pt`` files without it). An agreement check compares both tools' cosines on matched names.
+    ``.pt`` files without it). An agreement check compares both tools' cosines on matched names (a statistics dump's
+    differences of maxima: its CSV has no cosine).
 
 nbprec's modules are byte-compiled first, as a regular install compiles them and as msprobe's are (see
 :func:`compile_bytecode`). The machine (cores, CPU model, RAM, load average) is printed with the summary, and
@@ -273,7 +274,7 @@ def child_main(target: str, bench: str, out: str, workers: int | None) -> None:
     rss_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     table = comp.table
     columns = ["target_name", "bench_name", "match", "compare_mode", "cosine", "max_abs_err", "max_rel_err"]
-    table[columns].to_csv(out, index=False)
+    table[columns + [c for c in ("max_diff",) if c in table.columns]].to_csv(out, index=False)  # (agreement)
     report = {
         "seconds": seconds,
         "csv_seconds": csv_seconds,
@@ -283,7 +284,7 @@ def child_main(target: str, bench: str, out: str, workers: int | None) -> None:
         "rss_peak_kib": rss_after,
         "rss_children_kib": rss_children,
         "rows": len(table),
-        "compared": int((table["compare_mode"] == "tensor").sum()),
+        "compared": int(table["compare_mode"].isin(["tensor", "statistics", "checksum"]).sum()),
         "failing_ops": len(comp.failing_ops()) if hasattr(comp, "failing_ops") else -1,
         "first_failing_op": _op_label(comp.first_failing_op()),
     }
@@ -482,21 +483,37 @@ def msprobe_one_size(args: argparse.Namespace, python: Path, tmp: Path, hidden: 
         msprobe_fn_all=times["msprobe compare function"],
     )
 
-    ms = read_msprobe_csv(next(work.glob("msprobe_cli_*")))
-    nb = pd.read_csv(work / "table.csv")
-    ms_cos = pd.to_numeric(ms["Cosine"], errors="coerce")
-    ms_cols = ms.assign(ms_cosine=ms_cos)[["NPU Name", "ms_cosine"]]
-    merged = nb.merge(ms_cols, left_on="target_name", right_on="NPU Name")
-    both = merged[merged["ms_cosine"].notna() & merged["cosine"].notna()]
-    diff = (both["cosine"] - both["ms_cosine"]).abs()
-    res.update(
-        ms_rows=len(ms),
-        ms_compared=int(ms_cos.notna().sum()),
-        matched=len(both),
-        cos_median=float(diff.median()) if len(diff) else math.nan,
-        cos_max=float(diff.max()) if len(diff) else math.nan,
-    )
+    res.update(agreement(read_msprobe_csv(next(work.glob("msprobe_cli_*"))), pd.read_csv(work / "table.csv")))
     return res
+
+
+#: What the agreement check compares, by the msprobe CSV's columns: the cosine of a tensor dump, else (a
+#: statistics dump, whose CSV has no cosine) the difference of the maxima, target - bench in both.
+AGREEMENT_COLUMNS = (("Cosine", "cosine"), ("Max diff", "max_diff"))
+
+
+def agreement(ms, nb) -> dict:
+    """How far nbprec's table (``nb``) is from msprobe's CSV (``ms``) on the rows both name: the
+    :data:`AGREEMENT_COLUMNS` pair msprobe's CSV has, its rows with a value, and the median and largest
+    absolute difference."""
+    import pandas as pd
+
+    ms_column, nb_column = next(((m, n) for m, n in AGREEMENT_COLUMNS if m in ms.columns), AGREEMENT_COLUMNS[0])
+    ms_values = pd.to_numeric(ms[ms_column], errors="coerce") if ms_column in ms.columns else pd.Series(dtype=float)
+    nb_values = pd.to_numeric(nb[nb_column], errors="coerce") if nb_column in nb.columns else math.nan
+    merged = nb.assign(nb_value=nb_values).merge(
+        ms.assign(ms_value=ms_values)[["NPU Name", "ms_value"]], left_on="target_name", right_on="NPU Name"
+    )
+    both = merged[merged["ms_value"].notna() & merged["nb_value"].notna()]
+    diff = (both["nb_value"] - both["ms_value"]).abs()
+    return {
+        "agreement_column": ms_column,
+        "ms_rows": len(ms),
+        "ms_compared": int(ms_values.notna().sum()),
+        "matched": len(both),
+        "diff_median": float(diff.median()) if len(diff) else math.nan,
+        "diff_max": float(diff.max()) if len(diff) else math.nan,
+    }
 
 
 def part_msprobe(args: argparse.Namespace, tmp: Path) -> dict:
@@ -512,6 +529,12 @@ def _verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
+def _read_verdict(r: dict, ratio: float) -> str:
+    """The verdict of a ratio to the plain read: none for a pair without tensor payloads (a statistics dump),
+    whose plain read is a few small files, not what the target is about."""
+    return _verdict(ratio <= 2.5) if r["mb"] >= 1 else "n/a (no tensor payloads to read)"
+
+
 def _nbprec_lines(r: dict) -> list[str]:
     """The nbprec and plain-read lines of one pair (medians; every run in parentheses)."""
     mb = r["mb"]
@@ -523,20 +546,20 @@ def _nbprec_lines(r: dict) -> list[str]:
         f"      plain read loop         {r['read_s']:8.3f} s  {mb / r['read_s']:8.0f} MB/s  "
         f"(runs {timing.runs_text(r['read_all'])})",
         f"      nbprec.compare / read   {r['api_s'] / r['read_s']:8.2f}   target <= 2.5: "
-        f"{_verdict(r['api_s'] / r['read_s'] <= 2.5)}",
+        f"{_read_verdict(r, r['api_s'] / r['read_s'])}",
         "    whole process (the parent's clock around the process):",
         f"      nbprec compare -o OUT   {r['cli_s']:8.3f} s  {mb / r['cli_s']:8.0f} MB/s  "
         f"(runs {timing.runs_text(r['cli_all'])})",
         f"      plain read process      {r['read_process_s']:8.3f} s  {mb / r['read_process_s']:8.0f} MB/s"
         f"  (runs {timing.runs_text(r['read_process_all'])})",
         f"      nbprec CLI / read       {r['cli_s'] / r['read_process_s']:8.2f}   target <= 2.5: "
-        f"{_verdict(r['cli_s'] / r['read_process_s'] <= 2.5)}",
+        f"{_read_verdict(r, r['cli_s'] / r['read_process_s'])}",
         "    whole process, the command as a user's next one runs it: the client of the command daemon its first",
         "    run started (the comparison runs in a process forked from the daemon; the client waits for it):",
         f"      nbprec compare -o OUT   {r['daemon_s']:8.3f} s  {mb / r['daemon_s']:8.0f} MB/s  "
         f"(runs {timing.runs_text(r['daemon_all'])})",
         f"      nbprec CLI / read       {r['daemon_s'] / r['read_process_s']:8.2f}   target <= 2.5: "
-        f"{_verdict(r['daemon_s'] / r['read_process_s'] <= 2.5)}",
+        f"{_read_verdict(r, r['daemon_s'] / r['read_process_s'])}",
     ]
 
 
@@ -580,9 +603,9 @@ def summary(res: dict, runs: int) -> None:
             f"  (runs {timing.runs_text(b['msprobe_fn_all'])})",
             f"      msprobe / nbprec.compare {ratio_fn:7.1f}   target >= 20: {_verdict(ratio_fn >= 20)}"
             f"  (nbprec.compare with writing its msprobe-layout CSV: {ratio_fn_csv:.1f})",
-            f"    agreement: msprobe {b['ms_compared']}/{b['ms_rows']} rows with a cosine, nbprec "
+            f"    agreement: msprobe {b['ms_compared']}/{b['ms_rows']} rows with a {b['agreement_column']!r}, nbprec "
             f"{b['compared']}/{b['rows']} compared; {b['matched']} names in both, "
-            f"|cosine diff| median {b['cos_median']:.1e}, max {b['cos_max']:.1e}",
+            f"|difference| median {b['diff_median']:.1e}, max {b['diff_max']:.1e}",
         ]
     lines.append("=================================================================")
     print("\n".join(lines), flush=True)

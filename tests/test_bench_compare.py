@@ -1,0 +1,57 @@
+"""bench/compare.py's agreement check: how far nbprec's table is from msprobe's CSV on the rows both name, for a
+tensor dump (cosines) and a statistics dump (whose CSV has no cosine: the differences of the maxima). The CSVs
+are msprobe's own, written by ``msprobe compare`` on the fixture pairs."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import nbprec
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "msprobe"
+
+
+@pytest.fixture
+def bench_compare(monkeypatch):
+    """bench/compare.py loaded by path, its ``import timing`` (bench/timing.py) found for the load only."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    monkeypatch.delitem(sys.modules, "timing", raising=False)
+    spec = importlib.util.spec_from_file_location("nbprec_bench_compare", ROOT / "bench" / "compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("timing", None)
+
+
+def _tables(target: str, bench: str, msprobe_csv: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    ms = pd.read_csv(next((FIXTURES / msprobe_csv).glob("*.csv")))
+    table = nbprec.compare(FIXTURES / target / "step0", FIXTURES / bench / "step0", progress=None).table
+    return ms, table
+
+
+@pytest.mark.parametrize(
+    ("target", "bench", "msprobe_csv", "column"),
+    [
+        ("bf16_tensor_mix", "fp32_tensor_mix", "msprobe_compare_bf16_vs_fp32", "Cosine"),
+        ("bf16_statistics_mix", "fp32_statistics_mix", "msprobe_compare_statistics_bf16_vs_fp32", "Max diff"),
+    ],
+)
+def test_the_agreement_check_reads_the_column_msprobes_csv_has(bench_compare, target, bench, msprobe_csv, column):
+    ms, table = _tables(target, bench, msprobe_csv)
+    found = bench_compare.agreement(ms, table)
+    assert found["agreement_column"] == column
+    assert found["ms_rows"] == len(ms)
+    assert 0 < found["matched"] <= found["ms_compared"] <= len(ms)
+    assert found["diff_max"] < 1e-3, found  # (the two tools measure the same tensors)
+
+
+def test_the_agreement_check_sees_a_disagreement(bench_compare):
+    ms, table = _tables("bf16_statistics_mix", "fp32_statistics_mix", "msprobe_compare_statistics_bf16_vs_fp32")
+    table = table.assign(max_diff=table["max_diff"] + 0.5)
+    assert bench_compare.agreement(ms, table)["diff_median"] == pytest.approx(0.5)

@@ -5,7 +5,8 @@ the machine's other cores wait. :func:`start` (called by :func:`nbprec.cli.run` 
 ``compare``) forks a worker that needs neither: it reads each side's index without numpy (msprobe's ``dump.json``
 files with the C scanner, :mod:`nbprec.compare.early_msprobe`; the column cache of nbprec's own dumps,
 :mod:`nbprec.compare.early_native`), pairs the tensors both sides record alike, and measures the usual pairs
-(small plain ``.pt`` or ``.npy`` payloads of a float dtype, the same shape on both sides, finite recorded extremes)
+(small plain ``.pt`` or ``.npy`` payloads of a float dtype, the same shape on both sides, finite recorded extremes;
+msprobe's ``.pt`` payloads the readers map, mapped too: :func:`~nbprec.compare.small_pairs.mapped_pair`)
 with the compiled kernel (:mod:`nbprec.compare.small_pairs`), in the target's order (a pair whose payloads are not
 all in the page cache after the others: see :func:`nbprec.compare.engine._measure_cached_first`), until it is told
 to stop.
@@ -14,7 +15,8 @@ It sends each pair's metric values (those :func:`~nbprec.compare._sums.sums_valu
 when they need no second look at the arrays) through a pipe as it goes. When :func:`nbprec.compare` has opened
 and matched the dumps, :func:`measured` stops the worker (waiting at most :data:`_GRACE_SECONDS` for it) and
 takes the values for the jobs they fit: the same payload files, dtypes, shape and recorded extremes as the job's
-index rows, and payloads the dump's own loader reads whole (inside the dump, of that dtype and shape). Every other
+index rows, and payloads the dump's own loader reads whole or maps for one kernel call (inside the dump, of that
+dtype and shape). Every other
 job is measured as usual. The results are those of a comparison without the worker, to the bit: the same kernel
 call on the same bytes with the same parameters (tests hold the two to each other). Anything unexpected makes the
 worker measure less, never differently: it steps aside (measures nothing) for dumps it cannot index (each source
@@ -44,7 +46,9 @@ COMPARE_FLAGS = frozenset({"-h", "--help", "--no-progress"})
 _NOT_HERE = frozenset({"--scheduler", "-h", "--help"})
 _BATCH = 8  # records the worker sends at a time (and then checks that the command is still there)
 #: How long a stopped worker may take to send its last records: it stops after the pair it is measuring (well
-#: under a millisecond), but not inside a long scan of a large dump.json, and is killed past this.
+#: under a millisecond for a small one, milliseconds for a mapped one: 8 ms for 12 + 6 MB on a 2.6 GHz Zen 4), but
+#: not inside a long scan of a large dump.json, and is killed past this (the pair it measured is then measured
+#: again by the comparison).
 _GRACE_SECONDS = 0.01
 
 
@@ -247,8 +251,8 @@ def measured(jobs: list[tuple], t_dump: Any, b_dump: Any) -> tuple[list[tuple[in
     if worker.roots != (os.path.realpath(str(t_dump.path)), os.path.realpath(str(b_dump.path))):
         discard()  # (another comparison than the one it was started for)
         return [], jobs
-    loaders = getattr(t_dump._loader, "reads_whole", None), getattr(b_dump._loader, "reads_whole", None)
-    if None in loaders:
+    loaders = t_dump._loader, b_dump._loader
+    if not all(hasattr(loader, "reads_whole") for loader in loaders):
         discard()
         return [], jobs
     messages = _Messages()
@@ -266,8 +270,8 @@ class _Matcher:
 
     def __init__(self, t_dump: Any, b_dump: Any, loaders: tuple) -> None:
         self.t_rows, self.b_rows = _Rows(t_dump.columns), _Rows(b_dump.columns)
-        self.t_whole, self.b_whole = loaders
-        self.whole: dict[tuple, bool] = {}  # (side, dtype, numel, folder) -> its loader reads such payloads whole
+        self.t_loader, self.b_loader = loaders
+        self.whole: dict[tuple, bool] = {}  # (side, dtype, numel, folder) -> its loader reads such payloads as-is
 
     def __call__(
         self, jobs: list[tuple], records: list[tuple], columns: tuple[str, ...] | None
@@ -288,8 +292,8 @@ class _Matcher:
             if not (
                 t_rows.matches(t_pos, t_dtype, shape, hints[:2])
                 and b_rows.matches(b_pos, b_dtype, shape, hints[2:])
-                and _reads_whole(self.whole, self.t_whole, t_rows, t_pos)
-                and _reads_whole(self.whole, self.b_whole, b_rows, b_pos)
+                and _reads_as_is(self.whole, self.t_loader, t_rows, t_pos)
+                and _reads_as_is(self.whole, self.b_loader, b_rows, b_pos)
             ):
                 left.append(job)
                 continue
@@ -317,14 +321,17 @@ class _Rows:
         )
 
 
-def _reads_whole(known: dict[tuple, bool], reads_whole: Any, rows: _Rows, i: int) -> bool:
-    """``reads_whole`` (the dump loader's) of row ``i``, asked once per side, dtype, size and folder (the worker
-    reads payloads of a folder by their names alone, never through a subfolder)."""
+def _reads_as_is(known: dict[tuple, bool], loader: Any, rows: _Rows, i: int) -> bool:
+    """Whether the dump's loader reads row ``i``'s payload whole (``reads_whole``) or maps it for one kernel call
+    (``reads_mapped``, msprobe's loader only), as the worker does; asked once per side, dtype, size and folder
+    (the worker reads payloads of a folder by their names alone, never through a subfolder)."""
     file = rows.file[i]
     key = (id(rows), rows.dtype[i], rows.numel[i], file[: file.rfind(os.sep)])
     answer = known.get(key)
     if answer is None:
-        answer = known[key] = bool(reads_whole({"dtype": rows.dtype[i], "numel": rows.numel[i], "file": rows.file[i]}))
+        row = {"dtype": rows.dtype[i], "numel": rows.numel[i], "file": file}
+        mapped = getattr(loader, "reads_mapped", None)
+        answer = known[key] = bool(loader.reads_whole(row) or (mapped is not None and mapped(row)))
     return answer
 
 
@@ -376,7 +383,7 @@ def _pair_records(roots: tuple[str, str], flag: Any) -> Any:
     ``.pt`` payloads dump.json by dump.json, or nbprec's own ``.npy`` ones (:mod:`nbprec.compare.early_native`).
     Nothing when the dumps are not the usual pair."""
     from nbprec.compare import early_msprobe, early_native
-    from nbprec.compare.small_pairs import small_pair
+    from nbprec.compare.small_pairs import mapped_pair, small_pair
 
     if early_native.is_native(roots[0]) and early_native.is_native(roots[1]):
         pairs, kind = early_native.candidates(roots), "npy"
@@ -388,6 +395,8 @@ def _pair_records(roots: tuple[str, str], flag: Any) -> Any:
         if flag[0]:
             return
         measured = small_pair(t_file, t_dtype, b_file, b_dtype, shape, hints, kind, wait)
+        if measured is None and kind == "pt":  # (a payload too large to be read whole: mapped, as the loader maps it)
+            measured = mapped_pair((t_file, t_dtype, b_file, b_dtype, shape, hints), wait)
         if measured is False:  # (its reading from the disk has started: it comes in meanwhile)
             later.append((t_file, b_file, t_dtype, b_dtype, shape, hints))
             continue

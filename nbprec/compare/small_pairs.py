@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 
 from nbprec.compare._sums import EPS_BENCH, FUSED, KERNEL_TYPES
-from nbprec.formats._files import MAP_FROM
+from nbprec.formats._files import MAP_FROM, RELEASE_FROM
 from nbprec.formats._npyfile import small_npy
-from nbprec.formats._ptzip import ITEMSIZES, small_tensor
+from nbprec.formats._ptzip import ITEMSIZES, mapped_tensor, small_tensor
 
 TYPE_CHECKING = False  # (the early worker imports this module: typing is not needed at run time)
 if TYPE_CHECKING:
@@ -56,6 +56,33 @@ def small_pair(
     :func:`nbprec.compare.engine._measure_cached_first`)."""
     pair = _read_pair(t_file, t_dtype, b_file, b_dtype, shape, kind, wait)
     return pair if not pair else FUSED.pair_metrics(*pair, extremes, EPS_BENCH[pair[3]])
+
+
+def mapped_pair(item: Item, wait: bool = True) -> Measured | Literal[False] | None:
+    """:func:`small_pair` of a pair of msprobe ``.pt`` payloads ``item`` (as :func:`small_pairs` takes them) of
+    which one or both are too large to be read whole (:data:`~nbprec.formats._files.MAP_FROM` bytes or more, and
+    under :data:`~nbprec.formats._files.RELEASE_FROM`): each side taken as the dump's loader takes it, a large one
+    mapped (:func:`~nbprec.formats._ptzip.mapped_tensor`), a small one read, and the pair measured in the one kernel
+    call :func:`~nbprec.compare.metrics.tensor_metrics` makes on such arrays. For the command's early worker, which
+    would otherwise run out of work while the command loads on a pair whose bytes are mostly in such payloads. None
+    for any other pair; False as :func:`small_pair` says."""
+    t_file, t_dtype, b_file, b_dtype, shape, extremes = item
+    t_code, b_code = KERNEL_TYPES.get(t_dtype), KERNEL_TYPES.get(b_dtype)
+    numel = math.prod(shape)
+    if FUSED is None or t_code is None or b_code is None or numel <= 0:
+        return None
+    sizes = (numel * ITEMSIZES[t_dtype], numel * ITEMSIZES[b_dtype])
+    if not MAP_FROM <= max(sizes) < RELEASE_FROM:
+        return None
+    sides = []
+    for path, dtype, nbytes in ((t_file, t_dtype, sizes[0]), (b_file, b_dtype, sizes[1])):
+        found = (small_tensor if nbytes < MAP_FROM else mapped_tensor)(path, dtype, shape, wait)
+        if not found:
+            return found
+        sides.append(found)
+    (x, x_at, _), (y, y_at, _) = sides
+    x_bytes, y_bytes = memoryview(x)[x_at : x_at + sizes[0]], memoryview(y)[y_at : y_at + sizes[1]]
+    return FUSED.pair_metrics(x_bytes, t_code, y_bytes, b_code, extremes, EPS_BENCH[b_code])
 
 
 def small_pairs(items: list[Item], kind: str = "pt") -> list[Measured | None]:

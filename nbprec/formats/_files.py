@@ -51,6 +51,12 @@ MAX_SIDE_FILE = 256 << 20
 #: archive layer :mod:`nbprec.formats._ptzip`.)
 MAP_FROM = 1 << 20
 
+#: Mapped payloads of at least this many bytes have their pages handed back as they are read
+#: (:class:`nbprec.formats._payload.MappedPages`, which reads it from here); smaller ones keep them until they are
+#: unmapped (reading them twice, as KL's first pass and the main pass do, then costs no page faults the second
+#: time), and the compiled kernel reads such a pair in one call.
+RELEASE_FROM = 64 << 20
+
 
 def printable(text: object) -> str:
     """``text`` with lone surrogates (bytes of a file name that are not UTF-8) written as ``\\udcff`` escapes:

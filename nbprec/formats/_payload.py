@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from nbprec.errors import DumpFormatError
-from nbprec.formats._files import MAP_FROM  # (payloads this size or larger are mapped; see there)
+from nbprec.formats._files import MAP_FROM, RELEASE_FROM  # (mapped from MAP_FROM bytes; see there)
 
 #: What numpy raises for a damaged or hostile ``.npy`` header (its parser tokenizes and evaluates the header
 #: text: ValueError, SyntaxError, tokenize.TokenError, TypeError, ...), besides OSError and EOFError on reads.
@@ -27,10 +27,6 @@ NPY_HEADER_ERRORS = (
     ValueError, TypeError, SyntaxError, tokenize.TokenError, OverflowError, MemoryError, RecursionError, EOFError,
 )  # fmt: skip
 
-#: Mapped payloads of at least this many bytes have their pages handed back as they are read
-#: (:class:`MappedPages`); smaller ones keep them until they are unmapped (reading them twice, as KL's
-#: first pass and the main pass do, then costs no page faults the second time).
-RELEASE_FROM = 64 << 20
 #: Pages are handed back this many bytes at a time.
 RELEASE_STEP = 16 << 20
 #: ``MADV_POPULATE_READ`` (Linux 5.14; not among Python 3.11's ``mmap`` constants): map a range's pages at once.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import mmap
 import os
 import struct
 
@@ -379,6 +380,48 @@ def small_tensor(
     return None if found is None else (head, *found)
 
 
+def mapped_tensor(
+    path: str, dtype: str, shape: tuple[int, ...], wait: bool = True
+) -> tuple[mmap.mmap, int, int] | Literal[False] | None:
+    """:func:`small_tensor` of a payload the readers map rather than read (:data:`MAP_FROM` bytes or more, see
+    :func:`nbprec.formats._payload.payload_array`): ``(a read-only map of the whole file, where the tensor's bytes
+    start in it, its element count)``, with :func:`small_tensor`'s checks, for the command's early worker
+    (:mod:`nbprec.compare.early`). ``wait=False``: False when the first or the last page of the tensor is not in
+    the page cache (its reading from the disk is then started, and the caller comes back to it later)."""
+    opened = open_plain_file(path)
+    if opened is None:
+        return None
+    fd, file_size = opened
+    try:
+        head, entries = _zip_entries(fd, file_size)
+        found = _plain_start(_tensor_entry(fd, file_size, head, entries), dtype, shape, file_size)
+        if found is None:
+            return None
+        if not wait and not _cached(fd, found[0], found[1] * ITEMSIZES[dtype]):
+            return False
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ), *found
+    except (OSError, ValueError, _Unsupported):  # (ValueError: a file that shrank to nothing before its map)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _cached(fd: int, start: int, nbytes: int) -> bool:
+    """Whether the first and the last byte of ``nbytes`` at ``start`` of the open file are in the page cache (a
+    read that does not wait, ``RWF_NOWAIT``); when not, the range is asked for from the disk. True where reads
+    cannot be asked not to wait."""
+    nowait = getattr(os, "RWF_NOWAIT", 0)
+    if not nowait:
+        return True
+    try:
+        for offset in (start, start + nbytes - 1):
+            os.preadv(fd, [bytearray(1)], offset, nowait)
+    except BlockingIOError:
+        os.posix_fadvise(fd, start, nbytes, os.POSIX_FADV_WILLNEED)
+        return False
+    return True
+
+
 def _tensor_start(head: bytes, entries: dict, dtype: str, shape: tuple[int, ...]) -> tuple[int, int] | None:
     """(where the tensor starts in ``head``, the whole archive, its element count) when the archive whose directory
     is ``entries`` holds one C-contiguous, non-empty tensor of ``dtype`` and ``shape``; else None."""
@@ -386,11 +429,17 @@ def _tensor_start(head: bytes, entries: dict, dtype: str, shape: tuple[int, ...]
         found = _tensor_entry(-1, len(head), head, entries)
     except OSError:
         return None
+    return _plain_start(found, dtype, shape, len(head))
+
+
+def _plain_start(found: tuple | None, dtype: str, shape: tuple[int, ...], file_size: int) -> tuple[int, int] | None:
+    """(where the tensor starts in the file, its element count) of :func:`_tensor_entry`'s answer for an archive of
+    ``file_size`` bytes, when it is one C-contiguous, non-empty tensor of ``dtype`` and ``shape``; else None."""
     if found is None:
         return None
     (_key, dtype_name, offset, size, stride), (start, nbytes) = found
     itemsize = ITEMSIZES.get(dtype_name)
-    if itemsize is None or dtype_name != dtype or size != shape or start + nbytes > len(head):
+    if itemsize is None or dtype_name != dtype or size != shape or start + nbytes > file_size:
         return None
     numel, last, contiguous = _geometry(offset, size, stride)
     if not contiguous or numel == 0 or nbytes % itemsize or not 0 <= last < nbytes // itemsize:

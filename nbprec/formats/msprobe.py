@@ -48,6 +48,7 @@ from nbprec.dtypes import NUMPY_DTYPES
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
+from nbprec.formats import _payload
 from nbprec.formats._files import ConfinedFiles, open_regular, real_folder
 from nbprec.formats._layout import RANK_RE, STEP_RE, find_dump_files, read_json_file, run_name
 from nbprec.formats._payload import MAP_FROM
@@ -133,6 +134,18 @@ class PayloadLoader:
         dtype, numel = NUMPY_DTYPES.get(row.get("dtype", "")), row.get("numel", -1)
         return (
             dtype is not None and 0 <= numel * dtype.itemsize < MAP_FROM and self._files.folder_inside(str(row["file"]))
+        )
+
+    def reads_mapped(self, row: Mapping[str, Any]) -> bool:
+        """Whether this loader maps ``row``'s payload and the comparison reads it in one call of the compiled kernel
+        (:data:`MAP_FROM` bytes or more of a known dtype, under :data:`~nbprec.formats._payload.RELEASE_FROM`, in a
+        folder inside the dump), as long as the file is the plain archive dump.json says it is: the pairs the
+        command's early worker maps (:func:`nbprec.compare.small_pairs.mapped_pair`)."""
+        dtype, numel = NUMPY_DTYPES.get(row.get("dtype", "")), row.get("numel", -1)
+        return (
+            dtype is not None
+            and MAP_FROM <= numel * dtype.itemsize < _payload.RELEASE_FROM
+            and self._files.folder_inside(str(row["file"]))
         )
 
     def __call__(self, row: Mapping[str, Any]) -> np.ndarray:

@@ -1,0 +1,150 @@
+"""The ``nbprec compare`` command's early worker and msprobe payloads too large to be read whole (1 MiB up to
+``RELEASE_FROM``): it maps them, as the readers do, and measures them in the one kernel call the comparison makes on
+them (:func:`nbprec.compare.small_pairs.mapped_pair`); the comparison with the worker is the one without it, to
+the bit.
+
+The pairs are the msprobe fixtures with a few payloads made large with ``torch.save`` (as msprobe writes them) and
+their dump.json entries rewritten to match: one large on the float32 side only, one large on both, one saved as a
+transposed view (not contiguous: left to the comparison), one whose recorded maximum is wrong (the kernel's
+second pass).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from early_support import assert_same, compare_fresh, needs_two_cores
+
+from nbprec.compare import early
+from nbprec.formats import _payload
+from nbprec.formats._ptzip import mapped_tensor
+from nbprec.formats.msprobe import PayloadLoader
+
+torch = pytest.importorskip("torch")
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
+BF16, FP32 = FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix"
+#: the large payloads: (shape, how): "plain", "transposed" (saved as a view), "wrong max" (the bench's recorded
+#: maximum is not the tensor's)
+LARGE = [((512, 640), "plain"), ((1024, 640), "plain"), ((640, 1024), "transposed"), ((1024, 640), "wrong max")]
+
+
+class _Go:
+    def __getitem__(self, i: int) -> int:
+        return 0
+
+
+def _entries(dump: dict) -> dict[str, dict]:
+    """Every tensor entry of a dump.json with a payload, by its payload's name."""
+    found = {}
+    for body in dump["data"].values():
+        for section in ("input_args", "output"):
+            for item in body.get(section) or []:
+                if isinstance(item, dict) and item.get("data_name"):
+                    found[item["data_name"]] = item
+    return found
+
+
+def _record(entry: dict, tensor: torch.Tensor, dtype: str) -> None:
+    values = tensor.to(torch.float64)
+    entry.update(
+        dtype=f"torch.{dtype}",
+        shape=list(tensor.shape),
+        Max=values.max().item(),
+        Min=values.min().item(),
+        Mean=values.mean().item(),
+        Norm=values.norm().item(),
+    )
+
+
+@pytest.fixture(scope="module")
+def large_pair(tmp_path_factory) -> tuple[Path, Path, list[str]]:
+    """(target run, bench run, the large payloads' names in LARGE's order)."""
+    root = tmp_path_factory.mktemp("mapped")
+    runs = {name: root / name.name for name in (BF16, FP32)}
+    for source, run in runs.items():
+        shutil.copytree(source, run)
+    folders = {source: run / "step0" / "rank0" for source, run in runs.items()}
+    dumps = {source: json.loads((folder / "dump.json").read_text()) for source, folder in folders.items()}
+    t_entries, b_entries = _entries(dumps[BF16]), _entries(dumps[FP32])
+    names = [n for n in t_entries if n in b_entries and ".forward.output." in n][: len(LARGE)]
+    generator = torch.Generator().manual_seed(3)
+    for name, (shape, how) in zip(names, LARGE, strict=True):
+        bench = torch.randn(shape, generator=generator) * 2 + 0.25
+        target = (bench + 1e-3 * torch.randn(shape, generator=generator)).to(torch.bfloat16)
+        if how == "transposed":  # a view whose storage is laid out the other way round
+            target = target.t().contiguous().t()
+        torch.save(target, folders[BF16] / "dump_tensor_data" / name)
+        torch.save(bench, folders[FP32] / "dump_tensor_data" / name)
+        _record(t_entries[name], target, "bfloat16")
+        _record(b_entries[name], bench, "float32")
+        if how == "wrong max":
+            b_entries[name]["Max"] += 1.0
+    for source, folder in folders.items():
+        (folder / "dump.json").write_text(json.dumps(dumps[source]))
+    return runs[BF16], runs[FP32], names
+
+
+def test_the_worker_measures_the_mapped_pairs(large_pair):
+    target, bench, names = large_pair
+    records = list(early._pair_records((str(target), str(bench)), _Go()))[1:]  # (the first is the header)
+    measured = {os.path.basename(record[0]) for record in records}
+    wanted = {name for name, (_shape, how) in zip(names, LARGE, strict=True) if how != "transposed"}
+    assert wanted <= measured
+    assert names[2] not in measured  # not contiguous: the comparison's reader takes it
+    assert len(records) > 100  # (the small pairs too)
+
+
+@needs_two_cores
+def test_the_worker_gives_the_comparison_without_it(large_pair):
+    target, bench, _names = large_pair
+    plain = compare_fresh(target, bench, "plain")
+    whole = compare_fresh(target, bench, "early", wait=1.0)
+    records = list(early._pair_records((str(target), str(bench)), _Go()))
+    ((taken, _jobs),) = whole["taken"]
+    assert taken == len(records) - 1  # every pair it measured fits, the mapped ones too
+    assert_same(plain, whole)
+    assert_same(plain, compare_fresh(target, bench, "early", wait=0.0))
+
+
+def test_mapped_tensor_gives_the_tensors_bytes(large_pair):
+    _target, bench, names = large_pair
+    path = bench / "step0" / "rank0" / "dump_tensor_data" / names[1]
+    mapped, start, count = mapped_tensor(str(path), "float32", LARGE[1][0])
+    want = torch.load(path, weights_only=True).numpy()
+    assert count == want.size
+    assert np.frombuffer(mapped, np.float32, count, start).tobytes() == want.tobytes()
+
+
+def test_mapped_tensor_refuses_what_the_readers_would_not_map(large_pair, tmp_path):
+    target, bench, names = large_pair
+    folder = bench / "step0" / "rank0" / "dump_tensor_data"
+    path, shape = folder / names[1], LARGE[1][0]
+    assert mapped_tensor(str(path), "float16", shape) is None  # another dtype
+    assert mapped_tensor(str(path), "float32", (640, 1024)) is None  # another shape
+    link = tmp_path / "link.pt"
+    link.symlink_to(path)
+    assert mapped_tensor(str(link), "float32", shape) is None  # a link
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    assert mapped_tensor(str(cut), "float32", shape) is None  # truncated: no directory at its end
+    transposed = target / "step0" / "rank0" / "dump_tensor_data" / names[2]
+    assert mapped_tensor(str(transposed), "bfloat16", LARGE[2][0]) is None  # not contiguous
+    assert mapped_tensor(str(tmp_path / "missing.pt"), "float32", shape) is None
+
+
+def test_the_loader_says_which_payloads_it_maps_for_one_kernel_call(large_pair, monkeypatch):
+    _target, bench, names = large_pair
+    folder = bench / "step0" / "rank0"
+    loader = PayloadLoader([str(folder)])
+    row = {"dtype": "float32", "numel": 1024 * 640, "file": str(folder / "dump_tensor_data" / names[1])}
+    assert loader.reads_mapped(row) and not loader.reads_whole(row)
+    assert not loader.reads_mapped({**row, "numel": 1000})  # read whole instead
+    assert not loader.reads_mapped({**row, "file": str(folder.parent / "elsewhere" / names[1])})  # outside
+    monkeypatch.setattr(_payload, "RELEASE_FROM", 1 << 20)  # pages handed back as read: several kernel calls
+    assert not loader.reads_mapped(row)

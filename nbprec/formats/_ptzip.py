@@ -384,8 +384,8 @@ def mapped_tensor(
     path: str, dtype: str, shape: tuple[int, ...], wait: bool = True
 ) -> tuple[mmap.mmap, int, int] | Literal[False] | None:
     """:func:`small_tensor` of a payload the readers map rather than read (:data:`MAP_FROM` bytes or more, see
-    :func:`nbprec.formats._payload.payload_array`): ``(a read-only map of the whole file, where the tensor's bytes
-    start in it, its element count)``, with :func:`small_tensor`'s checks, for the command's early worker
+    :func:`nbprec.formats._payload.payload_array`): ``(a read-only map of the tensor's pages, where its bytes start
+    in the map, its element count)``, with :func:`small_tensor`'s checks, for the command's early worker
     (:mod:`nbprec.compare.early`). ``wait=False``: False when the first or the last page of the tensor is not in
     the page cache (its reading from the disk is then started, and the caller comes back to it later)."""
     opened = open_plain_file(path)
@@ -397,9 +397,12 @@ def mapped_tensor(
         found = _plain_start(_tensor_entry(fd, file_size, head, entries), dtype, shape, file_size)
         if found is None:
             return None
-        if not wait and not _cached(fd, found[0], found[1] * ITEMSIZES[dtype]):
+        start, numel = found
+        nbytes = numel * ITEMSIZES[dtype]
+        if not wait and not _cached(fd, start, nbytes):
             return False
-        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ), *found
+        first = start - start % mmap.ALLOCATIONGRANULARITY  # only the tensor's pages: no address space for the rest
+        return mmap.mmap(fd, start + nbytes - first, access=mmap.ACCESS_READ, offset=first), start - first, numel
     except (OSError, ValueError, _Unsupported):  # (ValueError: a file that shrank to nothing before its map)
         return None
     finally:

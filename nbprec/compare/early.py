@@ -16,11 +16,10 @@ when they need no second look at the arrays) through a pipe as it goes. When :fu
 and matched the dumps, :func:`measured` stops the worker (waiting at most :data:`_GRACE_SECONDS` for it) and
 takes the values for the jobs they fit: the same payload files, dtypes, shape and recorded extremes as the job's
 index rows, and payloads the dump's own loader reads whole or maps for one kernel call (inside the dump, of that
-dtype and shape). Every other
-job is measured as usual. The results are those of a comparison without the worker, to the bit: the same kernel
-call on the same bytes with the same parameters (tests hold the two to each other). Anything unexpected makes the
-worker measure less, never differently: it steps aside (measures nothing) for dumps it cannot index (each source
-says which), or a single-core machine, and any failure in it only loses its results.
+dtype and shape). Every other job is measured as usual. The results are those of a comparison without the worker,
+to the bit: the same kernel call on the same bytes with the same parameters (tests hold the two to each other).
+Anything unexpected makes the worker measure less, never differently: it steps aside (measures nothing) for dumps
+it cannot index (each source says which), or a single-core machine, and any failure in it only loses its results.
 
 It lives only in the command's process: the library and the daemon never start it. ``NBPREC_EARLY=off`` turns
 it off.

@@ -66,23 +66,9 @@ def mapped_pair(item: Item, wait: bool = True) -> Measured | Literal[False] | No
     call :func:`~nbprec.compare.metrics.tensor_metrics` makes on such arrays. For the command's early worker, which
     would otherwise run out of work while the command loads on a pair whose bytes are mostly in such payloads. None
     for any other pair; False as :func:`small_pair` says."""
-    t_file, t_dtype, b_file, b_dtype, shape, extremes = item
-    t_code, b_code = KERNEL_TYPES.get(t_dtype), KERNEL_TYPES.get(b_dtype)
-    numel = math.prod(shape)
-    if FUSED is None or t_code is None or b_code is None or numel <= 0:
-        return None
-    sizes = (numel * ITEMSIZES[t_dtype], numel * ITEMSIZES[b_dtype])
-    if not MAP_FROM <= max(sizes) < RELEASE_FROM:
-        return None
-    sides = []
-    for path, dtype, nbytes in ((t_file, t_dtype, sizes[0]), (b_file, b_dtype, sizes[1])):
-        found = (small_tensor if nbytes < MAP_FROM else mapped_tensor)(path, dtype, shape, wait)
-        if not found:
-            return found
-        sides.append(found)
-    (x, x_at, _), (y, y_at, _) = sides
-    x_bytes, y_bytes = memoryview(x)[x_at : x_at + sizes[0]], memoryview(y)[y_at : y_at + sizes[1]]
-    return FUSED.pair_metrics(x_bytes, t_code, y_bytes, b_code, extremes, EPS_BENCH[b_code])
+    *files, extremes = item
+    pair = _read_pair(*files, "pt", wait, mapped=True)
+    return pair if not pair else FUSED.pair_metrics(*pair, extremes, EPS_BENCH[pair[3]])
 
 
 def small_pairs(items: list[Item], kind: str = "pt") -> list[Measured | None]:
@@ -104,21 +90,30 @@ def small_pairs(items: list[Item], kind: str = "pt") -> list[Measured | None]:
 
 
 def _read_pair(
-    t_file: str, t_dtype: str, b_file: str, b_dtype: str, shape: tuple[int, ...], kind: str, wait: bool = True
+    t_file: str,
+    t_dtype: str,
+    b_file: str,
+    b_dtype: str,
+    shape: tuple[int, ...],
+    kind: str,
+    wait: bool = True,
+    mapped: bool = False,
 ) -> tuple[memoryview, int, memoryview, int] | Literal[False] | None:
     """``(target bytes, its kernel type, benchmark bytes, its kernel type)`` of a pair :func:`small_pair`
-    measures, both payloads read; None for any other; False (``wait=False``) when a payload is not all in the page
-    cache yet (the benchmark's is asked for too, so that both come from the disk together)."""
+    measures, both payloads read (``mapped``: a pair :func:`mapped_pair` measures, its large payloads mapped); None
+    for any other; False (``wait=False``) when a payload is not all in the page cache yet (the benchmark's is asked
+    for too, so that both come from the disk together)."""
     t_code, b_code = KERNEL_TYPES.get(t_dtype), KERNEL_TYPES.get(b_dtype)
-    if FUSED is None or t_code is None or b_code is None:
+    if FUSED is None or t_code is None or b_code is None or (mapped and kind != "pt"):
         return None
     numel = math.prod(shape)
     t_bytes, b_bytes = numel * ITEMSIZES[t_dtype], numel * ITEMSIZES[b_dtype]
-    if numel <= 0 or max(t_bytes, b_bytes) >= MAP_FROM:
+    largest = max(t_bytes, b_bytes)
+    if numel <= 0 or not (MAP_FROM <= largest < RELEASE_FROM if mapped else largest < MAP_FROM):
         return None
-    read = small_npy if kind == "npy" else small_tensor
-    x = read(t_file, t_dtype, shape, wait)
-    y = read(b_file, b_dtype, shape, wait) if x is not None else None
+    small = small_npy if kind == "npy" else small_tensor
+    x = (mapped_tensor if t_bytes >= MAP_FROM else small)(t_file, t_dtype, shape, wait)
+    y = (mapped_tensor if b_bytes >= MAP_FROM else small)(b_file, b_dtype, shape, wait) if x is not None else None
     if x is False or y is False:
         return False
     if x is None or y is None:

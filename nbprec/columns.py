@@ -25,9 +25,11 @@ from __future__ import annotations
 import collections
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 
 class Columns:
@@ -273,18 +275,19 @@ def text_table(table: Columns, *, float_format: Any = "{:.6g}".format, na_rep: s
     return "\n".join(" ".join(line) for line in zip(*blocks, strict=True))
 
 
+def once_per_object(values: list[Any], make: Callable[[Any], T]) -> list[T]:
+    """``make(v)`` of each of ``values``, made once per distinct object (in order of first appearance): a table's
+    shape columns hold a few tuples many times over (a dump's index keeps one tuple per distinct shape), and
+    formatting a shape costs about a microsecond, looking one up a tenth of it. The objects are told apart by
+    their ``id`` (``values`` keeps each alive meanwhile), so unhashable ones are fine."""
+    ids = list(map(id, values))
+    made = {key: make(value) for key, value in dict(zip(ids, values, strict=True)).items()}
+    return list(map(made.__getitem__, ids))
+
+
 def texts_of_objects(values: list[Any], text: Callable[[Any], str]) -> list[str]:
-    """``text(v)`` of each of ``values``, made once per distinct object: a table's shape columns hold a few tuples
-    many times over (a dump's index keeps one tuple per distinct shape), and formatting a shape costs about a
-    microsecond, looking one up a tenth of it."""
-    made: dict[int, tuple[Any, str]] = {}  # id -> (the value, kept alive so that no id is reused; its text)
-    out = []
-    for value in values:
-        known = made.get(id(value))
-        if known is None:
-            known = made[id(value)] = (value, text(value))
-        out.append(known[1])
-    return out
+    """``text(v)`` of each of ``values``, made once per distinct object (:func:`once_per_object`)."""
+    return once_per_object(values, text)
 
 
 def factorize(values: Any) -> tuple[np.ndarray, list]:

@@ -4,18 +4,19 @@ The layout is ``msprobe compare``'s CSV (mindstudio-probe 26.2.0, PyTorch) in th
 statistics or md5), every cell computed by msprobe's formulas and rounding and every row judged by msprobe's
 checks, so that it can be diffed against msprobe's own; docs/compare.md ("CSV exports") says what nbprec's
 table cannot supply. :func:`nbprec.compare.exports.write_csv` writes it (``layout="msprobe"``). The statistics
-cells and their differences are :mod:`nbprec.compare.msprobe_stats`'.
+cells and their differences are :mod:`nbprec.compare.msprobe_stats`', each row's Result and Err_message
+:mod:`nbprec.compare.msprobe_judge`'s.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from nbprec.columns import Columns, texts_of_objects
+from nbprec.compare.msprobe_judge import verdicts
 from nbprec.compare.msprobe_stats import NA as _NA
 from nbprec.compare.msprobe_stats import NAN as _NAN
 from nbprec.compare.msprobe_stats import stat_diffs, stats_cells
@@ -44,25 +45,6 @@ MSPROBE_HEADERS = {
 _UNSUPPORTED = "unsupported"
 #: dtypes msprobe pairs although they differ; other differing dtypes it leaves without a benchmark
 _MS_PAIRED_FLOATS = frozenset({"float16", "float32", "float64", "bfloat16"})
-#: APIs (the name's second part) msprobe judges not at all, or by their outputs only
-_MS_NOT_JUDGED = frozenset(
-    {"empty", "empty_like", "numpy", "to", "__setitem__", "empty_with_format", "new_empty_strided", "new_empty"}
-    | {"empty_strided"}
-)
-_MS_OUTPUTS_ONLY = frozenset({"_reduce_scatter_base", "_all_gather_base", "all_to_all_single", "batch_isend_irecv"})
-#: msprobe's Err_message texts, by the check that writes them
-_MS_MESSAGES = {
-    "inf_nan": "error: There is nan/inf/-inf in the maximum or minimum value of NPU.",
-    "thousandth": "error: The input/parameters of One Thousandth Err Ratio > 0.9 while the output < 0.6.",
-    "norm": "error: The NormRelativeErr of output is greater than 0.5.",
-    "dtype": "error: The dtype of NPU and Bench are inconsistent.",
-    "shape": "error: The shape of NPU and Bench are inconsistent.",
-    "cosine": "warning: The input/parameters of Cosine > 0.9, and input/parameters - output > 0.1",
-    "norm_growth": "warning: The norm relative error of output is 10 times that of input.",
-    "crc": "error: The CRC-32 value of NPU differs from that of the bench.",
-    "crc_missing": "warning: The parameter of NPU does not match the bench.",
-}
-_MS_LEVELS = ("pass", "warning", "error")
 
 
 def shape_text(value: Any) -> str:
@@ -113,6 +95,12 @@ def _ms_dtype(dtype: Any) -> str:
     return f"torch.{dtype}" if isinstance(dtype, str) and dtype else _NA
 
 
+def _dtype_texts(dtypes: list[Any]) -> list[str]:
+    """:func:`_ms_dtype` of each dtype, made once per distinct one (a dump has a handful)."""
+    texts = {dtype: _ms_dtype(dtype) for dtype in set(dtypes)}
+    return [texts[dtype] for dtype in dtypes]
+
+
 def decimals_rounded(values: np.ndarray, decimals: int) -> np.ndarray:
     """``float(f"{v:.{decimals}f}")`` of every value (msprobe's rounding, correctly rounded), without a call per
     value where that is exact: ``rint(v * 10**decimals) / 10**decimals``.
@@ -141,102 +129,6 @@ def decimals_rounded(values: np.ndarray, decimals: int) -> np.ndarray:
 
 def _squeezed(shape: Any) -> tuple[int, ...]:
     return tuple(d for d in shape if d != 1) if shape is not None else ()
-
-
-def _inf_or_nan(value: Any) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    return isinstance(value, str) and value.strip().lower() in ("inf", "-inf", "nan")
-
-
-def _percent(value: Any) -> float:
-    try:
-        return float(str(value).strip("%")) / 100
-    except ValueError:
-        return 0.0
-
-
-def _extreme(values: list[Any], rows: list[int], lowest: bool) -> float:
-    """The smallest (default 1) or largest (default 0) number among ``values`` at ``rows``, as msprobe takes it:
-    percentages count, other text is skipped."""
-    best = 1.0 if lowest else 0.0
-    for i in rows:
-        value = values[i]
-        if isinstance(value, str):
-            if not value.endswith("%"):
-                continue
-            value = _percent(value)
-        best = min(best, value) if lowest else max(best, value)
-    return best
-
-
-def _judge(cols: dict[str, list[Any]], mode: str) -> None:
-    """msprobe's Result and Err_message (``cols["_level"]``, ``cols["_messages"]``) of every row, the rows of one
-    API or module call judged together, as msprobe does. Each check runs over every call before the next one
-    starts, so that a row's messages come in msprobe's order of checks."""
-    names, levels, messages = cols["NPU Name"], cols["_level"], cols["_messages"]
-
-    def flag(i: int, level: int, message: str) -> None:
-        levels[i] = max(levels[i], level)
-        messages[i].append(_MS_MESSAGES[message])
-
-    by_call: dict[tuple[Any, ...], list[int]] = {}
-    for i, call in enumerate(cols["_call"]):
-        by_call.setdefault(call, []).append(i)
-    calls = []  # (inputs, outputs, judged by the API's own checks, rows judged) of each call
-    for rows in by_call.values():
-        outputs = [i for i in rows if ".output." in names[i]]
-        inputs = [i for i in rows if ".output." not in names[i]]
-        parts = names[inputs[0]].split(".") if inputs else []
-        api = parts[1] if len(parts) > 1 else ""
-        by_api = api not in _MS_NOT_JUDGED and api not in _MS_OUTPUTS_ONLY
-        judged = [] if api in _MS_NOT_JUDGED else outputs if api in _MS_OUTPUTS_ONLY else inputs + outputs
-        calls.append((inputs, outputs, by_api, judged))
-    if mode == "checksum":
-        match = cols["_match"]
-        for *_, judged in calls:
-            for i in judged:
-                if match[i] is None:
-                    flag(i, 1, "crc_missing")
-                elif not match[i]:
-                    flag(i, 2, "crc")
-        return
-    bench_bad = [_inf_or_nan(a) or _inf_or_nan(b) for a, b in zip(cols["Bench max"], cols["Bench min"], strict=True)]
-    npu_bad = [_inf_or_nan(a) or _inf_or_nan(b) for a, b in zip(cols["NPU max"], cols["NPU min"], strict=True)]
-    for *_, judged in calls:
-        for i in judged:
-            if npu_bad[i] and not bench_bad[i]:
-                flag(i, 2, "inf_nan")
-    ratio, norm = cols.get("One Thousandth Err Ratio", []), cols.get("NormRelativeErr", [])  # (by mode)
-    for inputs, outputs, by_api, _ in calls:
-        thousandth = by_api and outputs and mode == "tensor"
-        if thousandth and _extreme(ratio, inputs, True) > 0.9 and _extreme(ratio, outputs, True) < 0.1:
-            flag(outputs[0], 2, "thousandth")
-        if by_api and mode == "statistics" and abs(_extreme(norm, inputs, False)) < 0.1:
-            for i in outputs:
-                if abs(_percent(norm[i])) > 0.5:
-                    flag(i, 2, "norm")
-    benches, npu_dtypes, bench_dtypes = cols["Bench Name"], cols["NPU Dtype"], cols["Bench Dtype"]
-    for *_, judged in calls:
-        for i in judged:
-            bench = benches[i]  # fused-weight names (qkv, gate_up) are exempt
-            judge = bench and bench != _NA and "qkv" not in bench and "gate_up" not in bench
-            if judge and npu_dtypes[i] != bench_dtypes[i]:
-                flag(i, 2, "dtype")
-    npu_shapes, bench_shapes = cols["NPU Tensor Shape"], cols["Bench Tensor Shape"]
-    for *_, judged in calls:
-        for i in judged:
-            if benches[i] not in ("", _NA) and npu_shapes[i] != bench_shapes[i]:
-                flag(i, 2, "shape")
-    for inputs, outputs, by_api, _ in calls:
-        if by_api and outputs and mode == "tensor":
-            lowest_in = _extreme(cols["Cosine"], inputs, True)
-            if lowest_in > 0.9 and lowest_in - _extreme(cols["Cosine"], outputs, True) > 0.1:
-                flag(outputs[0], 1, "cosine")
-        if by_api and outputs and mode == "statistics":
-            largest_in, largest_out = abs(_extreme(norm, inputs, False)), abs(_extreme(norm, outputs, False))
-            if (largest_out > 0.1) if largest_in == 0 else (largest_out / largest_in > 10):
-                flag(outputs[0], 1, "norm_growth")
 
 
 def _ms_text(value: Any) -> str:
@@ -292,27 +184,27 @@ def _ms_tensor_columns(table: Columns, paired: list[bool]) -> list[list[Any]]:
 
 def _ms_columns(table: Columns, mode: str) -> dict[str, list[Any]]:
     """msprobe's columns of ``mode`` (values typed as msprobe holds them), not yet judged; plus ``_call`` (the
-    call a row belongs to: msprobe judges a call's rows together), ``_level``, ``_messages`` and ``_match``."""
+    call a row belongs to: msprobe judges a call's rows together); statistics mode, ``_norm``; md5 mode, ``_match``."""
     n = len(table)
     names, benches = table["target_name"].tolist(), table["bench_name"].tolist()
     t_dtypes, b_dtypes = table["target_dtype"].tolist(), table["bench_dtype"].tolist()
-    paired = [
-        bool(b) and (t == d or {t, d} <= _MS_PAIRED_FLOATS) for b, t, d in zip(benches, t_dtypes, b_dtypes, strict=True)
-    ]
+    dtype_pairs = list(zip(t_dtypes, b_dtypes, strict=True))
+    pairs_ok = {(t, d): t == d or {t, d} <= _MS_PAIRED_FLOATS for t, d in set(dtype_pairs)}  # (a few)
+    paired = (
+        np.fromiter(map(bool, benches), dtype=bool, count=n)
+        & np.fromiter(map(pairs_ok.__getitem__, dtype_pairs), dtype=bool, count=n)
+    ).tolist()
     na = [_NA] * n
-    cols: dict[str, list[Any]] = {
-        "NPU Name": names,
-        "Bench Name": [b if p else _NA for b, p in zip(benches, paired, strict=True)],
-    }
-    cols["NPU Dtype"] = [_ms_dtype(d) for d in t_dtypes]
-    cols["Bench Dtype"] = [_ms_dtype(d) if p else _NA for d, p in zip(b_dtypes, paired, strict=True)]
+
+    def benchmark(values: list[Any]) -> list[Any]:  # N/A where msprobe has no benchmark for the row
+        return values if all(paired) else [v if p else _NA for v, p in zip(values, paired, strict=True)]
+
+    cols: dict[str, list[Any]] = {"NPU Name": names, "Bench Name": benchmark(benches)}
+    cols["NPU Dtype"], cols["Bench Dtype"] = _dtype_texts(t_dtypes), benchmark(_dtype_texts(b_dtypes))
     cols["NPU Tensor Shape"] = shape_texts(table["target_shape"].tolist())
-    cols["Bench Tensor Shape"] = [
-        (s or _NA) if p else _NA for s, p in zip(shape_texts(table["bench_shape"].tolist()), paired, strict=True)
-    ]
+    cols["Bench Tensor Shape"] = benchmark([s or _NA for s in shape_texts(table["bench_shape"].tolist())])
     cols["NPU Requires_grad"], cols["Bench Requires_grad"] = na, list(na)  # not in nbprec's dump index
-    target, bench = stats_cells(table, "target"), stats_cells(table, "bench")
-    bench = [[v if p else _NA for v, p in zip(values, paired, strict=True)] for values in bench]
+    target, bench = stats_cells(table, "target"), list(map(benchmark, stats_cells(table, "bench")))
     stats = [*target, *bench]
     cols.update(zip(MSPROBE_STATS, stats, strict=True))
     if mode == "tensor":
@@ -327,6 +219,7 @@ def _ms_columns(table: Columns, mode: str) -> dict[str, list[Any]]:
         diffs = [stat_diffs(stats[k], stats[k + 4]) for k in range(4)]
         cols.update(zip(MSPROBE_STAT_DIFFS[:4], (column[0] for column in diffs), strict=True))
         cols.update(zip(MSPROBE_STAT_DIFFS[4:], (column[1] for column in diffs), strict=True))
+        cols["_norm"] = diffs[3][2]  # NormRelativeErr's numbers, for the verdicts
     else:
         checksums = "target_checksum" in table
         t_sums = table["target_checksum"].tolist() if checksums else [None] * n
@@ -348,8 +241,6 @@ def _ms_columns(table: Columns, mode: str) -> dict[str, list[Any]]:
     steps = table["step"].tolist() if "step" in table else [None] * n
     ranks = table["rank"].tolist() if "rank" in table else [None] * n
     cols["_call"] = list(zip(steps, ranks, table["target_op"].tolist(), strict=True))
-    cols["_level"] = [0] * n
-    cols["_messages"] = [[] for _ in range(n)]
     return cols
 
 
@@ -390,11 +281,7 @@ def msprobe_columns(comparison: Comparison) -> tuple[list[str], list[list[str]]]
     """:func:`msprobe_rows` a column at a time: the header and each column's cells."""
     mode = msprobe_mode(comparison)
     cols = _ms_columns(comparison.columns, mode)
-    _judge(cols, mode)
-    cols["Result"] = [_MS_LEVELS[level] for level in cols["_level"]]
-    texts: dict[tuple[str, ...], str] = {}  # a handful of distinct message lists: each one's JSON made once
-    keys = list(map(tuple, cols["_messages"]))
-    cols["Err_message"] = [texts.get(key) or texts.setdefault(key, json.dumps(list(key))) for key in keys]
+    cols["Result"], cols["Err_message"] = verdicts(cols, mode)
     header = MSPROBE_HEADERS[mode]
     return header, [_ms_texts(cols[column]) for column in header]
 

@@ -315,7 +315,7 @@ def test_statistic_diffs_of_a_column_are_each_rows_diff():
     """The column-at-a-time statistic diffs give :func:`_stat_diff`'s texts on every kind of cell: finite
     floats over many scales (equal, of opposite zeros, one a zero benchmark, overflowing differences and relative
     errors), NaN and inf, ints and bools of integer tensors, and msprobe's text cells."""
-    from nbprec.compare.msprobe_stats import _stat_diff, stat_diffs
+    from nbprec.compare.msprobe_stats import _stat_diff, percent, stat_diffs
 
     rng = np.random.default_rng(11)
     scale = 10.0 ** rng.integers(-30, 30, 4000)
@@ -328,6 +328,14 @@ def test_statistic_diffs_of_a_column_are_each_rows_diff():
             npu.append(a)
             bench.append(b)
     want = [_stat_diff(a, b) for a, b in zip(npu, bench, strict=True)]
-    diffs, relatives = stat_diffs(npu, bench)
+    diffs, relatives, read_back = stat_diffs(npu, bench)
     assert list(zip(diffs, relatives, strict=True)) == want
     assert sum(d == "0" for d in diffs) > 1000 and any(r.endswith("%") for r in relatives)
+    # the numbers msprobe's checks read back from the relative errors: each percentage's, NaN for other text
+    parsed = [percent(r) if r.endswith("%") else math.nan for r in relatives]
+    np.testing.assert_array_equal(read_back, parsed)
+    assert np.isfinite(read_back).sum() > 2000
+    # columns of floats only (the usual ones, taken whole): the same cells
+    floats_only = stat_diffs(npu[:4000], bench[:4000])
+    assert floats_only[:2] == (diffs[:4000], relatives[:4000])
+    np.testing.assert_array_equal(floats_only[2], read_back[:4000])

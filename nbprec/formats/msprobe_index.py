@@ -17,6 +17,7 @@ A dump.json of the usual layout is read by the C scanner instead of the stream
 
 from __future__ import annotations
 
+import json
 import os
 from array import array
 from itertools import repeat
@@ -28,6 +29,7 @@ import numpy as np
 from nbprec._gc import paused_gc
 from nbprec.dump import Problem
 from nbprec.errors import DumpFormatError
+from nbprec.formats._files import read_regular
 from nbprec.formats._jsonstream import JsonObjectStream
 from nbprec.formats._layout import DumpSource, read_json_file
 from nbprec.formats.msprobe_columns import BATCH, ROLES, SLOTS, TensorColumns
@@ -88,9 +90,21 @@ def _module_path(node: Any) -> str:
     return key.module if key is not None and key.module is not None else ""
 
 
+#: A construct.json below this size is parsed whole by the json module (in C: about a fifth of the time of reading
+#: it member by member, 0.5 against 2.6 ms for 2,079 entries); a larger one member by member, in bounded memory.
+_WHOLE_BELOW = 16 << 20
+
+
 def _read_object(path: Path) -> Any:
     """:func:`read_json_file`, a top-level object read member by member the fast way (a construct.json holds
-    an entry per op)."""
+    an entry per op), or parsed whole when it is a small file that is plain UTF-8 JSON; anything else (a larger
+    file, another kind of file, bad bytes or JSON) goes the member-by-member way, which words the problems."""
+    try:
+        whole = json.loads(read_regular(path, limit=_WHOLE_BELOW - 1, what="construct.json").decode("utf-8"))
+    except (OSError, DumpFormatError, ValueError, RecursionError):  # (UnicodeDecodeError is a ValueError)
+        whole = None
+    if isinstance(whole, dict):
+        return whole
     with JsonObjectStream(path) as stream:
         if stream.first_type() == "dict":
             stream.begin_object()

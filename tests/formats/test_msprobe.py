@@ -457,6 +457,39 @@ def test_corrupt_construct_is_a_problem_and_corrupt_stack_an_error_when_used(run
         dump.stacks  # noqa: B018
 
 
+def test_construct_is_read_whole_or_member_by_member_alike(run_copy, monkeypatch):
+    """A small construct.json is parsed whole (the json module), a large one member by member: the same hierarchy
+    and problems either way, on the real file and on damaged ones (whatever the whole parse refuses goes the
+    member-by-member way, which words the problems)."""
+    from nbprec.formats import msprobe_index
+
+    construct = run_copy / "step0/rank0/construct.json"
+    text = construct.read_bytes()
+    key = text.index(b'"', 2)  # inside the first key
+    variants = {
+        "real": text,
+        "truncated": text[:-40],
+        "bad byte in a key": text[:key] + b"\xff" + text[key:],
+        "bad first byte": b"\xff" + text,
+        "byte order mark": b"\xef\xbb\xbf" + text,
+        "not an object": b"[1, 2]",
+        "NaN value": b'{"Functional.linear.0.forward": NaN}',
+        "trailing data": text + b" {}",
+    }
+    for name, content in variants.items():
+        construct.write_bytes(content)
+        seen = []
+        for whole_below in (msprobe_index._WHOLE_BELOW, 16):  # the default, then every file member by member
+            monkeypatch.setattr(msprobe_index, "_WHOLE_BELOW", whole_below)
+            dump = nbprec.open(run_copy)
+            seen.append((dump.hierarchy, dump.problems["problem"].tolist()))
+        assert seen[0] == seen[1], name
+        if name == "real":
+            assert len(seen[0][0]) > 50 and not seen[0][1]
+        if name in ("truncated", "not an object"):
+            assert "construct.json ignored" in seen[0][1][0]
+
+
 def test_several_steps_and_ranks_are_read_into_one_index(tmp_path):
     for step, rank in [(0, 0), (0, 1), (3, 0)]:
         shutil.copytree(FIXTURES / "fp32_md5_L1/step0/rank0", tmp_path / "run" / f"step{step}" / f"rank{rank}")

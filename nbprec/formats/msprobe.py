@@ -131,22 +131,22 @@ class PayloadLoader:
     def reads_whole(self, row: Mapping[str, Any]) -> bool:
         """Whether this loader reads ``row``'s payload in one open and one read (a small payload of a known dtype,
         in a folder inside the dump), as long as the file is the plain archive dump.json says it is."""
-        dtype, numel = NUMPY_DTYPES.get(row.get("dtype", "")), row.get("numel", -1)
-        return (
-            dtype is not None and 0 <= numel * dtype.itemsize < MAP_FROM and self._files.folder_inside(str(row["file"]))
-        )
+        return self._sized_inside(row, 0, MAP_FROM)
 
     def reads_mapped(self, row: Mapping[str, Any]) -> bool:
         """Whether this loader maps ``row``'s payload and the comparison reads it in one call of the compiled kernel
         (:data:`MAP_FROM` bytes or more of a known dtype, under :data:`~nbprec.formats._payload.RELEASE_FROM`, in a
         folder inside the dump), as long as the file is the plain archive dump.json says it is: the pairs the
         command's early worker maps (:func:`nbprec.compare.small_pairs.mapped_pair`)."""
+        return self._sized_inside(row, MAP_FROM, _payload.RELEASE_FROM)
+
+    def _sized_inside(self, row: Mapping[str, Any], low: int, high: int) -> bool:
+        """Whether ``row``'s payload, by its known dtype and element count, holds ``low`` to ``high`` - 1 bytes and
+        lies in a folder inside the dump."""
         dtype, numel = NUMPY_DTYPES.get(row.get("dtype", "")), row.get("numel", -1)
-        return (
-            dtype is not None
-            and MAP_FROM <= numel * dtype.itemsize < _payload.RELEASE_FROM
-            and self._files.folder_inside(str(row["file"]))
-        )
+        if dtype is None or not low <= numel * dtype.itemsize < high:
+            return False
+        return self._files.folder_inside(str(row["file"]))
 
     def __call__(self, row: Mapping[str, Any]) -> np.ndarray:
         path, name = str(row["file"]), str(row["name"])

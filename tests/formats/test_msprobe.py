@@ -465,6 +465,10 @@ def test_construct_is_read_whole_or_member_by_member_alike(run_copy, monkeypatch
 
     construct = run_copy / "step0/rank0/construct.json"
     text = construct.read_bytes()
+    streamed: list = []  # the real file is parsed whole: the member-by-member reader is not opened on it
+    monkeypatch.setattr(msprobe_index, "JsonObjectStream", lambda path: streamed.append(path))
+    assert msprobe_index._read_object(construct) == json.loads(text) and streamed == []
+    monkeypatch.undo()
     key = text.index(b'"', 2)  # inside the first key
     variants = {
         "real": text,

@@ -21,6 +21,10 @@ to the bit: the same kernel call on the same bytes with the same parameters (tes
 Anything unexpected makes the worker measure less, never differently: it steps aside (measures nothing) for dumps
 it cannot index (each source says which), or a single-core machine, and any failure in it only loses its results.
 
+The dump.json files the worker scans go to the command's process too, which then opens the dumps without
+scanning them again (:class:`~nbprec.compare.early_msprobe.ShippedScans`; 7 ms a side for a dump.json of 1,766
+ops).
+
 It lives only in the command's process: the library and the daemon never start it. ``NBPREC_EARLY=off`` turns
 it off.
 """
@@ -52,10 +56,11 @@ _GRACE_SECONDS = 0.01
 
 
 class _Worker:
-    """The forked worker's pid, its stop flag (one shared byte) and the pipe its results come through."""
+    """The forked worker's pid, its stop flag (one shared byte), the pipe its results come through and the file
+    its scans come through (None: not sent)."""
 
-    def __init__(self, pid: int, flag: Any, results: int, roots: tuple[str, str]) -> None:
-        self.pid, self.flag, self.results, self.roots = pid, flag, results, roots
+    def __init__(self, pid: int, flag: Any, results: int, roots: tuple[str, str], scans: int | None = None) -> None:
+        self.pid, self.flag, self.results, self.roots, self.scans = pid, flag, results, roots, scans
 
 
 _worker: _Worker | None = None
@@ -103,27 +108,46 @@ def start(target: str, bench: str) -> None:
         return
     import mmap
 
-    flag = mmap.mmap(-1, 1)  # shared with the child: the parent writes 1 to stop it
+    # shared with the child: the parent writes 1 to byte 0 to stop it; bytes 8-15 count the bytes of scans sent
+    flag = mmap.mmap(-1, 16)
+    from nbprec.compare import early_msprobe
+
     read_end, write_end = os.pipe()
+    scans = early_msprobe.scan_file()
     roots = (os.path.realpath(target), os.path.realpath(bench))
     try:
         pid = os.fork()
     except OSError:  # no process to spare: the comparison runs as usual
-        os.close(read_end)
-        os.close(write_end)
+        for fd in (read_end, write_end, scans):
+            if fd is not None:
+                os.close(fd)
         return
     if pid == 0:  # the worker: never returns
         status = 0
         try:
             os.close(read_end)
             _quiet()
-            _run_worker(roots, flag, write_end)
+            ship = early_msprobe.Shipper(scans, flag) if scans is not None else None
+            _run_worker(roots, flag, write_end, ship)
         except BaseException:
             status = 1
         finally:
             os._exit(status)
     os.close(write_end)
-    _worker = _Worker(pid, flag, read_end, roots)
+    _worker = _Worker(pid, flag, read_end, roots, scans)
+    if scans is not None:
+        from nbprec.formats import _prescan
+
+        _prescan.provide(early_msprobe.ShippedScans(scans, flag))
+
+
+def _close_scans(worker: _Worker) -> None:
+    """Stop offering the worker's scans to the reader, and free them."""
+    if worker.scans is not None:
+        from nbprec.formats import _prescan
+
+        _prescan.provide(None)
+        os.close(worker.scans)
 
 
 def _quiet() -> None:
@@ -145,6 +169,7 @@ def discard() -> None:
     import signal
 
     os.close(worker.results)
+    _close_scans(worker)
     try:
         os.kill(worker.pid, signal.SIGKILL)
         os.waitpid(worker.pid, 0)
@@ -207,6 +232,7 @@ def _stop(worker: _Worker) -> bytes:
         return b"".join(_drain(worker))
     finally:
         os.close(worker.results)
+        _close_scans(worker)
         try:  # noqa: SIM105  (contextlib is not imported by the command's client of the daemon)
             os.waitpid(worker.pid, 0)
         except ChildProcessError:
@@ -337,9 +363,10 @@ def _reads_as_is(known: dict[tuple, bool], loader: Any, rows: _Rows, i: int) -> 
 # -- the worker (a forked process without numpy) --------------------------------------------------------------
 
 
-def _run_worker(roots: tuple[str, str], flag: Any, out: int) -> None:
+def _run_worker(roots: tuple[str, str], flag: Any, out: int, ship: Any) -> None:
     """Measure the pairs of the two dumps until ``flag`` is set (or the parent is gone), writing the records to
-    ``out`` as it goes, :data:`_BATCH` at a time (marshalled, each message after its length)."""
+    ``out`` as it goes, :data:`_BATCH` at a time (marshalled, each message after its length); each dump.json
+    scanned goes to ``ship`` (an :class:`~nbprec.compare.early_msprobe.Shipper`, or None)."""
     import marshal
 
     try:  # room for the records of the whole window: the parent reads none until it stops this worker
@@ -358,7 +385,7 @@ def _run_worker(roots: tuple[str, str], flag: Any, out: int) -> None:
     parent = os.getppid()
     batch: list[tuple] = []
     try:
-        pairs = _pair_records(roots, flag)
+        pairs = _pair_records(roots, flag, ship)
         header = next(pairs, None)
         if header is None:
             return
@@ -376,7 +403,7 @@ def _run_worker(roots: tuple[str, str], flag: Any, out: int) -> None:
         os.close(out)
 
 
-def _pair_records(roots: tuple[str, str], flag: Any) -> Any:
+def _pair_records(roots: tuple[str, str], flag: Any, ship: Any = None) -> Any:
     """Yield the header (the metric columns), then a record per pair measured: (target file, bench file, target
     dtype, bench dtype, shape, hints, metric values, why cosine is missing or ''), in the target's order: msprobe's
     ``.pt`` payloads dump.json by dump.json, or nbprec's own ``.npy`` ones (:mod:`nbprec.compare.early_native`).
@@ -387,7 +414,7 @@ def _pair_records(roots: tuple[str, str], flag: Any) -> Any:
     if early_native.is_native(roots[0]) and early_native.is_native(roots[1]):
         pairs, kind = early_native.candidates(roots), "npy"
     else:
-        pairs, kind = early_msprobe.candidates(roots), "pt"
+        pairs, kind = early_msprobe.candidates(roots, ship), "pt"
     columns = None
     later: list[tuple] = []  # pairs whose payloads were not all in the page cache: measured after the others
     for (t_file, b_file, t_dtype, b_dtype, shape, hints), wait in _cached_first(pairs, later):

@@ -5,17 +5,25 @@ the tensors both record under the same payload name, of one shape, are candidate
 payloads read with :func:`nbprec.formats._ptzip.small_tensor` (small plain ``.pt`` archives). The worker steps
 aside for a layout it does not know, sides whose ``step*/rank*`` folders differ, a ``dump.json`` over
 :data:`_SCAN_LIMIT`, or payloads that lie outside the run's folder.
+
+The worker sends each scan to the command's process (:class:`Shipper`, :class:`ShippedScans`), whose reader then
+takes it rather than scan the same file again (:mod:`nbprec.formats._prescan`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from mmap import mmap
+
     from nbprec.compare.early import Candidate
 
+#: The scanner's slot names (``nbprec.formats.msprobe_columns.SLOTS``, which imports numpy; a test holds the two
+#: to each other): a scan the worker sends is the one the reader would make.
+SLOTS = tuple(str(i) for i in range(256))
 #: A dump.json larger than this is not scanned by the worker: the scan alone would outlast its window.
 _SCAN_LIMIT = 8 << 20
 #: msprobe's payload folder beside its dump.json (``nbprec.formats.msprobe_folder.TENSOR_DIR``, which imports
@@ -23,12 +31,13 @@ _SCAN_LIMIT = 8 << 20
 _TENSOR_DIR = "dump_tensor_data"
 
 
-def candidates(roots: tuple[str, str]) -> Iterator[Candidate]:
+def candidates(roots: tuple[str, str], ship: Callable[[tuple, tuple], None] | None = None) -> Iterator[Candidate]:
     """``(target file, bench file, target dtype, bench dtype, shape, hints)`` of each pair the worker may measure,
     dump.json by dump.json in the target's order: the tensors both sides record under the same payload name, of
-    one shape, the hints being both sides' recorded (min, max)."""
+    one shape, the hints being both sides' recorded (min, max). Each dump.json scanned goes to ``ship`` with its
+    identity (:func:`nbprec.formats._prescan.identity`), for the reader of the command's process."""
     for t_json, b_json in _paired_dump_jsons(*roots):
-        sides = _tensors(t_json), _tensors(b_json)
+        sides = _tensors(t_json, ship), _tensors(b_json, ship)
         if sides[0] is None or sides[1] is None:
             continue
         (t_dir, target), (b_dir, bench) = sides
@@ -40,10 +49,14 @@ def candidates(roots: tuple[str, str]) -> Iterator[Candidate]:
             yield os.path.join(t_dir, name), os.path.join(b_dir, name), t_dtype, b_dtype, shape, (*t_hints, *b_hints)
 
 
-def _tensors(dump_json: str) -> tuple[str, dict[str, tuple[str, tuple[int, ...], tuple[float, float]]]] | None:
+def _tensors(
+    dump_json: str, ship: Callable[[tuple, tuple], None] | None = None
+) -> tuple[str, dict[str, tuple[str, tuple[int, ...], tuple[float, float]]]] | None:
     """``(payload folder, payload name -> (dtype, shape, (min, max)))`` of an msprobe ``dump.json``, or None (not
-    the usual layout, over :data:`_SCAN_LIMIT`, or payloads that lie outside the run's folder)."""
+    the usual layout, over :data:`_SCAN_LIMIT`, or payloads that lie outside the run's folder). The scan goes to
+    ``ship`` with the file's identity as it was before it was read (a change made meanwhile changes it)."""
     from nbprec.formats._files import read_regular
+    from nbprec.formats._prescan import identity
 
     try:
         from nbprec.formats._msprobescan import scan
@@ -58,12 +71,15 @@ def _tensors(dump_json: str) -> tuple[str, dict[str, tuple[str, tuple[int, ...],
     if not os.path.realpath(payloads).startswith(os.path.join(os.path.realpath(run), "")):
         return None  # the payloads lie elsewhere (a link out of the dump): left to the reader's checks
     try:
+        before = identity(os.stat(dump_json))
         text = read_regular(dump_json, limit=_SCAN_LIMIT, what="dump.json")
     except Exception:
         return None
-    scanned = scan(text, tuple(str(i) for i in range(256)))
+    scanned = scan(text, SLOTS)
     if scanned is None:
         return None
+    if ship is not None:
+        ship(before, scanned)
     data_names, dtypes, shapes, stats = scanned[7], scanned[8], scanned[9], memoryview(scanned[11]).cast("d")
     tensors = {}
     for i, name in enumerate(data_names):
@@ -129,4 +145,67 @@ def _numbered(name: str, prefix: str) -> bool:
     return name.startswith(prefix) and (name[len(prefix) :].isdigit() or name == prefix)
 
 
-__all__ = ["candidates"]
+# -- the scans the worker sends (nbprec.formats._prescan) --------------------------------------------------------
+
+
+def scan_file() -> int | None:
+    """A file in memory, shared with the worker, that it writes its scans of dump.json files to (Linux's
+    ``memfd_create``), or None where there is none."""
+    try:
+        return os.memfd_create("nbprec-early-scans", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return None
+
+
+class Shipper:
+    """In the worker: sends each dump.json scan (:mod:`nbprec.formats._prescan`) to the command's process, through
+    the shared file: the record (its length, then the file's identity and the scan, marshalled) is written whole
+    before the count in ``flag`` says it is there."""
+
+    def __init__(self, fd: int, flag: mmap) -> None:
+        self.fd, self.flag, self.sent = fd, flag, 0
+
+    def __call__(self, identity: tuple, scanned: tuple) -> None:
+        import marshal
+
+        try:
+            data = marshal.dumps((identity, scanned))
+        except ValueError:  # (not the scanner's plain values: never expected)
+            return
+        view = memoryview(len(data).to_bytes(8, "little") + data)
+        self.sent += len(view)
+        while view:
+            view = view[os.write(self.fd, view) :]
+        self.flag[8:16] = self.sent.to_bytes(8, "little")
+
+
+class ShippedScans:
+    """In the command's process: the scans the worker sent, by file identity, read from the shared file as the
+    reader asks for one (the :mod:`nbprec.formats._prescan` source while the worker runs)."""
+
+    def __init__(self, fd: int, flag: mmap) -> None:
+        self.fd, self.flag, self.read = fd, flag, 0
+        self.scans: dict[tuple, object] = {}
+
+    def __call__(self, identity: tuple) -> object:
+        import marshal
+
+        try:
+            sent = int.from_bytes(self.flag[8:16], "little")
+            if sent > self.read:
+                data = os.pread(self.fd, sent - self.read, self.read)
+                start = 0
+                while len(data) - start >= 8:
+                    size = int.from_bytes(data[start : start + 8], "little")
+                    if len(data) - start - 8 < size:
+                        break
+                    key, scanned = marshal.loads(data[start + 8 : start + 8 + size])
+                    self.scans[tuple(key)] = scanned
+                    start += 8 + size
+                self.read += start
+        except (OSError, ValueError, EOFError, TypeError):  # (the worker's own records: never expected)
+            return None
+        return self.scans.get(identity)
+
+
+__all__ = ["ShippedScans", "Shipper", "candidates", "scan_file"]

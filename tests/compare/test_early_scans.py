@@ -1,0 +1,144 @@
+"""The early worker's dump.json scans, sent to the command's process (``nbprec.compare.early_msprobe.Shipper``,
+``ShippedScans``) and taken by the msprobe reader (``nbprec.formats._prescan``): the reader scans only the files
+the worker did not scan as they are now, and the comparison is the one without the worker.
+
+Each run happens in a fresh interpreter, as the command runs: the worker is forked before numpy is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import marshal
+import mmap
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from early_support import needs_two_cores
+
+from nbprec.compare import early_msprobe
+from nbprec.formats import _prescan
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
+PAIRS = {
+    "tensor": (FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix"),
+    "statistics": (FIXTURES / "bf16_statistics_mix", FIXTURES / "fp32_statistics_mix"),
+}
+
+# A comparison in a fresh interpreter, the worker started first or not (argv[3]: "early" or "plain"); argv[4], when
+# not empty, is a dump.json changed after the worker's window (a recorded Max raised by 1). It prints the table
+# (every column, as text), the problems, and the files the reader scanned itself.
+_RUN = """
+import json, sys, time
+from nbprec.compare import early
+target, bench, how, changed = sys.argv[1:5]
+if how == "early":
+    early.start(target, bench)
+    time.sleep(1.0)
+if changed:  # the first recorded Max raised by 1 (the others kept)
+    with open(changed, encoding="utf-8") as fh:
+        dump = json.load(fh)
+    entry = next(a for op in dump["data"].values() for a in op.get("input_args", []) if "Max" in a)
+    entry["Max"] += 1.0
+    with open(changed, "w", encoding="utf-8") as fh:
+        json.dump(dump, fh, indent=1)
+import nbprec
+import importlib
+scan = importlib.import_module("nbprec.formats.msprobe_scan")
+scanned_here = []
+real = scan._scan
+def counting(text, slots):
+    scanned_here.append(len(text))
+    return real(text, slots)
+scan._scan = counting
+comp = nbprec.compare(target, bench)
+early.discard()
+table = comp.columns
+print(json.dumps({
+    "columns": {name: [repr(v) for v in table[name].tolist()] for name in table},
+    "problems": comp.meta["problems"],
+    "scanned_here": scanned_here,
+}))
+"""
+
+
+def _compare(target: Path, bench: Path, how: str, changed: Path | None = None) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN, str(target), str(bench), how, str(changed or "")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NBPREC_EARLY": "on"},
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@needs_two_cores
+@pytest.mark.parametrize("task", sorted(PAIRS))
+def test_the_reader_takes_the_workers_scans(task):
+    target, bench = PAIRS[task]
+    plain = _compare(target, bench, "plain")
+    early = _compare(target, bench, "early")
+    files = [*target.rglob("dump.json"), *bench.rglob("dump.json")]
+    assert sorted(plain["scanned_here"]) == sorted(f.stat().st_size for f in files)  # (the reader scans each)
+    assert early["scanned_here"] == []  # both came from the worker
+    assert early["columns"] == plain["columns"]
+    assert early["problems"] == plain["problems"]
+
+
+@needs_two_cores
+def test_a_dump_json_changed_after_the_workers_scan_is_read_again(tmp_path):
+    target, bench = (shutil.copytree(side, tmp_path / side.name) for side in PAIRS["statistics"])
+    changed = sorted(target.rglob("dump.json"))[0]
+    before = _compare(target, bench, "plain")
+    early = _compare(target, bench, "early", changed=changed)
+    assert early["scanned_here"] == [changed.stat().st_size]  # the changed file alone, scanned again
+    plain = _compare(target, bench, "plain")  # (the file as it is now)
+    assert plain["columns"] != before["columns"]  # (the change shows in the comparison)
+    assert early["columns"] == plain["columns"]
+    assert early["problems"] == plain["problems"]
+
+
+def test_the_workers_slots_are_the_readers():
+    from nbprec.formats.msprobe_columns import SLOTS
+
+    assert early_msprobe.SLOTS == SLOTS
+
+
+def test_only_whole_records_are_taken(tmp_path):
+    """The reader's side takes the records the count says are there, each whole; a record cut short waits for
+    the rest, and with nothing registered nothing is taken."""
+    fd = os.memfd_create("test-scans")
+    flag = mmap.mmap(-1, 16)
+    try:
+        ship = early_msprobe.Shipper(fd, flag)
+        shipped = early_msprobe.ShippedScans(fd, flag)
+        ship((1, 2, 3, 4, 5), ("first",))
+        ship((6, 7, 8, 9, 10), ("second",))
+        assert shipped((6, 7, 8, 9, 10)) == ("second",)
+        assert shipped((1, 2, 3, 4, 5)) == ("first",)
+        assert shipped((0, 0, 0, 0, 0)) is None
+        data = marshal.dumps(((11, 12, 13, 14, 15), ("third",)))
+        os.write(fd, len(data).to_bytes(8, "little") + data[:-3])  # written in part ...
+        flag[8:16] = (ship.sent + 8 + len(data) - 3).to_bytes(8, "little")  # ... and counted so far
+        assert shipped((11, 12, 13, 14, 15)) is None
+        os.write(fd, data[-3:])
+        flag[8:16] = (ship.sent + 8 + len(data)).to_bytes(8, "little")
+        assert shipped((11, 12, 13, 14, 15)) == ("third",)
+    finally:
+        os.close(fd)
+    file = tmp_path / "dump.json"
+    file.write_text("{}", encoding="utf-8")
+    assert _prescan.take(file) is None  # (no source)
+    seen = []
+    _prescan.provide(lambda identity: seen.append(identity) or ("scan",))
+    try:
+        assert _prescan.take(file) == ("scan",)
+        assert seen == [_prescan.identity(file.stat())]
+        assert _prescan.take(tmp_path) is None  # not a regular file: not asked
+        assert _prescan.take(tmp_path / "missing.json") is None
+    finally:
+        _prescan.provide(None)

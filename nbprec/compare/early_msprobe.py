@@ -181,7 +181,7 @@ class Shipper:
 
 class ShippedScans:
     """In the command's process: the scans the worker sent, by file identity, read from the shared file as the
-    reader asks for one (the :mod:`nbprec.formats._prescan` source while the worker runs)."""
+    reader asks for one (the :mod:`nbprec.formats._prescan` source while the worker runs); each is given once."""
 
     def __init__(self, fd: int, flag: mmap) -> None:
         self.fd, self.flag, self.read = fd, flag, 0
@@ -205,7 +205,7 @@ class ShippedScans:
                 self.read += start
         except (OSError, ValueError, EOFError, TypeError):  # (the worker's own records: never expected)
             return None
-        return self.scans.get(identity)
+        return self.scans.pop(identity, None)  # (taken once: a second reader of the file scans it itself)
 
 
 __all__ = ["ShippedScans", "Shipper", "candidates", "scan_file"]

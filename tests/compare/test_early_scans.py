@@ -102,6 +102,17 @@ def test_a_dump_json_changed_after_the_workers_scan_is_read_again(tmp_path):
     assert early["problems"] == plain["problems"]
 
 
+@needs_two_cores
+def test_a_dump_compared_with_itself_takes_each_scan_once():
+    """Both sides read the same files: one reader takes the worker's scan of each, the other scans it itself."""
+    target = PAIRS["statistics"][0]
+    plain = _compare(target, target, "plain")
+    early = _compare(target, target, "early")
+    assert sorted(early["scanned_here"]) == sorted(f.stat().st_size for f in target.rglob("dump.json"))
+    assert early["columns"] == plain["columns"]
+    assert early["problems"] == plain["problems"]
+
+
 def test_the_workers_slots_are_the_readers():
     from nbprec.formats.msprobe_columns import SLOTS
 
@@ -109,8 +120,8 @@ def test_the_workers_slots_are_the_readers():
 
 
 def test_only_whole_records_are_taken(tmp_path):
-    """The reader's side takes the records the count says are there, each whole; a record cut short waits for
-    the rest, and with nothing registered nothing is taken."""
+    """The reader's side takes the records the count says are there, each whole and once; a record cut short
+    waits for the rest, and with nothing registered nothing is taken."""
     fd = os.memfd_create("test-scans")
     flag = mmap.mmap(-1, 16)
     try:
@@ -119,6 +130,7 @@ def test_only_whole_records_are_taken(tmp_path):
         ship((1, 2, 3, 4, 5), ("first",))
         ship((6, 7, 8, 9, 10), ("second",))
         assert shipped((6, 7, 8, 9, 10)) == ("second",)
+        assert shipped((6, 7, 8, 9, 10)) is None  # (each is given once)
         assert shipped((1, 2, 3, 4, 5)) == ("first",)
         assert shipped((0, 0, 0, 0, 0)) is None
         data = marshal.dumps(((11, 12, 13, 14, 15), ("third",)))

@@ -191,7 +191,7 @@ class ShippedScans:
         import marshal
 
         try:
-            sent = int.from_bytes(self.flag[8:16], "little")
+            sent = min(int.from_bytes(self.flag[8:16], "little"), os.fstat(self.fd).st_size)  # (what is there)
             if sent > self.read:
                 data = os.pread(self.fd, sent - self.read, self.read)
                 start = 0

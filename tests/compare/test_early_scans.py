@@ -137,6 +137,8 @@ def test_only_whole_records_are_taken(tmp_path):
         os.write(fd, len(data).to_bytes(8, "little") + data[:-3])  # written in part ...
         flag[8:16] = (ship.sent + 8 + len(data) - 3).to_bytes(8, "little")  # ... and counted so far
         assert shipped((11, 12, 13, 14, 15)) is None
+        flag[8:16] = (1 << 60).to_bytes(8, "little")  # a count beyond the file: what is there is read
+        assert shipped((11, 12, 13, 14, 15)) is None
         os.write(fd, data[-3:])
         flag[8:16] = (ship.sent + 8 + len(data)).to_bytes(8, "little")
         assert shipped((11, 12, 13, 14, 15)) == ("third",)

@@ -11,15 +11,31 @@ from pathlib import Path
 
 import pytest
 
-# A comparison in a fresh interpreter, with the worker started first (argv[3] == "early") or not; it prints the
-# table (every column, as text), the problems, and how many pairs the worker measured.
+# A comparison in a fresh interpreter, with the worker started first (argv[3] == "early") or not; argv[5], when not
+# empty, is an msprobe dump.json changed after the worker's window (its first recorded Max raised by 1). It prints
+# the table (every column, as text), the problems, how many pairs the worker measured, and the sizes of the
+# dump.json files the reader scanned itself (those it did not take from the worker).
 _RUN = """
-import json, sys, time
+import importlib, json, sys, time
 from nbprec.compare import early
-target, bench, how, wait = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+target, bench, how, wait, changed = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
 if how == "early":
     early.start(target, bench)
     time.sleep(wait)  # (the worker's window: 0 stops it wherever it is)
+if changed:
+    with open(changed, encoding="utf-8") as fh:
+        dump = json.load(fh)
+    entry = next(a for op in dump["data"].values() for a in op.get("input_args", []) if "Max" in a)
+    entry["Max"] += 1.0
+    with open(changed, "w", encoding="utf-8") as fh:
+        json.dump(dump, fh, indent=1)
+scanner = importlib.import_module("nbprec.formats.msprobe_scan")
+scanned_here = []
+scan = scanner._scan
+def counting_scan(text, slots):
+    scanned_here.append(len(text))
+    return scan(text, slots)
+scanner._scan = counting_scan
 taken = []
 measured = early.measured
 def counting(jobs, t_dump, b_dump):
@@ -35,16 +51,16 @@ print(json.dumps({
     "columns": columns,
     "problems": comp.meta["problems"],
     "verdict": comp.verdict().text,
-    "numpy_before": "numpy" in sys.modules,
     "taken": taken,
+    "scanned_here": scanned_here,
 }))
 """
 
 
-def compare_fresh(target: Path, bench: Path, how: str, wait: float = 0.0) -> dict:
+def compare_fresh(target: Path, bench: Path, how: str, wait: float = 0.0, changed: Path | None = None) -> dict:
     env = {**os.environ, "NBPREC_EARLY": "on"}
     done = subprocess.run(
-        [sys.executable, "-c", _RUN, str(target), str(bench), how, str(wait)],
+        [sys.executable, "-c", _RUN, str(target), str(bench), how, str(wait), str(changed or "")],
         capture_output=True,
         text=True,
         env=env,

@@ -7,17 +7,14 @@ Each run happens in a fresh interpreter, as the command runs: the worker is fork
 
 from __future__ import annotations
 
-import json
 import marshal
 import mmap
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from early_support import needs_two_cores
+from early_support import assert_same, compare_fresh, needs_two_cores
 
 from nbprec.compare import early_msprobe
 from nbprec.formats import _prescan
@@ -28,89 +25,39 @@ PAIRS = {
     "statistics": (FIXTURES / "bf16_statistics_mix", FIXTURES / "fp32_statistics_mix"),
 }
 
-# A comparison in a fresh interpreter, the worker started first or not (argv[3]: "early" or "plain"); argv[4], when
-# not empty, is a dump.json changed after the worker's window (a recorded Max raised by 1). It prints the table
-# (every column, as text), the problems, and the files the reader scanned itself.
-_RUN = """
-import json, sys, time
-from nbprec.compare import early
-target, bench, how, changed = sys.argv[1:5]
-if how == "early":
-    early.start(target, bench)
-    time.sleep(1.0)
-if changed:  # the first recorded Max raised by 1 (the others kept)
-    with open(changed, encoding="utf-8") as fh:
-        dump = json.load(fh)
-    entry = next(a for op in dump["data"].values() for a in op.get("input_args", []) if "Max" in a)
-    entry["Max"] += 1.0
-    with open(changed, "w", encoding="utf-8") as fh:
-        json.dump(dump, fh, indent=1)
-import nbprec
-import importlib
-scan = importlib.import_module("nbprec.formats.msprobe_scan")
-scanned_here = []
-real = scan._scan
-def counting(text, slots):
-    scanned_here.append(len(text))
-    return real(text, slots)
-scan._scan = counting
-comp = nbprec.compare(target, bench)
-early.discard()
-table = comp.columns
-print(json.dumps({
-    "columns": {name: [repr(v) for v in table[name].tolist()] for name in table},
-    "problems": comp.meta["problems"],
-    "scanned_here": scanned_here,
-}))
-"""
-
-
-def _compare(target: Path, bench: Path, how: str, changed: Path | None = None) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN, str(target), str(bench), how, str(changed or "")],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "NBPREC_EARLY": "on"},
-        check=True,
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
 
 @needs_two_cores
 @pytest.mark.parametrize("task", sorted(PAIRS))
 def test_the_reader_takes_the_workers_scans(task):
     target, bench = PAIRS[task]
-    plain = _compare(target, bench, "plain")
-    early = _compare(target, bench, "early")
+    plain = compare_fresh(target, bench, "plain")
+    early = compare_fresh(target, bench, "early", wait=1.0)
     files = [*target.rglob("dump.json"), *bench.rglob("dump.json")]
     assert sorted(plain["scanned_here"]) == sorted(f.stat().st_size for f in files)  # (the reader scans each)
     assert early["scanned_here"] == []  # both came from the worker
-    assert early["columns"] == plain["columns"]
-    assert early["problems"] == plain["problems"]
+    assert_same(plain, early)
 
 
 @needs_two_cores
 def test_a_dump_json_changed_after_the_workers_scan_is_read_again(tmp_path):
     target, bench = (shutil.copytree(side, tmp_path / side.name) for side in PAIRS["statistics"])
     changed = sorted(target.rglob("dump.json"))[0]
-    before = _compare(target, bench, "plain")
-    early = _compare(target, bench, "early", changed=changed)
+    before = compare_fresh(target, bench, "plain")
+    early = compare_fresh(target, bench, "early", wait=1.0, changed=changed)
     assert early["scanned_here"] == [changed.stat().st_size]  # the changed file alone, scanned again
-    plain = _compare(target, bench, "plain")  # (the file as it is now)
+    plain = compare_fresh(target, bench, "plain")  # (the file as it is now)
     assert plain["columns"] != before["columns"]  # (the change shows in the comparison)
-    assert early["columns"] == plain["columns"]
-    assert early["problems"] == plain["problems"]
+    assert_same(plain, early)
 
 
 @needs_two_cores
 def test_a_dump_compared_with_itself_takes_each_scan_once():
     """Both sides read the same files: one reader takes the worker's scan of each, the other scans it itself."""
     target = PAIRS["statistics"][0]
-    plain = _compare(target, target, "plain")
-    early = _compare(target, target, "early")
+    plain = compare_fresh(target, target, "plain")
+    early = compare_fresh(target, target, "early", wait=1.0)
     assert sorted(early["scanned_here"]) == sorted(f.stat().st_size for f in target.rglob("dump.json"))
-    assert early["columns"] == plain["columns"]
-    assert early["problems"] == plain["problems"]
+    assert_same(plain, early)
 
 
 def test_the_workers_slots_are_the_readers():

@@ -40,10 +40,14 @@ nbprec's modules are byte-compiled first, as a regular install compiles them and
 what importing numpy, ml_dtypes and ``nbprec.cli`` costs a fresh interpreter (``timing.import_costs``): most of a
 short command's time is its start-up, and a dependency's release can move it.
 
+Instead of making its own msprobe pair, part (b) times one given: ``--msprobe-dumps DIR`` (made by
+``bench/msprobe_dump.py --out DIR``) or ``--msprobe-pair TARGET BENCH`` (any msprobe dumps with one ``dump.json`` a
+side, in any layout msprobe writes: ``step0/rank0/``, or ``step0/proc{pid}/`` for a run without a rank).
+
 Usage::
 
     .venv/bin/python bench/compare.py [--size-gb 2] [--tensors 10000] [--skip-msprobe] [--skip-synthetic]
-        [--msprobe-hidden 1024] [--runs 5]
+        [--msprobe-hidden 1024] [--runs 5] [--msprobe-dumps DIR | --msprobe-pair TARGET BENCH]
 """
 
 from __future__ import annotations
@@ -393,6 +397,17 @@ def ensure_msprobe_venv() -> Path:
     return python
 
 
+def only_dump_json(path: Path) -> Path:
+    """The one ``dump.json`` of an msprobe dump at ``path`` (the file itself, or a rank, ``proc{pid}``, step or run
+    folder holding one): ``msprobe compare -tp -gp`` takes one file a side. Exits with a message otherwise."""
+    if path.is_file():
+        return path
+    found = sorted(path.rglob("dump.json"))
+    if len(found) != 1:
+        sys.exit(f"bench/compare.py: {path}: expected one msprobe dump.json under it, found {len(found)}")
+    return found[0]
+
+
 def dump_bytes(folder: Path) -> int:
     """Bytes of the tensor payload files under a msprobe dump folder."""
     return sum(f.stat().st_size for f in folder.rglob("*.pt"))
@@ -432,23 +447,27 @@ def msprobe_one_size(args: argparse.Namespace, python: Path, tmp: Path, hidden: 
     """Part (b) at one hidden size: msprobe writes both dumps; msprobe, nbprec and a plain read, interleaved."""
     import pandas as pd
 
-    root = Path(args.msprobe_dumps) if args.msprobe_dumps else tmp / f"msprobe_h{hidden}"
+    given = args.msprobe_dumps or args.msprobe_pair
     start = time.perf_counter()
-    if not args.msprobe_dumps:
-        cmd = [str(python), str(HERE / "msprobe_dump.py"), "--out", str(root), "--layers", str(args.msprobe_layers)]
-        cmd += ["--hidden", str(hidden)]
-        subprocess.run(cmd, check=True, capture_output=not args.verbose)
-    target = root / "bf16" / "step0"
-    bench = root / "fp32" / "step0"
-    t_json, b_json = target / "rank0" / "dump.json", bench / "rank0" / "dump.json"
-    mb = (dump_bytes(target) + dump_bytes(bench)) / MB
-    files = dump_files(target, bench)
+    if args.msprobe_pair:  # any pair a user has: nbprec gets the paths as given, msprobe their dump.json files
+        target, bench = (Path(p) for p in args.msprobe_pair)
+        label = f"the pair {target} / {bench}"
+    else:  # bench/msprobe_dump.py's layout: ROOT/{bf16,fp32}/step0/rank0/
+        root = Path(args.msprobe_dumps) if args.msprobe_dumps else tmp / f"msprobe_h{hidden}"
+        if not args.msprobe_dumps:
+            cmd = [str(python), str(HERE / "msprobe_dump.py"), "--out", str(root)]
+            cmd += ["--layers", str(args.msprobe_layers), "--hidden", str(hidden)]
+            subprocess.run(cmd, check=True, capture_output=not args.verbose)
+        target, bench = root / "bf16" / "step0", root / "fp32" / "step0"
+        label = f"hidden {hidden}" if not args.msprobe_dumps else f"the pair in {root}"  # (given: size unknown)
+    t_json, b_json = only_dump_json(target), only_dump_json(bench)
+    mb = (dump_bytes(t_json.parent) + dump_bytes(b_json.parent)) / MB
+    files = dump_files(t_json.parent, b_json.parent)
     files_mb = sum(f.stat().st_size for f in files) / MB
     recorded = json.loads(t_json.read_text())
     n_api = len(recorded["data"])
     kind = f"level {recorded.get('level', '?')}, task {recorded.get('task', '?')}"
-    label = f"hidden {hidden}" if not args.msprobe_dumps else f"the pair in {root}"  # (given: its size unknown)
-    made = f"in {time.perf_counter() - start:.1f} s" if not args.msprobe_dumps else "(given)"
+    made = f"in {time.perf_counter() - start:.1f} s" if not given else "(given)"
     print(
         f"-- {label}: msprobe dumped {n_api} entries per run ({kind}), {mb:.0f} MB of .pt payloads "
         f"over both runs ({files_mb:.0f} MB of files) {made}",
@@ -521,7 +540,7 @@ def part_msprobe(args: argparse.Namespace, tmp: Path) -> dict:
     print("== (b) msprobe dumps written by msprobe (mindstudio-probe) ==", flush=True)
     python = ensure_msprobe_venv()
     sizes = [int(h) for h in str(args.msprobe_hidden).split(",") if h.strip()]
-    sizes = sizes[:1] if args.msprobe_dumps else sizes
+    sizes = sizes[:1] if args.msprobe_dumps or args.msprobe_pair else sizes
     return {"b": [msprobe_one_size(args, python, tmp, hidden) for hidden in sizes]}
 
 
@@ -632,6 +651,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs of every side (at least 5)")
     parser.add_argument(
         "--msprobe-dumps", metavar="DIR", help="an msprobe pair made by bench/msprobe_dump.py --out DIR (not re-made)"
+    )
+    parser.add_argument(
+        "--msprobe-pair",
+        nargs=2,
+        metavar=("TARGET", "BENCH"),
+        help="any msprobe pair (each a dump.json, or a rank, proc*, step or run folder holding one): nbprec compares "
+        "the paths as given, msprobe their dump.json files",
     )
     parser.add_argument("--skip-msprobe", action="store_true", help="skip part (b)")
     parser.add_argument("--skip-synthetic", action="store_true", help="skip part (a)")

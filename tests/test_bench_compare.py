@@ -55,3 +55,19 @@ def test_the_agreement_check_sees_a_disagreement(bench_compare):
     ms, table = _tables("bf16_statistics_mix", "fp32_statistics_mix", "msprobe_compare_statistics_bf16_vs_fp32")
     table = table.assign(max_diff=table["max_diff"] + 0.5)
     assert bench_compare.agreement(ms, table)["diff_median"] == pytest.approx(0.5)
+
+
+def test_a_given_pairs_dump_json_is_found_in_any_layout_msprobe_writes(bench_compare, tmp_path):
+    """``--msprobe-pair`` takes a user's pair as it lies (``msprobe compare -tp -gp`` wants each side's dump.json):
+    the run, step, rank or ``proc{pid}`` folder, or the file; anything but one dump.json is refused, saying why."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "fp32_md5_L1/step0/rank0", run / "step0/proc812")
+    found = run / "step0/proc812/dump.json"
+    for given in (run, run / "step0", run / "step0/proc812", found):
+        assert bench_compare.only_dump_json(given) == found
+    shutil.copytree(FIXTURES / "fp32_md5_L1/step0/rank0", run / "step1/proc812")
+    with pytest.raises(SystemExit, match=r"expected one msprobe dump\.json under it, found 2"):
+        bench_compare.only_dump_json(run)
+    assert bench_compare.only_dump_json(run / "step1") == run / "step1/proc812/dump.json"

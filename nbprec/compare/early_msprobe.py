@@ -1,6 +1,7 @@
 """The early worker's pairs of msprobe dumps (see :mod:`nbprec.compare.early`, which measures them).
 
-Each side's ``dump.json`` files (those of the same ``step*/rank*`` folders in pairs) are read with the C scanner;
+Each side's ``dump.json`` files (those of the same ``step*/rank*`` folders in pairs; msprobe's ``proc{pid}`` folders
+taken as the reader takes them, ranked in process-id order) are read with the C scanner;
 the tensors both record under the same payload name, of one shape, are candidates, in the target's order, their
 payloads read with :func:`nbprec.formats._ptzip.small_tensor` (small plain ``.pt`` archives). The worker steps
 aside for a layout it does not know, sides whose ``step*/rank*`` folders differ, a ``dump.json`` over
@@ -64,9 +65,10 @@ def _tensors(
         return None
     folder = os.path.dirname(dump_json)
     run = folder
-    for prefix in ("rank", "step"):
-        if _numbered(os.path.basename(run), prefix):
-            run = os.path.dirname(run)
+    if _is_rank_folder(os.path.basename(run)):
+        run = os.path.dirname(run)
+    if _numbered(os.path.basename(run), "step"):
+        run = os.path.dirname(run)
     payloads = os.path.join(folder, _TENSOR_DIR)
     if not os.path.realpath(payloads).startswith(os.path.join(os.path.realpath(run), "")):
         return None  # the payloads lie elsewhere (a link out of the dump): left to the reader's checks
@@ -102,16 +104,18 @@ def _paired_dump_jsons(target: str, bench: str) -> list[tuple[str, str]]:
 
 def _dump_jsons(root: str) -> dict[str, str]:
     """Folder under ``root`` ('' for ``root`` itself) -> its ``dump.json``: ``root`` (a dump.json, or a folder
-    holding one), else its ``rank*/`` folders, else its ``step*/rank*/`` folders, as the msprobe reader looks."""
+    holding one), else its rank folders, else its ``step*/`` folders' rank folders, as the msprobe reader looks
+    (rank folders as :func:`_rank_dirs` names them)."""
     if os.path.isfile(root):
         return {"": root} if root.endswith(".json") else {}
     here = os.path.join(root, "dump.json")
     if os.path.isfile(here):
         return {"": here}
-    for depth in (1, 2):
+    for steps in ([("", root)], _step_dirs(root)):
         found = {
-            os.path.relpath(folder, root): os.path.join(folder, "dump.json")
-            for folder in _numbered_dirs(root, depth)
+            os.path.join(step, rank): os.path.join(folder, "dump.json")
+            for step, step_dir in steps
+            for rank, folder in _rank_dirs(step_dir)
             if os.path.isfile(os.path.join(folder, "dump.json"))
         }
         if found:
@@ -119,17 +123,26 @@ def _dump_jsons(root: str) -> dict[str, str]:
     return {}
 
 
-def _numbered_dirs(root: str, depth: int) -> list[str]:
-    """``rank*/`` folders of ``root`` (depth 1), or of its ``step*/`` folders (depth 2)."""
-    folders = [root]
-    for prefix in ("step", "rank")[2 - depth :]:
-        folders = [
-            os.path.join(f, name)
-            for f in folders
-            for name in _listdir(f)
-            if _numbered(name, prefix) and os.path.isdir(os.path.join(f, name))
-        ]
-    return folders
+def _step_dirs(root: str) -> list[tuple[str, str]]:
+    """(name, path) of the ``step*/`` folders of ``root``."""
+    names = _listdir(root)
+    return [(name, os.path.join(root, name)) for name in names if _numbered(name, "step") and _is_dir(root, name)]
+
+
+def _rank_dirs(folder: str) -> list[tuple[str, str]]:
+    """(key, path) of the rank folders of ``folder``, as the reader takes them
+    (``nbprec.formats._layout.rank_folders``): its ``rank*/`` folders, keyed by their names; where it has none, its
+    ``proc{pid}/`` ones, keyed ``rank0``, ``rank1`` ... in process-id order (the two runs' processes had other ids)."""
+    names = _listdir(folder)
+    ranks = [(name, os.path.join(folder, name)) for name in names if _numbered(name, "rank") and _is_dir(folder, name)]
+    if ranks:
+        return ranks
+    procs = sorted((int(name[4:]), name) for name in names if _is_proc(name) and _is_dir(folder, name))
+    return [(f"rank{rank}", os.path.join(folder, name)) for rank, (_pid, name) in enumerate(procs)]
+
+
+def _is_dir(folder: str, name: str) -> bool:
+    return os.path.isdir(os.path.join(folder, name))
 
 
 def _listdir(folder: str) -> list[str]:
@@ -143,6 +156,16 @@ def _numbered(name: str, prefix: str) -> bool:
     """Whether ``name`` is ``prefix`` and digits (``rank0``, ``step12``, ``rank``): the readers' ``STEP_RE`` and
     ``RANK_RE`` (``nbprec.formats._layout``, which imports numpy), without ``re``; a test holds them to each other."""
     return name.startswith(prefix) and (name[len(prefix) :].isdigit() or name == prefix)
+
+
+def _is_proc(name: str) -> bool:
+    """Whether ``name`` is msprobe's folder of a process that knows no rank (``proc`` and its id: the readers'
+    ``PROC_RE``)."""
+    return name.startswith("proc") and name[4:].isdigit()
+
+
+def _is_rank_folder(name: str) -> bool:
+    return _numbered(name, "rank") or _is_proc(name)
 
 
 # -- the scans the worker sends (nbprec.formats._prescan) --------------------------------------------------------

@@ -1,6 +1,8 @@
 """Finding dump files in ``step{N}/rank{M}/`` folder layouts, and reading JSON files leniently.
 
-Shared by the readers of PyTorch dump tools (msprobe writes ``<run>/step{N}/rank{M}/dump.json``).
+Shared by the readers of PyTorch dump tools (msprobe writes ``<run>/step{N}/rank{M}/dump.json``, and
+``<run>/step{N}/proc{pid}/dump.json`` for a process whose rank it does not know: a run on one device without
+``torch.distributed``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from nbprec.formats._jsonstream import JsonObjectStream
 
 STEP_RE = re.compile(r"^step(\d*)$")
 RANK_RE = re.compile(r"^rank(\d*)$")
+#: msprobe's folder for a process that knows no rank, named by its process id. A step holds one per process: read
+#: as its rank folders, ranked in process-id order (a single one is rank 0).
+PROC_RE = re.compile(r"^proc(\d+)$")
 
 
 class DumpSource(Record):
@@ -123,13 +128,42 @@ def child_folders(
     return sorted(kept, key=lambda item: (item[0], item[1].name))
 
 
+def is_rank_folder(name: str) -> bool:
+    """Whether ``name`` is a rank folder's: ``rank{M}`` (``rank``), or msprobe's ``proc{pid}``."""
+    return RANK_RE.match(name) is not None or PROC_RE.match(name) is not None
+
+
+def rank_folders(folder: Path, problems: list[Problem], read: dict[str, str] | None = None) -> list[tuple[int, Path]]:
+    """The rank folders of ``folder`` with their ranks (as :func:`child_folders` gives them): its ``rank{M}/``
+    folders; where it has none, its ``proc{pid}/`` ones, ranked 0, 1, ... in process-id order (a problem says so
+    when there are several: which rank each process had is not recorded). A ``proc{pid}/`` folder beside rank
+    folders is skipped, with a problem."""
+    ranks = child_folders(folder, RANK_RE, problems, read)
+    procs = child_folders(folder, PROC_RE, problems, None if ranks else read)
+    if ranks:
+        problems.extend(Problem(str(entry), "process folder beside rank folders; skipped") for _pid, entry in procs)
+        return ranks
+    if len(procs) > 1:
+        problems.append(
+            Problem(
+                str(folder),
+                f"{len(procs)} proc<pid> folders (msprobe names a process's folder by its id when it knows no rank): "
+                f"read as ranks 0-{len(procs) - 1} in process-id order",
+            )
+        )
+    return [(rank, entry) for rank, (_pid, entry) in enumerate(procs)]
+
+
 def find_dump_files(path: Path, problems: list[Problem]) -> list[DumpSource]:
-    """Every ``dump.json`` under ``path`` (a run, step or rank folder, or the file itself), with its step and rank.
+    """Every ``dump.json`` under ``path`` (a run, step or rank folder, or the file itself), with its step and rank
+    (rank folders as :func:`rank_folders` takes them).
 
     Step and rank folders that are symbolic links to folders read already are skipped (a problem says so).
     """
     if not is_dir(path):
         rank = folder_number(path.parent.name, RANK_RE)
+        if rank is None and PROC_RE.match(path.parent.name):
+            rank = 0  # (a process's folder opened on its own: the step's only one, as msprobe writes them)
         step = folder_number(path.parent.parent.name, STEP_RE) if rank is not None else None
         return [DumpSource(path, -1 if step is None else step, -1 if rank is None else rank)]
     if (path / "dump.json").is_file():
@@ -137,13 +171,13 @@ def find_dump_files(path: Path, problems: list[Problem]) -> list[DumpSource]:
     sources = []
     read: dict[str, str] = {}
     own_step = folder_number(path.name, STEP_RE)
-    for rank, rank_dir in child_folders(path, RANK_RE, problems, read):
+    for rank, rank_dir in rank_folders(path, problems, read):
         if (rank_dir / "dump.json").is_file():
             sources.append(DumpSource(rank_dir / "dump.json", -1 if own_step is None else own_step, rank))
     if sources:
         return sources
     for step, step_dir in child_folders(path, STEP_RE, problems, read):
-        for rank, rank_dir in child_folders(step_dir, RANK_RE, problems, read):
+        for rank, rank_dir in rank_folders(step_dir, problems, read):
             if (rank_dir / "dump.json").is_file():
                 sources.append(DumpSource(rank_dir / "dump.json", step, rank))
             elif os.path.lexists(rank_dir / "dump.json"):
@@ -166,7 +200,7 @@ def _why_unusable(path: Path) -> str:
 def run_name(path: Path) -> str:
     """The run's name: the folder above ``step*/rank*/`` when the layout shows it, else the folder's name."""
     folder = path if is_dir(path) else path.parent
-    if RANK_RE.match(folder.name):
+    if is_rank_folder(folder.name):
         folder = folder.parent
     if STEP_RE.match(folder.name):
         folder = folder.parent

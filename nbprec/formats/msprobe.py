@@ -50,7 +50,7 @@ from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats import _payload
 from nbprec.formats._files import ConfinedFiles, open_regular, real_folder
-from nbprec.formats._layout import RANK_RE, STEP_RE, find_dump_files, read_json_file, run_name
+from nbprec.formats._layout import STEP_RE, find_dump_files, is_rank_folder, read_json_file, run_name
 from nbprec.formats._payload import MAP_FROM
 from nbprec.formats._probe import find_first_file
 from nbprec.formats._pt import read_pt_open, read_small_pt
@@ -189,10 +189,10 @@ def load_pt_tensor(row: Mapping[str, Any]) -> np.ndarray:
 
 
 def dump_folder(path: Path) -> Path:
-    """The folder of the run an msprobe dump at ``path`` belongs to (above ``step*/rank*/``): payloads must
-    lie inside it."""
+    """The folder of the run an msprobe dump at ``path`` belongs to (above ``step*/rank*/`` or
+    ``step*/proc*/``): payloads must lie inside it."""
     folder = path if path.is_dir() else path.parent
-    if RANK_RE.match(folder.name):
+    if is_rank_folder(folder.name):
         folder = folder.parent
     if STEP_RE.match(folder.name):
         folder = folder.parent
@@ -212,7 +212,7 @@ class MsprobeDumpReader(DumpReader):
     """
 
     name = "msprobe"
-    description = "msprobe PyTorch dumps: step*/rank*/dump.json with .pt tensors"
+    description = "msprobe PyTorch dumps: step*/rank*/dump.json (or step*/proc*/) with .pt tensors"
 
     @classmethod
     def guess_can_open(cls, path: Path) -> bool:
@@ -220,7 +220,8 @@ class MsprobeDumpReader(DumpReader):
         try:
             if path.is_file():
                 return path.suffix == ".json" and _looks_like_dump_json(path)
-            for depth, folders in ((0, "*"), (1, "rank*"), (2, "[sr][ta]*")):  # ./, rank*/, step*/rank*/
+            # ./, rank*/ or proc*/, step*/rank*/ or step*/proc*/ (the patterns only narrow the search)
+            for depth, folders in ((0, "*"), (1, "[rp][ar]*"), (2, "[srp][tar]*")):
                 candidate = find_first_file(
                     path, lambda name: name == "dump.json", max_depth=depth, dir_pattern=folders
                 )
@@ -239,7 +240,8 @@ class MsprobeDumpReader(DumpReader):
         problems: list[Problem] = []
         sources = find_dump_files(path, problems)
         if not sources:
-            raise DumpFormatError(path, "no msprobe dump.json here, in rank*/ or in step*/rank*/")
+            where = "in rank*/ or proc*/, or in step*/rank*/ or step*/proc*/"
+            raise DumpFormatError(path, f"no msprobe dump.json here, {where}")
         roots = [real_folder(dump_folder(path))]
         frames: list[dict[str, Any]] = []
         hierarchy: dict[str, str | None] = {}

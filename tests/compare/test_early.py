@@ -258,10 +258,41 @@ def test_sides_of_several_dump_json_files_pair_them_by_folder(tmp_path):
         assert_same(compare_fresh(target, bench, "plain"), whole)
 
 
+def test_process_folders_pair_as_the_reader_ranks_them(tmp_path):
+    """msprobe's ``proc{pid}`` folders (a run that knows no rank; each run's processes have other ids): the worker
+    pairs them as the reader ranks them, in process-id order, and measures them with the reader's results."""
+
+    class Go:
+        def __getitem__(self, i):
+            return 0
+
+    runs = {}
+    for source, pids in ((BF16, (70, 1200)), (FP32, (9, 31))):  # (1200 sorts before 70 as text)
+        run = runs[source.name] = tmp_path / source.name
+        for step in ("step0", "step1"):
+            for pid in pids:
+                shutil.copytree(source / "step0" / "rank0", run / step / f"proc{pid}")
+    target, bench = runs[BF16.name], runs[FP32.name]
+    pairs = early_msprobe._paired_dump_jsons(str(target), str(bench))
+    assert [(Path(t).parent.relative_to(target), Path(b).parent.relative_to(bench)) for t, b in pairs] == [
+        (Path("step0/proc70"), Path("step0/proc9")),
+        (Path("step0/proc1200"), Path("step0/proc31")),
+        (Path("step1/proc70"), Path("step1/proc9")),
+        (Path("step1/proc1200"), Path("step1/proc31")),
+    ]
+    single = len(list(early._pair_records((str(BF16), str(FP32)), Go()))) - 1
+    assert len(list(early._pair_records((str(target / "step1"), str(bench / "step1")), Go()))) - 1 == 2 * single
+    if multicore():
+        whole = compare_fresh(target, bench, "early", wait=1.0)
+        ((taken, jobs),) = whole["taken"]
+        assert taken > 0.5 * jobs, whole["taken"]
+        assert_same(compare_fresh(target, bench, "plain"), whole)
+
+
 def test_the_workers_folder_names_are_the_readers():
     """The worker's own copies of the msprobe layout (kept out of modules that import numpy, pathlib or typing)
     agree with the readers'."""
-    from nbprec.formats._layout import RANK_RE, STEP_RE
+    from nbprec.formats._layout import PROC_RE, RANK_RE, STEP_RE
     from nbprec.formats.msprobe_folder import TENSOR_DIR
 
     assert early_msprobe._TENSOR_DIR == TENSOR_DIR
@@ -277,11 +308,19 @@ def test_the_workers_folder_names_are_the_readers():
         "step",
         "step3",
         "steps",
+        "proc",
+        "proc0",
+        "proc4321",
+        "proc\u0663",
+        "Proc1",
+        "proc1x",
         "",
     ]
     for prefix, pattern in (("rank", RANK_RE), ("step", STEP_RE)):
         for name in names:
             assert early_msprobe._numbered(name, prefix) == bool(pattern.match(name)), (prefix, name)
+    for name in names:
+        assert early_msprobe._is_proc(name) == bool(PROC_RE.match(name)), name
 
 
 def test_other_commands_do_not_load_the_worker():

@@ -241,6 +241,42 @@ def test_open_auto_detects_every_entry_point(sub):
     assert len(dump) == 279 and set(dump.index["run"]) == {"bf16_tensor_mix"}
 
 
+@pytest.mark.parametrize("sub", ["", "step0", "step0/proc4321", "step0/proc4321/dump.json"])
+def test_msprobes_process_folders_are_read_as_the_steps_rank(tmp_path, sub):
+    """msprobe names a process's folder ``proc{pid}`` when it knows no rank (one device, no torch.distributed):
+    every entry point reads it, as rank 0 of its step."""
+    shutil.copytree(FIXTURES / "bf16_tensor_mix/step0/rank0", tmp_path / "run/step0/proc4321")
+    path = tmp_path / "run" / sub
+    assert nbprec.guess_format(path) == "msprobe"
+    dump = nbprec.open(path)
+    assert len(dump) == 279 and set(dump.index["run"]) == {"run"}
+    assert dump.steps == [0] and dump.ranks == [0] and not dump.problem_list
+    assert (
+        dump.tensor("Functional.linear.0.forward.output.0").shape
+        == nbprec.open(FIXTURES / "bf16_tensor_mix").tensor("Functional.linear.0.forward.output.0").shape
+    )
+
+
+def test_several_process_folders_are_ranks_in_process_id_order_and_said_so(tmp_path):
+    for pid in (1000, 900):  # (1000 sorts first as text)
+        shutil.copytree(FIXTURES / "fp32_md5_L1/step0/rank0", tmp_path / "run/step0" / f"proc{pid}")
+    dump = nbprec.open(tmp_path / "run")
+    assert dump.ranks == [0, 1] and len(dump) == 2 * 142
+    assert [Path(f).parent.name for f in dump.meta["dump_files"]] == ["proc900", "proc1000"]
+    (problem,) = dump.problem_list
+    assert "2 proc<pid> folders" in problem.problem and "process-id order" in problem.problem
+    assert Path(problem.file) == tmp_path / "run/step0"
+
+
+def test_a_process_folder_beside_rank_folders_is_skipped_and_said_so(tmp_path):
+    shutil.copytree(FIXTURES / "fp32_md5_L1/step0/rank0", tmp_path / "run/step0/rank0")
+    shutil.copytree(FIXTURES / "fp32_md5_L1/step0/rank0", tmp_path / "run/step0/proc77")
+    dump = nbprec.open(tmp_path / "run")
+    assert dump.ranks == [0] and len(dump) == 142
+    (problem,) = dump.problem_list
+    assert Path(problem.file) == tmp_path / "run/step0/proc77" and "skipped" in problem.problem
+
+
 def test_run_option_names_the_run():
     dump = nbprec.open(FIXTURES / "fp32_md5_L1", format="msprobe", run="benchmark")
     assert set(dump.index["run"]) == {"benchmark"}

@@ -76,7 +76,7 @@ static double log_of_ratio(double a, double b)
     return ratio == 0 ? -INFINITY : NAN;
 }
 
-/* _sums._usable_hints */
+/* _sums.usable_hints */
 static int usable(const double *h)
 {
     return -INFINITY < h[0] && h[0] <= h[1] && h[1] < INFINITY && -INFINITY < h[2] && h[2] <= h[3] &&

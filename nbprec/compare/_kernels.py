@@ -33,7 +33,7 @@ from nbprec.compare._sums import (  # (the sums of a pair read whole: without nu
     FUSED,
     Sums,
     _pair_params,
-    _usable_hints,
+    usable_hints,
 )
 from nbprec.formats import _payload
 from nbprec.formats._payload import MappedPages
@@ -323,7 +323,7 @@ def fused_sums(fx: Flat, fy: Flat, eps_b: float, chunk: int, hints: tuple | None
     the sums and whether the hints held, that is equalled the extremes ignoring NaN (``None`` when they were
     not usable).
     """
-    if _usable_hints(hints):
+    if usable_hints(hints):
         acc = _fused_pass(fx, fy, _pair_params(hints, eps_b), chunk)
         held = (acc.min_x, acc.max_x, acc.min_y, acc.max_y) == tuple(hints)  # right, NaN aside
         found = acc.extremes()

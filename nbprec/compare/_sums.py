@@ -127,7 +127,7 @@ def _pair_params(extremes: tuple[float, float, float, float], eps_b: float) -> t
     )
 
 
-def _usable_hints(hints: tuple | None) -> bool:
+def usable_hints(hints: tuple | None) -> bool:
     """Finite ``(min_x, max_x, min_y, max_y)`` with each minimum at most its maximum."""
     if hints is None:
         return False
@@ -149,7 +149,7 @@ def direct_sums(
     the caller then takes :func:`fused_sums`, which finds the extremes first): one pass with the parameters the
     hints give, and a second with the extremes it found when the hints were not the pair's (whose KL offsets and
     floors they set); and whether they were."""
-    if not _usable_hints(hints):
+    if not usable_hints(hints):
         return None
     acc = _direct_pass(pair, _pair_params(hints, eps_b))
     held = (acc.min_x, acc.max_x, acc.min_y, acc.max_y) == tuple(hints)  # right, NaN aside

@@ -196,11 +196,19 @@ def _std(side: Flat, s: float, ss: float, n: int, chunk: int, shift: float = 0.0
 
 
 def _nonfinite_reason(fx: Flat, fy: Flat, chunk: int) -> tuple[str, int, int]:
-    """('target has 2 NaN, 1 inf; ...' for the sides holding non-finite values, and each side's count)."""
+    """('target has 2 NaN, 1 inf; ...' for the sides holding non-finite values, and each side's count): by the
+    compiled kernel's count of their bit patterns where it reads the side's dtype (a tenth of the time of numpy's
+    conversion, isnan and isinf on a float16 side, 2026-12-01), else with numpy on the values as float64."""
     parts_, counts = [], []
     for label, side in (("target", fx), ("benchmark", fy)):
         n_nan = n_inf = 0
-        if side.dtype.kind in "fc" or side.dtype.isbuiltin != 1:
+        if side.code is not None and FUSED is not None:
+            side.begin()
+            for start, stop in parts(side.size, chunk):
+                found = FUSED.nonfinite_counts(side.part(start, stop), side.code)
+                n_nan, n_inf = n_nan + found[0], n_inf + found[1]
+                side.done(stop)
+        elif side.dtype.kind in "fc" or side.dtype.isbuiltin != 1:
             buf = np.empty(min(side.size, chunk), dtype=np.float64)
             side.begin()
             for start, stop in parts(side.size, chunk):

@@ -18,6 +18,7 @@ import numpy as np
 from nbprec._optional import require
 from nbprec._record import Record
 from nbprec.columns import Columns
+from nbprec.compare._sums import usable_hints
 from nbprec.compare.workers import Job, Result
 from nbprec.dump import Dump
 from nbprec.dump_index import index_columns
@@ -84,8 +85,11 @@ class ExtremeHints:
     """Whether to hand the dumps' recorded minima and maxima to the kernel (``tensor_metrics(extremes=...)``),
     which then reads a pair once instead of twice. Formats whose statistics are exact (msprobe, nbprec's own)
     make them right; once they are wrong for more than a quarter of the pairs (a format that rounds them),
-    they are no longer given. Statistics that are not usable (NaN, inf) do not count either way. Local to
-    one :func:`compare` call (and to each worker: the results never depend on them, only the speed)."""
+    they are no longer given. Statistics that are not usable (NaN, inf) do not count either way, and are not
+    given: the kernel would not take them, and the small-pair path (:func:`nbprec.compare.small_pairs.small_pair`)
+    would read such a pair's payloads for nothing before its arrays are read (a float16 run that overflowed: every
+    pair downstream read twice). Local to one :func:`compare` call (and to each worker: the results never depend
+    on them, only the speed)."""
 
     def __init__(self) -> None:
         self.given = self.wrong = 0
@@ -93,7 +97,8 @@ class ExtremeHints:
     def extremes(self, t_row: Mapping[str, Any], b_row: Mapping[str, Any]) -> tuple[float, ...] | None:
         if self.wrong > 4 and 4 * self.wrong > self.given:
             return None
-        return (t_row["min"], t_row["max"], b_row["min"], b_row["max"])
+        found = (t_row["min"], t_row["max"], b_row["min"], b_row["max"])
+        return found if usable_hints(found) else None
 
     def record(self, held: bool | None) -> None:
         if held is not None:

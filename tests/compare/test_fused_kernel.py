@@ -579,3 +579,84 @@ def test_the_direct_path_of_the_usual_pair_gives_the_general_paths_bits(monkeypa
                 a, b = direct[column], general[column]
                 assert a == b or (math.isnan(a) and math.isnan(b)), (label, column, a, b)
     assert taken and original(*cases["bf16 vs fp32"]) is not None
+
+
+def _kl_sum_block_by_block(x: np.ndarray, y: np.ndarray, params: tuple) -> tuple[float, float]:
+    """sum kx log(kx / ky) as the kernel's C-library loop adds it (``kl_block_libm``): term by term in order, in
+    blocks of 512 whose sums are added in order, every operation a float64 one; and the sum of |terms|."""
+    off_x, floor_x, off_y, floor_y = params[:4]
+    total = scale = 0.0
+    with np.errstate(all="ignore"):
+        kx = np.maximum(np.asarray(x, np.float64) - off_x, floor_x)  # (NaN stays NaN, as in the kernel)
+        ky = np.maximum(np.asarray(y, np.float64) - off_y, floor_y)
+        for start in range(0, len(kx), 512):
+            block = 0.0
+            for a, b in zip(kx[start : start + 512].tolist(), ky[start : start + 512].tolist(), strict=True):
+                ratio = a / b if b != 0.0 else math.copysign(math.inf, a)
+                term = a * (float(np.log(np.float64(ratio))) if ratio == ratio else ratio)
+                block += term
+                scale += abs(term)
+            total += block
+    return total, scale
+
+
+@needs_fused
+@pytest.mark.parametrize("target", ["float16", "bfloat16", "float32", "float64"])
+def test_kl_of_sides_holding_nan_or_inf_is_the_c_librarys_sum(target):
+    """A side holding NaN or inf (a float16 overflow) makes some KL terms infinite or NaN: the kernel decides those
+    blocks without the C library's log of every term, and its sum is still the one that log gives (+inf, -inf or
+    NaN, and the finite sum where the odd terms are finite), on blocks holding either kind, both signs or both."""
+    from nbprec.compare._sums import _pair_params
+
+    rng = np.random.default_rng(5)
+    dtype = {"bfloat16": ml_dtypes.bfloat16}.get(target, np.dtype(target))
+    code = {"float64": 0, "float32": 1, "float16": 2, "bfloat16": 3}[target]
+    seen = set()
+    for trial in range(120):
+        n = int(rng.integers(1, 2500))
+        y = (rng.standard_normal(n) * 3).astype(np.float32)
+        x = (y + rng.standard_normal(n).astype(np.float32) * 0.01).astype(np.float32)
+        for side in (x, y):
+            if rng.random() < 0.7:
+                spots = rng.integers(0, n, size=int(rng.integers(1, 2 + n // int(rng.choice([1, 8, 200])))))
+                side[spots] = rng.choice([np.nan, np.inf, -np.inf], size=len(spots), p=[0.2, 0.5, 0.3])
+        xs, ys = x.astype(dtype), y
+        xd, yd = xs.astype(np.float64), ys.astype(np.float64)
+        extremes = []
+        for v in (xd, yd):  # (min, max) ignoring NaN, as the dumps record them
+            numbers = v[~np.isnan(v)]
+            extremes += [float(numbers.min()), float(numbers.max())] if numbers.size else [math.nan, math.nan]
+        with np.errstate(all="ignore"):
+            recorded = _pair_params(tuple(extremes), 1e-7)  # (a side holding inf has an infinite floor)
+        fixed = (0.0, 1e-7, 0.0, 1e-7, 0.0, 0.0, 1e-7, False)  # (finite floors: inf terms of both signs in a block)
+        for params in (recorded, fixed):
+            found = dict(zip(FUSED_SUMS, FUSED.pair_sums(xs, code, ys, 1, *params), strict=True))["kl_t"]
+            want, scale = _kl_sum_block_by_block(xd, yd, params)
+            if math.isfinite(want):  # (no odd term: the kernel's own logarithms, exact to a few ulp)
+                assert abs(found - want) <= 1e-12 * scale, (trial, params, found, want)
+            else:
+                assert found == want or (math.isnan(found) and math.isnan(want)), (trial, params, found, want)
+            seen.add("nan" if want != want else "+inf" if want == math.inf else "-inf" if want == -math.inf else "x")
+    assert {"nan", "+inf", "-inf", "x"} <= seen, seen  # (every outcome was met)
+
+
+@needs_fused
+@pytest.mark.parametrize("target", ["float16", "bfloat16", "float32", "float64"])
+def test_nonfinite_counts_are_numpys_isnan_and_isinf(target):
+    """The kernel's count of NaN and infinities by bit patterns: every float16 pattern, and random patterns of
+    the wider types (NaN of every payload and sign among them)."""
+    rng = np.random.default_rng(3)
+    width = {"float64": np.uint64, "float32": np.uint32, "float16": np.uint16, "bfloat16": np.uint16}[target]
+    if target == "float16":
+        bits = np.arange(1 << 16, dtype=np.uint16)
+    else:
+        bits = rng.integers(0, np.iinfo(width).max, size=70_000, dtype=width, endpoint=True)
+        exponent = {"float64": 0x7FF0000000000000, "float32": 0x7F800000, "bfloat16": 0x7F80}[target]
+        bits[::7] |= width(exponent)  # (many infinities and NaN)
+        bits[::11] &= width(exponent) | width(1 << (bits.itemsize * 8 - 1))  # (infinities of both signs)
+    values = bits.view({"bfloat16": ml_dtypes.bfloat16}.get(target, np.dtype(target)))
+    code = {"float64": 0, "float32": 1, "float16": 2, "bfloat16": 3}[target]
+    with np.errstate(invalid="ignore"):  # (signalling NaN patterns among them)
+        as_f64 = values.astype(np.float64)
+    assert FUSED.nonfinite_counts(values, code) == (int(np.isnan(as_f64).sum()), int(np.isinf(as_f64).sum()))
+    assert FUSED.nonfinite_counts(values[:0], code) == (0, 0)

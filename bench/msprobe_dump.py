@@ -14,12 +14,13 @@ is a singleton) under task ``tensor``, level ``L1``, one forward pass, so the du
 each tensor's Max, Min, Mean and Norm). Held-out kinds of pair: ``--target-dtype fp16`` runs the low-precision side
 in float16 (still written to ``bf16/``, the folder ``bench/compare.py`` reads), ``--level mix`` dumps module
 calls too, and ``--backward`` dumps a training step (forward and backward of a mean-square loss) instead of a
-forward pass.
+forward pass. ``--input-scale 30000`` scales the input so that a float16 run overflows: its tensors from the
+first op on hold inf and NaN, as a run that diverged does.
 
 Usage::
 
     bench/.venv-msprobe/bin/python bench/msprobe_dump.py --out DIR [--layers 8] [--hidden 1024] [--task statistics]
-        [--target-dtype fp16] [--level mix] [--backward]
+        [--target-dtype fp16] [--level mix] [--backward] [--input-scale 30000]
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def dump_one(args: argparse.Namespace) -> None:
     dtype = {"fp32": torch.float32, "bf16": low}[args.dtype]
     model = build_model(args.layers, args.hidden, args.heads, args.seed).to(dtype)
     gen = torch.Generator().manual_seed(args.seed + 1)
-    x = torch.randn(args.batch, args.seq, args.hidden, generator=gen).to(dtype)
+    x = (torch.randn(args.batch, args.seq, args.hidden, generator=gen) * args.input_scale).to(dtype)
     out = Path(args.out) / args.dtype
     out.mkdir(parents=True, exist_ok=True)
     config = {
@@ -129,6 +130,22 @@ def dump_one(args: argparse.Namespace) -> None:
         debugger.step()
 
 
+#: The options each run's process gets from the command line (``--backward`` besides, a flag).
+_PASSED_ON = (
+    "out",
+    "layers",
+    "hidden",
+    "heads",
+    "batch",
+    "seq",
+    "seed",
+    "task",
+    "target_dtype",
+    "level",
+    "input_scale",
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output folder (fp32/ and bf16/ are made in it)")
@@ -143,6 +160,12 @@ def main() -> None:
     parser.add_argument("--target-dtype", choices=("bf16", "fp16"), default="bf16", help="the low-precision dtype")
     parser.add_argument("--level", choices=("L1", "mix"), default="L1", help="msprobe's level (mix: modules too)")
     parser.add_argument("--backward", action="store_true", help="dump a training step, forward and backward")
+    parser.add_argument(
+        "--input-scale",
+        type=float,
+        default=1.0,
+        help="scale of the model's input (30000: a float16 run overflows, NaN and inf downstream)",
+    )
     args = parser.parse_args()
     if args.dtype:
         dump_one(args)
@@ -150,7 +173,7 @@ def main() -> None:
     procs = []
     for dtype in ("fp32", "bf16"):  # in parallel: each is mostly single-threaded hook overhead
         cmd = [sys.executable, str(Path(__file__).resolve()), "--dtype", dtype]
-        for key in ("out", "layers", "hidden", "heads", "batch", "seq", "seed", "task", "target_dtype", "level"):
+        for key in _PASSED_ON:
             cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
         cmd += ["--backward"] if args.backward else []
         procs.append((dtype, subprocess.Popen(cmd)))

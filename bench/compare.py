@@ -404,7 +404,10 @@ def only_dump_json(path: Path) -> Path:
         return path
     found = sorted(path.rglob("dump.json"))
     if len(found) != 1:
-        sys.exit(f"bench/compare.py: {path}: expected one msprobe dump.json under it, found {len(found)}")
+        sys.exit(
+            f"bench/compare.py: {path}: expected one msprobe dump.json under it, found {len(found)}; "
+            "pass one rank or proc* folder of each run, or its dump.json"
+        )
     return found[0]
 
 

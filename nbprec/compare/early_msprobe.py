@@ -165,6 +165,7 @@ def _is_proc(name: str) -> bool:
 
 
 def _is_rank_folder(name: str) -> bool:
+    """Whether ``name`` is a rank folder's (the readers' ``is_rank_folder``): ``rank{M}``, or ``proc{pid}``."""
     return _numbered(name, "rank") or _is_proc(name)
 
 

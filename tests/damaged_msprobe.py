@@ -17,7 +17,15 @@ DAMAGES = (
     "folder_linked_out",
     "zero_tensor",
     "non_finite_extremes",
+    "non_finite_values",
 )
+
+#: NaN, +inf and -inf in each dtype msprobe writes floats as (little-endian bytes).
+NON_FINITE = {
+    "torch.float32": (b"\x00\x00\xc0\x7f", b"\x00\x00\x80\x7f", b"\x00\x00\x80\xff"),
+    "torch.float16": (b"\x00\x7e", b"\x00\x7c", b"\x00\xfc"),
+    "torch.bfloat16": (b"\xc0\x7f", b"\x80\x7f", b"\x80\xff"),
+}
 
 
 def damaged_copy(tmp_path: Path, source: Path, damage: str) -> Path:
@@ -47,6 +55,20 @@ def damaged_copy(tmp_path: Path, source: Path, damage: str) -> Path:
         if damage == "zero_tensor":  # a target payload of zeros: cosine is undefined, and said why
             zero_payload(payloads / names[len(names) // 2])
         dump_json.write_text(json.dumps(recorded))
+    elif damage == "non_finite_values":  # NaN and inf in payloads, recorded as msprobe records them or not at all
+        poisoned = 0
+        for op in recorded["data"].values():
+            for entry in op.get("output", []) if isinstance(op.get("output"), list) else []:
+                name = entry.get("data_name") if isinstance(entry, dict) else None
+                if name and entry.get("dtype") in NON_FINITE and poisoned < 6 and (payloads / name).is_file():
+                    nan_first = poisoned % 2 == 0  # (one with NaN, the next with infinities only)
+                    poison_payload(payloads / name, NON_FINITE[entry["dtype"]], nan_first)
+                    if poisoned < 4:  # the statistics msprobe records (the last two keep their finite ones)
+                        entry["Max"], entry["Min"] = (math.nan, math.nan) if nan_first else (math.inf, -math.inf)
+                        entry["Mean"] = entry["Norm"] = math.nan if nan_first else math.inf
+                    poisoned += 1
+        assert poisoned == 6
+        dump_json.write_text(json.dumps(recorded))
     elif damage == "truncated_payload":
         path = payloads / names[3]
         path.write_bytes(path.read_bytes()[:-100])
@@ -62,6 +84,19 @@ def damaged_copy(tmp_path: Path, source: Path, damage: str) -> Path:
     else:
         raise ValueError(f"unknown damage {damage!r}")
     return run
+
+
+def poison_payload(path: Path, specials: tuple[bytes, bytes, bytes], nan: bool) -> None:
+    """Put non-finite values into the tensor of a small ``.pt`` archive: every seventh element NaN (``nan``),
+    or +inf and -inf alternately; ``specials`` are NaN, +inf and -inf in its dtype."""
+    from nbprec.formats._ptzip import _small_archive, _tensor_entry
+
+    head, entries = _small_archive(str(path))
+    _description, (start, nbytes) = _tensor_entry(-1, len(head), head, entries)
+    data, size = bytearray(head), len(specials[0])
+    for k, at in enumerate(range(start, start + nbytes, 7 * size)):
+        data[at : at + size] = specials[0] if nan else specials[1 + k % 2]
+    path.write_bytes(bytes(data))
 
 
 def zero_payload(path: Path) -> None:

@@ -711,10 +711,16 @@ static PyObject *py_min_max(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "Oi:min_max", &obj, &type)) return NULL;
     if (!nbprec_get_buffer(obj, type, &view, &n, "min_max")) return NULL;
     Py_BEGIN_ALLOW_THREADS
-    minmax_impl((const char *)view.buf, type, n, &lo, &hi, &nans);
+    nbprec_min_max((const char *)view.buf, type, n, &lo, &hi, &nans);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     return Py_BuildValue("ddn", lo, hi, nans);
+}
+
+/* min_max's work (no Python object touched): continues lo, hi and nans over n more elements. */
+void nbprec_min_max(const char *b, int type, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nans)
+{
+    minmax_impl(b, type, n, lo, hi, nans);
 }
 
 /* NaN and infinities of one buffer by their bit patterns (the exponent's bits all set: a zero mantissa is an
@@ -744,6 +750,19 @@ NONFINITE_BITS(nonfinite32, uint32_t, 0x7f800000u, 0x007fffffu)
 NONFINITE_BITS(nonfinite_f16, uint16_t, 0x7c00u, 0x03ffu)
 NONFINITE_BITS(nonfinite_bf16, uint16_t, 0x7f80u, 0x007fu)
 
+/* nonfinite_counts's work (no Python object touched). */
+void nbprec_nonfinite(const char *b, int type, Py_ssize_t n, Py_ssize_t *nans, Py_ssize_t *infs)
+{
+    if (type == TYPE_F64)
+        nonfinite64((const uint64_t *)b, n, nans, infs);
+    else if (type == TYPE_F32)
+        nonfinite32((const uint32_t *)b, n, nans, infs);
+    else if (type == TYPE_F16)
+        nonfinite_f16((const uint16_t *)b, n, nans, infs);
+    else
+        nonfinite_bf16((const uint16_t *)b, n, nans, infs);
+}
+
 PyDoc_STRVAR(nonfinite_counts_doc,
              "nonfinite_counts(buffer, type) -> (nan_count, inf_count)\n\n"
              "How many NaN and infinities a contiguous buffer of `type` elements (0 float64, 1 float32, 2 float16,\n"
@@ -759,14 +778,7 @@ static PyObject *py_nonfinite_counts(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "Oi:nonfinite_counts", &obj, &type)) return NULL;
     if (!nbprec_get_buffer(obj, type, &view, &n, "nonfinite_counts")) return NULL;
     Py_BEGIN_ALLOW_THREADS
-    if (type == TYPE_F64)
-        nonfinite64((const uint64_t *)view.buf, n, &nans, &infs);
-    else if (type == TYPE_F32)
-        nonfinite32((const uint32_t *)view.buf, n, &nans, &infs);
-    else if (type == TYPE_F16)
-        nonfinite_f16((const uint16_t *)view.buf, n, &nans, &infs);
-    else
-        nonfinite_bf16((const uint16_t *)view.buf, n, &nans, &infs);
+    nbprec_nonfinite((const char *)view.buf, type, n, &nans, &infs);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     return Py_BuildValue("nn", nans, infs);

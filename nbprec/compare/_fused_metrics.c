@@ -1,11 +1,13 @@
 /*
  * nbprec.compare._fused, second part: the metric columns of a pair from the kernel's sums, in C.
  *
- * pair_metrics() is what nbprec/compare/small_pairs.py did in Python around one pair_sums call: the pass's
- * parameters from the recorded extremes (_pair_params), the pass, the pass again when those extremes were not
- * the pair's (direct_sums), and the metric columns from the sums (sums_values, _finish, _one_pass_std). The
- * usual pair costs a few microseconds of Python that way instead of about twenty, and pair_metrics_many() does
- * a whole batch with the GIL released once. Every value is the one the Python functions of _sums.py give, to
+ * pair_metrics() is what nbprec.compare.metrics.tensor_metrics does on a pair of contiguous arrays, in C: the
+ * pass's parameters from the recorded extremes (_pair_params), the pass, the pass again when those extremes were
+ * not the pair's (direct_sums), or without usable extremes each side's minimum and maximum first (fused_sums);
+ * then the metric columns from the sums (sums_values, _finish, _one_pass_std), and for a side holding NaN or
+ * inf its counts from the bits (_nonfinite_reason). A pair costs a few microseconds of Python that way instead
+ * of about twenty (120 for one holding NaN or inf), and pair_metrics_many() does a whole batch with the GIL
+ * released once. Every value is the one the Python functions of _sums.py give, to
  * the bit (the tests hold the two to each other on real pairs): the same operations in the same order on IEEE
  * doubles, the C library's sqrt, log and log1p (which Python's math module calls), and no fused multiply-add
  * (NO_CONTRACT), which would round a product and a sum once instead of twice.
@@ -42,12 +44,17 @@ static const char *const METRIC_NAMES[N_METRICS] = {
 };
 static PyObject *metric_keys[N_METRICS]; /* interned, made on the first call (with the GIL) */
 
-typedef enum { REASON_NONE, REASON_TARGET_ZERO, REASON_BENCH_ZERO } Reason;
+typedef enum { REASON_NONE, REASON_TARGET_ZERO, REASON_BENCH_ZERO, REASON_NONFINITE } Reason;
 static const char *const REASONS[] = {
     "",
     "target is all zero, benchmark is not: cosine undefined",
     "benchmark is all zero, target is not: cosine undefined",
+    "", /* (made from the counts: nonfinite_reason) */
 };
+/* The window of _kernels.WINDOW elements a side's minimum and maximum are found by in Python (_fused_min_max):
+   the same parts here, combined as Python's min and max combine them, give the same zero's sign. */
+#define MINMAX_WINDOW ((Py_ssize_t)1 << 22)
+static const Py_ssize_t ITEMSIZES[N_TYPES] = {8, 4, 2, 2};
 
 typedef struct {
     Py_buffer xv, yv;
@@ -56,10 +63,11 @@ typedef struct {
     double hints[4]; /* target min, max, benchmark min, max */
     int has_hints;
     double eps_b;
-    int measured; /* 0: no columns here (no usable hints, or the pair needs its arrays: the caller measures it) */
+    int measured; /* 0: no columns here (the pair needs its arrays: the caller measures it) */
     double values[N_METRICS];
     Reason reason;
-    int held; /* whether the hints were the pair's extremes */
+    int held;                /* whether the hints were the pair's extremes; -1 when there were no usable hints */
+    Py_ssize_t nan[2], inf[2]; /* each side's NaN and infinities (counted when its sums are not finite) */
 } Pair;
 
 /* ---- _sums.py, operation for operation -------------------------------------------------------------- */
@@ -109,12 +117,12 @@ NO_CONTRACT static int one_pass_std(double s, double ss, double n, double *out)
     return 1;
 }
 
-/* _sums._finish and sums_values: the columns from a finished state of n > 0 elements; 0 when the pair needs its
-   arrays (a side holding NaN or inf, or a standard deviation whose one-pass sums cancel). */
+/* _sums._finish and the standard deviations of sums_values (metrics._std where the one-pass sums do not
+   cancel): the columns from a finished state of n > 0 elements; 0 when the pair needs its arrays (a standard
+   deviation whose one-pass sums cancel). */
 NO_CONTRACT static int finish(const double *st, Py_ssize_t count, double *v, Reason *reason)
 {
     double n = (double)count, norm_x, norm_y, cosine, kl;
-    if (!isfinite(st[S_SXX] + st[S_SYY])) return 0;
     if (!one_pass_std(st[S_CX], st[S_CXX], n, &v[M_TARGET_STD]) || !one_pass_std(st[S_CY], st[S_CYY], n, &v[M_BENCH_STD]))
         return 0;
     norm_x = sqrt_or_nan(st[S_SXX]);
@@ -150,30 +158,74 @@ NO_CONTRACT static int finish(const double *st, Py_ssize_t count, double *v, Rea
     return 1;
 }
 
-/* One pair, start to end (no Python object touched: runs without the GIL): the pass with the hints' parameters,
-   again with the extremes it found when the hints were not the pair's (direct_sums), then the columns. */
+/* _kernels._fused_min_max of one side: (min, max) ignoring NaN, window by window, or NaN for both when the side
+   holds a NaN */
+static void side_min_max(const char *b, int type, Py_ssize_t n, double *out)
+{
+    double lo = INFINITY, hi = -INFINITY;
+    Py_ssize_t nans = 0, start;
+    for (start = 0; start < n; start += MINMAX_WINDOW) {
+        double w_lo = INFINITY, w_hi = -INFINITY;
+        Py_ssize_t size = n - start < MINMAX_WINDOW ? n - start : MINMAX_WINDOW;
+        nbprec_min_max(b + start * ITEMSIZES[type], type, size, &w_lo, &w_hi, &nans);
+        lo = w_lo < lo ? w_lo : lo; /* (Python's min(lo, w_lo) and max(hi, w_hi)) */
+        hi = w_hi > hi ? w_hi : hi;
+    }
+    out[0] = nans ? NAN : lo;
+    out[1] = nans ? NAN : hi;
+}
+
+static void measure_with(const Pair *it, const double *extremes, double *state)
+{
+    Params p;
+    pair_params(extremes, it->eps_b, &p);
+    nbprec_init_state(state);
+    nbprec_measure((const char *)it->xv.buf, it->xt, (const char *)it->yv.buf, it->yt, it->n, &p, state);
+}
+
+/* One pair, start to end (no Python object touched: runs without the GIL), as metrics.tensor_metrics measures
+   it. With usable hints (_sums.direct_sums): a pass with their parameters, and another with the extremes it
+   found when those (Sums.extremes: NaN for a side holding NaN) were not the hints. Without (_kernels.fused_sums):
+   each side's minimum and maximum first, then the pass. Then the columns; for a side holding NaN or inf, its
+   counts (metrics._nonfinite_reason) and no pass ratios. */
 static void measure_pair(Pair *it)
 {
     double state[STATE_SIZE];
-    Params p;
     const char *x = (const char *)it->xv.buf, *y = (const char *)it->yv.buf;
     it->measured = 0;
-    if (!it->has_hints || !usable(it->hints) || it->n == 0) return;
-    pair_params(it->hints, it->eps_b, &p);
-    nbprec_init_state(state);
-    nbprec_measure(x, it->xt, y, it->yt, it->n, &p, state);
-    /* A side with NaN or inf needs its arrays whatever the second pass would give (sxx and syy do not depend on
-       the parameters); otherwise the extremes found are the pair's, NaN aside. */
-    if (!isfinite(state[S_SXX] + state[S_SYY])) return;
-    it->held = state[S_LX] == it->hints[0] && state[S_HX] == it->hints[1] && state[S_LY] == it->hints[2] &&
-               state[S_HY] == it->hints[3];
-    if (!it->held) {
-        double found[4] = {state[S_LX], state[S_HX], state[S_LY], state[S_HY]};
-        pair_params(found, it->eps_b, &p);
-        nbprec_init_state(state);
-        nbprec_measure(x, it->xt, y, it->yt, it->n, &p, state);
+    it->held = -1;
+    if (it->n == 0) return;
+    if (it->has_hints && usable(it->hints)) {
+        double found[4];
+        measure_with(it, it->hints, state);
+        it->held = state[S_LX] == it->hints[0] && state[S_HX] == it->hints[1] && state[S_LY] == it->hints[2] &&
+                   state[S_HY] == it->hints[3];
+        found[0] = isnan(state[S_CXX]) ? NAN : state[S_LX];
+        found[1] = isnan(state[S_CXX]) ? NAN : state[S_HX];
+        found[2] = isnan(state[S_CYY]) ? NAN : state[S_LY];
+        found[3] = isnan(state[S_CYY]) ? NAN : state[S_HY];
+        if (found[0] == it->hints[0] && found[1] == it->hints[1] && found[2] == it->hints[2] &&
+            found[3] == it->hints[3])
+            it->held = 1;
+        else
+            measure_with(it, found, state);
+    } else {
+        double extremes[4];
+        side_min_max(x, it->xt, it->n, extremes);
+        side_min_max(y, it->yt, it->n, extremes + 2);
+        measure_with(it, extremes, state);
     }
-    it->measured = finish(state, it->n, it->values, &it->reason);
+    if (isfinite(state[S_SXX] + state[S_SYY])) {
+        it->measured = finish(state, it->n, it->values, &it->reason);
+        return;
+    }
+    nbprec_nonfinite(x, it->xt, it->n, &it->nan[0], &it->inf[0]);
+    nbprec_nonfinite(y, it->yt, it->n, &it->nan[1], &it->inf[1]);
+    if (!(it->nan[0] + it->inf[0] + it->nan[1] + it->inf[1])) return; /* finite values whose squares overflow */
+    if (!finish(state, it->n, it->values, &it->reason)) return;
+    it->values[M_P1] = it->values[M_P5] = NAN;
+    it->reason = REASON_NONFINITE;
+    it->measured = 1;
 }
 
 /* ---- Python interface ------------------------------------------------------------------------------- */
@@ -225,10 +277,35 @@ static int make_keys(void)
     return 1;
 }
 
-/* What pair_metrics returns for a measured pair: None, or (columns, reason, held). */
+/* metrics._nonfinite_reason's text: 'non-finite values: target has 2 NaN, 1 inf; benchmark has ...' */
+static PyObject *nonfinite_reason(const Pair *it)
+{
+    static const char *const LABELS[2] = {"target", "benchmark"};
+    PyObject *parts[2] = {NULL, NULL}, *joined, *out;
+    int k, found = 0;
+    for (k = 0; k < 2; k++) {
+        if (!(it->nan[k] || it->inf[k])) continue;
+        parts[found] = PyUnicode_FromFormat("%s has %zd NaN, %zd inf", LABELS[k], it->nan[k], it->inf[k]);
+        if (parts[found] == NULL) goto fail;
+        found++;
+    }
+    joined = found == 2 ? PyUnicode_FromFormat("%U; %U", parts[0], parts[1]) : (Py_INCREF(parts[0]), parts[0]);
+    if (joined == NULL) goto fail;
+    out = PyUnicode_FromFormat("non-finite values: %U", joined);
+    Py_DECREF(joined);
+    Py_XDECREF(parts[0]);
+    Py_XDECREF(parts[1]);
+    return out;
+fail:
+    Py_XDECREF(parts[0]);
+    Py_XDECREF(parts[1]);
+    return NULL;
+}
+
+/* What pair_metrics returns for a measured pair: None, or (columns, reason, held, counts). */
 static PyObject *pair_result(const Pair *it)
 {
-    PyObject *values, *value;
+    PyObject *values, *value, *reason;
     int k;
     if (!it->measured) Py_RETURN_NONE;
     if (!make_keys() || (values = PyDict_New()) == NULL) return NULL;
@@ -241,17 +318,25 @@ static PyObject *pair_result(const Pair *it)
         }
         Py_DECREF(value);
     }
-    return Py_BuildValue("(NsO)", values, REASONS[it->reason], it->held ? Py_True : Py_False);
+    reason = it->reason == REASON_NONFINITE ? nonfinite_reason(it) : PyUnicode_FromString(REASONS[it->reason]);
+    if (reason == NULL) {
+        Py_DECREF(values);
+        return NULL;
+    }
+    return Py_BuildValue("(NNO(nn))", values, reason, it->held < 0 ? Py_None : it->held ? Py_True : Py_False,
+                         it->nan[0] + it->inf[0], it->nan[1] + it->inf[1]);
 }
 
 const char nbprec_pair_metrics_doc[] =
-    "pair_metrics(x, x_type, y, y_type, extremes, eps_b) -> (columns, reason, held) or None\n\n"
-    "The metric columns of one pair (what small_pair gives: nbprec.compare._sums's sums_values of direct_sums of\n"
-    "a pass with the parameters the recorded `extremes` (target min, max, benchmark min, max) give), to the bit:\n"
-    "`columns` a dict in sums_values's order, `reason` why cosine is missing ('' if it is not), `held` whether the\n"
-    "extremes were the pair's (when not, the pass is made again with the ones found). None when `extremes` is None\n"
-    "or not usable, the pair is empty, or it needs its arrays (NaN, inf, a standard deviation whose one-pass sums\n"
-    "cancel). x and y as for pair_sums; eps_b the benchmark dtype's epsilon. The GIL is released while it measures.";
+    "pair_metrics(x, x_type, y, y_type, extremes, eps_b) -> (columns, reason, held, counts) or None\n\n"
+    "The metric columns of one pair as nbprec.compare.metrics.tensor_metrics gives them on its arrays, to the bit:\n"
+    "a pass with the parameters the recorded `extremes` (target min, max, benchmark min, max) give, again with the\n"
+    "extremes found when they were not the pair's (direct_sums); without usable extremes (None, NaN, inf) each\n"
+    "side's minimum and maximum first (fused_sums). `columns` a dict in sums_values's order, `reason` why a column\n"
+    "is missing ('' if none is: one side all zero, or NaN and inf counted), `held` whether the extremes were the\n"
+    "pair's (None without usable ones), `counts` each side's NaN and infinities. None when the pair is empty or\n"
+    "needs its arrays (a standard deviation whose one-pass sums cancel, squares that overflow float64). x and y as\n"
+    "for pair_sums; eps_b the benchmark dtype's epsilon. The GIL is released while it measures.";
 
 PyObject *nbprec_pair_metrics(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {

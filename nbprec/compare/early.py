@@ -5,14 +5,14 @@ the machine's other cores wait. :func:`start` (called by :func:`nbprec.cli.run` 
 ``compare``) forks a worker that needs neither: it reads each side's index without numpy (msprobe's ``dump.json``
 files with the C scanner, :mod:`nbprec.compare.early_msprobe`; the column cache of nbprec's own dumps,
 :mod:`nbprec.compare.early_native`), pairs the tensors both sides record alike, and measures the usual pairs
-(small plain ``.pt`` or ``.npy`` payloads of a float dtype, the same shape on both sides, finite recorded extremes;
+(small plain ``.pt`` or ``.npy`` payloads of a float dtype, the same shape on both sides, NaN and inf included;
 msprobe's ``.pt`` payloads the readers map, mapped too: :func:`~nbprec.compare.small_pairs.mapped_pair`)
 with the compiled kernel (:mod:`nbprec.compare.small_pairs`), in the target's order (a pair whose payloads are not
 all in the page cache after the others: see :func:`nbprec.compare.engine._measure_cached_first`), until it is told
 to stop.
 
-It sends each pair's metric values (those :func:`~nbprec.compare._sums.sums_values` gives from the kernel's sums,
-when they need no second look at the arrays) through a pipe as it goes. When :func:`nbprec.compare` has opened
+It sends each pair's metric values and NaN/inf counts (those ``_fused.pair_metrics`` gives, when they need no
+second look at the arrays) through a pipe as it goes. When :func:`nbprec.compare` has opened
 and matched the dumps, :func:`measured` stops the worker (waiting at most :data:`_GRACE_SECONDS` for it) and
 takes the values for the jobs they fit: the same payload files, dtypes, shape and recorded extremes as the job's
 index rows, and payloads the dump's own loader reads whole or maps for one kernel call (inside the dump, of that
@@ -313,7 +313,7 @@ class _Matcher:
             if record is None:
                 left.append(job)
                 continue
-            _t_file, _b_file, t_dtype, b_dtype, shape, hints, values, reason = record
+            _t_file, _b_file, t_dtype, b_dtype, shape, hints, values, reason, counts = record
             if not (
                 t_rows.matches(t_pos, t_dtype, shape, hints[:2])
                 and b_rows.matches(b_pos, b_dtype, shape, hints[2:])
@@ -323,7 +323,7 @@ class _Matcher:
                 left.append(job)
                 continue
             result = dict(zip(columns, values, strict=True))
-            result["target_nonfinite"] = result["bench_nonfinite"] = 0.0
+            result["target_nonfinite"], result["bench_nonfinite"] = float(counts[0]), float(counts[1])
             done.append((i, result, reason))
         return done, left
 
@@ -342,8 +342,14 @@ class _Rows:
             self.has_data[i]
             and self.dtype[i] == dtype
             and tuple(self.shape[i]) == shape
-            and (self.min[i], self.max[i]) == extremes
+            and _same(self.min[i], extremes[0])
+            and _same(self.max[i], extremes[1])
         )
+
+
+def _same(a: float, b: float) -> bool:
+    """Whether two recorded statistics are the same: equal, or both NaN (a side that holds a NaN)."""
+    return a == b or (a != a and b != b)
 
 
 def _reads_as_is(known: dict[tuple, bool], loader: Any, rows: _Rows, i: int) -> bool:
@@ -405,7 +411,8 @@ def _run_worker(roots: tuple[str, str], flag: Any, out: int, ship: Any) -> None:
 
 def _pair_records(roots: tuple[str, str], flag: Any, ship: Any = None) -> Any:
     """Yield the header (the metric columns), then a record per pair measured: (target file, bench file, target
-    dtype, bench dtype, shape, hints, metric values, why cosine is missing or ''), in the target's order: msprobe's
+    dtype, bench dtype, shape, hints, metric values, why a column is missing or '', each side's count of NaN and
+    infinities), in the target's order: msprobe's
     ``.pt`` payloads dump.json by dump.json, or nbprec's own ``.npy`` ones (:mod:`nbprec.compare.early_native`).
     Nothing when the dumps are not the usual pair."""
     from nbprec.compare import early_msprobe, early_native
@@ -428,13 +435,13 @@ def _pair_records(roots: tuple[str, str], flag: Any, ship: Any = None) -> Any:
             continue
         if measured is None:
             continue
-        values, reason, _held = measured
+        values, reason, _held, counts = measured
         if columns is None:
             columns = tuple(values)
             yield columns
         if tuple(values) != columns:
             return
-        yield (t_file, b_file, t_dtype, b_dtype, shape, hints, tuple(values.values()), reason)
+        yield (t_file, b_file, t_dtype, b_dtype, shape, hints, tuple(values.values()), reason, counts)
 
 
 def _cached_first(pairs: Any, later: list[tuple]) -> Any:

@@ -155,10 +155,10 @@ def _small_item(
     t_dump: Dump, b_dump: Dump, t_row: Mapping[str, Any], b_row: Mapping[str, Any], extremes: tuple | None
 ) -> tuple[Item, str] | None:
     """(the :func:`~nbprec.compare.small_pairs.small_pair` arguments, the payloads' kind) of a job whose payloads
-    both dumps' loaders read whole (:func:`_read_whole`: msprobe's ``.pt`` archives or nbprec's ``.npy`` files),
-    with usable recorded extremes; None for any other job (measured by :func:`tensor_metrics` on its arrays, with
-    the same result where both apply)."""
-    kind = _read_whole(t_dump, b_dump, t_row, b_row) if extremes is not None else None
+    both dumps' loaders read whole (:func:`_read_whole`: msprobe's ``.pt`` archives or nbprec's ``.npy`` files);
+    None for any other job (measured by :func:`tensor_metrics` on its arrays, with the same result where both
+    apply). ``extremes``: the usable recorded ones, or None."""
+    kind = _read_whole(t_dump, b_dump, t_row, b_row)
     if kind is None:
         return None
     item = (str(t_row["file"]), t_row["dtype"], str(b_row["file"]), b_row["dtype"], tuple(t_row["shape"]), extremes)
@@ -166,11 +166,11 @@ def _small_item(
 
 
 def _small_result(i: int, measured: Measured, hints: _ExtremeHints) -> Result:
-    """The result of table row ``i`` from what the small-pair path measured (no NaN or inf in it: it measures
-    only finite pairs)."""
-    values, reason, held = measured
+    """The result of table row ``i`` from what the small-pair path measured, its payloads' NaN/inf counts
+    included (as :func:`_measure` takes them from :func:`tensor_metrics`)."""
+    values, reason, held, (t_nonfinite, b_nonfinite) = measured
     hints.record(held)
-    values["target_nonfinite"] = values["bench_nonfinite"] = 0.0
+    values["target_nonfinite"], values["bench_nonfinite"] = float(t_nonfinite), float(b_nonfinite)
     return i, values, reason
 
 

@@ -5,10 +5,12 @@ Most payloads are small (under :data:`~nbprec.formats._files.MAP_FROM` bytes) an
 :func:`small_pair` reads both (:func:`~nbprec.formats._ptzip.small_tensor`, :func:`~nbprec.formats._npyfile.small_npy`:
 one open and one read each) and measures them with the compiled ``pair_metrics``
 (``nbprec/compare/_fused_metrics.c``): what :func:`~nbprec.compare.metrics.tensor_metrics` does on their arrays (the
-same kernel call on the same bytes, and :mod:`nbprec.compare._sums`'s ``direct_sums`` and ``sums_values`` in C, to
-the bit), without the arrays and without numpy, in a few microseconds of Python. It gives None for any other pair
-and for a pair whose sums need the arrays again (NaN or inf, a standard deviation that needs an exact second
-pass); the caller then measures it the general way.
+same kernel calls on the same bytes, and :mod:`nbprec.compare._sums`'s ``direct_sums`` and ``sums_values`` in C,
+to the bit), without the arrays and without numpy, in a few microseconds of Python. That includes a pair without
+usable recorded extremes (the kernel finds them first, as ``fused_sums`` does) and one holding NaN or inf (counted
+from the bits, as ``_nonfinite_reason`` counts them). It gives None for any other pair and for a pair whose sums
+need the arrays again (a standard deviation that needs an exact second pass, squares that overflow float64); the
+caller then measures it the general way.
 
 The engine (:func:`nbprec.compare.engine._measure`) and the command's early worker (:mod:`nbprec.compare.early`)
 use it; threads take a batch's pairs together with :func:`small_pairs` (one kernel call for all of them,
@@ -28,10 +30,13 @@ TYPE_CHECKING = False  # (the early worker imports this module: typing is not ne
 if TYPE_CHECKING:
     from typing import Literal
 
-#: What :func:`small_pair` gives: (metric columns, why cosine is missing or '', whether the extremes held).
-Measured = tuple[dict[str, float], str, bool | None]
-#: A pair :func:`small_pairs` measures: (target file, target dtype, bench file, bench dtype, shape, extremes).
-Item = tuple[str, str, str, str, tuple[int, ...], tuple[float, float, float, float]]
+#: What :func:`small_pair` gives: (metric columns, why a column is missing or '', whether the extremes held (None
+#: when none were usable), each side's count of NaN and infinities), as :class:`~nbprec.compare.metrics.MetricResult`
+#: has them.
+Measured = tuple[dict[str, float], str, bool | None, tuple[int, int]]
+#: A pair :func:`small_pairs` measures: (target file, target dtype, bench file, bench dtype, shape, extremes or
+#: None).
+Item = tuple[str, str, str, str, tuple[int, ...], tuple[float, float, float, float] | None]
 
 
 def small_pair(
@@ -40,13 +45,13 @@ def small_pair(
     b_file: str,
     b_dtype: str,
     shape: tuple[int, ...],
-    extremes: tuple[float, float, float, float],
+    extremes: tuple[float, float, float, float] | None,
     kind: str = "pt",
     wait: bool = True,
 ) -> Measured | Literal[False] | None:
-    """``(metric columns, why cosine is missing or '', whether the extremes held)`` of the pair of payload files
-    ``t_file`` and ``b_file``, each a tensor of ``shape`` and its canonical dtype, measured with the recorded
-    ``extremes`` (target min, max, benchmark min, max) as the kernel's hints; None when this pair is not one
+    """:data:`Measured` of the pair of payload files ``t_file`` and ``b_file``, each a tensor of ``shape`` and its
+    canonical dtype, measured with the recorded ``extremes`` (target min, max, benchmark min, max) as the kernel's
+    hints (None, or ones not finite: the kernel finds the extremes first); None when this pair is not one
     :func:`small_pair` measures (see the module docstring). ``kind`` says what the files are: ``"pt"``, msprobe's
     archives (:func:`~nbprec.formats._ptzip.small_tensor`), or ``"npy"``, nbprec's own payloads
     (:func:`~nbprec.formats._npyfile.small_npy`, stored as the dtypes the index names are).
@@ -80,7 +85,7 @@ def small_pairs(items: list[Item], kind: str = "pt") -> list[Measured | None]:
     found: list[Measured | None] = [None] * len(items)
     positions, calls = [], []  # each pair read, and its pair_metrics arguments
     for k, (t_file, t_dtype, b_file, b_dtype, shape, extremes) in enumerate(items):
-        pair = _read_pair(t_file, t_dtype, b_file, b_dtype, shape, kind) if extremes is not None else None
+        pair = _read_pair(t_file, t_dtype, b_file, b_dtype, shape, kind)
         if pair is not None:
             positions.append(k)
             calls.append((*pair, extremes, EPS_BENCH[pair[3]]))

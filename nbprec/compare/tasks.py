@@ -86,10 +86,8 @@ class ExtremeHints:
     which then reads a pair once instead of twice. Formats whose statistics are exact (msprobe, nbprec's own)
     make them right; once they are wrong for more than a quarter of the pairs (a format that rounds them),
     they are no longer given. Statistics that are not usable (NaN, inf) do not count either way, and are not
-    given: the kernel would not take them, and the small-pair path (:func:`nbprec.compare.small_pairs.small_pair`)
-    would read such a pair's payloads for nothing before its arrays are read (a float16 run that overflowed: every
-    pair downstream read twice). Local to one :func:`compare` call (and to each worker: the results never depend
-    on them, only the speed)."""
+    given: the kernel would not take them, and finds such a pair's extremes itself. Local to one :func:`compare`
+    call (and to each worker: the results never depend on them, only the speed)."""
 
     def __init__(self) -> None:
         self.given = self.wrong = 0

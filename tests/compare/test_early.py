@@ -57,6 +57,21 @@ def test_damaged_dumps_compare_the_same_with_the_worker(tmp_path, damage):
     assert_same(plain, compare_fresh(run, FP32, "early", wait=1.0))
 
 
+@needs_two_cores
+def test_the_worker_measures_pairs_holding_nan_and_inf(tmp_path):
+    """Payloads holding NaN or inf, recorded as msprobe records them (NaN, inf) or with finite statistics: the
+    worker measures them as it measures the others (the same number of pairs as on the clean run), with their
+    counts, and the comparison is the one without it."""
+    run = damaged_copy(tmp_path, BF16, "non_finite_values")
+    plain = compare_fresh(run, FP32, "plain")
+    whole = compare_fresh(run, FP32, "early", wait=1.0)
+    assert_same(plain, whole)
+    counted = [float(v) for v in plain["columns"]["target_nonfinite"] if float(v) > 0]
+    assert len(counted) >= 6, plain["columns"]["target_nonfinite"]
+    clean = compare_fresh(BF16, FP32, "early", wait=1.0)
+    assert whole["taken"] == clean["taken"]
+
+
 def test_the_worker_runs_without_numpy():
     """What the worker imports and runs loads no numpy (else it would start no sooner than the command)."""
     count, numpy_loaded = pair_records_alone(BF16, FP32)

@@ -365,9 +365,11 @@ def test_the_kernel_lets_other_threads_run():
     assert inside, f"no tick of this thread during the {1e3 * seconds:.0f} ms kernel call"
 
 
-def _metric_cases() -> list[tuple]:
-    """pair_metrics calls: every element type, one element, all-zero sides, a constant, a large mean with a small
-    spread (its one-pass standard deviation cancels), NaN, inf, and right, wrong, unusable and missing extremes."""
+def _metric_cases(labelled: bool = False) -> list[tuple]:
+    """pair_metrics calls (``labelled``: (label, call)): every element type, one element, all-zero sides, a
+    constant, a large mean with a small spread, one element apart from 10^5 zeros (its one-pass standard deviation
+    cancels, even centred), values whose squares overflow float64, NaN, inf, and right, wrong, unusable and missing
+    extremes."""
     rng = np.random.default_rng(11)
     calls = []
     y64 = rng.standard_normal(4000) * 3 - 0.5
@@ -381,8 +383,10 @@ def _metric_cases() -> list[tuple]:
         "large mean": (y64 * 1e-6 + 1e3, y64 * 1.0001e-6 + 1e3),
         "nan": (np.where(np.arange(4000) == 9, np.nan, y64), y64),
         "inf": (y64, np.where(np.arange(4000) == 9, np.inf, y64)),
+        "outlier": (np.where(np.arange(100_000) == 7, 1.0, 0.0), np.where(np.arange(100_000) == 7, 1.0, 0.0)),
+        "huge": (y64 * 1e300, y64 * 1e300),  # (squares beyond float64: inf in the narrower types)
     }
-    for x64, y in sides.values():
+    for label, (x64, y) in sides.items():
         for (xt, xdt), (yt, ydt) in [((0, np.float64), (0, np.float64)), ((2, np.float16), (1, np.float32)),
                                      ((3, ml_dtypes.bfloat16), (1, np.float32))]:  # fmt: skip
             with np.errstate(over="ignore", invalid="ignore"):
@@ -391,7 +395,8 @@ def _metric_cases() -> list[tuple]:
                 right = tuple(float(v) for v in (np.nanmin(x), np.nanmax(x), np.nanmin(yy), np.nanmax(yy)))
             wrong = (right[0] - 1.0, right[1], right[2], right[3] * 2 + 1)
             for hints in (right, wrong, (1.0, 0.0, 0.0, 1.0), (math.nan, 1.0, 0.0, 1.0), None):
-                calls.append((x.view(np.uint8), xt, yy.view(np.uint8), yt, hints, EPS_BENCH[yt]))
+                call = (x.view(np.uint8), xt, yy.view(np.uint8), yt, hints, EPS_BENCH[yt])
+                calls.append((label, call) if labelled else call)
     return calls
 
 
@@ -403,22 +408,56 @@ def _python_metrics(call: tuple):
     return None if found is None else (*found, checked[1])
 
 
-def _bits(measured):
-    return None if measured is None else ({k: struct.pack("<d", v) for k, v in measured[0].items()}, *measured[1:])
+#: numpy's dtype of each kernel type code
+KERNEL_DTYPES = {0: np.float64, 1: np.float32, 2: np.float16, 3: ml_dtypes.bfloat16}
+
+
+def _array_metrics(call: tuple):
+    """What tensor_metrics gives on the arrays of a pair_metrics call, as pair_metrics gives it."""
+    x, xt, y, yt, hints, _eps_b = call
+    with np.errstate(all="ignore"):
+        found = tensor_metrics(x.view(KERNEL_DTYPES[xt]), y.view(KERNEL_DTYPES[yt]), extremes=hints)
+    return found.values, found.reason, found.extremes_held, found.nonfinite
+
+
+def _bits(measured, nan_signs: bool = True):
+    """The columns' bits (``nan_signs=False``: every NaN as one: Python's sum of two NaN takes the sign of either,
+    depending on how its interpreter has specialised the addition by then)."""
+    if measured is None:
+        return None
+    columns = {k: struct.pack("<d", math.nan if not nan_signs and v != v else v) for k, v in measured[0].items()}
+    return (columns, *measured[1:])
 
 
 @needs_fused
-def test_pair_metrics_is_the_python_finish_to_the_bit():
-    """pair_metrics (C) gives what _sums.py's direct_sums and sums_values give around pair_sums: the same columns
-    in the same order and bits, the same reason and the same verdict on the extremes; None for the same pairs."""
+def test_pair_metrics_is_tensor_metrics_to_the_bit():
+    """pair_metrics (C) gives what tensor_metrics gives on the pair's arrays: the same columns in the same order
+    and bits, the same reason, the same verdict on the extremes and the same NaN/inf counts; None only where a
+    standard deviation needs the arrays' exact second pass or squares overflow float64. Where _sums.py's Python
+    finish (direct_sums and sums_values around pair_sums) measures a pair, it agrees too."""
     outcomes = set()
-    for call in _metric_cases():
-        got, want = FUSED.pair_metrics(*call), _python_metrics(call)
-        assert _bits(got) == _bits(want), (call[1], call[3], call[4], got, want)
-        assert got is None or list(got[0]) == list(want[0])
-        outcomes.add("none" if got is None else (got[1] != "", got[2]))
-    # every branch was taken: measured with right and wrong extremes, a zero side's reason, and no result
-    assert {"none", (False, True), (False, False), (True, True)} <= outcomes, outcomes
+    for label, call in _metric_cases(labelled=True):
+        got, want = FUSED.pair_metrics(*call), _array_metrics(call)
+        if got is None:
+            assert label in ("outlier", "huge"), (label, call[1], call[3], call[4])
+        else:
+            assert _bits(got, False) == _bits(want, False), (label, call[1], call[3], call[4], got, want)
+            assert list(got[0]) == list(want[0])
+        python = _python_metrics(call)
+        if python is not None:
+            assert _bits(got[:3], False) == _bits(python, False), (label, call[4])
+        outcomes.add("none" if got is None else (got[1][:10], got[2]))
+    # every branch was taken: measured with right, wrong and no usable extremes, a zero side's reason, NaN and inf
+    # counted with and without usable extremes, and no result
+    assert {
+        "none",
+        ("", True),
+        ("", False),
+        ("", None),
+        ("target is ", True),
+        ("non-finite", True),
+        ("non-finite", None),
+    } <= outcomes, outcomes
 
 
 @needs_fused

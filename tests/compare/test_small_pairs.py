@@ -1,5 +1,5 @@
 """``small_pair`` (the usual msprobe pair measured without making its arrays) gives what ``tensor_metrics`` gives on
-the pair's arrays, to the bit, and steps aside for every pair it does not measure that way."""
+the pair's arrays, to the bit (NaN and inf included), and steps aside for every pair it does not measure that way."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from damaged_msprobe import damaged_copy
 
 import nbprec
 from nbprec.compare.metrics import tensor_metrics
@@ -15,6 +16,7 @@ from nbprec.compare.small_pairs import small_pair, small_pairs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
 SCENARIOS = FIXTURES / "scenarios"
+NON_FINITE = "non_finite_values"  # (a damaged copy of the first pair's target: see _pairs)
 PAIRS = [
     (FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix"),
     (FIXTURES / "fp16_tensor_mix", FIXTURES / "fp32_tensor_mix"),
@@ -48,10 +50,14 @@ def _measure_both(t_dump, b_dump, t_row, b_row):
     return small, tensor_metrics(x, y, extremes=extremes)
 
 
-@pytest.mark.parametrize(("target", "bench"), PAIRS, ids=lambda p: p.name)
-def test_small_pair_is_tensor_metrics_on_the_arrays(target, bench):
+@pytest.mark.parametrize(("target", "bench"), [*PAIRS, (NON_FINITE, PAIRS[0][1])], ids=lambda p: getattr(p, "name", p))
+def test_small_pair_is_tensor_metrics_on_the_arrays(target, bench, tmp_path):
+    """Every pair of real runs, and of a run whose payloads hold NaN and inf (recorded as msprobe records them, or
+    with finite statistics)."""
+    if target == NON_FINITE:
+        target = damaged_copy(tmp_path, PAIRS[0][0], NON_FINITE)
     t_dump, b_dump, pairs = _rows(target, bench)
-    measured = 0
+    measured = counted = 0
     for t_row, b_row in pairs:
         if not (t_row["has_data"] and b_row["has_data"]):
             continue
@@ -59,25 +65,31 @@ def test_small_pair_is_tensor_metrics_on_the_arrays(target, bench):
         if small is None:
             continue
         measured += 1
-        values, reason, held = small
+        values, reason, held, counts = small
         assert reference is not None, t_row["name"]
         assert {k: repr(v) for k, v in values.items()} == {k: repr(v) for k, v in reference.values.items()}, t_row[
             "name"
         ]
         assert reason == reference.reason and held == reference.extremes_held, t_row["name"]
-        assert reference.nonfinite == (0, 0)
+        assert counts == reference.nonfinite, t_row["name"]
+        counted += counts != (0, 0)
     assert measured > len(pairs) // 2, (measured, len(pairs))
+    assert counted >= (6 if "non_finite" in str(target) else 0), counted
 
 
 def test_small_pair_steps_aside(tmp_path):
-    """Pairs it does not measure: NaN or inf inside, other dtypes or shapes than said, damaged or linked files,
-    wrong extremes are measured (a second pass), and an all-zero side says why cosine is missing."""
+    """Pairs it does not measure: other dtypes or shapes than said, damaged or linked files. Wrong extremes are
+    measured (a second pass), and so are unusable ones (found first); NaN inside is counted, and an all-zero side
+    says why cosine is missing."""
     t_dump, b_dump, pairs = _rows(FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix")
     t_row, b_row = next((t, b) for t, b in pairs if t["has_data"] and t["numel"] > 16 and t["dtype"] == "bfloat16")
     args = (str(t_row["file"]), "bfloat16", str(b_row["file"]), b_row["dtype"], tuple(t_row["shape"]))
     extremes = (t_row["min"], t_row["max"], b_row["min"], b_row["max"])
     assert small_pair(*args, extremes) is not None
-    assert small_pair(*args, (math.nan, *extremes[1:])) is None  # hints not usable: the general way
+    unusable = small_pair(*args, (math.nan, *extremes[1:]))  # hints not usable: the extremes found first
+    assert unusable is not None and unusable[2] is None
+    right = small_pair(*args, extremes)
+    assert {k: repr(v) for k, v in unusable[0].items()} == {k: repr(v) for k, v in right[0].items()}
     assert small_pair(args[0], "float16", *args[2:], extremes) is None  # another dtype than the payload's
     assert small_pair(*args[:4], (*args[4], 1), extremes) is None  # another shape
     wrong = small_pair(*args, (extremes[0] - 1, *extremes[1:]))  # wrong extremes: measured again, same values
@@ -91,7 +103,11 @@ def test_small_pair_steps_aside(tmp_path):
     assert small_pair(str(linked), *args[1:], extremes) is None  # a link is the reader's to check
     nan_file = tmp_path / "nan.pt"
     _fill_payload(Path(args[0]), nan_file, b"\xc0\x7f")  # bfloat16 NaN in every element
-    assert small_pair(str(nan_file), *args[1:], extremes) is None  # counted on the arrays
+    nans = small_pair(str(nan_file), *args[1:], extremes)  # counted from the bits
+    numel = math.prod(args[4])
+    assert nans is not None and nans[3] == (numel, 0)
+    assert nans[1] == f"non-finite values: target has {numel} NaN, 0 inf"
+    assert math.isnan(nans[0]["cosine"]) and math.isnan(nans[0]["thousandth_ratio"])
     zeros = tmp_path / "zeros.pt"
     _fill_payload(Path(args[0]), zeros, b"\x00\x00")
     zero = small_pair(str(zeros), *args[1:], (0.0, 0.0, *extremes[2:]))
@@ -122,8 +138,8 @@ def test_small_pairs_is_small_pair_of_each(tmp_path):
     _fill_payload(Path(t_file), nan_file, b"\xc0\x7f")
     items += [
         (t_file, t_dtype, b_file, b_dtype, shape, (extremes[0] - 1, *extremes[1:])),  # wrong: measured again
-        (t_file, t_dtype, b_file, b_dtype, shape, (math.nan, *extremes[1:])),  # not usable: None
-        (str(nan_file), t_dtype, b_file, b_dtype, shape, extremes),  # NaN inside: None
+        (t_file, t_dtype, b_file, b_dtype, shape, (math.nan, *extremes[1:])),  # not usable: found first
+        (str(nan_file), t_dtype, b_file, b_dtype, shape, extremes),  # NaN inside: counted
         (t_file, "float16", b_file, b_dtype, shape, extremes),  # another dtype: None
         (str(tmp_path / "missing.pt"), t_dtype, b_file, b_dtype, shape, extremes),
     ]

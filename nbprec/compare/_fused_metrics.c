@@ -51,10 +51,6 @@ static const char *const REASONS[] = {
     "benchmark is all zero, target is not: cosine undefined",
     "", /* (made from the counts: nonfinite_reason) */
 };
-/* The window of _kernels.WINDOW elements a side's minimum and maximum are found by in Python (_fused_min_max):
-   the same parts here, combined as Python's min and max combine them, give the same zero's sign. */
-#define MINMAX_WINDOW ((Py_ssize_t)1 << 22)
-static const Py_ssize_t ITEMSIZES[N_TYPES] = {8, 4, 2, 2};
 
 typedef struct {
     Py_buffer xv, yv;
@@ -158,19 +154,15 @@ NO_CONTRACT static int finish(const double *st, Py_ssize_t count, double *v, Rea
     return 1;
 }
 
-/* _kernels._fused_min_max of one side: (min, max) ignoring NaN, window by window, or NaN for both when the side
-   holds a NaN */
+/* _kernels._fused_min_max of one side: (min, max) ignoring NaN, or NaN for both when the side holds a NaN. Python
+   takes them window by window; one pass gives the same values but perhaps a zero's sign, which no column shows:
+   a KL offset of -0 subtracts as +0 does, and a shift is a signed zero only for a side of zeros, whose centred
+   sums are zero either way. */
 static void side_min_max(const char *b, int type, Py_ssize_t n, double *out)
 {
     double lo = INFINITY, hi = -INFINITY;
-    Py_ssize_t nans = 0, start;
-    for (start = 0; start < n; start += MINMAX_WINDOW) {
-        double w_lo = INFINITY, w_hi = -INFINITY;
-        Py_ssize_t size = n - start < MINMAX_WINDOW ? n - start : MINMAX_WINDOW;
-        nbprec_min_max(b + start * ITEMSIZES[type], type, size, &w_lo, &w_hi, &nans);
-        lo = w_lo < lo ? w_lo : lo; /* (Python's min(lo, w_lo) and max(hi, w_hi)) */
-        hi = w_hi > hi ? w_hi : hi;
-    }
+    Py_ssize_t nans = 0;
+    nbprec_min_max(b, type, n, &lo, &hi, &nans);
     out[0] = nans ? NAN : lo;
     out[1] = nans ? NAN : hi;
 }

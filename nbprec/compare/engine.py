@@ -211,7 +211,8 @@ def _measure_batch(jobs: list[RowJob], t_dump: Dump, b_dump: Dump, hints: _Extre
     (:func:`nbprec.formats._files.read_ahead`) and their kernel passes made in another, neither holding the GIL.
     Threads measuring batches then hand the GIL over a few times a batch rather than a few times a pair (under
     contention, each hand-over costs both threads a sleep and a wake-up). Every other job, and a small pair that
-    needs its arrays after all (NaN, inf), is measured as :func:`_measure` measures it."""
+    needs its arrays after all (an integer dtype, a standard deviation that needs an exact second pass), is
+    measured as :func:`_measure` measures it."""
     results: list[Result | None] = [None] * len(jobs)
     positions, items, kind = [], [], None
     for k, (_i, mode, t_row, b_row) in enumerate(jobs):
@@ -220,7 +221,7 @@ def _measure_batch(jobs: list[RowJob], t_dump: Dump, b_dump: Dump, hints: _Extre
             positions.append(k)
             items.append(small[0])
             kind = small[1]
-    arrays = set()  # small pairs measured on their arrays (no kernel sums for them: an integer dtype, NaN, inf)
+    arrays = set()  # small pairs measured on their arrays (an integer dtype, an exact second pass)
     groups = [list(range(len(items)))]
     if len(items) > 1:  # (what the arrays' reads of those pairs take too)
         missing = read_ahead([path for item in items for path in (item[0], item[2])], archives=kind == "pt", wait=False)

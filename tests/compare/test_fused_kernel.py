@@ -461,6 +461,30 @@ def test_pair_metrics_is_tensor_metrics_to_the_bit():
 
 
 @needs_fused
+def test_pair_metrics_finds_extremes_as_tensor_metrics_does():
+    """Without usable extremes, pair_metrics finds each side's minimum and maximum in one pass where
+    tensor_metrics goes window by window (_kernels.WINDOW elements): the same columns on a pair longer than two
+    windows, with zeros of both signs as windows' minima, and NaN and inf beyond the first window."""
+    from nbprec.compare._kernels import WINDOW
+
+    n = 2 * WINDOW + 1000
+    rng = np.random.default_rng(5)
+    y = np.abs(rng.standard_normal(n)).astype(np.float32)
+    for cut in (0, WINDOW, 2 * WINDOW):  # a window's minimum: +0 in the first, -0 in the others
+        y[cut + 3] = 0.0 if cut == 0 else -0.0
+    x = (y * 1.001).astype(np.float32)
+    x[WINDOW + 7], x[2 * WINDOW + 9] = np.inf, np.nan
+    for hints in (None, (math.nan,) * 4):
+        call = (x.view(np.uint8), 1, y.view(np.uint8), 1, hints, EPS_BENCH[1])
+        got, want = FUSED.pair_metrics(*call), _array_metrics(call)
+        assert _bits(got, False) == _bits(want, False)
+        assert got[3] == (2, 0) and got[2] is None
+    x[WINDOW + 7] = x[2 * WINDOW + 9] = 1.0
+    finite = (x.view(np.uint8), 1, y.view(np.uint8), 1, None, EPS_BENCH[1])
+    assert _bits(FUSED.pair_metrics(*finite)) == _bits(_array_metrics(finite))
+
+
+@needs_fused
 def test_pair_metrics_many_is_pair_metrics_of_each_call():
     calls = _metric_cases()
     many = FUSED.pair_metrics_many(calls)

@@ -11,7 +11,8 @@ is a singleton) under task ``tensor``, level ``L1``, one forward pass, so the du
     OUT/bf16/step0/rank0/dump.json + dump_tensor_data/*.pt
 
 ``--task statistics`` writes msprobe's statistics dumps instead (``summary_mode`` ``statistics``: dump.json only,
-each tensor's Max, Min, Mean and Norm). Held-out kinds of pair: ``--target-dtype fp16`` runs the low-precision side
+each tensor's Max, Min, Mean and Norm), ``--task md5`` its checksum dumps (task ``statistics`` with ``summary_mode``
+``md5``: each tensor's CRC besides those). Held-out kinds of pair: ``--target-dtype fp16`` runs the low-precision side
 in float16 (still written to ``bf16/``, the folder ``bench/compare.py`` reads), ``--level mix`` dumps module
 calls too, and ``--backward`` dumps a training step (forward and backward of a mean-square loss) instead of a
 forward pass. ``--input-scale 30000`` scales the input so that a float16 run overflows: its tensors from the
@@ -19,7 +20,7 @@ first op on hold inf and NaN, as a run that diverged does.
 
 Usage::
 
-    bench/.venv-msprobe/bin/python bench/msprobe_dump.py --out DIR [--layers 8] [--hidden 1024] [--task statistics]
+    bench/.venv-msprobe/bin/python bench/msprobe_dump.py --out DIR [--layers 8] [--hidden 1024] [--task statistics|md5]
         [--target-dtype fp16] [--level mix] [--backward] [--input-scale 30000]
 """
 
@@ -88,6 +89,24 @@ def build_model(layers: int, hidden: int, heads: int, seed: int):
     return model.eval()
 
 
+def dump_config(task: str, level: str, out: Path) -> dict:
+    """msprobe's config for a dump of ``task`` (``tensor``, ``statistics``, or ``md5``: the statistics task with
+    its ``md5`` summary mode, which records each tensor's CRC besides its statistics) at ``level`` into ``out``."""
+    msprobe_task = "statistics" if task == "md5" else task
+    config = {
+        "task": msprobe_task,
+        "dump_path": str(out),
+        "rank": [],
+        "step": [],
+        "level": level,
+        "async_dump": False,
+        msprobe_task: {"scope": [], "list": [], "data_mode": ["all"]},
+    }
+    if msprobe_task == "statistics":
+        config["statistics"]["summary_mode"] = task
+    return config
+
+
 def dump_one(args: argparse.Namespace) -> None:
     """One run in one precision, dumped by msprobe."""
     import torch
@@ -101,17 +120,7 @@ def dump_one(args: argparse.Namespace) -> None:
     x = (torch.randn(args.batch, args.seq, args.hidden, generator=gen) * args.input_scale).to(dtype)
     out = Path(args.out) / args.dtype
     out.mkdir(parents=True, exist_ok=True)
-    config = {
-        "task": args.task,
-        "dump_path": str(out),
-        "rank": [],
-        "step": [],
-        "level": args.level,
-        "async_dump": False,
-        args.task: {"scope": [], "list": [], "data_mode": ["all"]},
-    }
-    if args.task == "statistics":
-        config["statistics"]["summary_mode"] = "statistics"
+    config = dump_config(args.task, args.level, out)
     config_path = Path(args.out) / f"config_{args.dtype}.json"
     config_path.write_text(json.dumps(config, indent=1))
     debugger = PrecisionDebugger(config_path=str(config_path))
@@ -156,7 +165,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--task", choices=("tensor", "statistics"), default="tensor", help="msprobe's dump task")
+    parser.add_argument(
+        "--task", choices=("tensor", "statistics", "md5"), default="tensor", help="msprobe's dump task (md5: checksums)"
+    )
     parser.add_argument("--target-dtype", choices=("bf16", "fp16"), default="bf16", help="the low-precision dtype")
     parser.add_argument("--level", choices=("L1", "mix"), default="L1", help="msprobe's level (mix: modules too)")
     parser.add_argument("--backward", action="store_true", help="dump a training step, forward and backward")

@@ -28,8 +28,10 @@ from nbprec.compare.metrics import (
 from nbprec.compare.pair_table import (
     STAT_KEYS,
     CompareMode,
+    checksum_pairs,
     choose_modes,
     contradicted_statistics,
+    fill_checksums,
     fill_statistics,
     nonfinite_reasons,
     op_input_scale,
@@ -378,13 +380,14 @@ def compare(
 
     early_done, jobs = early.measured(jobs, t_dump, b_dump)  # pairs the command measured while it started
     stats_done, jobs = statistics_pairs(jobs, t_idx, b_idx)  # pairs without payloads, all at once
+    sums_done, jobs = checksum_pairs(jobs, t_idx, b_idx)
 
     numel = np.nan_to_num(column(t_idx, "numel", np.float64), nan=0.0)
     if run_on is None:
         run_on = local_executor(parallel, workers if workers is not None else default_workers(), jobs, numel)
     if progress is True:
         progress = run_on.progress_bar("comparing")
-    done = len(early_done) + len(stats_done[0])
+    done = len(early_done) + len(stats_done[0]) + len(sums_done[0])
     if progress and done:
         progress = _counting_from(progress, done)
         progress(0, len(jobs))
@@ -454,6 +457,7 @@ def compare(
                     modes[i] = "none" if not result else modes[i]
         _fill(values, checksum_match, held)
         fill_statistics(values, reasons, stats_done)
+        fill_checksums(checksum_match, reasons, sums_done)
     finally:
         results.close()
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 import numpy as np
 
 from nbprec.columns import Columns, group_codes, text_in
-from nbprec.compare.metrics import STAT_KEYS, statistics_columns
+from nbprec.compare.metrics import STAT_KEYS, checksum_equal, statistics_columns
 from nbprec.compare.rules import bench_magnitude, column, one_run
 from nbprec.dtypes import FLOAT_DTYPES
 from nbprec.dump import Dump
@@ -169,6 +169,36 @@ def fill_statistics(values: dict[str, np.ndarray], reasons: np.ndarray, done: St
     for i, reason in zip(rows.tolist(), why, strict=True):
         if reason:
             reasons[i] = reason
+
+
+#: What :func:`checksum_pairs` compared: (table rows, whether each pair's checksums agree: None where they cannot
+#: be compared).
+ChecksumsDone = tuple[list[int], list[bool | None]]
+#: The reason of a checksum pair whose checksums cannot be compared.
+NOT_COMPARABLE = "checksums not comparable"
+
+
+def checksum_pairs(
+    jobs: list[tuple[int, str, int, int]], t_idx: Columns, b_idx: Columns
+) -> tuple[ChecksumsDone, list[tuple[int, str, int, int]]]:
+    """The jobs compared by their recorded checksums, compared at once from both indexes' ``checksum`` columns
+    (:func:`~nbprec.compare.metrics.checksum_equal` of each pair's texts, as a worker compared them), and the
+    other jobs. Nothing is read for these pairs: handing each to a worker cost more than comparing it (an msprobe
+    md5 pair of 4,035 tensors: 92 against 59 ms for the same pair compared by its statistics, 2026-12-02)."""
+    picked = [job for job in jobs if job[1] == "checksum"]
+    if not picked:
+        return ([], []), jobs
+    t_sums, b_sums = t_idx["checksum"].tolist(), b_idx["checksum"].tolist()
+    equal = [checksum_equal(str(t_sums[t]), str(b_sums[b])) for _row, _mode, t, b in picked]
+    return ([job[0] for job in picked], equal), [job for job in jobs if job[1] != "checksum"]
+
+
+def fill_checksums(checksum_match: np.ndarray, reasons: np.ndarray, done: ChecksumsDone) -> None:
+    """Put what :func:`checksum_pairs` compared into the comparison's ``checksum_match`` column and reasons."""
+    for i, equal in zip(*done, strict=True):
+        checksum_match[i] = equal
+        if equal is None:
+            reasons[i] = NOT_COMPARABLE
 
 
 def choose_modes(mode: CompareMode, t_idx: Columns, b_idx: Columns, b_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -161,6 +161,49 @@ def test_statistics_pairs_are_measured_at_once_as_pair_by_pair(monkeypatch):
     assert with_reason > 0  # the fixture has pairs with a reason (a benchmark statistic of 0)
 
 
+def test_checksum_pairs_are_compared_at_once_as_pair_by_pair(monkeypatch, tmp_path):
+    """msprobe md5 dumps compared by checksum: every pair is compared from the index columns at once (no worker
+    sees one), each row holding ``checksum_equal`` of its two recorded checksums, and a pair with a checksum
+    missing says it could not be compared."""
+    import importlib
+    import json
+    import shutil
+    from pathlib import Path
+
+    from nbprec.compare.metrics import checksum_equal
+
+    engine = importlib.import_module("nbprec.compare.engine")
+    measure = engine._measure
+
+    def refusing(job, *args, **kwargs):
+        assert job[1] != "checksum", "a checksum pair went to a worker"
+        return measure(job, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "_measure", refusing)
+    fixtures = Path(__file__).parents[1] / "fixtures" / "msprobe"
+    target = tmp_path / "bf16_md5_L1"
+    shutil.copytree(fixtures / "bf16_md5_L1", target)
+    dump_json = target / "step0" / "rank0" / "dump.json"
+    recorded = json.loads(dump_json.read_text())
+    blanked = 0
+    for op in recorded["data"].values():
+        for entry in op.get("output") or []:
+            if isinstance(entry, dict) and entry.get("md5") and blanked < 2:
+                entry["md5"] = "" if blanked == 0 else "N/A"
+                blanked += 1
+    dump_json.write_text(json.dumps(recorded))
+    table = compare(target, fixtures / "fp32_md5_L1", mode="checksum").table
+    rows = table[table["compare_mode"] == "checksum"]
+    assert len(rows) > 100
+    seen = set()
+    for _, row in rows.iterrows():
+        equal = checksum_equal(str(row["target_checksum"]), str(row["bench_checksum"]))
+        assert row["checksum_match"] is equal, row["name"]
+        assert ("checksums not comparable" in row["reason"]) == (equal is None), row["name"]
+        seen.add(equal)
+    assert seen == {True, False, None}
+
+
 def test_forced_tensor_mode_gives_reasons(make_mlp_dump):
     target = make_mlp_dump(name="t")
     target.index = target.index.assign(has_data=False)

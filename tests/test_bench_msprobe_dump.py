@@ -1,0 +1,31 @@
+"""bench/msprobe_dump.py's msprobe configs: each ``--task`` asks msprobe for the dump it names. (The script runs in
+the msprobe virtualenv that bench/compare.py makes; its configs are checked here without msprobe.)"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def msprobe_dump():
+    spec = importlib.util.spec_from_file_location("nbprec_bench_msprobe_dump", ROOT / "bench" / "msprobe_dump.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("task", "msprobe_task", "summary_mode"),
+    [("tensor", "tensor", None), ("statistics", "statistics", "statistics"), ("md5", "statistics", "md5")],
+)
+def test_each_task_is_the_msprobe_task_it_names(msprobe_dump, tmp_path, task, msprobe_task, summary_mode):
+    config = msprobe_dump.dump_config(task, "mix", tmp_path)
+    assert config["task"] == msprobe_task and config["level"] == "mix" and config["dump_path"] == str(tmp_path)
+    assert config[msprobe_task]["data_mode"] == ["all"]
+    assert config[msprobe_task].get("summary_mode") == summary_mode
+    assert set(config) & {"tensor", "statistics"} == {msprobe_task}

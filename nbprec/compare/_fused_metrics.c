@@ -7,10 +7,11 @@
  * then the metric columns from the sums (sums_values, _finish, _one_pass_std), and for a side holding NaN or
  * inf its counts from the bits (_nonfinite_reason). A pair costs a few microseconds of Python that way instead
  * of about twenty (120 for one holding NaN or inf), and pair_metrics_many() does a whole batch with the GIL
- * released once. Every value is the one the Python functions of _sums.py give, to
- * the bit (the tests hold the two to each other on real pairs): the same operations in the same order on IEEE
- * doubles, the C library's sqrt, log and log1p (which Python's math module calls), and no fused multiply-add
- * (NO_CONTRACT), which would round a product and a sum once instead of twice.
+ * released once. Every value is the one the Python functions give, to the bit (the tests hold the two to each
+ * other on real pairs): the same operations in the same order on IEEE doubles, the C library's sqrt, log and
+ * log1p (which Python's math module calls), and no fused multiply-add (NO_CONTRACT), which would round a product
+ * and a sum once instead of twice. One thing is not held: the sign of a NaN, which Python's own sum of two NaN
+ * does not keep from one call to the next (it takes either's, as its interpreter has specialised the addition).
  */
 #include "_fused.h"
 
@@ -321,14 +322,15 @@ static PyObject *pair_result(const Pair *it)
 
 const char nbprec_pair_metrics_doc[] =
     "pair_metrics(x, x_type, y, y_type, extremes, eps_b) -> (columns, reason, held, counts) or None\n\n"
-    "The metric columns of one pair as nbprec.compare.metrics.tensor_metrics gives them on its arrays, to the bit:\n"
-    "a pass with the parameters the recorded `extremes` (target min, max, benchmark min, max) give, again with the\n"
-    "extremes found when they were not the pair's (direct_sums); without usable extremes (None, NaN, inf) each\n"
-    "side's minimum and maximum first (fused_sums). `columns` a dict in sums_values's order, `reason` why a column\n"
-    "is missing ('' if none is: one side all zero, or NaN and inf counted), `held` whether the extremes were the\n"
-    "pair's (None without usable ones), `counts` each side's NaN and infinities. None when the pair is empty or\n"
-    "needs its arrays (a standard deviation whose one-pass sums cancel, squares that overflow float64). x and y as\n"
-    "for pair_sums; eps_b the benchmark dtype's epsilon. The GIL is released while it measures.";
+    "The metric columns of one pair as nbprec.compare.metrics.tensor_metrics gives them on its arrays, to the bit\n"
+    "(a NaN's sign aside): a pass with the parameters the recorded `extremes` (target min, max, benchmark min, max)\n"
+    "give, again with the extremes found when they were not the pair's (direct_sums); without usable extremes\n"
+    "(None, NaN, inf) each side's minimum and maximum first (fused_sums). `columns` a dict in sums_values's order,\n"
+    "`reason` why columns are missing ('' when none is: a side all zero, or the NaN and inf counted), `held`\n"
+    "whether the extremes were the pair's (None without usable ones), `counts` each side's NaN and infinities. None\n"
+    "when the pair is empty or needs its arrays (a standard deviation whose one-pass sums cancel, squares that\n"
+    "overflow float64). x and y as for pair_sums; eps_b the benchmark dtype's epsilon. The GIL is released while it\n"
+    "measures.";
 
 PyObject *nbprec_pair_metrics(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {

@@ -127,23 +127,29 @@ def test_statistics_mode_when_payloads_are_absent(make_mlp_dump):
     assert comp.table["max_rel_diff"].notna().all()
 
 
-def test_statistics_pairs_are_measured_at_once_as_pair_by_pair(monkeypatch):
-    """msprobe statistics dumps: every pair compared by its recorded statistics is measured from the index columns
-    at once (no worker sees one), and each row holds what ``statistics_metrics`` gives for its pair, reason
-    included, to the bit."""
+def _refuse_jobs(monkeypatch, mode: str) -> None:
+    """Make the engine's per-pair function fail on a pair of ``mode``: such pairs must be measured at once."""
     import importlib
-    from pathlib import Path
-
-    from nbprec.compare.metrics import STAT_METRIC_COLUMNS, statistics_metrics
 
     engine = importlib.import_module("nbprec.compare.engine")
     measure = engine._measure
 
     def refusing(job, *args, **kwargs):
-        assert job[1] != "statistics", "a statistics pair went to a worker"
+        assert job[1] != mode, f"a {mode} pair went to a worker"
         return measure(job, *args, **kwargs)
 
     monkeypatch.setattr(engine, "_measure", refusing)
+
+
+def test_statistics_pairs_are_measured_at_once_as_pair_by_pair(monkeypatch):
+    """msprobe statistics dumps: every pair compared by its recorded statistics is measured from the index columns
+    at once (no worker sees one), and each row holds what ``statistics_metrics`` gives for its pair, reason
+    included, to the bit."""
+    from pathlib import Path
+
+    from nbprec.compare.metrics import STAT_METRIC_COLUMNS, statistics_metrics
+
+    _refuse_jobs(monkeypatch, "statistics")
     fixtures = Path(__file__).parents[1] / "fixtures" / "msprobe"
     table = compare(fixtures / "bf16_statistics_mix", fixtures / "fp32_statistics_mix", step=0).table
     rows = table[table["compare_mode"] == "statistics"]
@@ -165,21 +171,13 @@ def test_checksum_pairs_are_compared_at_once_as_pair_by_pair(monkeypatch, tmp_pa
     """msprobe md5 dumps compared by checksum: every pair is compared from the index columns at once (no worker
     sees one), each row holding ``checksum_equal`` of its two recorded checksums, and a pair with a checksum
     missing says it could not be compared."""
-    import importlib
     import json
     import shutil
     from pathlib import Path
 
     from nbprec.compare.metrics import checksum_equal
 
-    engine = importlib.import_module("nbprec.compare.engine")
-    measure = engine._measure
-
-    def refusing(job, *args, **kwargs):
-        assert job[1] != "checksum", "a checksum pair went to a worker"
-        return measure(job, *args, **kwargs)
-
-    monkeypatch.setattr(engine, "_measure", refusing)
+    _refuse_jobs(monkeypatch, "checksum")
     fixtures = Path(__file__).parents[1] / "fixtures" / "msprobe"
     target = tmp_path / "bf16_md5_L1"
     shutil.copytree(fixtures / "bf16_md5_L1", target)

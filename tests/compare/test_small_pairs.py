@@ -1,5 +1,6 @@
 """``small_pair`` (the usual msprobe pair measured without making its arrays) gives what ``tensor_metrics`` gives on
-the pair's arrays, to the bit (NaN and inf included), and steps aside for every pair it does not measure that way."""
+the pair's arrays, to the bit (NaN and inf included; a NaN's sign aside, which ``repr`` does not show), and steps
+aside for every pair it does not measure that way."""
 
 from __future__ import annotations
 

@@ -21,12 +21,9 @@ from nbprec.compare.matching import FusionHook, match_tensors, read_mapping
 from nbprec.compare.metrics import (
     METRIC_COLUMNS,
     STAT_METRIC_COLUMNS,
-    checksum_equal,
-    statistics_metrics,
     tensor_metrics,
 )
 from nbprec.compare.pair_table import (
-    STAT_KEYS,
     CompareMode,
     checksum_pairs,
     choose_modes,
@@ -111,33 +108,29 @@ def _problem_summary(dump: Dump) -> dict[str, Any]:
 def _measure(
     job: RowJob, t_dump: Dump, b_dump: Dump, hints: _ExtremeHints, small: bool = True, wait: bool = True
 ) -> Result | None:
-    """The metric values of one job, and why one is missing ('' if none is); ``small=False``: not by
-    :func:`~nbprec.compare.small_pairs.small_pair` (the caller found that it gives nothing for this pair).
-    ``wait=False``: None for a small pair whose payloads are not all in the page cache yet (see
-    :func:`_measure_cached_first`)."""
+    """The metric values of one tensor job (a pair of payloads), and why one is missing ('' if none is);
+    ``small=False``: not by :func:`~nbprec.compare.small_pairs.small_pair` (the caller found that it gives nothing
+    for this pair). ``wait=False``: None for a small pair whose payloads are not all in the page cache yet (see
+    :func:`_measure_cached_first`). Pairs compared by statistics or checksums never come here:
+    :func:`~nbprec.compare.pair_table.statistics_pairs` and :func:`~nbprec.compare.pair_table.checksum_pairs`
+    compare them all at once."""
     i, mode, t_row, b_row = job
+    if mode != "tensor":
+        raise ComparisonError(f"internal: a {mode} pair was handed to a worker; such pairs are compared at once")
     try:
-        if mode == "tensor":
-            extremes = hints.extremes(t_row, b_row)
-            item = _small_item(t_dump, b_dump, t_row, b_row, extremes) if small else None
-            measured = small_pair(*item[0], item[1], wait=wait) if item is not None else None
-            if measured is False:
-                return None
-            if measured is not None:  # the usual pair, measured without making its arrays
-                return _small_result(i, measured, hints)
-            result = tensor_metrics(t_dump.tensor(t_row), b_dump.tensor(b_row), extremes=extremes)
-            hints.record(result.extremes_held)
-            found = result.values  # (made for this call: extended in place)
-            if result.nonfinite is not None:  # the payloads' own NaN/inf counts override what statistics said
-                found["target_nonfinite"], found["bench_nonfinite"] = map(float, result.nonfinite)
-            return i, found, result.reason
-        if mode == "statistics":
-            t_stats = {k: t_row[k] for k in STAT_KEYS}
-            b_stats = {k: b_row[k] for k in STAT_KEYS}
-            result = statistics_metrics(t_stats, b_stats)
-            return i, dict(result.values), result.reason
-        equal = checksum_equal(str(t_row["checksum"]), str(b_row["checksum"]))
-        return i, {"checksum_match": equal}, "" if equal is not None else "checksums not comparable"
+        extremes = hints.extremes(t_row, b_row)
+        item = _small_item(t_dump, b_dump, t_row, b_row, extremes) if small else None
+        measured = small_pair(*item[0], item[1], wait=wait) if item is not None else None
+        if measured is False:
+            return None
+        if measured is not None:  # the usual pair, measured without making its arrays
+            return _small_result(i, measured, hints)
+        result = tensor_metrics(t_dump.tensor(t_row), b_dump.tensor(b_row), extremes=extremes)
+        hints.record(result.extremes_held)
+        found = result.values  # (made for this call: extended in place)
+        if result.nonfinite is not None:  # the payloads' own NaN/inf counts override what statistics said
+            found["target_nonfinite"], found["bench_nonfinite"] = map(float, result.nonfinite)
+        return i, found, result.reason
     except NbprecError as exc:
         return i, {}, f"could not read: {exc}"
     except (MemoryError, ValueError, TypeError) as exc:

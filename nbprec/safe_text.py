@@ -79,6 +79,8 @@ def plain_cells(values: list[Any]) -> bool:
     """Whether :func:`csv_cell` leaves every string among ``values`` as it is and none holds a carriage return
     (so no row needs quoting as a whole): ASCII, no line starting as a formula, in one pass over the joined text
     rather than a call per cell. A cell holding a line feed makes it say False (then map cell by cell)."""
+    if list(map(type, values)).count(str) == len(values):  # (a text column: no cell to leave out)
+        return _plain_text(values)
     return _plain_text([v for v in values if isinstance(v, str)])
 
 
@@ -204,8 +206,8 @@ def _csv_texts(values: np.ndarray, exact: bool) -> list[str]:
         texts = values.astype(str)
         texts[np.isnan(values)] = ""
         return texts.tolist()
-    if values.dtype.kind in "biu":
-        return values.astype(str).tolist()
+    if values.dtype.kind in "biu":  # (str of each Python int or bool: numpy's own text, faster than astype)
+        return list(map(str, values.tolist()))
     items = values.tolist()
     if set(map(type, items)) == {str}:  # a text column: as it is, unless a cell needs changing
         return items if _plain_text(items) else [csv_cell(v, exact) for v in items]

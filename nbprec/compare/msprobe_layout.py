@@ -107,8 +107,11 @@ def decimals_rounded(values: np.ndarray, decimals: int) -> np.ndarray:
 
     The product is within half an ulp of ``v * 10**decimals``; where it lies further than an ulp from a
     half-integer, its nearest integer is the exact value's, and dividing that integer (below 2^52, so exact)
-    by ``10**decimals`` rounds to the double nearest the decimal text. Values near a tie, beyond 2^52 once
-    scaled or not finite are formatted and read back one by one.
+    by ``10**decimals`` rounds to the double nearest the decimal text. A value whose neighbouring doubles lie
+    more than ``10**-decimals`` away (:func:`_own_rounding_from`; a relative error in the thousands, say) is its
+    own rounding: the decimal text lies within half of that of it, closer than to any other double. An
+    infinity is its own too, and a NaN reads back as ``float("nan")``. The few values left (near a tie, or
+    between 2^52 once scaled and that bound) are formatted and read back one by one.
 
     Examples
     --------
@@ -122,9 +125,18 @@ def decimals_rounded(values: np.ndarray, decimals: int) -> np.ndarray:
         out = np.rint(scaled) / scale
         tie_distance = np.abs(scaled - np.floor(scaled) - 0.5)
         exact = (np.abs(scaled) < 2.0**52) & (tie_distance > np.spacing(np.abs(scaled)))
-    for i in np.flatnonzero(~exact).tolist():
+        own = ~exact & ~(np.abs(x) < _own_rounding_from(decimals))  # (NaN and infinities too)
+    out[own] = x[own]
+    out[own & np.isnan(x)] = np.nan  # (whatever the NaN's sign and payload: float("nan")'s)
+    for i in np.flatnonzero(~exact & ~own).tolist():
         out[i] = float(f"{x[i]:.{decimals}f}")
     return out
+
+
+def _own_rounding_from(decimals: int) -> float:
+    """A power of two from which every double is its own rounding to ``decimals`` decimals: there the doubles
+    lie at least ``2**(k - 53)`` apart, more than ``10**-decimals`` (one more power for safety)."""
+    return 2.0 ** (math.floor(53 - decimals * math.log2(10)) + 2)
 
 
 def _squeezed(shape: Any) -> tuple[int, ...]:
@@ -211,10 +223,7 @@ def _ms_columns(table: Columns, mode: str) -> dict[str, list[Any]]:
         cols.update(zip(MSPROBE_TENSOR_METRICS, _ms_tensor_columns(table, paired), strict=True))
         # the payload files, named as msprobe names them ("-1": none; a row compared by statistics lacks one)
         reads = [m not in ("statistics", "checksum") for m in table["compare_mode"].tolist()]
-        cols["Data_name"] = [
-            str([f"{t}.pt" if read else "-1", (f"{b}.pt" if read else "-1") if p else _NA])
-            for t, b, p, read in zip(names, benches, paired, reads, strict=True)
-        ]
+        cols["Data_name"] = _data_names(names, benches, paired, reads)
     elif mode == "statistics":
         diffs = [stat_diffs(stats[k], stats[k + 4]) for k in range(4)]
         cols.update(zip(MSPROBE_STAT_DIFFS[:4], (column[0] for column in diffs), strict=True))
@@ -244,12 +253,35 @@ def _ms_columns(table: Columns, mode: str) -> dict[str, list[Any]]:
     return cols
 
 
+def _data_names(names: list[str], benches: list[str], paired: list[bool], reads: list[bool]) -> list[str]:
+    """msprobe's Data_name cells: ``str([target file, bench file])`` of each row, a file ``-1`` for a row compared
+    by statistics and ``N/A`` without a benchmark. Names that ``repr`` writes as they are, in single quotes (printable,
+    no quote, no backslash: the usual ones, one test over them all), are put in the text directly."""
+    try:
+        text = "".join(names) + "".join(benches)
+    except TypeError:  # (a missing name: the general way)
+        text = "'"
+    if not (text.isprintable() and "'" not in text and '"' not in text and "\\" not in text):
+        return [
+            str([f"{t}.pt" if read else "-1", (f"{b}.pt" if read else "-1") if p else _NA])
+            for t, b, p, read in zip(names, benches, paired, reads, strict=True)
+        ]
+    return [
+        (f"['{t}.pt', '{b}.pt']" if p else f"['{t}.pt', '{_NA}']")
+        if read
+        else ("['-1', '-1']" if p else f"['-1', '{_NA}']")
+        for t, b, p, read in zip(names, benches, paired, reads, strict=True)
+    ]
+
+
 def _ms_texts(values: list[Any]) -> list[str]:
     """A column's cells as msprobe's CSV writes them (:func:`_ms_text`), without a call per cell: the numbers
     formatted together (repr's text, NaN empty), the strings as they are."""
     kinds = list(map(type, values))
     if kinds.count(str) == len(kinds):  # names, dtypes, shapes, verdicts: as they are
         return values
+    if kinds.count(bool) == len(kinds):  # Requires_grad Consistent
+        return ["True" if value else "False" for value in values]
     floats = kinds.count(float)
     if floats == len(kinds):  # statistics and metrics of compared tensors: numbers only
         at = None

@@ -263,7 +263,8 @@ def test_agrees_with_msprobe_on_unmatched_and_non_finite_statistics(tmp_path):
 def test_decimals_rounded_is_msprobes_rounding_exactly(decimals):
     """The vectorised rounding gives the bits of ``float(f"{v:.{d}f}")`` (what msprobe's ``round`` gives):
     random values over many scales, half-way values at the last decimal (ties and near-ties, which the fast
-    path must leave to the exact one), signed zeros, values too large to scale exactly, NaN and inf."""
+    path must leave to the exact one), signed zeros, values too large to scale exactly (those large enough to be
+    their own rounding, and those below that bound), NaN and inf."""
     from nbprec.compare.msprobe_layout import decimals_rounded
 
     rng = np.random.default_rng(7)
@@ -275,6 +276,10 @@ def test_decimals_rounded_is_msprobes_rounding_exactly(decimals):
             (np.arange(-20_000, 20_000) + 0.5) * step,  # halves of the last decimal
             np.nextafter((np.arange(0, 20_000) + 0.5) * step, np.inf),
             [0.0, -0.0, -1e-300, 4503.599627370496, 4503.6, 1e20, -7.0, np.nan, np.inf, -np.inf],
+            rng.uniform(1e3, 1e7, 50_000) * rng.choice([-1.0, 1.0], 50_000),  # around where a value is its own
+            2.0 ** np.arange(8, 40),  # rounding, and at powers of two (closer neighbours below)
+            np.nextafter(2.0 ** np.arange(8, 40), 0),
+            [-np.nan],
         ]
     )
     got = decimals_rounded(values, decimals)
@@ -282,6 +287,30 @@ def test_decimals_rounded_is_msprobes_rounding_exactly(decimals):
     both_nan = np.isnan(got) & np.isnan(want)
     assert ((got == want) | both_nan).all()
     assert (np.signbit(got) == np.signbit(want))[~both_nan].all()  # -0.0 stays -0.0, as the text makes it
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["Functional.linear.0.forward.input.0", "Tensor.__add__.1.backward.output.0"],  # plain: the direct text
+        ["Functional.linear.0.forward.input.0", "it's"],  # a quote, a backslash, a line break, a byte that was not
+        ["a\\b", 'say "x"', "tab\there", "re\udcfflu", "\rTensor.0", "=HYPERLINK(1)", "中文.0"],  # UTF-8: repr's
+    ],
+)
+def test_data_name_cells_are_str_of_the_file_pair(names):
+    """msprobe's Data_name cell is ``str([target file, bench file])``: built directly for plain names, by ``str``
+    for names ``repr`` escapes or quotes otherwise; a row without a benchmark or compared by statistics too."""
+    from nbprec.compare.msprobe_layout import _data_names
+
+    benches = [f"{name}_b" for name in names]
+    for paired in (True, False):
+        for read in (True, False):
+            want = [
+                str([f"{t}.pt" if read else "-1", (f"{b}.pt" if read else "-1") if paired else "N/A"])
+                for t, b in zip(names, benches, strict=True)
+            ]
+            assert _data_names(names, benches, [paired] * len(names), [read] * len(names)) == want
+    assert _data_names(["x"], [None], [False], [True]) == [str(["x.pt", "N/A"])]  # (no bench name at all)
 
 
 def test_shape_texts_are_shape_text_each():

@@ -285,6 +285,15 @@ def once_per_object(values: list[Any], make: Callable[[Any], T]) -> list[T]:
     return list(map(made.__getitem__, ids))
 
 
+def cell_texts(values: np.ndarray) -> list[str]:
+    """A column's cells as text: ``str`` of each, ``''`` for None and NaN; a column of strings (the usual case)
+    as it is, without a call per cell."""
+    items = values.tolist()
+    if list(map(type, items)).count(str) == len(items):
+        return items
+    return ["" if v is None or v != v else str(v) for v in items]
+
+
 def texts_of_objects(values: list[Any], text: Callable[[Any], str]) -> list[str]:
     """``text(v)`` of each of ``values``, made once per distinct object (:func:`once_per_object`)."""
     return once_per_object(values, text)
@@ -323,4 +332,4 @@ def text_in(values: np.ndarray, choices: Iterable[str]) -> np.ndarray:
     return np.fromiter(map(wanted.__contains__, values.tolist()), bool, len(values))
 
 
-__all__ = ["Columns", "as_columns", "distinct", "factorize", "group_codes", "text_in", "text_table"]
+__all__ = ["Columns", "as_columns", "cell_texts", "distinct", "factorize", "group_codes", "text_in", "text_table"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 #: The damages :func:`damaged_copy` makes.
@@ -89,22 +90,31 @@ def damaged_copy(tmp_path: Path, source: Path, damage: str) -> Path:
 def poison_payload(path: Path, specials: tuple[bytes, bytes, bytes], nan: bool) -> None:
     """Put non-finite values into the tensor of a small ``.pt`` archive: every seventh element NaN (``nan``),
     or +inf and -inf alternately; ``specials`` are NaN, +inf and -inf in its dtype."""
+    size = len(specials[0])
+
+    def poison(tensor: memoryview) -> None:
+        for k, at in enumerate(range(0, len(tensor), 7 * size)):
+            tensor[at : at + size] = specials[0] if nan else specials[1 + k % 2]
+
+    _rewrite_tensor(path, poison)
+
+
+def zero_payload(path: Path) -> None:
+    """Overwrite the tensor bytes of a small ``.pt`` archive with zeros."""
+
+    def zero(tensor: memoryview) -> None:
+        tensor[:] = bytes(len(tensor))
+
+    _rewrite_tensor(path, zero)
+
+
+def _rewrite_tensor(path: Path, change: Callable[[memoryview], None]) -> None:
+    """Change the tensor bytes of a small ``.pt`` archive in place (``change`` gets them, writable); the archive
+    stays valid (no CRC check)."""
     from nbprec.formats._ptzip import _small_archive, _tensor_entry
 
     head, entries = _small_archive(str(path))
     _description, (start, nbytes) = _tensor_entry(-1, len(head), head, entries)
-    data, size = bytearray(head), len(specials[0])
-    for k, at in enumerate(range(start, start + nbytes, 7 * size)):
-        data[at : at + size] = specials[0] if nan else specials[1 + k % 2]
-    path.write_bytes(bytes(data))
-
-
-def zero_payload(path: Path) -> None:
-    """Overwrite the tensor bytes of a small ``.pt`` archive with zeros (the archive stays valid: no CRC check)."""
-    from nbprec.formats._ptzip import _small_archive, _tensor_entry
-
-    head, entries = _small_archive(str(path))
-    (_key, _dtype, _offset, _size, _stride), (start, nbytes) = _tensor_entry(-1, len(head), head, entries)
     data = bytearray(head)
-    data[start : start + nbytes] = bytes(nbytes)
+    change(memoryview(data)[start : start + nbytes])
     path.write_bytes(bytes(data))

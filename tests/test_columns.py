@@ -171,3 +171,13 @@ def test_columns_of_different_lengths_are_an_error_whoever_joins():
         write_csv_columns(io.StringIO(), ["a", "b"], [["1", "2"], ["3"]], "\n", csv.QUOTE_MINIMAL)
     with pytest.raises(ValueError):  # (a tuple: not the C joiner's; the same error)
         write_csv_columns(io.StringIO(), ["a", "b"], [("1", "2"), ["3"]], "\n", csv.QUOTE_MINIMAL)
+
+
+def test_cell_texts_are_str_of_each_cell_and_empty_where_missing():
+    from nbprec.columns import cell_texts
+
+    mixed = np.array(["a", None, float("nan"), 3, 2.5, "", True], dtype=object)
+    assert cell_texts(mixed) == ["a", "", "", "3", "2.5", "", "True"]
+    words = np.array(["x", "=1", "y"], dtype=object)
+    assert cell_texts(words) == ["x", "=1", "y"]
+    assert cell_texts(np.array([], dtype=object)) == []

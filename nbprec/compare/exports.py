@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nbprec._output import rewriting
-from nbprec.columns import Columns
+from nbprec.columns import Columns, cell_texts
 from nbprec.compare.msprobe_layout import (  # noqa: F401 (re-exported: where users look for the layouts)
     MSPROBE_HEADERS,
     MSPROBE_STAT_DIFFS,
@@ -115,30 +115,23 @@ def _std_cells(table: Columns) -> list[str]:
     return cells
 
 
-def _texts(values: np.ndarray) -> list[str]:
-    items = values.tolist()
-    if list(map(type, items)).count(str) == len(items):  # (a text column, the usual case: as it is)
-        return items
-    return ["" if v is None or v != v else str(v) for v in items]
-
-
 def _msaccucmp_columns(table: Columns) -> list[list[str]]:
     """msaccucmp's columns (:data:`MSACCUCMP_HEADER`), each a list of its cells."""
     n = len(table)
     if not n:
         return [[] for _ in MSACCUCMP_HEADER]
-    op, role, slot = _texts(table["op"]), _texts(table["role"]), _texts(table["slot"])
-    bench_op = _texts(table["bench_op"])
-    truth = _texts(table["ground_truth"]) if "ground_truth" in table else [""] * n
+    op, role, slot = cell_texts(table["op"]), cell_texts(table["role"]), cell_texts(table["slot"])
+    bench_op = cell_texts(table["bench_op"])
+    truth = cell_texts(table["ground_truth"]) if "ground_truth" in table else [""] * n
     nonfinite = np.nan_to_num(np.asarray(table["target_nonfinite"], dtype=np.float64), nan=0.0) > 0
     columns = [
         [str(i) for i in range(n)],
         [str(v) for v in table["order"].tolist()],
-        _texts(table["op_type"]),
+        cell_texts(table["op_type"]),
         op,
-        _texts(table["target_dtype"]),
+        cell_texts(table["target_dtype"]),
         [t or b or "*" for t, b in zip(truth, bench_op, strict=True)],  # the fusion records' ops, or the bench op
-        [d or "NaN" for d in _texts(table["bench_dtype"])],
+        [d or "NaN" for d in cell_texts(table["bench_dtype"])],
         [
             f"{o}:{'output' if r in ('output', 'gradient') else 'input'}:{s}"
             for o, r, s in zip(op, role, slot, strict=True)
@@ -148,7 +141,7 @@ def _msaccucmp_columns(table: Columns) -> list[list[str]]:
         *(_nums(table[c]) for c in ("cosine", "max_abs_err", "accumulated_rel_err", "rel_euclidean", "kl_divergence")),
         _std_cells(table),
         *(_nums(table[c]) for c in ("mean_abs_err", "rmse", "max_rel_err", "mean_rel_err")),
-        _texts(table["reason"]),
+        cell_texts(table["reason"]),
     ]
     return columns
 

@@ -182,9 +182,10 @@ def checksum_pairs(
     jobs: list[tuple[int, str, int, int]], t_idx: Columns, b_idx: Columns
 ) -> tuple[ChecksumsDone, list[tuple[int, str, int, int]]]:
     """The jobs compared by their recorded checksums, compared at once from both indexes' ``checksum`` columns
-    (:func:`~nbprec.compare.metrics.checksum_equal` of each pair's texts, as a worker compared them), and the
-    other jobs. Nothing is read for these pairs: handing each to a worker cost more than comparing it (an msprobe
-    md5 pair of 4,035 tensors: 92 against 59 ms for the same pair compared by its statistics, 2026-12-02)."""
+    (:func:`~nbprec.compare.metrics.checksum_equal` of each pair's texts), and the other jobs; what was compared
+    goes into the comparison through :func:`fill_checksums`. Nothing is read for these pairs: handing each to a
+    worker cost more than comparing it (an msprobe md5 pair of 4,035 tensors: 92 against 59 ms for the same pair
+    compared by its statistics, 2026-12-02)."""
     picked = [job for job in jobs if job[1] == "checksum"]
     if not picked:
         return ([], []), jobs

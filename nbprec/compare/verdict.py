@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nbprec._record import Record
-from nbprec.columns import Columns, text_in
+from nbprec.columns import Columns, cell_texts, text_in
 from nbprec.compare.presence import BOTH, missing_by_kind, presence
 from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, column, get_rule
 from nbprec.compare.runs import first_failing_position, is_collective, op_at, where
@@ -117,10 +117,7 @@ def _default_status(comp: Comparison) -> np.ndarray:
 
 def _texts(table: Columns, name: str) -> np.ndarray:
     """A text column with every value as ``str`` (missing values as '')."""
-    values = table[name].tolist()
-    if list(map(type, values)).count(str) < len(values):  # not all text already: None, NaN, numbers
-        values = ["" if v is None or v != v else str(v) for v in values]
-    return np.array(values, dtype=object)
+    return np.array(cell_texts(table[name]), dtype=object)
 
 
 def _distinct(values: np.ndarray) -> tuple[str, ...]:

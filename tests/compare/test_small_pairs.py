@@ -86,10 +86,10 @@ def test_small_pair_steps_aside(tmp_path):
     t_row, b_row = next((t, b) for t, b in pairs if t["has_data"] and t["numel"] > 16 and t["dtype"] == "bfloat16")
     args = (str(t_row["file"]), "bfloat16", str(b_row["file"]), b_row["dtype"], tuple(t_row["shape"]))
     extremes = (t_row["min"], t_row["max"], b_row["min"], b_row["max"])
-    assert small_pair(*args, extremes) is not None
+    right = small_pair(*args, extremes)
+    assert right is not None
     unusable = small_pair(*args, (math.nan, *extremes[1:]))  # hints not usable: the extremes found first
     assert unusable is not None and unusable[2] is None
-    right = small_pair(*args, extremes)
     assert {k: repr(v) for k, v in unusable[0].items()} == {k: repr(v) for k, v in right[0].items()}
     assert small_pair(args[0], "float16", *args[2:], extremes) is None  # another dtype than the payload's
     assert small_pair(*args[:4], (*args[4], 1), extremes) is None  # another shape

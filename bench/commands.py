@@ -11,6 +11,10 @@ processes.
   ``--same-output`` into the same folder each run, over the files of the run before (as a user re-running the
   command, and as ``bench/compare.py`` runs it).
 
+- with ``--quick DUMP``: the commands a user expects at once, each in its own process (no command daemon):
+  ``nbprec --version``, ``nbprec --help``, ``nbprec info DUMP`` and ``nbprec overflow DUMP``, and beside them the
+  interpreter's own start (``python -c pass``, the floor every command pays), all interleaved in the same rounds.
+
 For report and serve, T and B are the demo's tiny encoder runs (bfloat16 with the planted faulty GELU, float32;
 ``nbprec demo``'s, made here with torch). ``--baseline DIR`` (another nbprec tree: a checkout with its
 extensions built) runs the same commands from there (``PYTHONPATH=DIR``), interleaved round by round with this
@@ -22,7 +26,7 @@ is timed against the default (``--baseline-env NBPREC_EARLY=off``: the command w
 Usage::
 
     .venv/bin/python bench/commands.py [--repeat 6] [--baseline DIR] [--baseline-env NAME=VALUE] [--compare T B]
-        [--compare-only] [--same-output]
+        [--compare-only] [--same-output] [--quick DUMP] [--quick-only]
 """
 
 from __future__ import annotations
@@ -72,6 +76,24 @@ def compare_seconds(tree: Side, target: Path, bench: Path, out: Path) -> float:
     return timing.whole_process(cmd, ok=(0, 1), env=env, cwd=NEUTRAL)  # 1: failing ops found
 
 
+#: The quick commands of ``--quick`` (DUMP stands for the dump given), each run as ``python -m nbprec ...``.
+QUICK = {
+    "--version": ["--version"],
+    "--help": ["--help"],
+    "info": ["info", "DUMP"],
+    "overflow": ["overflow", "DUMP", "--no-payload"],
+}
+
+
+def quick_seconds(tree: Side | None, arguments: list[str], dump: Path) -> float:
+    """Wall seconds of ``nbprec ARGUMENTS`` run from ``tree`` in its own process (no command daemon); with
+    ``tree`` None, of ``python -c pass``."""
+    if tree is None:
+        return timing.whole_process([sys.executable, "-c", "pass"], cwd=NEUTRAL)
+    cmd = [sys.executable, "-m", "nbprec", *(str(dump) if a == "DUMP" else a for a in arguments)]
+    return timing.whole_process(cmd, env={**_env(tree), "NBPREC_DAEMON": "off"}, cwd=NEUTRAL)
+
+
 def serve_seconds(tree: Side, target: Path, bench: Path) -> tuple[float, float]:
     """Seconds from ``nbprec serve``'s start (run from ``tree``) to its URL line and to ``dashboard ready``."""
     start = time.perf_counter()
@@ -101,6 +123,8 @@ def main() -> None:
     parser.add_argument(
         "--same-output", action="store_true", help="with --compare: each tree writes into one folder, run after run"
     )
+    parser.add_argument("--quick", type=Path, metavar="DUMP", help="also time --version, --help, info and overflow")
+    parser.add_argument("--quick-only", action="store_true", help="with --quick: time nothing else")
     parser.add_argument(
         "--baseline-env", action="append", default=[], metavar="NAME=VALUE", help="a variable for the baseline only"
     )
@@ -115,7 +139,17 @@ def main() -> None:
     rounds = max(args.repeat, 5)
     times: dict[str, dict[str, list[float]]] = {n: {} for n in trees}
     with tempfile.TemporaryDirectory() as tmp:
-        if args.compare:
+        if args.quick:
+            args.quick = args.quick.resolve()  # (the commands run in NEUTRAL)
+            runners: dict[str, Callable[[], float]] = {"python -c pass": lambda: quick_seconds(None, [], args.quick)}
+            for n, t in trees.items():
+                for key, arguments in QUICK.items():
+                    runners[f"{key} ({n})"] = lambda t=t, a=arguments: quick_seconds(t, a, args.quick)
+            quick = timing.interleave(runners, rounds, "quick commands, ")
+            for n in trees:
+                times[n].update({f"quick {key}": quick[f"{key} ({n})"] for key in QUICK})
+            print(f"\n  python -c pass (the interpreter's start) {timing.median(quick['python -c pass']):.3f} s")
+        if args.compare and not args.quick_only:
             outs = iter(range(1 << 30))
 
             def folder(name: str) -> Path:  # a new one each run, or the tree's own
@@ -126,12 +160,13 @@ def main() -> None:
                 rounds, "nbprec compare, ")  # fmt: skip
             for n in trees:
                 times[n]["compare"] = compared[n]
-        if not args.compare_only:
+        if not (args.compare_only or args.quick_only):
             _notebook_commands(trees, rounds, Path(tmp), times)
     names = list(trees)
     print(f"\nmachine: {timing.machine()}")
     labels = {"compare": "nbprec compare -o OUT (own process)", "report": "nbprec report (whole command)",
-              "url": "nbprec serve to its URL", "ready": "nbprec serve to dashboard ready"}  # fmt: skip
+              "url": "nbprec serve to its URL", "ready": "nbprec serve to dashboard ready",
+              **{f"quick {k}": f"nbprec {' '.join(a).replace('DUMP', 'D')}" for k, a in QUICK.items()}}  # fmt: skip
     for key, label in labels.items():
         if key not in times[names[0]]:
             continue

@@ -311,6 +311,15 @@ def factorize(values: Any) -> tuple[np.ndarray, list]:
     return factorize_here(values)
 
 
+def value_counts(values: Any) -> dict[Any, int]:
+    """How often each value occurs, the most frequent first (ties in order of first appearance), None and NaN
+    left out: what pandas' ``value_counts()`` gives, as a dict."""
+    codes, uniques = factorize(values)
+    counts = np.bincount(codes[codes >= 0], minlength=len(uniques))
+    order = np.argsort(-counts, kind="stable")
+    return {uniques[k]: int(counts[k]) for k in order.tolist()}
+
+
 def factorize_here(values: np.ndarray) -> tuple[np.ndarray, list]:
     """:func:`factorize` without pandas (a dict of the values seen)."""
     items = values.tolist()

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from nbprec._record import Record
-from nbprec.columns import Columns, distinct
+from nbprec.columns import Columns, distinct, factorize, group_codes, value_counts
 from nbprec.dtypes import NUMPY_DTYPES
 from nbprec.dump_index import execution_order, index_frame
 from nbprec.errors import DumpFormatError, NbprecError, TensorDataUnavailableError, TensorNotFoundError
@@ -287,26 +287,32 @@ class Dump:
     # -- summaries ---------------------------------------------------------------------------------
     def nbytes(self) -> int:
         """Total payload bytes the index describes (element counts times original item sizes)."""
-        sizes = self.index["dtype"].map(lambda d: NUMPY_DTYPES[d].itemsize if d in NUMPY_DTYPES else 0)
-        return int((self.index["numel"].clip(lower=0) * sizes).sum())
+        codes, dtypes = factorize(self.columns["dtype"])
+        sizes = np.array([NUMPY_DTYPES[d].itemsize if d in NUMPY_DTYPES else 0 for d in dtypes] + [0], dtype=np.int64)
+        return int(np.nansum(np.clip(self.columns["numel"], 0, None) * sizes[codes]))  # (code -1: the last, 0)
 
     def summary(self) -> dict[str, Any]:
-        """Facts about the dump as plain Python values (what ``nbprec info`` prints)."""
-        idx = self.index
+        """Facts about the dump as plain Python values (what ``nbprec info`` prints; without pandas)."""
+        cols = self.columns
+        ops = group_codes(*(np.asarray(cols[k]) for k in ("step", "rank", "op")))[1]
+
+        def counts(name: str, missing: str | None = None) -> dict[str, int]:
+            return {str(k or missing) if missing else str(k): v for k, v in value_counts(cols[name]).items()}
+
         return {
             "path": str(self.path),
             "format": self.format,
             "meta": self.meta,
             "steps": self.steps,
             "ranks": self.ranks,
-            "ops": int(idx.groupby(["step", "rank", "op"]).ngroups) if len(idx) else 0,
-            "tensors": len(idx),
-            "with_payload": int(idx["has_data"].sum()),
-            "by_dtype": {str(k): int(v) for k, v in idx["dtype"].value_counts().items()},
-            "by_role": {str(k): int(v) for k, v in idx["role"].value_counts().items()},
-            "by_direction": {str(k or "unknown"): int(v) for k, v in idx["direction"].value_counts().items()},
+            "ops": ops,
+            "tensors": len(cols),
+            "with_payload": int(np.count_nonzero(cols["has_data"])),
+            "by_dtype": counts("dtype"),
+            "by_role": counts("role"),
+            "by_direction": counts("direction", "unknown"),
             "bytes": self.nbytes(),
-            "problems": len(self.problems),
+            "problems": len(self._problems),
         }
 
     def __repr__(self) -> str:

@@ -15,3 +15,19 @@ def test_a_baseline_variable_without_a_value_is_refused_with_the_form_it_takes()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         assert proc.returncode == 2, proc.stderr
         assert "--baseline-env takes NAME=VALUE" in proc.stderr and repr(bad) in proc.stderr
+
+
+def test_the_quick_commands_run_from_any_folder_and_each_gets_its_line(tmp_path):
+    """``--quick DUMP`` runs every quick command (a relative DUMP too: the commands run from ``/``) and the
+    interpreter alone, and prints a summary line for each; nothing else is timed with ``--quick-only``."""
+    dump = Path(__file__).parent / "fixtures" / "msprobe" / "bf16_tensor_mix"
+    relative = Path("..") / dump.relative_to(Path(__file__).resolve().parents[1])
+    cwd = Path(__file__).resolve().parents[1] / "bench"
+    cmd = [sys.executable, str(BENCH / "commands.py"), "--quick", str(relative), "--quick-only", "--repeat", "5"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = proc.stdout.split("machine:")[-1]
+    for label in ("nbprec --version", "nbprec --help", "nbprec info D", "nbprec overflow D --no-payload"):
+        assert label in summary, label
+    assert "python -c pass (the interpreter's start)" in proc.stdout
+    assert "nbprec compare" not in proc.stdout and "nbprec report" not in proc.stdout

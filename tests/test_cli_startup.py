@@ -11,10 +11,13 @@ import pytest
 
 from nbprec.cli import _choices, build_parser, main
 
+#: Packages whose subcommands' parsers the whole command's parser builds (their imports are the help's cost).
+OTHER_PACKAGES = ("nbprec.config", "nbprec.diagnose")
+
 
 def run_fresh(arguments: list[str], stdin: str = "") -> dict:
-    """``nbprec.cli.main(arguments)`` in a fresh interpreter: its exit status, its output, and whether numpy was
-    imported."""
+    """``nbprec.cli.main(arguments)`` in a fresh interpreter: its exit status, its output, whether numpy was
+    imported, and which of :data:`OTHER_PACKAGES` were."""
     code = (
         "import contextlib, io, json, sys\n"
         "from nbprec.cli import main\n"
@@ -24,7 +27,9 @@ def run_fresh(arguments: list[str], stdin: str = "") -> dict:
         f"        status = main({arguments!r})\n"
         "except SystemExit as exc:\n"
         "    status = exc.code\n"
-        "print(json.dumps({'status': status, 'numpy': 'numpy' in sys.modules, 'text': out.getvalue()}))\n"
+        f"others = sorted(m for m in sys.modules if m in {OTHER_PACKAGES!r})\n"
+        "print(json.dumps({'status': status, 'numpy': 'numpy' in sys.modules, 'others': others,"
+        " 'text': out.getvalue()}))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], input=stdin, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -56,6 +61,17 @@ def test_version_names_the_kernel_in_use(capsys):
         main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out == f"nbprec {__version__} (metric kernel: {KERNEL})\n"
+
+
+def test_version_alone_loads_neither_numpy_nor_the_other_packages_subcommands():
+    """``nbprec --version`` names the kernel from the extension itself (not through numpy) and builds no parser of
+    another package's subcommands (the configuration checks and the diagnosis imports, about 45 ms)."""
+    from nbprec.compare.metrics import KERNEL
+
+    result = run_fresh(["--version"])
+    assert result["status"] == 0 and result["numpy"] is False and result["others"] == []
+    assert result["text"].endswith(f"(metric kernel: {KERNEL})\n")
+    assert run_fresh(["--help"])["others"] == list(OTHER_PACKAGES)  # (what the whole parser costs)
 
 
 def test_the_choices_are_the_librarys_lists():

@@ -3,6 +3,7 @@ computes and writes from the same values (the pandas views the Python API return
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,16 @@ import pandas as pd
 import pytest
 from hostile_names import hostile_pair
 
-from nbprec.columns import Columns, as_columns, factorize, factorize_here, group_codes, text_in, text_table
+from nbprec.columns import (
+    Columns,
+    as_columns,
+    factorize,
+    factorize_here,
+    group_codes,
+    text_in,
+    text_table,
+    value_counts,
+)
 from nbprec.compare import Comparison, compare
 from nbprec.safe_text import write_table_csv
 
@@ -181,3 +191,21 @@ def test_cell_texts_are_str_of_each_cell_and_empty_where_missing():
     words = np.array(["x", "=1", "y"], dtype=object)
     assert cell_texts(words) == ["x", "=1", "y"]
     assert cell_texts(np.array([], dtype=object)) == []
+
+
+@pytest.mark.parametrize("pandas_loaded", [True, False])
+def test_value_counts_is_pandas_value_counts(pandas_loaded, monkeypatch):
+    """Most frequent first, ties in order of first appearance, None and NaN left out, as pandas counts them;
+    with pandas loaded (its factorize) and without (nbprec's own)."""
+    cases = [
+        np.array(["c", "a", "b", "b", "a", "c", "d"], dtype=object),
+        np.array(["x", None, "y", float("nan"), "y", None, "x", "z"], dtype=object),
+        np.array([name for k in range(150) for name in (f"v{k}", f"u{k}", f"v{k}")], dtype=object),  # long ties
+        np.array([3, 1, 2, 1, 3, 3], dtype=np.int64),
+        np.array([], dtype=object),
+    ]
+    expected = [[(k, int(v)) for k, v in pd.Series(values).value_counts().items()] for values in cases]
+    if not pandas_loaded:
+        monkeypatch.delitem(sys.modules, "pandas")
+    for values, counts in zip(cases, expected, strict=True):
+        assert list(value_counts(values).items()) == counts, values

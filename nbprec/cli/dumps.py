@@ -39,11 +39,12 @@ def _cmd_info(args: argparse.Namespace) -> int:
         for graph in meta.get("ge_graphs", []):
             print(f"  GE graph    {graph}")
         print(f"  problems    {summary['problems']}")
-        for row in dump.problems.head(args.max_problems).itertuples(index=False):
+        problems = dump.problem_list
+        for row in problems[: args.max_problems]:
             record = f" [{row.record}]" if row.record else ""
             print(f"    - {row.file}{record}: {row.problem}")
-        if len(dump.problems) > args.max_problems:
-            print(f"    ... and {len(dump.problems) - args.max_problems} more (use --max-problems)")
+        if len(problems) > args.max_problems:
+            print(f"    ... and {len(problems) - args.max_problems} more (use --max-problems)")
     return 0
 
 

@@ -27,8 +27,8 @@ _OWN_COMMANDS = frozenset({"info", "demo", "compare", "isolate", "overflow", "re
 
 
 class _VersionAction(argparse.Action):
-    """``--version``: nbprec's version and the metric kernel in use, which is looked up (numpy and the kernel
-    imported) only when asked for."""
+    """``--version``: nbprec's version and the metric kernel in use, which is looked up (the kernel imported, not
+    numpy) only when asked for."""
 
     def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
         kwargs.setdefault("help", "show the version and the metric kernel, and exit")
@@ -36,7 +36,7 @@ class _VersionAction(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
         from nbprec import __version__
-        from nbprec.compare.metrics import KERNEL
+        from nbprec.compare._sums import KERNEL
 
         print(f"nbprec {__version__} (metric kernel: {KERNEL})")
         parser.exit()
@@ -204,11 +204,12 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, *, others: bool = True) -> argparse.ArgumentParser:
     """The argument parser of the ``nbprec`` command; given the ``command`` the arguments name (one of this
     module's own), only that command's parser is built (the other packages' subcommands are left out, and their
-    imports are not paid). Building it imports no library module (the choices are :mod:`nbprec.cli._choices`):
-    the help, the version and the commands that need no arrays start without numpy."""
+    imports are not paid); ``others=False`` leaves them out too (``nbprec --version``). Building it imports no
+    library module (the choices are :mod:`nbprec.cli._choices`): the help, the version and the commands that need
+    no arrays start without numpy."""
     parser = _Parser(prog="nbprec", description="Find where a neural network loses precision.")
     parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -216,7 +217,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, add in _OWN_PARSERS.items():
         if command not in _OWN_COMMANDS or name == command:
             add(sub)
-    if command in _OWN_COMMANDS:
+    if command in _OWN_COMMANDS or not others:
         return parser
     from nbprec.cli.model_explorer import add_model_explorer_parser
     from nbprec.config import add_config_parser
@@ -237,7 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((a for a in args_list if not a.startswith("-")), None)
     if command is not None and {"-h", "--help"} & set(args_list[: args_list.index(command)]):
         command = None  # `nbprec --help compare`: the help of every command
-    parser = build_parser(command) if command in _OWN_COMMANDS else build_parser()
+    # (`nbprec --version` alone is answered without the other packages' subcommands)
+    parser = build_parser(command, others=args_list != ["--version"])
     args = parser.parse_args(args_list)
     if command in _NOTEBOOK_COMMANDS:  # this process is the command's own (a kernel's %nbprec is left alone)
         from nbprec._deferred_imports import defer_iri_grammar

@@ -21,6 +21,10 @@ except ImportError:  # pragma: no cover - depends on the build
 if FUSED is not None and not hasattr(FUSED, "pair_metrics"):  # pragma: no cover - an extension built before it:
     FUSED = None  # the numpy kernel then, as without a compiler (`make install` rebuilds it)
 
+#: Which kernel ``tensor_metrics(kernel="auto")`` uses: ``"c (avx512)"``, ``"c (avx2+fma)"``, ``"c (baseline)"`` or
+#: ``"numpy"`` (:data:`nbprec.compare.metrics.KERNEL`; defined here, without numpy, for ``nbprec --version``).
+KERNEL = f"c ({FUSED.ISA})" if FUSED is not None else "numpy"
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Buffer

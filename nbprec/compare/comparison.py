@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from nbprec.columns import Columns, as_columns
+from nbprec.columns import Columns, as_columns, value_counts
 from nbprec.compare.culprit import OpIndex, judge_ops, ops_frame
 from nbprec.compare.rules import STATUS_FAIL, Rule, Threshold, get_rule, preset_names
 from nbprec.compare.runs import (
@@ -389,13 +389,8 @@ class Comparison:
 
 
 def _value_counts(values: np.ndarray) -> dict[str, int]:
-    """How often each value occurs, the most frequent first (ties in order of first appearance), as
-    ``value_counts()`` gives them."""
-    counts: dict[str, int] = {}
-    for value in np.asarray(values, dtype=object).tolist():
-        key = str(value)
-        counts[key] = counts.get(key, 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+    """:func:`~nbprec.columns.value_counts` with the values as text."""
+    return {str(value): count for value, count in value_counts(values).items()}
 
 
 def _empty_frame() -> Any:

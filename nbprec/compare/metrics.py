@@ -48,6 +48,7 @@ from nbprec.compare._sums import (
     EPS,
     FLOAT32_EPS,
     FUSED,
+    KERNEL,
     Sums,
     _finish,
     _one_pass_std,
@@ -101,9 +102,6 @@ STAT_METRIC_COLUMNS: tuple[str, ...] = (
     "norm_rel_diff",
 )
 
-#: Which kernel ``tensor_metrics(kernel="auto")`` uses: ``"c (avx512)"``, ``"c (avx2+fma)"``, ``"c (baseline)"`` or
-#: ``"numpy"``.
-KERNEL = f"c ({FUSED.ISA})" if FUSED is not None else "numpy"
 
 DEFAULT_CHUNK_SIZE = 1 << 16  # elements per chunk: 512 KiB per float64 buffer (cache-sized)
 _BOOL_METRICS = ("cosine", "rel_euclidean")

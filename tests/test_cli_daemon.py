@@ -207,6 +207,26 @@ def test_a_daemon_whose_modules_changed_steps_aside(env, tmp_path):
     assert _daemon_pid(env) != stale_pid
 
 
+def test_a_starting_daemon_waits_for_the_lock_of_the_one_that_made_way(env):
+    """A stale daemon holds its socket's lock until its process ends; the client that found it stale runs its
+    command and starts the next daemon, which may come before that end: the new one waits for the lock (a
+    second, here) rather than giving up, and serves."""
+    import fcntl
+
+    status = _run(["daemon", "status"], env)
+    path = status.stdout.rsplit("(", 1)[1].rstrip(")\n")  # "no nbprec daemon is running ... (PATH)"
+    Path(path).parent.mkdir(mode=0o700, exist_ok=True)
+    lock = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the daemon "before" this one, still ending
+        assert _run(["info", str(TARGET)], env).returncode == 0  # runs here, then starts a daemon
+        time.sleep(1.0)
+        assert _served(env) is None
+    finally:
+        os.close(lock)  # that daemon's process ended
+    assert _wait_for_daemon(env, seconds=daemon_process.LOCK_WAIT_SECONDS + 30) == 0
+
+
 def test_no_daemon_when_switched_off(env, tmp_path):
     off = {**env, "NBPREC_DAEMON": "off"}
     assert _run(["compare", str(TARGET), str(BENCH), "-o", str(tmp_path / "o"), "--no-progress"], off).returncode == 0

@@ -25,6 +25,10 @@ from nbprec.cli.daemon import (
     _status_message,
 )
 
+#: Seconds a starting daemon waits for its socket's lock: a stale daemon that made way for a new one holds it until
+#: its process has ended, and the client that found it stale may run its command and start the new one sooner.
+LOCK_WAIT_SECONDS = 5.0
+
 #: The modules a daemon imports for the commands it runs.
 _WARM_MODULES = (
     "nbprec.cli.comparing",
@@ -379,10 +383,15 @@ def _serve(path: Path, key: str) -> None:
     if not _private_folder(path.parent, create=False):
         return
     lock = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return  # another daemon holds it
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:  # a stale daemon holds it until its process has ended, which may be a moment after it said so
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.monotonic() >= deadline:
+                return  # another daemon holds it, and serves
+            time.sleep(0.05)
     for name in _WARM_MODULES:
         with contextlib.suppress(Exception):
             importlib.import_module(name)

@@ -238,8 +238,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((a for a in args_list if not a.startswith("-")), None)
     if command is not None and {"-h", "--help"} & set(args_list[: args_list.index(command)]):
         command = None  # `nbprec --help compare`: the help of every command
-    # (`nbprec --version` alone is answered without the other packages' subcommands)
-    parser = build_parser(command, others=args_list != ["--version"])
+    if command in _OWN_COMMANDS:
+        parser = build_parser(command)
+    elif args_list == ["--version"]:  # answered without the other packages' subcommands
+        parser = build_parser(others=False)
+    else:
+        parser = build_parser()
     args = parser.parse_args(args_list)
     if command in _NOTEBOOK_COMMANDS:  # this process is the command's own (a kernel's %nbprec is left alone)
         from nbprec._deferred_imports import defer_iri_grammar

@@ -9,23 +9,12 @@ import json
 import pytest
 
 from nbprec.cli import parser as cli
-from nbprec.config import add_config_parser
 from nbprec.config.cli import parse_size
 
 
 @pytest.fixture
-def nbprec_main(monkeypatch):
-    """``nbprec.cli.main`` with ``config`` in its parser (added here until cli.py calls add_config_parser)."""
-    build = cli.build_parser
-
-    def build_with_config() -> argparse.ArgumentParser:
-        parser = build()
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        if "config" not in sub.choices:
-            add_config_parser(sub)
-        return parser
-
-    monkeypatch.setattr(cli, "build_parser", build_with_config)
+def nbprec_main():
+    """``nbprec.cli.main`` (its parser has ``config``)."""
     return cli.main
 
 

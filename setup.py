@@ -14,13 +14,15 @@
 - ``nbprec.capture._walks``: the capture's two walks, of the interpreter stack behind each recorded op's call stack
   and of the autograd graph a call made (without it, the Python loops of ``StackCollector.key`` and
   ``BackwardWatch._boundary``);
+- ``nbprec.overflow._profile``: the overflow scan's counts over a payload in one pass (without it, numpy's passes
+  over each chunk);
 - ``nbprec._floattext``: float64 values as ``repr`` writes them, for the CSV exports (without it, ``repr``);
 - ``nbprec._csvjoin``: the CSV exports' rows joined from their columns in C when every cell is ASCII text (without it,
   in Python);
 - ``nbprec.graph._textformat``: GE graphs in protobuf text format parsed in C (without it, by the Python
   tokeniser of ``nbprec/graph/ge_parse.py``, which also gives every error).
 
-All ten are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
+All eleven are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
 
 It also installs the prebuilt JupyterLab extension (``nbprec/labextension/``, built from ``jupyterlab-nbprec/`` by
@@ -109,10 +111,14 @@ setup(
         Extension(
             "nbprec.capture._stats",
             ["nbprec/capture/_stats.c"],
+            depends=["nbprec/_elements.h"],
             libraries=["dl"] if sys.platform.startswith("linux") else [],
             optional=True,
         ),
         Extension("nbprec.capture._walks", ["nbprec/capture/_walks.c"], optional=True),
+        Extension(
+            "nbprec.overflow._profile", ["nbprec/overflow/_profile.c"], depends=["nbprec/_elements.h"], optional=True
+        ),
         Extension("nbprec._floattext", ["nbprec/_floattext.c"], optional=True),
         Extension("nbprec._csvjoin", ["nbprec/_csvjoin.c"], optional=True),
         Extension("nbprec.graph._textformat", ["nbprec/graph/_textformat.c"], optional=True),

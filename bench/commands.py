@@ -15,6 +15,10 @@ processes.
   ``nbprec --version``, ``nbprec --help``, ``nbprec info DUMP`` and ``nbprec overflow DUMP``, and beside them the
   interpreter's own start (``python -c pass``, the floor every command pays), all interleaved in the same rounds.
 
+- with ``--overflow DUMP``: ``nbprec overflow DUMP`` in its own process (no daemon; every payload read and
+  scanned), beside a plain read of the dump's files in a process of its own (``timing.plain_read``: what ``cat``
+  does), interleaved.
+
 For report and serve, T and B are the demo's tiny encoder runs (bfloat16 with the planted faulty GELU, float32;
 ``nbprec demo``'s, made here with torch). ``--baseline DIR`` (another nbprec tree: a checkout with its
 extensions built) runs the same commands from there (``PYTHONPATH=DIR``), interleaved round by round with this
@@ -26,7 +30,7 @@ is timed against the default (``--baseline-env NBPREC_EARLY=off``: the command w
 Usage::
 
     .venv/bin/python bench/commands.py [--repeat 6] [--baseline DIR] [--baseline-env NAME=VALUE] [--compare T B]
-        [--compare-only] [--same-output] [--quick DUMP] [--quick-only]
+        [--compare-only] [--same-output] [--quick DUMP] [--quick-only] [--overflow DUMP]
 """
 
 from __future__ import annotations
@@ -124,7 +128,8 @@ def main() -> None:
         "--same-output", action="store_true", help="with --compare: each tree writes into one folder, run after run"
     )
     parser.add_argument("--quick", type=Path, metavar="DUMP", help="also time --version, --help, info and overflow")
-    parser.add_argument("--quick-only", action="store_true", help="with --quick: time nothing else")
+    parser.add_argument("--quick-only", action="store_true", help="with --quick: nothing else but --overflow")
+    parser.add_argument("--overflow", type=Path, metavar="DUMP", help="also time nbprec overflow DUMP")
     parser.add_argument(
         "--baseline-env", action="append", default=[], metavar="NAME=VALUE", help="a variable for the baseline only"
     )
@@ -149,6 +154,8 @@ def main() -> None:
             for n in trees:
                 times[n].update({f"quick {key}": quick[f"{key} ({n})"] for key in QUICK})
             print(f"\n  python -c pass (the interpreter's start) {timing.median(quick['python -c pass']):.3f} s")
+        if args.overflow:
+            _overflow_command(trees, args.overflow.resolve(), rounds, times)
         if args.compare and not args.quick_only:
             outs = iter(range(1 << 30))
 
@@ -166,6 +173,7 @@ def main() -> None:
     print(f"\nmachine: {timing.machine()}")
     labels = {"compare": "nbprec compare -o OUT (own process)", "report": "nbprec report (whole command)",
               "url": "nbprec serve to its URL", "ready": "nbprec serve to dashboard ready",
+              "overflow": "nbprec overflow D (payloads read)",
               **{f"quick {k}": f"nbprec {' '.join(a).replace('DUMP', 'D')}" for k, a in QUICK.items()}}  # fmt: skip
     for key, label in labels.items():
         if key not in times[names[0]]:
@@ -175,6 +183,26 @@ def main() -> None:
             pairs = [a / b for a, b in zip(times[names[0]][key], times[names[1]][key], strict=True)]
             line += f" (paired ratio {statistics.median(pairs):.3f})"
         print(f"  {label:36s} {line}   runs: " + " | ".join(timing.runs_text(times[n][key]) for n in names))
+
+
+def _overflow_command(
+    trees: dict[str, Side], dump: Path, rounds: int, times: dict[str, dict[str, list[float]]]
+) -> None:
+    """Time ``nbprec overflow DUMP`` from each tree and a plain read of the dump's files, interleaved, into
+    ``times``; print the plain read's median and each tree's ratio to it."""
+    files = [f for f in sorted(dump.rglob("*")) if f.is_file()]
+    timing.plain_read(files)  # warm-up: the page cache holds the dump from here on
+    runners: dict[str, Callable[[], float]] = {"plain read": lambda: timing.plain_read(files)["process_seconds"]}
+    for n, t in trees.items():
+        runners[f"overflow ({n})"] = lambda t=t: quick_seconds(t, ["overflow", "DUMP"], dump)
+    got = timing.interleave(runners, rounds, "nbprec overflow DUMP, ")
+    read = timing.median(got["plain read"])
+    ratios = ", ".join(f"{n} {timing.median(got[f'overflow ({n})']) / read:.2f}x" for n in trees)
+    size = sum(f.stat().st_size for f in files) / 1e6
+    print(f"\n  a plain read of the dump's {len(files)} files ({size:.0f} MB, own process) {read:.3f} s; "
+          f"nbprec overflow against it: {ratios}")  # fmt: skip
+    for n in trees:
+        times[n]["overflow"] = got[f"overflow ({n})"]
 
 
 def _notebook_commands(

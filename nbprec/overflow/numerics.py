@@ -2,8 +2,9 @@
 
 :func:`dtype_limits` gives, for float16 / bfloat16 / float8, the largest finite value (the saturation point),
 the value from which a round-to-nearest cast overflows, and the smallest subnormal and normal magnitudes.
-:func:`profile_array` walks a payload (a memory-mapped array is never read whole) in chunks and counts
-NaN, inf, values at or beyond thresholds, and tiny values, in float64.
+:func:`profile_array` counts NaN, inf, values at or beyond thresholds, and tiny values of a payload, in one pass of
+the compiled ``nbprec.overflow._profile`` (``nbprec/overflow/_profile.c``) over the payload's own dtype, or without
+it (or for float8) in numpy's passes over float64 chunks; a memory-mapped array is never read whole.
 """
 
 from __future__ import annotations
@@ -21,8 +22,19 @@ from nbprec.errors import NbprecError
 #: float16 values Ascend's overflow detection names as "abnormally large" (a saturated or near-saturated result).
 SUSPICIOUS_FP16 = (65500.0, 38400.0, 51200.0)
 
-#: Elements per chunk when streaming a payload (8 MiB of float64 per chunk).
+#: Elements per chunk when streaming a payload through numpy (8 MiB of float64 per chunk).
 CHUNK_ELEMENTS = 1 << 20
+
+try:  # the one-pass counts in C; absent when the package was installed without a C compiler
+    from nbprec.overflow import _profile as PROFILE
+except ImportError:  # pragma: no cover - depends on the build
+    PROFILE = None
+
+#: The element types the compiled pass reads, by numpy dtype name (the codes of ``nbprec/_elements.h``).
+PROFILE_TYPES = {
+    "float64": 0, "float32": 1, "float16": 2, "bfloat16": 3, "int64": 4, "int32": 5, "int16": 6, "int8": 7,
+    "uint8": 8, "bool": 9,
+}  # fmt: skip
 
 #: Low-precision formats that headroom prediction looks at by default.
 HEADROOM_DTYPES = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
@@ -116,8 +128,12 @@ def profile_array(
     lower_inclusive: Sequence[float] = (),
     exact: Sequence[float] = (),
     chunk: int = CHUNK_ELEMENTS,
+    kernel: str = "auto",
 ) -> ArrayProfile:
-    """Count non-finite, large and tiny values of ``array`` in chunks of ``chunk`` elements.
+    """Count non-finite, large and tiny values of ``array``, in one pass of the compiled kernel where it reads the
+    dtype (the floats but float8, the signed integers, uint8, bool) of a contiguous array, else in numpy's passes
+    over chunks of ``chunk`` elements (``kernel="numpy"`` forces those). The counts are the same either way; the
+    norm may differ in its last bits (the sums of squares are added in another order).
 
     Memory stays bounded by one float64 chunk, whatever the tensor's size; a memory-mapped payload is read
     chunk by chunk.
@@ -129,6 +145,36 @@ def profile_array(
     (1, (1,), (1,), 65504.0)
     """
     flat = np.asarray(array).reshape(-1)
+    lists = [[float(t) for t in thresholds] for thresholds in (upper, lower, lower_inclusive, exact)]
+    code = PROFILE_TYPES.get(flat.dtype.name) if PROFILE is not None and kernel != "numpy" else None
+    if code is not None and flat.flags.c_contiguous and max(map(len, lists)) <= PROFILE.MAX_THRESHOLDS:
+        nan, inf, nonzero, abs_max, sumsq, *counts = PROFILE.profile(flat.view(np.uint8), code, *lists)
+    else:
+        nan, inf, nonzero, abs_max, sumsq, *counts = _numpy_profile(flat, *lists, chunk=chunk)
+    return ArrayProfile(
+        numel=int(flat.size),
+        nan_count=nan,
+        inf_count=inf,
+        nonzero=nonzero,
+        abs_max=abs_max if abs_max > -math.inf else math.nan,
+        norm=math.sqrt(sumsq) if math.isfinite(sumsq) else math.inf,
+        at_least=tuple(counts[0]),
+        below=tuple(counts[1]),
+        at_most=tuple(counts[2]),
+        equal=tuple(counts[3]),
+    )
+
+
+def _numpy_profile(
+    flat: np.ndarray,
+    upper: list[float],
+    lower: list[float],
+    lower_inclusive: list[float],
+    exact: list[float],
+    *,
+    chunk: int,
+) -> tuple:
+    """What the compiled ``profile`` returns, from numpy's passes over float64 chunks of ``flat``."""
     n = int(flat.size)
     nan = inf = nonzero = 0
     abs_max = -math.inf
@@ -155,21 +201,9 @@ def profile_array(
         for i, t in enumerate(upper):
             at_least[i] += int(np.count_nonzero(f >= t))
         for i, t in enumerate(lower):
-            at_least_zero = nz & (f < t)
-            below[i] += int(np.count_nonzero(at_least_zero))
+            below[i] += int(np.count_nonzero(nz & (f < t)))
         for i, t in enumerate(lower_inclusive):
             at_most[i] += int(np.count_nonzero(nz & (f <= t)))
         for i, v in enumerate(exact):
             equal[i] += int(np.count_nonzero(f == v))
-    return ArrayProfile(
-        numel=n,
-        nan_count=nan,
-        inf_count=inf,
-        nonzero=nonzero,
-        abs_max=abs_max if abs_max > -math.inf else math.nan,
-        norm=math.sqrt(sumsq) if math.isfinite(sumsq) else math.inf,
-        at_least=tuple(at_least),
-        below=tuple(below),
-        at_most=tuple(at_most),
-        equal=tuple(equal),
-    )
+    return nan, inf, nonzero, abs_max, sumsq, at_least, below, at_most, equal

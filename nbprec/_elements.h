@@ -55,6 +55,27 @@ static int best_isa(void) { return 0; }
 #endif
 static const char *const ISA_NAMES[] = {"baseline", "avx2+fma", "avx512"};
 
+/* NAME_base, NAME_avx2 and NAME_avx512: the builds of a kernel BODY(base, type, n, state) of each instruction set
+   (only the baseline where there is no dispatch), and NAME_BUILDS, them in best_isa()'s order. */
+#if NBPREC_DISPATCH
+#define ISA_BUILDS(NAME, BODY, STATE)                                                                           \
+    static void NAME##_base(const char *base, int type, Py_ssize_t n, STATE *s) { BODY(base, type, n, s); }     \
+    TARGET_AVX2 static void NAME##_avx2(const char *base, int type, Py_ssize_t n, STATE *s)                     \
+    {                                                                                                           \
+        BODY(base, type, n, s);                                                                                 \
+    }                                                                                                           \
+    TARGET_AVX512 static void NAME##_avx512(const char *base, int type, Py_ssize_t n, STATE *s)                 \
+    {                                                                                                           \
+        BODY(base, type, n, s);                                                                                 \
+    }                                                                                                           \
+    static void (*const NAME##_BUILDS[])(const char *, int, Py_ssize_t, STATE *) = {NAME##_base, NAME##_avx2,   \
+                                                                                     NAME##_avx512};
+#else
+#define ISA_BUILDS(NAME, BODY, STATE)                                                                           \
+    static void NAME##_base(const char *base, int type, Py_ssize_t n, STATE *s) { BODY(base, type, n, s); }     \
+    static void (*const NAME##_BUILDS[])(const char *, int, Py_ssize_t, STATE *) = {NAME##_base};
+#endif
+
 static inline float bits_to_float(uint32_t b) { float f; memcpy(&f, &b, sizeof f); return f; }
 
 ALWAYS_INLINE float f16_to_float(uint16_t h)

@@ -189,17 +189,7 @@ ALWAYS_INLINE void stats_body(const char *base, int type, Py_ssize_t n, Totals *
     }
 }
 
-static void stats_base(const char *base, int type, Py_ssize_t n, Totals *t) { stats_body(base, type, n, t); }
-#if NBPREC_DISPATCH
-TARGET_AVX2 static void stats_avx2(const char *base, int type, Py_ssize_t n, Totals *t)
-{
-    stats_body(base, type, n, t);
-}
-TARGET_AVX512 static void stats_avx512(const char *base, int type, Py_ssize_t n, Totals *t)
-{
-    stats_body(base, type, n, t);
-}
-#endif
+ISA_BUILDS(stats, stats_body, Totals)
 
 typedef void (*stats_fn)(const char *, int, Py_ssize_t, Totals *);
 static stats_fn stats_impl = stats_base; /* chosen once at import; read-only afterwards */
@@ -433,11 +423,10 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__stats(void)
 {
 #if NBPREC_DISPATCH
-    static const stats_fn by_isa[] = {stats_base, stats_avx2, stats_avx512};
     int isa;
     __builtin_cpu_init();
     isa = best_isa();
-    stats_impl = by_isa[isa];
+    stats_impl = stats_BUILDS[isa];
     isa_name = ISA_NAMES[isa];
 #endif
     PyObject *m = PyModule_Create(&module);

@@ -100,22 +100,8 @@ ALWAYS_INLINE void profile_body(const char *base, int type, Py_ssize_t n, Profil
 }
 
 /* The kernel of each instruction set (see _elements.h), the CPU's chosen at import. */
-typedef void (*profile_fn)(const char *, int, Py_ssize_t, Profile *);
-static void profile_base(const char *base, int type, Py_ssize_t n, Profile *p) { profile_body(base, type, n, p); }
-#if NBPREC_DISPATCH
-TARGET_AVX2 static void profile_avx2(const char *base, int type, Py_ssize_t n, Profile *p)
-{
-    profile_body(base, type, n, p);
-}
-TARGET_AVX512 static void profile_avx512(const char *base, int type, Py_ssize_t n, Profile *p)
-{
-    profile_body(base, type, n, p);
-}
-static const profile_fn BY_ISA[] = {profile_base, profile_avx2, profile_avx512};
-#else
-static const profile_fn BY_ISA[] = {profile_base};
-#endif
-static profile_fn profile_impl = profile_base; /* chosen once at import; read-only afterwards */
+ISA_BUILDS(profile, profile_body, Profile)
+static void (*profile_impl)(const char *, int, Py_ssize_t, Profile *) = profile_base; /* read-only after import */
 static int isa = 0;
 
 /* The thresholds of one list argument (a sequence of numbers) into p; 0 and an error set on failure. */
@@ -232,7 +218,7 @@ PyMODINIT_FUNC PyInit__profile(void)
     __builtin_cpu_init();
     isa = best_isa();
 #endif
-    profile_impl = BY_ISA[isa];
+    profile_impl = profile_BUILDS[isa];
     m = PyModule_Create(&module);
     /* the instruction set of the kernel in use, for the tests and the benchmarks */
     if (m != NULL && PyModule_AddStringConstant(m, "ISA", ISA_NAMES[isa]) < 0) Py_CLEAR(m);

@@ -144,6 +144,8 @@ def profile_array(
     >>> p.inf_count, p.at_least, p.below, p.abs_max
     (1, (1,), (1,), 65504.0)
     """
+    if kernel not in ("auto", "numpy"):
+        raise NbprecError(f"profile_array: kernel must be 'auto' or 'numpy', not {kernel!r}")
     flat = np.asarray(array).reshape(-1)
     lists = [[float(t) for t in thresholds] for thresholds in (upper, lower, lower_inclusive, exact)]
     code = PROFILE_TYPES.get(flat.dtype.name) if PROFILE is not None and kernel != "numpy" else None

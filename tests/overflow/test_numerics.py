@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from nbprec.errors import NbprecError
 from nbprec.overflow import numerics
 from nbprec.overflow.numerics import SUSPICIOUS_FP16, profile_array
 
@@ -107,6 +108,8 @@ def test_strided_float8_and_many_thresholds_take_numpys_passes_with_the_same_cou
 
 
 def test_the_kernel_refuses_what_it_cannot_read_with_a_reason():
+    with pytest.raises(NbprecError, match="kernel must be 'auto' or 'numpy', not 'c'"):
+        profile_array(np.zeros(3), kernel="c")
     kernel = numerics.PROFILE
     with pytest.raises(ValueError, match="not whole elements of 4 bytes"):
         kernel.profile(bytes(6), 1, [], [], [], [])

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* The buffer's element type, as the Python side names it (each module's TYPES table). */
+/* The buffer's element type: the codes of nbprec.dtypes.ELEMENT_TYPE_CODES, by dtype name. */
 enum {
     TYPE_F64 = 0,
     TYPE_F32 = 1,

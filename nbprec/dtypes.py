@@ -63,6 +63,13 @@ FINITE_MAX: dict[str, float] = {
     "float64": float(np.finfo(np.float64).max),
 }
 
+#: The element type codes of the one-pass C kernels (``nbprec/_elements.h``: the capture's statistics and the
+#: overflow scan's counts), by dtype name (numpy's names, which are also torch's dtype attribute names).
+ELEMENT_TYPE_CODES = {
+    "float64": 0, "float32": 1, "float16": 2, "bfloat16": 3, "int64": 4, "int32": 5, "int16": 6, "int8": 7,
+    "uint8": 8, "bool": 9,
+}  # fmt: skip
+
 LOW_PRECISION_FLOATS = frozenset({"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "hifloat8"})
 FLOAT_DTYPES = frozenset({"float64", "float32", *LOW_PRECISION_FLOATS})
 

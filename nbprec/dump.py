@@ -294,7 +294,7 @@ class Dump:
     def summary(self) -> dict[str, Any]:
         """Facts about the dump as plain Python values (what ``nbprec info`` prints; without pandas)."""
         cols = self.columns
-        ops = group_codes(*(np.asarray(cols[k]) for k in ("step", "rank", "op")))[1]
+        ops = group_codes(cols["step"], cols["rank"], cols["op"])[1]
 
         def counts(name: str, missing: str | None = None) -> dict[str, int]:
             return {str(k or missing) if missing else str(k): v for k, v in value_counts(cols[name]).items()}

@@ -25,26 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from nbprec.dtypes import ELEMENT_TYPE_CODES
 from nbprec.stats import STAT_COLUMNS, tensor_stats
 
 Stats = tuple[Any, ...]
 
 #: Statistics of an empty tensor (and of one whose statistics cannot be computed, with counts None).
 EMPTY_STATS: Stats = (None, None, None, None, None, None, 0, 0, 0)
-
-#: Element type codes of ``_stats.stats``, by torch dtype attribute name.
-_KERNEL_TYPES = {
-    "float64": 0,
-    "float32": 1,
-    "float16": 2,
-    "bfloat16": 3,
-    "int64": 4,
-    "int32": 5,
-    "int16": 6,
-    "int8": 7,
-    "uint8": 8,
-    "bool": 9,
-}
 
 
 def load_kernel() -> Any:
@@ -80,7 +67,7 @@ class TensorStatistics:
     def __init__(self, torch: Any, kernel: Any = "auto") -> None:
         self._torch = torch
         self._kernel = load_kernel() if kernel == "auto" else kernel
-        self._codes = {getattr(torch, name): code for name, code in _KERNEL_TYPES.items()}
+        self._codes = {getattr(torch, name): code for name, code in ELEMENT_TYPE_CODES.items()}
         self._strided = torch.strided
         self._accumulators: dict[str, Any] = {}  # device type -> float64, or float32 where it has no float64
         # the kernel sums a large tensor in parts at once, on torch's threads, as many as torch uses at the

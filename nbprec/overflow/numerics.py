@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from nbprec.dtypes import FINITE_MAX, NUMPY_DTYPES, canonical_dtype
+from nbprec.dtypes import ELEMENT_TYPE_CODES, FINITE_MAX, NUMPY_DTYPES, canonical_dtype
 from nbprec.errors import NbprecError
 
 #: float16 values Ascend's overflow detection names as "abnormally large" (a saturated or near-saturated result).
@@ -29,12 +29,6 @@ try:  # the one-pass counts in C; absent when the package was installed without 
     from nbprec.overflow import _profile as PROFILE
 except ImportError:  # pragma: no cover - depends on the build
     PROFILE = None
-
-#: The element types the compiled pass reads, by numpy dtype name (the codes of ``nbprec/_elements.h``).
-PROFILE_TYPES = {
-    "float64": 0, "float32": 1, "float16": 2, "bfloat16": 3, "int64": 4, "int32": 5, "int16": 6, "int8": 7,
-    "uint8": 8, "bool": 9,
-}  # fmt: skip
 
 #: Low-precision formats that headroom prediction looks at by default.
 HEADROOM_DTYPES = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
@@ -148,7 +142,7 @@ def profile_array(
         raise NbprecError(f"profile_array: kernel must be 'auto' or 'numpy', not {kernel!r}")
     flat = np.asarray(array).reshape(-1)
     lists = [[float(t) for t in thresholds] for thresholds in (upper, lower, lower_inclusive, exact)]
-    code = PROFILE_TYPES.get(flat.dtype.name) if PROFILE is not None and kernel != "numpy" else None
+    code = ELEMENT_TYPE_CODES.get(flat.dtype.name) if PROFILE is not None and kernel != "numpy" else None
     if code is not None and flat.flags.c_contiguous and max(map(len, lists)) <= PROFILE.MAX_THRESHOLDS:
         nan, inf, nonzero, abs_max, sumsq, *counts = PROFILE.profile(flat.view(np.uint8), code, *lists)
     else:

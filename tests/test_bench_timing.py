@@ -3,19 +3,14 @@ by bench/compare.py beside its figures (no timing is asserted)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
+from bench_support import bench_module
 
-_SPEC = importlib.util.spec_from_file_location(
-    "nbprec_bench_timing", Path(__file__).resolve().parents[1] / "bench" / "timing.py"
-)
-timing = importlib.util.module_from_spec(_SPEC)  # (loaded by path: bench/ stays off sys.path)
-_SPEC.loader.exec_module(timing)
+timing = bench_module("timing")
 
 
 def test_import_costs_name_each_module_its_version_and_milliseconds():

@@ -4,7 +4,6 @@ are msprobe's own, written by ``msprobe compare`` on the fixture pairs."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,12 +17,9 @@ FIXTURES = ROOT / "tests" / "fixtures" / "msprobe"
 
 
 @pytest.fixture
-def bench_compare(monkeypatch):
-    """bench/compare.py loaded by path, its ``import timing`` (bench/timing.py) found for the load only."""
-    monkeypatch.syspath_prepend(str(ROOT / "bench"))
-    monkeypatch.delitem(sys.modules, "timing", raising=False)
-    yield bench_module("compare")
-    sys.modules.pop("timing", None)
+def bench_compare():
+    """bench/compare.py, loaded by path."""
+    return bench_module("compare")
 
 
 def _tables(target: str, bench: str, msprobe_csv: str) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -6,14 +6,15 @@ corrected afterwards, and ``log_ratio`` for every term of a block once more than
 were far. Tensors that agree take the first way; tensors that diverged (a float16 or bfloat16 run's gradients,
 say) take the second. This script says how much of the kernel's time each kind takes on a given pair:
 
-- every matched pair of float tensors of both dumps with the same element count is read into memory first
-  (``nbprec.open``, :meth:`nbprec.Dump.tensor`); pairs holding NaN or inf are counted apart (they take other
-  loops) and not timed;
+- the matched pairs of float tensors of both dumps with the same element count are read into memory a batch at
+  a time (``nbprec.open``, :meth:`nbprec.Dump.tensor`; ``--batch-mb`` of payload, 1 GB by default, so that a
+  large dump is timed in bounded memory); pairs holding NaN or inf are counted apart (they take other loops)
+  and not timed;
 - each pair is put in a class by the share of its KL terms that are far from 1, worked out in numpy as the
   kernel forms them: ``near`` (at most 1/16 of them: the short series), ``far`` (more);
 - :func:`nbprec.compare.metrics.tensor_metrics` (the compiled kernel, the pair's own extremes given, as the
   engine gives it the dumps' recorded ones) is timed on every pair, in-process, ``--runs`` rounds (each round
-  every pair once, in a rotating order), median per pair.
+  every pair of the batch once, in a rotating order), median per pair.
 
 Prints per class: pairs, element pairs, the kernel's seconds and share of the total, nanoseconds per element
 pair, and the far class's nanoseconds per element pair over the near class's (both measured in the same run).
@@ -21,13 +22,14 @@ Then the ``--top`` pairs that take longest.
 
 Usage::
 
-    .venv/bin/python bench/kernel_paths.py TARGET BENCH [--runs 5] [--top 10]
+    .venv/bin/python bench/kernel_paths.py TARGET BENCH [--runs 5] [--top 10] [--batch-mb 1024]
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
 
 import numpy as np
 from timing import machine, median
@@ -63,15 +65,27 @@ def path_class(share: float) -> str:
     return "far" if share > FAR_SHARE else "near"
 
 
-def load_pairs(target: str, bench: str) -> tuple[list[tuple[str, np.ndarray, np.ndarray]], int, int]:
-    """The float pairs of both dumps (same name, same element count), read into memory; and how many pairs hold
-    NaN or inf and how many could not be read (both left out)."""
+class Skipped:
+    """Pairs left out: holding NaN or inf (they take other loops), or not readable."""
+
+    def __init__(self) -> None:
+        self.nonfinite = 0
+        self.unread = 0
+
+
+def pair_batches(
+    target: str, bench: str, batch_bytes: int, skipped: Skipped
+) -> Iterator[list[tuple[str, np.ndarray, np.ndarray]]]:
+    """The finite float pairs of both dumps (same step, rank and name, same element count), read into memory a
+    batch at a time: as many pairs as fit in ``batch_bytes`` of payload (a larger pair alone), so that a dump of
+    tens of GB is timed in as little memory. Pairs left out are counted in ``skipped``."""
     t_dump, b_dump = nbprec.open(target), nbprec.open(bench)
     keys = ("step", "rank", "name")
     b_rows = b_dump.index
     b_at = {key: k for k, key in enumerate(zip(*(b_rows[c].tolist() for c in keys), strict=True))}
     t_rows = t_dump.index
-    pairs, nonfinite, unread = [], 0, 0
+    batch: list[tuple[str, np.ndarray, np.ndarray]] = []
+    held = 0
     for k, (*key, dtype) in enumerate(zip(*(t_rows[c].tolist() for c in (*keys, "dtype")), strict=True)):
         b_pos = b_at.get(tuple(key))
         if b_pos is None or dtype not in FLOAT_KINDS:
@@ -80,16 +94,21 @@ def load_pairs(target: str, bench: str) -> tuple[list[tuple[str, np.ndarray, np.
             x = np.ascontiguousarray(t_dump.tensor(k)).ravel()
             y = np.ascontiguousarray(b_dump.tensor(b_pos)).ravel()
         except Exception:  # (a missing or unreadable payload: the comparison records why; here it is counted)
-            unread += 1
+            skipped.unread += 1
             continue
-        name = key[2]
         if x.size != y.size or x.size == 0 or y.dtype.name not in FLOAT_KINDS:
             continue
         if not (np.isfinite(x.astype(np.float64)).all() and np.isfinite(y.astype(np.float64)).all()):
-            nonfinite += 1
+            skipped.nonfinite += 1
             continue
-        pairs.append((name, x, y))
-    return pairs, nonfinite, unread
+        size = x.nbytes + y.nbytes
+        if batch and held + size > batch_bytes:
+            yield batch
+            batch, held = [], 0
+        batch.append((key[2], x, y))
+        held += size
+    if batch:
+        yield batch
 
 
 def time_pairs(pairs: list[tuple[str, np.ndarray, np.ndarray]], runs: int) -> list[float]:
@@ -118,24 +137,31 @@ def main() -> None:
     parser.add_argument("bench")
     parser.add_argument("--runs", type=int, default=5, help="rounds (at least 5)")
     parser.add_argument("--top", type=int, default=10, help="pairs listed, longest first")
+    parser.add_argument("--batch-mb", type=float, default=1024, help="payload held in memory at a time (MB)")
     args = parser.parse_args()
     if not KERNEL.startswith("c ("):
         raise SystemExit("nbprec.compare._fused is not built: nothing to time (make install)")
     runs = max(5, args.runs)
-    pairs, nonfinite, unread = load_pairs(args.target, args.bench)
-    if not pairs:
+    skipped = Skipped()
+    timed: list[tuple[str, int, float, float]] = []  # (name, element pairs, share of far terms, seconds)
+    for batch in pair_batches(args.target, args.bench, int(args.batch_mb * 1e6), skipped):
+        shares = [far_share(x, y) for _, x, y in batch]
+        seconds = time_pairs(batch, runs)
+        timed += [(name, x.size, share, t) for (name, x, _), share, t in zip(batch, shares, seconds, strict=True)]
+    if not timed:
         raise SystemExit(f"no finite float pairs of the same element count in {args.target} and {args.bench}")
-    shares = [far_share(x, y) for _, x, y in pairs]
-    seconds = time_pairs(pairs, runs)
     print(f"machine: {machine()}; metric kernel {KERNEL}; medians of {runs} rounds, in-process")
-    print(f"{len(pairs)} finite float pairs timed; left out: {nonfinite} holding NaN or inf, {unread} unreadable")
-    total = sum(seconds)
+    print(
+        f"{len(timed)} finite float pairs timed; left out: {skipped.nonfinite} holding NaN or inf, "
+        f"{skipped.unread} unreadable"
+    )
+    total = sum(t for *_, t in timed)
     per_class: dict[str, list[float]] = {"near": [0, 0, 0.0], "far": [0, 0, 0.0]}
-    for (_, x, _), share, s in zip(pairs, shares, seconds, strict=True):
+    for _, size, share, t in timed:
         entry = per_class[path_class(share)]
         entry[0] += 1
-        entry[1] += x.size
-        entry[2] += s
+        entry[1] += size
+        entry[2] += t
     ns = {}
     for name, (count, elements, s) in per_class.items():
         ns[name] = s / elements * 1e9 if elements else float("nan")
@@ -146,11 +172,10 @@ def main() -> None:
     if per_class["near"][1] and per_class["far"][1]:
         print(f"  far / near, ns per element pair: {ns['far'] / ns['near']:.2f}")
     print(
-        f"longest {min(args.top, len(pairs))} pairs (name, element pairs, share of far KL terms, ns per element pair):"
+        f"longest {min(args.top, len(timed))} pairs (name, element pairs, share of far KL terms, ns per element pair):"
     )
-    ranked = sorted(zip(pairs, shares, seconds, strict=True), key=lambda item: -item[2])
-    for (name, x, _), share, s in ranked[: args.top]:
-        print(f"  {name}  {x.size}  {share:.3f}  {s / x.size * 1e9:.2f}")
+    for name, size, share, t in sorted(timed, key=lambda item: -item[3])[: args.top]:
+        print(f"  {name}  {size}  {share:.3f}  {t / size * 1e9:.2f}")
 
 
 if __name__ == "__main__":

@@ -68,3 +68,17 @@ def test_the_bench_runs_on_a_faulty_run_against_its_benchmark():
     assert re.search(r"^  far / near, ns per element pair: [0-9.]+$", out, re.M), out
     listed = out.split("pairs (name, element pairs, share of far KL terms, ns per element pair):\n")[1].splitlines()
     assert len(listed) == 4, out
+
+
+def test_pairs_come_in_batches_of_bounded_payload():
+    bench = bench_module("kernel_paths")
+    args = (str(SCENARIOS / "fault_tensor"), str(SCENARIOS / "fp32_tensor"))
+    whole = list(bench.pair_batches(*args, 1 << 40, bench.Skipped()))
+    assert len(whole) == 1  # everything fits: one batch
+    limit = 20_000  # bytes of payload: a few pairs a batch, and larger pairs alone
+    batches = list(bench.pair_batches(*args, limit, bench.Skipped()))
+    assert len(batches) > 10
+    for batch in batches:
+        held = sum(x.nbytes + y.nbytes for _, x, y in batch)
+        assert held <= limit or len(batch) == 1, (len(batch), held)
+    assert [name for b in batches for name, _, _ in b] == [name for name, _, _ in whole[0]]  # none lost, in order

@@ -30,34 +30,37 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 from timing import machine, median
 
 import nbprec
+from nbprec.compare._sums import kl_offset_floor
 from nbprec.compare.metrics import KERNEL, tensor_metrics
 
 #: The kernel's NEAR (``_fused.c``): KL terms with ``|kx - ky| / (kx + ky)`` at most this take the short series.
 NEAR = 1 / 32
 #: The kernel's FAR_SHARE: a block with more far terms than this share sends the next one to ``log_ratio``.
 FAR_SHARE = 1 / 16
-FLOAT32_EPS = 2.0**-23
 FLOAT_KINDS = ("float64", "float32", "float16", "bfloat16")
 
 
-def far_share(x: np.ndarray, y: np.ndarray) -> float:
+def far_share(x: np.ndarray, y: np.ndarray, extremes: tuple[float, float, float, float] | None = None) -> float:
     """The share of the pair's KL terms whose ratio is far from 1, as the kernel forms them: each side less its
-    minimum, floored at float32's epsilon times its span (finite sides only)."""
+    minimum, floored at float32's epsilon times its span (:func:`nbprec.compare._sums.kl_offset_floor`); finite
+    sides only. ``extremes`` (target min, max, benchmark min, max), when the caller has them."""
     xs, ys = np.asarray(x, np.float64).ravel(), np.asarray(y, np.float64).ravel()
     if xs.size == 0:
         return 0.0
-    kx, ky = (_kl_values(v) for v in (xs, ys))
+    lo_x, hi_x, lo_y, hi_y = extremes if extremes is not None else _extremes(xs, ys)
+    kx, ky = _kl_values(xs, lo_x, hi_x), _kl_values(ys, lo_y, hi_y)
     return float(np.count_nonzero(np.abs(kx - ky) > NEAR * (kx + ky)) / xs.size)
 
 
-def _kl_values(v: np.ndarray) -> np.ndarray:
-    low, span = float(v.min()), float(v.max() - v.min())
-    return np.maximum(v - low, FLOAT32_EPS * span) if span > 0 else np.maximum(v, FLOAT32_EPS)
+def _kl_values(v: np.ndarray, low: float, high: float) -> np.ndarray:
+    offset, floor = kl_offset_floor(low, high - low)
+    return np.maximum(v - offset, floor)
 
 
 def path_class(share: float) -> str:
@@ -73,9 +76,17 @@ class Skipped:
         self.unread = 0
 
 
-def pair_batches(
-    target: str, bench: str, batch_bytes: int, skipped: Skipped
-) -> Iterator[list[tuple[str, np.ndarray, np.ndarray]]]:
+class Pair(NamedTuple):
+    """A pair read for timing: its name, both arrays, their extremes and the share of its far KL terms."""
+
+    name: str
+    x: np.ndarray
+    y: np.ndarray
+    extremes: tuple[float, float, float, float]
+    far_share: float
+
+
+def pair_batches(target: str, bench: str, batch_bytes: int, skipped: Skipped) -> Iterator[list[Pair]]:
     """The finite float pairs of both dumps (same step, rank and name, same element count), read into memory a
     batch at a time: as many pairs as fit in ``batch_bytes`` of payload (a larger pair alone), so that a dump of
     tens of GB is timed in as little memory. Pairs left out are counted in ``skipped``."""
@@ -84,7 +95,7 @@ def pair_batches(
     b_rows = b_dump.index
     b_at = {key: k for k, key in enumerate(zip(*(b_rows[c].tolist() for c in keys), strict=True))}
     t_rows = t_dump.index
-    batch: list[tuple[str, np.ndarray, np.ndarray]] = []
+    batch: list[Pair] = []
     held = 0
     for k, (*key, dtype) in enumerate(zip(*(t_rows[c].tolist() for c in (*keys, "dtype")), strict=True)):
         b_pos = b_at.get(tuple(key))
@@ -98,36 +109,36 @@ def pair_batches(
             continue
         if x.size != y.size or x.size == 0 or y.dtype.name not in FLOAT_KINDS:
             continue
-        if not (np.isfinite(x.astype(np.float64)).all() and np.isfinite(y.astype(np.float64)).all()):
+        xs, ys = x.astype(np.float64), y.astype(np.float64)  # once: the finite check, extremes and share
+        if not (np.isfinite(xs).all() and np.isfinite(ys).all()):
             skipped.nonfinite += 1
             continue
+        extremes = _extremes(xs, ys)
         size = x.nbytes + y.nbytes
         if batch and held + size > batch_bytes:
             yield batch
             batch, held = [], 0
-        batch.append((key[2], x, y))
+        batch.append(Pair(key[2], x, y, extremes, far_share(xs, ys, extremes)))
         held += size
     if batch:
         yield batch
 
 
-def time_pairs(pairs: list[tuple[str, np.ndarray, np.ndarray]], runs: int) -> list[float]:
+def time_pairs(pairs: list[Pair], runs: int) -> list[float]:
     """The median seconds of ``tensor_metrics`` on each pair (its own extremes given), over ``runs`` rounds."""
-    extremes = [_extremes(x, y) for _, x, y in pairs]
     times: list[list[float]] = [[] for _ in pairs]
     for r in range(runs):
         order = list(range(len(pairs)))
         shift = (r * len(order)) // runs if order else 0
         for k in order[shift:] + order[:shift]:
-            _, x, y = pairs[k]
+            pair = pairs[k]
             start = time.perf_counter()
-            tensor_metrics(x, y, kernel="c", extremes=extremes[k])
+            tensor_metrics(pair.x, pair.y, kernel="c", extremes=pair.extremes)
             times[k].append(time.perf_counter() - start)
     return [median(t) for t in times]
 
 
-def _extremes(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
-    xs, ys = np.asarray(x, np.float64), np.asarray(y, np.float64)
+def _extremes(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float, float, float]:
     return float(xs.min()), float(xs.max()), float(ys.min()), float(ys.max())
 
 
@@ -145,9 +156,8 @@ def main() -> None:
     skipped = Skipped()
     timed: list[tuple[str, int, float, float]] = []  # (name, element pairs, share of far terms, seconds)
     for batch in pair_batches(args.target, args.bench, int(args.batch_mb * 1e6), skipped):
-        shares = [far_share(x, y) for _, x, y in batch]
         seconds = time_pairs(batch, runs)
-        timed += [(name, x.size, share, t) for (name, x, _), share, t in zip(batch, shares, seconds, strict=True)]
+        timed += [(p.name, p.x.size, p.far_share, t) for p, t in zip(batch, seconds, strict=True)]
     if not timed:
         raise SystemExit(f"no finite float pairs of the same element count in {args.target} and {args.bench}")
     print(f"machine: {machine()}; metric kernel {KERNEL}; medians of {runs} rounds, in-process")

@@ -79,6 +79,7 @@ def test_pairs_come_in_batches_of_bounded_payload():
     batches = list(bench.pair_batches(*args, limit, bench.Skipped()))
     assert len(batches) > 10
     for batch in batches:
-        held = sum(x.nbytes + y.nbytes for _, x, y in batch)
+        held = sum(p.x.nbytes + p.y.nbytes for p in batch)
         assert held <= limit or len(batch) == 1, (len(batch), held)
-    assert [name for b in batches for name, _, _ in b] == [name for name, _, _ in whole[0]]  # none lost, in order
+    assert [p.name for b in batches for p in b] == [p.name for p in whole[0]]  # none lost, in order
+    assert all(p.far_share == bench.far_share(p.x, p.y) for p in whole[0])  # the share of the pair's own extremes

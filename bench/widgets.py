@@ -10,8 +10,9 @@ Figures printed:
 - with ``--browser`` (or ``--browser-only``) and ``/usr/bin/chromium``: the dashboard in Voila (page load to every
   view drawn, less a kernel-only page loaded interleaved, and less that page's kernel start alone; the kernel-side
   seconds of each step; a row click to the linked views; and the page as ``nbprec serve`` serves it, prepared
-  ahead in Voila's preheated kernel) and in JupyterLab 4 (a fresh Lab per load: "run all
-  cells" to every view drawn, the comparison built in that time; the Lab page to the kernel idle printed apart),
+  ahead in Voila's preheated kernel, with the table's canvas copies and their time) and in JupyterLab 4 (a fresh
+  Lab per load: "run all cells" to every view drawn, the comparison built in that time; the Lab page to the kernel
+  idle printed apart),
   medians of ``--repeat`` loads, ``--baseline DIR`` (another ``nbprec`` package) interleaved.
 """
 
@@ -313,6 +314,29 @@ def _click_row_latency(page: object, row: int) -> tuple[float, float]:
 #: Seconds from the request to the last byte of the page: Voila sends it once the kernel ran every cell.
 _RESPONSE_END_JS = "() => performance.getEntriesByType('navigation')[0].responseEnd / 1000"
 
+#: Counts the copies from one canvas to another (``drawImage`` with a canvas source) and the main thread's time in
+#: them: the data grid (Lumino's, under ipydatagrid) paints each cell into a buffer canvas and copies it to the
+#: one shown, one ``drawImage`` a cell, and each such copy snapshots the whole buffer. Added before the page's
+#: scripts run; its own cost is two clock reads a copy. ``cells`` counts the distinct cell rectangles copied, so
+#: ``copies / cells`` is how many times the grid painted its cells.
+_CANVAS_COPIES_INIT = """(() => {
+  const copies = window.__nbprecCanvasCopies = {copies: 0, ms: 0, rects: new Set()};
+  const draw = CanvasRenderingContext2D.prototype.drawImage;
+  CanvasRenderingContext2D.prototype.drawImage = function (...args) {
+    if (!(args[0] instanceof HTMLCanvasElement)) return draw.apply(this, args);
+    const start = performance.now();
+    try { return draw.apply(this, args); } finally {
+      copies.ms += performance.now() - start;
+      copies.copies += 1;
+      copies.rects.add(args.slice(1, 5).map(Math.round).join(','));
+    }
+  };
+})()"""
+_CANVAS_COPIES_JS = """() => {
+  const c = window.__nbprecCanvasCopies;
+  return c ? {copies: c.copies, ms: c.ms, cells: c.rects.size} : null;
+}"""
+
 
 def kernel_seconds(line: str) -> dict[str, float]:
     """The kernel-side seconds :func:`dashboard_notebook` prints: ``{"compare": ..., "build": ..., "display": ...}``.
@@ -383,10 +407,15 @@ def _open_plots_latency(page: object) -> float:
     return time.perf_counter() - start
 
 
-def _load_dashboard(browser: object, url: str) -> tuple[object, float, float, dict[str, float]]:
+def _load_dashboard(
+    browser: object, url: str, canvas_copies: bool = False
+) -> tuple[object, float, float, dict[str, float]]:
     """A 1440 x 900 page of the dashboard at ``url``: (the page, seconds from the request to every view drawn,
-    its last byte's second, the kernel-side seconds it prints)."""
+    its last byte's second, the kernel-side seconds it prints). ``canvas_copies``: count the page's canvas copies
+    (:data:`_CANVAS_COPIES_INIT`; :data:`_CANVAS_COPIES_JS` reads them)."""
     page = browser.new_page(viewport={"width": 1440, "height": 900})
+    if canvas_copies:
+        page.add_init_script(_CANVAS_COPIES_INIT)
     start = time.perf_counter()
     page.goto(url, timeout=180_000)
     page.wait_for_function(_DASHBOARD_READY_JS, timeout=180_000)
@@ -409,9 +438,10 @@ def _voila_prepared(browser: object, folder: Path, source: str) -> dict:
         if not server.wait_ready(timeout=300):
             raise RuntimeError(f"the dashboard was not prepared: {server.log.read_text()[-2000:]}")
         prepared = time.perf_counter() - start
-        page, render, server_end, kernel = _load_dashboard(browser, server.url)
+        page, render, server_end, kernel = _load_dashboard(browser, server.url, canvas_copies=True)
+        copies = page.evaluate(_CANVAS_COPIES_JS)
         page.close()
-    return {"render": render, "server": server_end, "prepared": prepared, "kernel": kernel}
+    return {"render": render, "server": server_end, "prepared": prepared, "kernel": kernel, "copies": copies}
 
 
 #: The cells of the two reference pages of the Voila figures: kernel start alone (a plain HTML output, no
@@ -621,7 +651,21 @@ def browser_dashboard_figures(
                 f"{med(r['server'] for r in prepared):.2f} s); {_kernel_text(prepared)}; all loads: "
                 + " ".join(f"{r['render']:.2f}" for r in prepared)
             )
+            print(f"    {_copies_text([r['copies'] for r in prepared])}")
         browser.close()
+
+
+def _copies_text(copies: list[dict | None]) -> str:
+    """What :data:`_CANVAS_COPIES_JS` found on each load, as medians: the data grid's cell copies and their time."""
+    got = [c for c in copies if c]
+    if not got:
+        return "canvas copies: none counted"
+    med = statistics.median
+    n, cells, ms = med(c["copies"] for c in got), med(c["cells"] for c in got), med(c["ms"] for c in got)
+    return (
+        f"canvas copies (the table's cells, from its buffer canvas to the one shown): {n:.0f} of {cells:.0f} cell "
+        f"rectangles ({n / max(cells, 1):.1f} paints), {ms:.0f} ms of the page's main thread (medians of {len(got)})"
+    )
 
 
 _REPORT_CONTROLS_JS = """async () => {

@@ -57,13 +57,9 @@ def write_demo_notebook(path: Path, target: Path, bench: Path, rule: str = "defa
 @pytest.fixture(scope="session")
 def bench_widgets():
     """``bench/widgets.py`` as a module: its synthetic comparisons (any size, a planted fault) and notebook."""
-    import importlib.util
+    from bench_support import bench_module
 
-    path = Path(__file__).resolve().parents[2] / "bench" / "widgets.py"
-    spec = importlib.util.spec_from_file_location("nbprec_bench_widgets", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("widgets")
 
 
 @pytest.fixture(scope="session")

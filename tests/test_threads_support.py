@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
-import time
 
 from threads_support import ticks_inside
 
@@ -18,5 +18,7 @@ def test_a_call_that_holds_the_gil_has_no_tick_inside_in_any_attempt():
 
 
 def test_a_call_that_releases_the_gil_is_ticked_inside():
-    inside, _ = ticks_inside(lambda: time.sleep(0.2))  # sleep releases the GIL
+    data = bytes(512 << 20)  # hashlib releases the GIL while it hashes more than 2 KiB
+    inside, seconds = ticks_inside(lambda: hashlib.sha256(data).digest())
+    assert seconds > 0.05, seconds
     assert inside > 0

@@ -947,6 +947,34 @@ static PyObject *py_log_ratio(PyObject *self, PyObject *args)
     return PyFloat_FromDouble(log_ratio(a, b));
 }
 
+PyDoc_STRVAR(same_bytes_doc,
+             "same_bytes(a, b) -> bool\n\n"
+             "Whether two buffers hold the same bytes (memcmp; without the GIL for large ones).");
+
+static PyObject *py_same_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer a, b;
+    int same;
+    (void)self;
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "same_bytes: two buffers expected, %zd given", nargs);
+    if (PyObject_GetBuffer(args[0], &a, PyBUF_SIMPLE) != 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &b, PyBUF_SIMPLE) != 0) {
+        PyBuffer_Release(&a);
+        return NULL;
+    }
+    same = a.len == b.len;
+    if (same && a.len >= (1 << 16)) {
+        Py_BEGIN_ALLOW_THREADS
+        same = memcmp(a.buf, b.buf, (size_t)a.len) == 0;
+        Py_END_ALLOW_THREADS
+    } else if (same && a.len > 0) {
+        same = memcmp(a.buf, b.buf, (size_t)a.len) == 0;
+    }
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    return PyBool_FromLong(same);
+}
+
 /* The builds this CPU runs, fastest first (set at import). */
 static const char *isa_names[3] = {NULL, NULL, NULL};
 static minmax_fn isa_minmax[3];
@@ -1014,6 +1042,7 @@ static PyMethodDef methods[] = {
     {"pair_accumulate", (PyCFunction)(void (*)(void))py_pair_accumulate, METH_FASTCALL, pair_accumulate_doc},
     {"new_state", py_new_state, METH_NOARGS, new_state_doc},
     {"log_ratio", py_log_ratio, METH_VARARGS, log_ratio_doc},
+    {"same_bytes", (PyCFunction)(void (*)(void))py_same_bytes, METH_FASTCALL, same_bytes_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -37,7 +37,7 @@ from nbprec.compare.pair_table import (
     statistics_pairs,
 )
 from nbprec.compare.rules import Rule, column, get_rule, running_precision
-from nbprec.compare.small_pairs import Item, Measured, small_pair, small_pairs
+from nbprec.compare.small_pairs import RECENT, Item, Measured, small_pair, small_pairs
 from nbprec.compare.tasks import ExtremeHints as _ExtremeHints
 from nbprec.compare.tasks import PairTask, RowJob
 from nbprec.compare.workers import Job, Result, batches, default_workers
@@ -453,6 +453,7 @@ def compare(
         fill_checksums(checksum_match, reasons, sums_done)
     finally:
         results.close()
+        RECENT.clear()  # (the payloads kept for pairs that repeat another's bytes: see small_pairs)
 
     try:  # forked workers exit (results.wait() waits for them) while the table is assembled and judged
         recorded_nonfinite = {side: table[f"{side}_nonfinite"].copy() for side in ("target", "bench")}

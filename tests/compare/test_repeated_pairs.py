@@ -36,19 +36,24 @@ def _same_tables(a, b) -> None:
             assert [str(v) for v in x] == [str(v) for v in y], column
 
 
+RUNS_ON = {"inline": {"workers": 1}, "processes": {"workers": 2, "parallel": "processes"},
+           "threads": {"workers": 2, "parallel": "threads"}}  # fmt: skip
+
+
 @needs_fused
 @pytest.mark.parametrize(("target", "bench"), PAIRS, ids=lambda p: p.name)
-@pytest.mark.parametrize("workers", [1, 2])
-def test_a_comparison_is_the_same_with_repeats_taken(target, bench, workers, monkeypatch):
+@pytest.mark.parametrize("runs_on", list(RUNS_ON))
+def test_a_comparison_is_the_same_with_repeats_taken(target, bench, runs_on, monkeypatch):
     """Real msprobe runs (each tensor written at both ends of its calls): two thirds of their pairs repeat an
-    earlier one's bytes; with them taken, every column of the table is what measuring each pair gives."""
+    earlier one's bytes; with them taken, every column of the table is what measuring each pair gives, inline,
+    on forked processes (each keeping its own payloads) and on threads (sharing this process's)."""
     RECENT.reused = 0
-    taken = nbprec.compare(target, bench, workers=workers).table
+    taken = nbprec.compare(target, bench, **RUNS_ON[runs_on]).table
     reused = RECENT.reused
     monkeypatch.setattr(RECENT, "find", lambda *args: None)
-    measured = nbprec.compare(target, bench, workers=workers).table
+    measured = nbprec.compare(target, bench, **RUNS_ON[runs_on]).table
     _same_tables(taken, measured)
-    if workers == 1:  # (with two, the forked worker's repeats are counted in its own process)
+    if runs_on != "processes":  # (a forked worker counts the repeats it takes in its own process)
         assert reused > len(taken) // 2
     assert RECENT.nbytes == 0 and not RECENT.by_key and not RECENT.order  # nothing held after the comparison
 

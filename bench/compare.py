@@ -33,7 +33,8 @@ How each side is timed (``bench/timing.py``; every ratio compares two figures ti
     file msprobe's function writes) and the plain read. Targets: msprobe / nbprec >= 30 whole process and
     >= 20 in-process; nbprec / plain read <= 2.5 whole process. Torch is not imported by nbprec (it reads the
     ``.pt`` files without it). An agreement check compares both tools' cosines on matched names (a statistics dump's
-    differences of maxima: its CSV has no cosine).
+    differences of maxima: its CSV has no cosine; an md5 dump's verdicts on whether each pair's checksums are
+    equal, where nbprec compared checksums too).
 
 nbprec's modules are byte-compiled first, as a regular install compiles them and as msprobe's are (see
 :func:`compile_bytecode`). The machine (cores, CPU model, RAM, load average) is printed with the summary, and
@@ -278,7 +279,8 @@ def child_main(target: str, bench: str, out: str, workers: int | None) -> None:
     rss_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     table = comp.table
     columns = ["target_name", "bench_name", "match", "compare_mode", "cosine", "max_abs_err", "max_rel_err"]
-    table[columns + [c for c in ("max_diff",) if c in table.columns]].to_csv(out, index=False)  # (agreement)
+    extra = [c for c in ("max_diff", "checksum_match") if c in table.columns]
+    table[columns + extra].to_csv(out, index=False)  # (agreement)
     report = {
         "seconds": seconds,
         "csv_seconds": csv_seconds,
@@ -517,9 +519,13 @@ AGREEMENT_COLUMNS = (("Cosine", "cosine"), ("Max diff", "max_diff"))
 def agreement(ms, nb) -> dict:
     """How far nbprec's table (``nb``) is from msprobe's CSV (``ms``) on the rows both name: the
     :data:`AGREEMENT_COLUMNS` pair msprobe's CSV has, its rows with a value, and the median and largest
-    absolute difference."""
+    absolute difference. An md5 dump's CSV (checksums, no metric) is held to nbprec's ``checksum_match``
+    instead: the rows where both tools say the same of whether the two sides' checksums are equal
+    (:func:`_checksum_agreement`)."""
     import pandas as pd
 
+    if "NPU MD5" in ms.columns:
+        return _checksum_agreement(ms, nb)
     ms_column, nb_column = next(((m, n) for m, n in AGREEMENT_COLUMNS if m in ms.columns), AGREEMENT_COLUMNS[0])
     ms_values = pd.to_numeric(ms[ms_column], errors="coerce") if ms_column in ms.columns else pd.Series(dtype=float)
     nb_values = pd.to_numeric(nb[nb_column], errors="coerce") if nb_column in nb.columns else math.nan
@@ -535,6 +541,28 @@ def agreement(ms, nb) -> dict:
         "matched": len(both),
         "diff_median": float(diff.median()) if len(diff) else math.nan,
         "diff_max": float(diff.max()) if len(diff) else math.nan,
+    }
+
+
+def _checksum_agreement(ms, nb) -> dict:
+    """:func:`agreement` for an md5 dump: msprobe's rows whose two checksums (``NPU MD5``, ``BENCH MD5``) are
+    both given, and on the names nbprec compared by checksum too, how many verdicts (equal or not) differ."""
+    given = ms["NPU MD5"].notna() & ms["BENCH MD5"].notna()
+    same = (ms["NPU MD5"].astype(str) == ms["BENCH MD5"].astype(str)).where(given)
+    nb_same = nb["checksum_match"] if "checksum_match" in nb.columns else None
+    if nb_same is None:
+        nb = nb.assign(nb_same=math.nan)
+    else:  # (read back from CSV: True, False, or empty)
+        nb = nb.assign(nb_same=nb_same.map({True: 1.0, False: 0.0, "True": 1.0, "False": 0.0}))
+    merged = nb.merge(ms.assign(ms_same=same.astype(float))[["NPU Name", "ms_same"]], left_on="target_name",
+                      right_on="NPU Name")  # fmt: skip
+    both = merged[merged["ms_same"].notna() & merged["nb_same"].notna()]
+    return {
+        "agreement_column": "NPU MD5",
+        "ms_rows": len(ms),
+        "ms_compared": int(given.sum()),
+        "matched": len(both),
+        "differing_verdicts": int((both["ms_same"] != both["nb_same"]).sum()),
     }
 
 
@@ -626,11 +654,20 @@ def summary(res: dict, runs: int) -> None:
             f"      msprobe / nbprec.compare {ratio_fn:7.1f}   target >= 20: {_verdict(ratio_fn >= 20)}"
             f"  (nbprec.compare with writing its msprobe-layout CSV: {ratio_fn_csv:.1f})",
             f"    agreement: msprobe {b['ms_compared']}/{b['ms_rows']} rows with a {b['agreement_column']!r}, nbprec "
-            f"{b['compared']}/{b['rows']} compared; {b['matched']} names in both, "
-            f"|difference| median {b['diff_median']:.1e}, max {b['diff_max']:.1e}",
+            f"{b['compared']}/{b['rows']} compared; {b['matched']} names in both, {_agreement_text(b)}",
         ]
     lines.append("=================================================================")
     print("\n".join(lines), flush=True)
+
+
+def _agreement_text(b: dict) -> str:
+    """The agreement line's last part: how far apart the two tools' values are, or (md5 dumps) how many of
+    their verdicts on the checksums differ."""
+    if not b["matched"]:  # (an md5 dump of two dtypes: nbprec compares its statistics, msprobe its checksums)
+        return "no row both measured the same way"
+    if "differing_verdicts" in b:
+        return f"checksums equal or not: {b['differing_verdicts']} verdicts differ"
+    return f"|difference| median {b['diff_median']:.1e}, max {b['diff_max']:.1e}"
 
 
 def compile_bytecode() -> None:

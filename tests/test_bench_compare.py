@@ -1,6 +1,7 @@
 """bench/compare.py's agreement check: how far nbprec's table is from msprobe's CSV on the rows both name, for a
-tensor dump (cosines) and a statistics dump (whose CSV has no cosine: the differences of the maxima). The CSVs
-are msprobe's own, written by ``msprobe compare`` on the fixture pairs."""
+tensor dump (cosines), a statistics dump (whose CSV has no cosine: the differences of the maxima) and an md5 dump
+(checksums: whether both tools say the same of each pair's being equal). The CSVs are msprobe's own, written by
+``msprobe compare`` on the fixture pairs."""
 
 from __future__ import annotations
 
@@ -48,6 +49,37 @@ def test_the_agreement_check_sees_a_disagreement(bench_compare):
     ms, table = _tables("bf16_statistics_mix", "fp32_statistics_mix", "msprobe_compare_statistics_bf16_vs_fp32")
     table = table.assign(max_diff=table["max_diff"] + 0.5)
     assert bench_compare.agreement(ms, table)["diff_median"] == pytest.approx(0.5)
+
+
+def _md5_tables(tmp_path: Path, mode: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """msprobe's CSV of the md5 fixture pair, and nbprec's table in ``mode`` read back from the CSV the benchmark's
+    child writes (``checksum_match`` as text there)."""
+    ms = pd.read_csv(next((FIXTURES / "msprobe_compare_md5_bf16_vs_fp32").glob("*.csv")))
+    table = nbprec.compare(FIXTURES / "bf16_md5_L1/step0", FIXTURES / "fp32_md5_L1/step0", mode=mode).table
+    table[["target_name", "compare_mode", "checksum_match"]].to_csv(tmp_path / "table.csv", index=False)
+    return ms, pd.read_csv(tmp_path / "table.csv")
+
+
+def test_an_md5_dumps_checksum_verdicts_are_held_to_msprobes(bench_compare, tmp_path):
+    ms, table = _md5_tables(tmp_path, "checksum")
+    found = bench_compare.agreement(ms, table)
+    given = int((ms["NPU MD5"].notna() & ms["BENCH MD5"].notna()).sum())
+    assert (found["agreement_column"], found["ms_compared"]) == ("NPU MD5", given)
+    assert found["matched"] == len(table) > 0
+    assert found["differing_verdicts"] == 0, found  # (msprobe's checksums and nbprec's agree on every pair)
+    assert bench_compare._agreement_text({**found}) == "checksums equal or not: 0 verdicts differ"
+    flipped = table.assign(checksum_match=~table["checksum_match"].astype(bool))
+    assert bench_compare.agreement(ms, flipped)["differing_verdicts"] == len(table)
+
+
+def test_an_md5_pair_nbprec_compares_by_statistics_is_not_held_to_checksums(bench_compare, tmp_path):
+    """nbprec's auto mode takes the recorded statistics over checksums (checksums of two dtypes always differ):
+    then nothing is compared the same way by both, and the line says so rather than print a difference of NaN."""
+    ms, table = _md5_tables(tmp_path, "auto")
+    assert set(table["compare_mode"]) == {"statistics"}
+    found = bench_compare.agreement(ms, table)
+    assert found["matched"] == 0
+    assert bench_compare._agreement_text(found) == "no row both measured the same way"
 
 
 def test_a_given_pairs_dump_json_is_found_in_any_layout_msprobe_writes(bench_compare, tmp_path):

@@ -590,7 +590,12 @@ ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_
             p1 += rr < THOUSANDTH;
             p5 += rr < FIVE_THOUSANDTH;
         }
-        if (!p->kl_normal && narrow && !isfinite(tot[S_KT])) { /* KL's sum is inf or NaN: see kl_block_settled */
+        if (!p->kl_normal && isnan(tot[S_KT])) {
+            /* KL's sum is NaN already: NaN plus any term is NaN, and the KL column is NaN whatever the values'
+               sums are (nothing else reads them), so the block's KL terms are not computed: ksx, ksy and kt stay
+               0 (pair_sums's kl_sx and kl_sy stop growing there). A side of NaN (a float16 run that overflowed:
+               often most of its tensors) took 0.6 of its kernel time in these loops (2026-12-03). */
+        } else if (!p->kl_normal && narrow && !isfinite(tot[S_KT])) { /* inf: see kl_block_settled */
             kl_block_settled(x, y, m, p, &ksx, &ksy, &odd);
             if (odd != 0.0) kt = kl_block_odd(x, y, m, p, narrow);
         } else if (!p->kl_normal) {
@@ -791,7 +796,8 @@ PyDoc_STRVAR(pair_sums_doc,
              "FUSED_SUMS in nbprec.compare._kernels for the order).\n"
              "x and y are contiguous buffers of the same element count. kl_normal=True promises that every\n"
              "max(v - off, floor) is a positive normal double (finite data, normal floors): the KL loop then skips\n"
-             "its per-element checks. The GIL is released.");
+             "its per-element checks. Once kl_t is NaN, kl_sx and kl_sy stop growing (the KL is NaN whatever they\n"
+             "are). The GIL is released.");
 
 /* The state of a pass over a pair in parts (pair_accumulate; STATE_SIZE values, see _fused.h): parts that start
    at multiples of BLOCK give the same bits as one call over the whole pair. */

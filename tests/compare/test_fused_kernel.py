@@ -168,6 +168,35 @@ def test_every_build_corrects_far_kl_terms_in_a_blocks_last_terms(build, n, buil
     assert _agree(got, want, "kl_divergence"), (got, want)
 
 
+@needs_fused
+@pytest.mark.parametrize("build", _BUILDS)
+@pytest.mark.parametrize("side", ["target", "benchmark"])
+@pytest.mark.parametrize("where", ["first element", "a middle block", "last element", "every element"])
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float64])
+def test_a_side_holding_nan_gives_every_column_as_before(build, side, where, dtype, build_in_use):
+    """Once KL's running sum is NaN the kernel stops computing KL terms (NaN plus any term is NaN): a float16
+    run that overflowed is mostly NaN. Wherever the NaN is (before or after blocks whose KL terms are far from
+    1, and whose float64 terms take the C library's log), in one pass or in parts, every column is the numpy
+    kernel's, KL NaN among them."""
+    rng = np.random.default_rng(17)
+    n = FUSED.BLOCK * 9 + 77
+    y = rng.standard_normal(n).astype(np.float32)
+    x = (y * rng.uniform(0.2, 5.0, n)).astype(np.float32)  # many KL terms far from 1: the general loop
+    spot = {"first element": [0], "a middle block": [FUSED.BLOCK * 4 + 3], "last element": [n - 1]}.get(where)
+    nan_side = x if side == "target" else y
+    nan_side[slice(None) if spot is None else spot] = np.nan
+    x = x.astype(dtype)
+    build_in_use(build)
+    for chunk in (1 << 20, FUSED.BLOCK * 2):  # (in parts: pair_accumulate, the state carried between them)
+        with np.errstate(all="ignore"):
+            got = tensor_metrics(x, y, kernel="c", chunk_size=chunk)
+            want = tensor_metrics(x, y, kernel="numpy", chunk_size=chunk)
+        assert math.isnan(got["kl_divergence"])
+        assert got.reason == want.reason
+        bad = {c: (got[c], want[c]) for c in METRIC_COLUMNS if not _agree(got[c], want[c], c)}
+        assert not bad, (chunk, bad)
+
+
 def _min_max_cases() -> dict[str, np.ndarray]:
     """Arrays for min_max: every bit pattern of the 16-bit types, edge values, sizes across its 16,384-value
     parts, NaN alone."""

@@ -530,6 +530,62 @@ ALWAYS_INLINE double kl_far_terms(const double *x, const double *y, const double
 /* max() that is NaN when either side is */
 ALWAYS_INLINE double max_nan(double a, double b) { return (a != a || b != b) ? NAN : (a > b ? a : b); }
 
+/* Whether every one of the block's m values is NaN. */
+ALWAYS_INLINE int all_nan(const double *v, Py_ssize_t m)
+{
+    double nans = 0;
+    Py_ssize_t i;
+#pragma omp simd reduction(+ : nans)
+    for (i = 0; i < m; i++) nans += v[i] != v[i] ? 1.0 : 0.0;
+    return nans == (double)m;
+}
+
+/* What pair_body's loops add to `tot` for a block one side of which is nothing but NaN (`nan_x`: the target's,
+   and v the benchmark's values; else the benchmark's, and v the target's), KL's sum being NaN already, without
+   those loops: every sum of the NaN side's values, and of both sides', is NaN (NaN plus anything); that side's
+   extremes, which ignore NaN, stay as they are; the pass counts add 0 (every error ratio is NaN); the relative
+   error is NaN, except for a target of NaN beside a benchmark whose every |y| is at most EPS (each term 0). The
+   other side's own sums (its mean, its standard deviation, its norm) and extremes are taken as the loops take
+   them. A float16 run that overflowed holds whole tensors of NaN: their pairs took 2.4 times the time of a
+   finite pair (2026-12-03). */
+ALWAYS_INLINE void one_side_block(const double *restrict v, Py_ssize_t m, double shift, int nan_x, double *tot)
+{
+    double svv = 0, cv = 0, cvv = 0, big = 0, lo = INFINITY, hi = -INFINITY, rel;
+    Py_ssize_t i;
+#pragma omp simd reduction(+ : svv, cv, cvv, big) reduction(min : lo) reduction(max : hi)
+    for (i = 0; i < m; i++) {
+        double vi = v[i], u = vi - shift;
+        svv += vi * vi;
+        cv += u;
+        cvv += u * u;
+        lo = vi < lo ? vi : lo;
+        hi = vi > hi ? vi : hi;
+        big += fabs(vi) <= EPS ? 0.0 : 1.0; /* (NaN counts: its ratio is NaN) */
+    }
+    rel = nan_x && big == 0.0 ? 0.0 : NAN;
+    tot[nan_x ? S_SX : S_SY] += NAN;
+    tot[nan_x ? S_SY : S_SX] += cv + (double)m * shift;
+    tot[nan_x ? S_SXX : S_SYY] += NAN;
+    tot[nan_x ? S_SYY : S_SXX] += svv;
+    tot[S_SXY] += NAN;
+    tot[S_SDD] += NAN;
+    tot[S_SAD] += NAN;
+    tot[S_MAD] = NAN;
+    tot[S_REL] += rel;
+    tot[S_MREL] = max_nan(tot[S_MREL], rel);
+    tot[nan_x ? S_CX : S_CY] += NAN;
+    tot[nan_x ? S_CXX : S_CYY] += NAN;
+    tot[nan_x ? S_CY : S_CX] += cv;
+    tot[nan_x ? S_CYY : S_CXX] += cvv;
+    if (nan_x) {
+        tot[S_LY] = lo < tot[S_LY] ? lo : tot[S_LY];
+        tot[S_HY] = hi > tot[S_HY] ? hi : tot[S_HY];
+    } else {
+        tot[S_LX] = lo < tot[S_LX] ? lo : tot[S_LX];
+        tot[S_HX] = hi > tot[S_HX] ? hi : tot[S_HX];
+    }
+}
+
 /* Each block is converted once and read by three loops from L1: the plain sums, the relative error, the KL
    terms. One loop holding every accumulator would need more vector registers than AVX2 has (16). */
 ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
@@ -553,6 +609,13 @@ ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_
         }
         load_block(xb, xt, start, m, x, avx2);
         load_block(yb, yt, start, m, y, avx2);
+        if (!p->kl_normal && isnan(tot[S_KT])) { /* (a side holding NaN: a block of nothing else, one side) */
+            int nan_x = all_nan(x, m);
+            if (nan_x || all_nan(y, m)) {
+                one_side_block(nan_x ? y : x, m, nan_x ? shift_y : shift_x, nan_x, tot);
+                continue;
+            }
+        }
 #pragma omp simd reduction(+ : sxx, syy, sxy, sdd, sad, cx, cxx, cy, cyy) reduction(max : mad)
         for (i = 0; i < m; i++) {
             double xi = x[i], yi = y[i];

@@ -174,10 +174,11 @@ def test_every_build_corrects_far_kl_terms_in_a_blocks_last_terms(build, n, buil
 @pytest.mark.parametrize("where", ["first element", "a middle block", "last element", "every element"])
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float64])
 def test_a_side_holding_nan_gives_every_column_as_before(build, side, where, dtype, build_in_use):
-    """Once KL's running sum is NaN the kernel stops computing KL terms (NaN plus any term is NaN): a float16
-    run that overflowed is mostly NaN. Wherever the NaN is (before or after blocks whose KL terms are far from
-    1, and whose float64 terms take the C library's log), in one pass or in parts, every column is the numpy
-    kernel's, KL NaN among them."""
+    """Once KL's running sum is NaN the kernel stops computing KL terms (NaN plus any term is NaN), and takes a
+    block where one side is nothing but NaN on the other side's values alone: a float16 run that overflowed is
+    mostly NaN. Wherever the NaN is (before or after blocks whose KL terms are far from 1, and whose float64
+    terms take the C library's log), in one pass or in parts, every column is the numpy kernel's, KL NaN among
+    them."""
     rng = np.random.default_rng(17)
     n = FUSED.BLOCK * 9 + 77
     y = rng.standard_normal(n).astype(np.float32)
@@ -195,6 +196,32 @@ def test_a_side_holding_nan_gives_every_column_as_before(build, side, where, dty
         assert got.reason == want.reason
         bad = {c: (got[c], want[c]) for c in METRIC_COLUMNS if not _agree(got[c], want[c], c)}
         assert not bad, (chunk, bad)
+
+
+@needs_fused
+@pytest.mark.parametrize("build", _BUILDS)
+@pytest.mark.parametrize(
+    "case", ["target of NaN, benchmark of zeros", "target of NaN, tiny benchmark", "target of zeros, benchmark of NaN"]
+)
+def test_a_side_of_nothing_but_nan_gives_the_relative_errors_as_before(build, case, build_in_use):
+    """The kernel takes the blocks where one side is nothing but NaN apart (once KL's sum is NaN): a benchmark
+    whose every |y| is at most EPS makes each relative-error term 0, not NaN, even beside a target of NaN."""
+    n = FUSED.BLOCK * 5 + 3
+    nan, zeros = np.full(n, np.nan, np.float32), np.zeros(n, np.float32)
+    x, y = {
+        "target of NaN, benchmark of zeros": (nan, zeros),
+        "target of NaN, tiny benchmark": (nan.astype(ml_dtypes.bfloat16), np.full(n, 1e-30, np.float32)),
+        "target of zeros, benchmark of NaN": (zeros, nan),
+    }[case]
+    build_in_use(build)
+    for chunk in (1 << 20, FUSED.BLOCK * 2):
+        with np.errstate(all="ignore"):
+            got = tensor_metrics(x, y, kernel="c", chunk_size=chunk)
+            want = tensor_metrics(x, y, kernel="numpy", chunk_size=chunk)
+        bad = {c: (got[c], want[c]) for c in METRIC_COLUMNS if not _agree(got[c], want[c], c)}
+        assert not bad, (chunk, bad)
+        if case != "target of zeros, benchmark of NaN":
+            assert got["accumulated_rel_err"] == got["max_rel_err"] == 0.0
 
 
 def _min_max_cases() -> dict[str, np.ndarray]:

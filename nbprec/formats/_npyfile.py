@@ -29,6 +29,13 @@ HEADER = re.compile(
 )
 
 
+try:
+    from nbprec.formats._zipdir import npy_start as _npy_start_c
+    from nbprec.formats._zipdir import read_npy as _read_npy_c
+except ImportError:  # not built: the Python path below
+    _npy_start_c = _read_npy_c = None
+
+
 def header_span(head: bytes) -> tuple[int, int] | None:
     """``(start, end)`` of the header dict in the first bytes ``head`` of a ``.npy`` file (format versions 1 to
     3), or None when they do not start one; ``end`` may lie past ``head``."""
@@ -59,6 +66,15 @@ def small_npy(
     if descr is None:
         return None
     data = taken_ahead(path)
+    if _read_npy_c is not None:  # the same checks in C: one call for the open, the read and the header
+        try:
+            if data is None:
+                return _read_npy_c(path, MAP_FROM, descr, shape, int(descr[2:]), wait)
+            if isinstance(data, bytes):
+                start = _npy_start_c(data, descr, shape, int(descr[2:]))
+                return None if start is None else (data, start)
+        except (ValueError, TypeError):  # (a NUL byte in the name, a shape that is not ints: the reader says so)
+            return None
     if data is None and not wait:
         data = read_small_file(path, wait=False)
         if data is False:  # not all in the page cache yet

@@ -28,6 +28,11 @@
  * tensor_start(head, entries, dtype, itemsize, shape, describe) -> (start, numel) or None
  *   where the one tensor of a small archive read whole starts, when it is the plain tensor asked for (what
  *   nbprec/formats/_ptzip.py's small_tensor checks, held to its Python twin there by the tests).
+ * read_npy(path, whole_below, descr, shape, itemsize, wait=True) -> (data, start), None or False
+ *   a small plain .npy payload (nbprec's own dumps) opened as read_small() opens it, read whole and its header
+ *   checked, in one call: what nbprec/formats/_npyfile.py's small_npy does in Python (its fall-back when this
+ *   module is not built; the tests hold the two to each other). npy_start(data, descr, shape, itemsize) checks
+ *   the header of a file already read.
  * entries() and read_small() raise ValueError (the archive is not one this reader understands: the caller falls
  * back to zipfile) or OSError (reading failed). Every offset and length read from the file is checked against the buffer it
  * indexes before it is used: the file may be truncated, damaged or hostile.
@@ -37,6 +42,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -651,11 +657,177 @@ static PyObject *py_tensor_start(PyObject *self, PyObject *args)
     return Py_BuildValue("(LL)", start + element_offset * itemsize, numel);
 }
 
+/* ---- plain .npy payloads (nbprec's own dumps) ------------------------------------------------------ */
+
+/* Where the payload of the .npy file `data` (size bytes) starts, when its header is the plain one numpy writes for
+   `descr` (say "<f4"), C order and the ndim dimensions `shape`, and the payload's nbytes bytes all follow it: what
+   nbprec/formats/_npyfile.py's small_npy takes (header_span, then its HEADER pattern in full, the shape's digits
+   read with the spaces between them dropped and empty items skipped, as parse_header reads them); -1 for any
+   other file. The tests hold the two to each other on valid, unusual and damaged headers. */
+static Py_ssize_t npy_start(const unsigned char *data, Py_ssize_t size, const char *descr, Py_ssize_t descr_len,
+                            const long long *shape, Py_ssize_t ndim, long long nbytes)
+{
+    static const char head[] = "{'descr': '", middle[] = "', 'fortran_order': False, 'shape': (";
+    const unsigned char *p, *end;
+    Py_ssize_t start, dims = 0;
+    uint64_t header_len;
+    if (size < 12 || memcmp(data, "\x93NUMPY", 6) != 0 || data[6] < 1 || data[6] > 3) return -1;
+    start = data[6] == 1 ? 10 : 12;
+    header_len = data[6] == 1 ? u16(data + 8) : u32(data + 8);
+    if (header_len > (uint64_t)(size - start)) return -1;
+    p = data + start;
+    end = p + header_len;
+    if ((size_t)(end - p) < sizeof head - 1 || memcmp(p, head, sizeof head - 1) != 0) return -1;
+    p += sizeof head - 1;
+    if (end - p < descr_len || memcmp(p, descr, (size_t)descr_len) != 0) return -1;
+    p += descr_len;
+    if ((size_t)(end - p) < sizeof middle - 1 || memcmp(p, middle, sizeof middle - 1) != 0) return -1;
+    p += sizeof middle - 1;
+    while (p < end && *p != ')') { /* items of digits and spaces between commas */
+        long long value = 0;
+        int digits = 0;
+        for (; p < end && *p != ',' && *p != ')'; p++) {
+            if (*p == ' ') continue;
+            if (*p < '0' || *p > '9') return -1;
+            if (value > (LLONG_MAX - 9) / 10) return -1; /* (larger than any dimension asked for) */
+            value = value * 10 + (*p - '0');
+            digits = 1;
+        }
+        if (digits) {
+            if (dims >= ndim || value != shape[dims]) return -1;
+            dims++;
+        }
+        if (p < end && *p == ',') p++;
+    }
+    if (dims != ndim || end - p < 2 || p[0] != ')' || p[1] != ',') return -1;
+    for (p += 2; p < end && *p == ' '; p++) {}
+    if (p == end || *p != '}') return -1;
+    for (p++; p < end && *p == ' '; p++) {}
+    if (p < end && *p == '\n') p++;
+    if (p != end || nbytes > size - (start + (Py_ssize_t)header_len)) return -1;
+    return start + (Py_ssize_t)header_len;
+}
+
+/* The arguments npy_start() takes besides the file, from Python's descr (str), shape (a sequence of ints) and
+   itemsize; 0 when the shape cannot be one (too many dimensions, not ints, negative), -1 with an error set. */
+static int npy_asked(PyObject *descr_obj, PyObject *shape_obj, long long itemsize, const char **descr,
+                     Py_ssize_t *descr_len, long long *shape, Py_ssize_t *ndim, long long *nbytes)
+{
+    PyObject *seq;
+    Py_ssize_t i;
+    *descr = PyUnicode_AsUTF8AndSize(descr_obj, descr_len);
+    if (*descr == NULL) return -1;
+    seq = PySequence_Fast(shape_obj, "shape must be a sequence");
+    if (seq == NULL) return -1;
+    *ndim = PySequence_Fast_GET_SIZE(seq);
+    *nbytes = itemsize;
+    if (*ndim > 64 || itemsize <= 0) {
+        Py_DECREF(seq);
+        return 0;
+    }
+    for (i = 0; i < *ndim; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        int overflow = 0;
+        long long v = PyLong_Check(item) ? PyLong_AsLongLongAndOverflow(item, &overflow) : -1;
+        if (v < 0 || overflow || (v > 0 && *nbytes > LLONG_MAX / v)) {
+            Py_DECREF(seq);
+            if (PyErr_Occurred()) return -1;
+            return 0;
+        }
+        shape[i] = v;
+        *nbytes *= v;
+    }
+    Py_DECREF(seq);
+    return 1;
+}
+
+PyDoc_STRVAR(npy_start_doc,
+             "npy_start(data, descr, shape, itemsize) -> start or None\n\n"
+             "Where the payload of the .npy file `data` (bytes) starts when its header is the plain C-order one of\n"
+             "`descr` and `shape` and every payload byte is there (what _npyfile.small_npy checks); None otherwise.");
+
+static PyObject *py_npy_start(PyObject *self, PyObject *args)
+{
+    PyObject *data, *descr_obj, *shape_obj;
+    long long itemsize, shape[64], nbytes;
+    const char *descr;
+    Py_ssize_t descr_len, ndim, start;
+    int asked;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "SUOL:npy_start", &data, &descr_obj, &shape_obj, &itemsize)) return NULL;
+    asked = npy_asked(descr_obj, shape_obj, itemsize, &descr, &descr_len, shape, &ndim, &nbytes);
+    if (asked < 0) return NULL;
+    start = asked ? npy_start((const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), descr,
+                              descr_len, shape, ndim, nbytes)
+                  : -1;
+    if (start < 0) Py_RETURN_NONE;
+    return PyLong_FromSsize_t(start);
+}
+
+PyDoc_STRVAR(read_npy_doc,
+             "read_npy(path, whole_below, descr, shape, itemsize, wait=True) -> (data, start), None or False\n\n"
+             "The small .npy file `path` read whole as read_small() opens it (no symbolic link followed, a regular\n"
+             "file of 1 to whole_below - 1 bytes), with npy_start() of it: one call, without the GIL while the file\n"
+             "is opened and read. None for a file read_small() would not open or npy_start() refuses (the caller's\n"
+             "checked path says why), or a failed read; False (wait=False) when part of it is not in the page cache.");
+
+static PyObject *py_read_npy(PyObject *self, PyObject *args)
+{
+    PyObject *path_bytes, *descr_obj, *shape_obj, *whole = NULL;
+    long long whole_below, itemsize, shape[64], nbytes, size = 0;
+    const char *descr;
+    Py_ssize_t descr_len, ndim, start;
+    int wait = 1, asked, fd = -1, got = -1;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O&LUOL|p:read_npy", PyUnicode_FSConverter, &path_bytes, &whole_below, &descr_obj,
+                          &shape_obj, &itemsize, &wait))
+        return NULL;
+    asked = npy_asked(descr_obj, shape_obj, itemsize, &descr, &descr_len, shape, &ndim, &nbytes);
+    if (asked <= 0) {
+        Py_DECREF(path_bytes);
+        if (asked < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+#ifdef O_NOFOLLOW
+    {
+        const char *name = PyBytes_AS_STRING(path_bytes);
+        Py_BEGIN_ALLOW_THREADS
+        fd = open_small(name, whole_below, &size);
+        Py_END_ALLOW_THREADS
+    }
+#endif
+    Py_DECREF(path_bytes);
+    if (fd < 0) Py_RETURN_NONE;
+    whole = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (whole == NULL) {
+        close(fd);
+        return NULL;
+    }
+    {
+        unsigned char *bytes = (unsigned char *)PyBytes_AS_STRING(whole);
+        Py_BEGIN_ALLOW_THREADS /* (a fresh object, not yet seen by any other thread) */
+        got = wait ? read_at(fd, bytes, (size_t)size, 0) : read_cached(fd, bytes, (size_t)size);
+        close(fd);
+        Py_END_ALLOW_THREADS
+    }
+    start = got == 0 ? npy_start((const unsigned char *)PyBytes_AS_STRING(whole), (Py_ssize_t)size, descr, descr_len,
+                                 shape, ndim, nbytes)
+                     : -1;
+    if (start < 0) {
+        Py_DECREF(whole);
+        if (got == 1) Py_RETURN_FALSE;
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(Nn)", whole, start);
+}
+
 static PyMethodDef methods[] = {
     {"entries", py_entries, METH_VARARGS, entries_doc},
     {"read_small", py_read_small, METH_VARARGS, read_small_doc},
     {"read_small_many", py_read_small_many, METH_VARARGS, read_small_many_doc},
     {"tensor_start", py_tensor_start, METH_VARARGS, tensor_start_doc},
+    {"npy_start", py_npy_start, METH_VARARGS, npy_start_doc},
+    {"read_npy", py_read_npy, METH_VARARGS, read_npy_doc},
     {NULL, NULL, 0, NULL},
 };
 

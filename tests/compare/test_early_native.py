@@ -208,7 +208,17 @@ def test_a_dump_without_a_usable_cache_is_left_to_the_reader(runs, tmp_path, mon
     assert list(early._pair_records((roots[0], str(tmp_path)), Go())) == []  # not a dump: nothing
 
 
-def test_small_npy_reads_plain_small_files_only(tmp_path):
+@pytest.fixture(params=["c", "python"])
+def npy_reader(request, monkeypatch):
+    """Which of small_npy's two ways runs: its C reader (``_zipdir.read_npy``, ``npy_start``) or its Python one."""
+    if request.param == "c" and _npyfile._read_npy_c is None:
+        pytest.skip("nbprec.formats._zipdir is not built")
+    if request.param == "python":
+        monkeypatch.setattr(_npyfile, "_read_npy_c", None)
+    return request.param
+
+
+def test_small_npy_reads_plain_small_files_only(tmp_path, npy_reader):
     good = tmp_path / "good.npy"
     values = np.arange(12, dtype=np.float32).reshape(3, 4)
     np.save(good, values)
@@ -236,6 +246,75 @@ def test_small_npy_reads_plain_small_files_only(tmp_path):
         assert _npyfile.small_npy(str(other), "float32", (3, 4)) is None, other
 
 
+def _npy_headers() -> list[bytes]:
+    """Headers of .npy files, numpy's own and unusual or damaged ones, each given as the whole file's start."""
+    import random
+
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    headers = []
+    for version in ((1, 0), (2, 0), (3, 0)):
+        for array in (values, values.astype(np.float16), values.astype(">f4"), np.asfortranarray(values)):
+            buffer = __import__("io").BytesIO()
+            np.lib.format.write_array(buffer, array, version=version)
+            headers.append(buffer.getvalue())
+    plain = headers[0]
+    start, end = _npyfile.header_span(plain)
+    text = plain[start:end]
+    variants = [
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }",
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': ( 3 ,4 ), }   \n",
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': (3,,4), }",
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': (003, 4,), }\n",
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': (3 4,), }",
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }\n\n",
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4),}",
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4) }",
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': (3, -4), }",
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': (12,), }",
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999, 4), }",
+        b"{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }",
+        b"{'descr': '<f4',  'fortran_order': False, 'shape': (3, 4), }",
+        b"{'descr': '<f8', 'fortran_order': False, 'shape': (3, 4), }",
+        b"{'descr': '<f44', 'fortran_order': False, 'shape': (3, 4), }",
+    ]
+    for variant in variants:
+        headers.append(plain[:8] + len(variant).to_bytes(2, "little") + variant + plain[end:])
+    rng = random.Random(7)
+    for _ in range(400):  # damaged: a byte of the header changed, the file cut short, a wrong header length
+        data = bytearray(plain)
+        kind = rng.randrange(3)
+        if kind == 0:
+            data[rng.randrange(end)] = rng.randrange(256)
+        elif kind == 1:
+            del data[rng.randrange(len(data)) :]
+        else:
+            data[8:10] = rng.randrange(len(text) + 40).to_bytes(2, "little")
+        headers.append(bytes(data))
+    return headers
+
+
+def test_the_c_and_python_npy_readers_agree(tmp_path, monkeypatch):
+    """small_npy's C reader (``_zipdir.read_npy``, and ``npy_start`` on bytes read ahead) takes exactly the files its
+    Python reader takes, with the payload at the same place: numpy's headers of every version, unusual spacing and
+    shapes the Python pattern accepts, other dtypes, orders and shapes, and hundreds of damaged headers."""
+    if _npyfile._read_npy_c is None:
+        pytest.skip("nbprec.formats._zipdir is not built")
+    taken = refused = 0
+    for n, data in enumerate(_npy_headers()):
+        path = tmp_path / f"{n}.npy"
+        path.write_bytes(data)
+        for dtype, shape in (("float32", (3, 4)), ("float16", (3, 4)), ("float32", (12,)), ("float32", ())):
+            c = _npyfile.small_npy(str(path), dtype, shape)
+            ahead = _npyfile._npy_start_c(data, _npyfile.KERNEL_DESCRS[dtype], shape, int(dtype[5:]) // 8)
+            with monkeypatch.context() as python_only:
+                python_only.setattr(_npyfile, "_read_npy_c", None)
+                python = _npyfile.small_npy(str(path), dtype, shape)
+            assert c == python, (n, dtype, shape, data[:80])
+            assert ahead == (None if python is None else python[1]), (n, dtype, shape)
+            taken, refused = taken + (python is not None), refused + (python is None)
+    assert taken > 20 and refused > 500, (taken, refused)  # both answers exercised
+
+
 def test_threads_read_their_batches_payloads_ahead(runs, monkeypatch):
     """On threads (a notebook's ``nbprec.compare``), a batch's small ``.npy`` payloads are read ahead in one call
     that holds the GIL for none of them, as their bytes; each pair takes its two from there, none is read one by
@@ -255,6 +334,12 @@ def test_threads_read_their_batches_payloads_ahead(runs, monkeypatch):
         calls["one"] += 1
         return one(path)
 
+    c_one = _npyfile._read_npy_c
+
+    def read_one_c(path, *args):
+        calls["one"] += 1
+        return c_one(path, *args)
+
     def read_many(paths, limit, archives, wait=True):
         assert not archives  # (.npy payloads: their bytes)
         one_by_one = paths == [paths[0]] and not wait  # (small_npy(wait=False): _files.read_small_file)
@@ -262,6 +347,8 @@ def test_threads_read_their_batches_payloads_ahead(runs, monkeypatch):
         return many(paths, limit, archives, wait)
 
     monkeypatch.setattr(_npyfile, "open_plain_file", read_one)
+    if c_one is not None:
+        monkeypatch.setattr(_npyfile, "_read_npy_c", read_one_c)
     monkeypatch.setattr(_files, "_read_small_many_c", read_many)
     threads = compare(runs["tiny_bf16"], runs["tiny_fp32"], executor=ThreadExecutor(2))
     assert calls["many"] > 0 and calls["one"] == 0, calls

@@ -3,7 +3,9 @@
  *
  * - file browser context menu: "nbprec: inspect dump" on a dump, "nbprec: compare (target, benchmark)" on two;
  * - Launcher card and command palette entry "New precision investigation" (a dialog: target, benchmark, rule);
- * - dump folders get nbprec's folder icon (detected by the server extension, GET /nbprec/dumps).
+ * - dump folders get nbprec's folder icon (detected by the server extension, GET /nbprec/dumps);
+ * - data grids (the dashboard's operator table, in JupyterLab and in Voila) copy each painted region to the
+ *   screen once, not each cell: gridmime.ts, a module of its own, since Voila lacks this one's imports.
  *
  * The commands ask the server extension (nbprec/jupyter/server.py) to write a notebook from a template, open
  * it and run it once. Every token but the application is optional, so the plugin loads wherever a part of

@@ -16,6 +16,7 @@ import time
 
 import browser_support as bs
 import pytest
+from bench_support import bench_module
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, bs.needs_chromium]
 
@@ -122,6 +123,7 @@ def notebooks(server) -> set[str]:
 def lab_page(lab, browser):
     """JupyterLab showing ``demo-output/`` in its file browser."""
     context = browser.new_context(viewport={"width": 1500, "height": 1000})
+    context.add_init_script(bench_module("widgets")._CANVAS_COPIES_INIT)  # counts the data grid's canvas copies
     page = open_file_browser(context, f"{lab.url}lab/tree/demo-output?token={lab.token}")
     yield page
     context.close()
@@ -183,6 +185,10 @@ def test_compare_two_selected_dumps_opens_the_dashboard(lab, lab_page):
     nb = json.loads((lab.root / "demo-output" / created.pop()).read_text())
     assert nb["metadata"]["nbprec"] == {"target": "tiny_bf16_faulty", "bench": "tiny_fp32", "rule": "default"}
     lab_page.screenshot(path=str(bs.ARTIFACTS / "lab-compare-dashboard.png"))
+    # nbprec's lab extension loaded its DataGrid patch here too: the table's paints copy whole regions to the
+    # screen (a handful of rectangles), not each of its cells (tests/widgets/test_grid_copies.py)
+    copies = lab_page.evaluate(bench_module("widgets")._CANVAS_COPIES_JS)
+    assert copies["copies"] > 0 and copies["cells"] <= 8, copies
     print(f"dashboard drawn {seconds:.1f} s after the command")
     shut_down_kernels(lab)
 

@@ -10,7 +10,8 @@ Figures printed:
 - with ``--browser`` (or ``--browser-only``) and ``/usr/bin/chromium``: the dashboard in Voila (page load to every
   view drawn, less a kernel-only page loaded interleaved, and less that page's kernel start alone; the kernel-side
   seconds of each step; a row click to the linked views; and the page as ``nbprec serve`` serves it, prepared
-  ahead in Voila's preheated kernel, with the table's canvas copies and their time) and in JupyterLab 4 (a fresh
+  ahead in Voila's preheated kernel, with the table's canvas copies and their time, and again with nbprec's
+  data grid patch switched off, interleaved, with the paired ratio) and in JupyterLab 4 (a fresh
   Lab per load: "run all cells" to every view drawn, the comparison built in that time; the Lab page to the kernel
   idle printed apart),
   medians of ``--repeat`` loads, ``--baseline DIR`` (another ``nbprec`` package) interleaved.
@@ -408,12 +409,16 @@ def _open_plots_latency(page: object) -> float:
 
 
 def _load_dashboard(
-    browser: object, url: str, canvas_copies: bool = False
+    browser: object, url: str, canvas_copies: bool = False, cell_copies: str | None = None
 ) -> tuple[object, float, float, dict[str, float]]:
     """A 1440 x 900 page of the dashboard at ``url``: (the page, seconds from the request to every view drawn,
     its last byte's second, the kernel-side seconds it prints). ``canvas_copies``: count the page's canvas copies
-    (:data:`_CANVAS_COPIES_INIT`; :data:`_CANVAS_COPIES_JS` reads them)."""
+    (:data:`_CANVAS_COPIES_INIT`; :data:`_CANVAS_COPIES_JS` reads them). ``cell_copies``: the value of nbprec's
+    switch ``globalThis.nbprecCellCopies`` (``"each"``: the data grid copies each cell, as without nbprec's
+    lab extension; ``docs/jupyter.md``), None to leave it unset."""
     page = browser.new_page(viewport={"width": 1440, "height": 900})
+    if cell_copies is not None:
+        page.add_init_script(f"globalThis.nbprecCellCopies = {cell_copies!r};")
     if canvas_copies:
         page.add_init_script(_CANVAS_COPIES_INIT)
     start = time.perf_counter()
@@ -424,11 +429,12 @@ def _load_dashboard(
     return page, render, page.evaluate(_RESPONSE_END_JS), kernel
 
 
-def _voila_prepared(browser: object, folder: Path, source: str) -> dict:
+def _voila_prepared(browser: object, folder: Path, source: str, cell_copies: str | None = None) -> dict:
     """One page load of the dashboard as ``nbprec serve`` runs Voila (:func:`nbprec.report.serve.start_voila`:
     its template, the notebook run ahead in Voila's preheated kernel): Voila started, the page requested once the
     notebook has built the dashboard, timed from the request to every view drawn. Also the seconds from Voila's
-    start to the dashboard prepared (kernel start and every cell, off the page's path)."""
+    start to the dashboard prepared (kernel start and every cell, off the page's path). ``cell_copies``: as in
+    :func:`_load_dashboard`."""
     from nbprec.report.serve import READY_FILE, start_voila
 
     folder.mkdir(parents=True)
@@ -438,7 +444,9 @@ def _voila_prepared(browser: object, folder: Path, source: str) -> dict:
         if not server.wait_ready(timeout=300):
             raise RuntimeError(f"the dashboard was not prepared: {server.log.read_text()[-2000:]}")
         prepared = time.perf_counter() - start
-        page, render, server_end, kernel = _load_dashboard(browser, server.url, canvas_copies=True)
+        page, render, server_end, kernel = _load_dashboard(
+            browser, server.url, canvas_copies=True, cell_copies=cell_copies
+        )
         copies = page.evaluate(_CANVAS_COPIES_JS)
         page.close()
     return {"render": render, "server": server_end, "prepared": prepared, "kernel": kernel, "copies": copies}
@@ -604,7 +612,7 @@ def browser_dashboard_figures(
         browser = pw.chromium.launch(executable_path=str(bs.CHROMIUM), args=list(bs.ARGS))
         for source in sources:
             runs: dict[str, list[dict]] = {v: [] for v in variants}
-            empty, kernel_only, prepared = [], [], []
+            empty, kernel_only, prepared, each_cell = [], [], [], []
             for i in range(repeat):
                 kernel_only.append(_voila_empty_page(browser, Path(tmp) / f"{source}-kernel-{i}", _KERNEL_ONLY_CELL))
                 empty.append(_voila_empty_page(browser, Path(tmp) / f"{source}-empty-{i}"))
@@ -612,7 +620,11 @@ def browser_dashboard_figures(
                     shot = shots / f"dashboard-{source}.png" if shots is not None and root is None and i == 0 else None
                     folder = Path(tmp) / f"{source}-{name.replace(' ', '-')}-{i}"
                     runs[name].append(_voila_dashboard(browser, folder, source, shot, root))
-                prepared.append(_voila_prepared(browser, Path(tmp) / f"{source}-prepared-{i}", source))
+                # the served page, and the same with the data grid copying each cell (nbprec's patch off), in turn
+                for each in (False, True) if i % 2 == 0 else (True, False):
+                    got = _voila_prepared(browser, Path(tmp) / f"{source}-prepared-{i}-{each}", source,
+                                          "each" if each else None)  # fmt: skip
+                    (each_cell if each else prepared).append(got)
             med = statistics.median
             start, start_server = med(k[0] for k in kernel_only), med(k[1] for k in kernel_only)
             print(
@@ -652,6 +664,13 @@ def browser_dashboard_figures(
                 + " ".join(f"{r['render']:.2f}" for r in prepared)
             )
             print(f"    {_copies_text([r['copies'] for r in prepared])}")
+            paired = med(a["render"] / b["render"] for a, b in zip(prepared, each_cell, strict=True))
+            print(
+                f"    the same page with the data grid copying each cell (globalThis.nbprecCellCopies = 'each': "
+                f"nbprec's lab extension's patch off, docs/jupyter.md) {med(r['render'] for r in each_cell):4.1f} s; "
+                f"paired ratio with the patch / without {paired:.3f} (medians of {len(each_cell)}, interleaved); "
+                f"{_copies_text([r['copies'] for r in each_cell])}"
+            )
         browser.close()
 
 

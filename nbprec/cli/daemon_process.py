@@ -116,7 +116,10 @@ def _run_command(conn: socket.socket, request: dict, fds: list[int]) -> None:
         os.environ.update(request["env"])
         _reopen_streams(request["encoding"])
         sys.argv = ["nbprec", *request["argv"]]
-        from nbprec.cli import main
+        from nbprec.cli import huge_heap, main
+
+        if request["argv"][:1] == ["compare"]:  # as the command's own process does (nbprec.cli.run)
+            huge_heap()
 
         status = main(request["argv"])
     except SystemExit as exc:  # argparse: usage errors (2) and --help (0)

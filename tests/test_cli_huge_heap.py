@@ -1,0 +1,103 @@
+"""``nbprec compare`` backs its heap with transparent huge pages (``nbprec/_hugeheap.c``, ``nbprec.cli.huge_heap``):
+the heap's grown part is marked in the process's own memory map, processes forked afterwards inherit the mark,
+``NBPREC_HUGE_PAGES=off`` leaves the process alone, and the command's files are the same either way."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures" / "msprobe"
+NBPREC = Path(sys.executable).with_name("nbprec")
+
+#: Run in a fresh interpreter: huge_heap(), then the heap's mappings marked for huge pages ("hg" among the VmFlags of
+#: /proc/self/smaps), in this process and in a child forked after it.
+PROBE = r"""
+import json, os, sys
+from nbprec.cli import huge_heap
+
+def marked():
+    out, current = [], None
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:
+                current = fields[0]
+            elif fields[0] == "VmFlags:" and "hg" in fields[1:]:
+                lo, hi = (int(x, 16) for x in current.split("-"))
+                out.append(hi - lo)
+    return out
+
+done = huge_heap()
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(write, json.dumps(marked()).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+print(json.dumps({"done": done, "here": marked(), "child": json.loads(os.read(read, 65536))}))
+"""
+
+
+def _probe(env_value: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "NBPREC_HUGE_PAGES"}
+    if env_value is not None:
+        env["NBPREC_HUGE_PAGES"] = env_value
+    proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="transparent huge pages: Linux only")
+def test_the_grown_heap_is_marked_for_huge_pages_and_a_forked_child_inherits_it():
+    from nbprec import _hugeheap  # (built on Linux: the extension is part of every build there)
+    from nbprec.cli import HUGE_HEAP_BYTES
+
+    seen = _probe(None)
+    if not seen["done"]:
+        pytest.skip("this kernel or C library refused the huge-page marking (madvise MADV_HUGEPAGE)")
+    assert _hugeheap is not None
+    assert seen["here"] and max(seen["here"]) >= HUGE_HEAP_BYTES // 2, seen
+    assert seen["child"] == seen["here"], seen
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="transparent huge pages: Linux only")
+@pytest.mark.parametrize("off", ["off", "0", "no", "FALSE"])
+def test_turned_off_it_marks_nothing(off):
+    seen = _probe(off)
+    assert seen == {"done": False, "here": [], "child": []}
+
+
+def test_a_size_that_is_not_one_is_refused():
+    from nbprec import _hugeheap
+
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="not a size to reserve"):
+            _hugeheap.reserve(bad)
+    with pytest.raises(TypeError):
+        _hugeheap.reserve("64M")
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_the_command_writes_the_same_files_with_and_without_huge_pages(tmp_path):
+    """The allocator's settings change where buffers live, never a value: every file the same, byte for byte,
+    and what the command prints."""
+    target, bench = FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix"
+    outputs = {}
+    for value in ("on", "off"):
+        env = {**os.environ, "NBPREC_HUGE_PAGES": value, "NBPREC_DAEMON": "off"}
+        out = tmp_path / value
+        cmd = [str(NBPREC), "compare", str(target), str(bench), "-o", str(out), "--no-progress"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode in (0, 1), proc.stderr
+        outputs[value] = (_files(out), proc.stdout)
+    assert "comparison.json" in outputs["on"][0] and outputs["on"][0] == outputs["off"][0]
+    assert outputs["on"][1] == outputs["off"][1].replace(str(tmp_path / "off"), str(tmp_path / "on"))

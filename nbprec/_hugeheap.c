@@ -10,11 +10,12 @@
  *
  * reserve(nbytes) does the same from inside the process: malloc takes every block up to 32 MiB from the heap
  * (M_MMAP_THRESHOLD), keeps what is freed (M_TRIM_THRESHOLD), and grows the heap by `nbytes` more than it needs
- * (M_TOP_PAD); one allocation then grows it, and the grown part is marked for huge pages (madvise MADV_HUGEPAGE).
+ * (M_TOP_PAD); one allocation larger than the heap's free memory then grows it, and the grown part is marked for
+ * huge pages (madvise MADV_HUGEPAGE).
  * Later heap growth is not marked (the kernel makes it a mapping of its own), so `nbytes` should hold what the
  * comparison allocates. Processes forked afterwards inherit the settings and the marked range. Where the kernel
- * gives no huge pages (transparent_hugepage "never"), the marking does nothing. Linux with glibc only: elsewhere
- * reserve() changes nothing and returns False.
+ * gives no huge pages (transparent_hugepage "never"), the marking does nothing. Linux with glibc 2.33 or later
+ * only: elsewhere reserve() changes nothing and returns False.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,7 +25,9 @@
 #include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#if defined(MADV_HUGEPAGE) && defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD) && defined(M_TOP_PAD)
+/* (mallinfo2: glibc 2.33 and later) */
+#if defined(MADV_HUGEPAGE) && defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD) && defined(M_TOP_PAD) && \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
 #define NBPREC_HUGE_HEAP 1
 #endif
 #endif
@@ -53,18 +56,24 @@ static PyObject *reserve(PyObject *self, PyObject *arg)
     {
         const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
         uintptr_t before, lo, hi;
+        size_t first;
         void *block;
         if (page == 0 || page & (page - 1)) Py_RETURN_FALSE;
         if (!mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) || !mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) ||
             !mallopt(M_TOP_PAD, (int)(nbytes < INT_MAX ? nbytes : INT_MAX)))
             Py_RETURN_FALSE;
+        /* one block larger than all the heap's free memory, so that no free chunk can hold it: it comes from the
+           heap's top, which grows by the block and the pad (a process forked from a warmed-up one, the daemon's,
+           holds free chunks of a megabyte and more) */
+        first = mallinfo2().fordblks + FIRST_BLOCK;
+        if (first >= MMAP_THRESHOLD) Py_RETURN_FALSE; /* (it would be a mapping of its own) */
         before = (uintptr_t)sbrk(0);
-        block = malloc(FIRST_BLOCK); /* from the heap's top: it grows by the block and the pad */
+        block = malloc(first);
         if (block == NULL) Py_RETURN_FALSE;
         hi = (uintptr_t)sbrk(0) & ~(page - 1);
         lo = ((uintptr_t)block + page - 1) & ~(page - 1);
         free(block);
-        if (hi < before + (uintptr_t)nbytes / 2 || hi <= lo) Py_RETURN_FALSE; /* not grown: a block found inside */
+        if (hi < before + (uintptr_t)nbytes / 2 || hi <= lo) Py_RETURN_FALSE; /* not grown (sbrk refused) */
         if (madvise((void *)lo, hi - lo, MADV_HUGEPAGE) != 0) Py_RETURN_FALSE;
         Py_RETURN_TRUE;
     }

@@ -67,6 +67,24 @@ def test_the_grown_heap_is_marked_for_huge_pages_and_a_forked_child_inherits_it(
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="transparent huge pages: Linux only")
+def test_a_process_forked_from_the_warmed_up_daemon_still_grows_and_marks_its_heap():
+    """The daemon serves a ``compare`` from a process forked after its imports and warm-up, whose heap holds free
+    chunks of a megabyte and more: the block that grows the heap must be larger than all of them."""
+    code = PROBE.replace(
+        "done = huge_heap()", "from nbprec.cli.daemon_process import _warm_up\n_warm_up()\ndone = huge_heap()"
+    )
+    code = code.replace(
+        "from nbprec.cli import huge_heap", "import nbprec.compare.engine\nfrom nbprec.cli import huge_heap"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    if not _probe(None)["done"]:
+        pytest.skip("this kernel or C library refused the huge-page marking (madvise MADV_HUGEPAGE)")
+    assert seen["done"] and seen["here"] and seen["child"] == seen["here"], seen
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="transparent huge pages: Linux only")
 @pytest.mark.parametrize("off", ["off", "0", "no", "FALSE"])
 def test_turned_off_it_marks_nothing(off):
     seen = _probe(off)

@@ -169,6 +169,5 @@ def main() -> None:
     print(summary(runs))
 
 
-if __name__ == "__main__":
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+if __name__ == "__main__":  # (the command sets OPENBLAS_NUM_THREADS itself: nbprec.cli.run)
     main()

@@ -55,13 +55,11 @@ def _probe(env_value: str | None) -> dict:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="transparent huge pages: Linux only")
 def test_the_grown_heap_is_marked_for_huge_pages_and_a_forked_child_inherits_it():
-    from nbprec import _hugeheap  # (built on Linux: the extension is part of every build there)
     from nbprec.cli import HUGE_HEAP_BYTES
 
     seen = _probe(None)
     if not seen["done"]:
         pytest.skip("this kernel or C library refused the huge-page marking (madvise MADV_HUGEPAGE)")
-    assert _hugeheap is not None
     assert seen["here"] and max(seen["here"]) >= HUGE_HEAP_BYTES // 2, seen
     assert seen["child"] == seen["here"], seen
 
@@ -119,3 +117,64 @@ def test_the_command_writes_the_same_files_with_and_without_huge_pages(tmp_path)
         outputs[value] = (_files(out), proc.stdout)
     assert "comparison.json" in outputs["on"][0] and outputs["on"][0] == outputs["off"][0]
     assert outputs["on"][1] == outputs["off"][1].replace(str(tmp_path / "off"), str(tmp_path / "on"))
+
+
+#: Run in a fresh interpreter: a compare command, the way ``entry`` runs it (its own process, nbprec.cli.run; or the
+#: daemon's served process, daemon_process._run_command), huge_heap wrapped to write what it did to ``record``.
+CALL_SITE = r"""
+import json, os, socket, sys
+import nbprec.cli
+entry, record, target, bench, out = sys.argv[1:6]
+real = nbprec.cli.huge_heap
+
+def recorded():
+    done = real()
+    with open(record, "w") as fh:
+        json.dump({"done": done, "forks_before": FORKS[0]}, fh)
+    return done
+
+FORKS = [0]
+sys.addaudithook(lambda event, args: FORKS.__setitem__(0, FORKS[0] + 1) if event == "os.fork" else None)
+nbprec.cli.huge_heap = recorded
+argv = ["compare", target, bench, "-o", out, "--no-progress"]
+if entry == "run":
+    sys.argv = ["nbprec", *argv]
+    nbprec.cli.run()
+else:
+    from nbprec.cli import daemon_process
+    mine, theirs = socket.socketpair()
+    streams = [os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY), os.open(os.devnull, os.O_WRONLY)]
+    request = {"argv": argv, "cwd": os.getcwd(), "umask": 0o022, "env": dict(os.environ), "encoding": "utf-8"}
+    daemon_process._run_command(theirs, request, streams)
+"""
+
+
+@pytest.mark.parametrize("entry", ["run", "served"])
+def test_the_compare_command_takes_the_huge_heap_before_it_forks(tmp_path, entry):
+    """Both places a ``compare`` command runs call huge_heap: the command's own process before its early worker is
+    forked (which inherits the marked heap), and the daemon's served process; other commands do not."""
+    target, bench = FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix"
+    record = tmp_path / "record.json"
+    env = {k: v for k, v in os.environ.items() if k != "NBPREC_HUGE_PAGES"}
+    env["NBPREC_DAEMON"] = "off"
+    cmd = [sys.executable, "-c", CALL_SITE, entry, str(record), str(target), str(bench), str(tmp_path / "out")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert (tmp_path / "out" / "tensors.csv").is_file()
+    seen = json.loads(record.read_text())
+    assert seen["forks_before"] == 0, seen  # before any worker
+    if sys.platform.startswith("linux") and _probe(None)["done"]:
+        assert seen["done"] is True, seen
+
+
+def test_a_switch_is_on_unless_set_to_an_off_value(monkeypatch):
+    from nbprec._switches import switched_off
+
+    monkeypatch.delenv("NBPREC_SOME_SWITCH", raising=False)
+    assert not switched_off("NBPREC_SOME_SWITCH")
+    for value in ("1", "on", "yes", "", "maybe"):
+        monkeypatch.setenv("NBPREC_SOME_SWITCH", value)
+        assert not switched_off("NBPREC_SOME_SWITCH"), value
+    for value in ("0", "off", " Off ", "NO", "false"):
+        monkeypatch.setenv("NBPREC_SOME_SWITCH", value)
+        assert switched_off("NBPREC_SOME_SWITCH"), value

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
+from nbprec._switches import switched_off
 from nbprec.cli import daemon
 from nbprec.cli._choices import SERVED_COMMANDS
 
@@ -46,7 +47,7 @@ def huge_heap() -> bool:
     served ``compare``; the library never does (a user's process keeps its allocator's settings). On the msprobe
     pairs of ``bench/compare.py`` the command faulted about 40% fewer pages and took 5-8% less time
     (``bench/commands.py --baseline-env NBPREC_HUGE_PAGES=off --compare T B --compare-only``)."""
-    if os.environ.get("NBPREC_HUGE_PAGES", "on").strip().lower() in {"0", "off", "no", "false"}:
+    if switched_off("NBPREC_HUGE_PAGES"):
         return False
     try:
         from nbprec import _hugeheap

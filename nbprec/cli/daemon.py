@@ -37,6 +37,8 @@ import sys
 import time
 from _json import encode_basestring_ascii as _json_string
 
+from nbprec._switches import switched_off
+
 TYPE_CHECKING = False  # (without importing typing: the daemon's client starts without it)
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -89,7 +91,7 @@ def _to_json(value: Any) -> str:
 def enabled() -> bool:
     """Whether commands use a daemon: ``NBPREC_DAEMON`` is not off, this system can, and the interpreter runs
     with its usual options (no ``-O``, ``-W`` or ``-X``, which a daemon started without them would not honour)."""
-    if os.environ.get("NBPREC_DAEMON", "on").strip().lower() in {"0", "off", "no", "false"}:
+    if switched_off("NBPREC_DAEMON"):
         return False
     flags = sys.flags
     if flags.optimize or flags.dev_mode or flags.isolated or sys.warnoptions or getattr(sys, "_xoptions", None):

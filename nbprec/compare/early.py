@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import os
 
+from nbprec._switches import switched_off
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -99,7 +101,7 @@ def start(target: str, bench: str) -> None:
     """Fork the worker for the comparison of ``target`` with ``bench`` (paths as given), when it can help: a
     machine with more than one core this process may use, and not turned off (``NBPREC_EARLY=off``)."""
     global _worker
-    if _worker is not None or os.environ.get("NBPREC_EARLY", "on").strip().lower() in {"0", "off", "no", "false"}:
+    if _worker is not None or switched_off("NBPREC_EARLY"):
         return
     try:
         if len(os.sched_getaffinity(0)) < 2:

@@ -7,12 +7,15 @@ Builds, in a temporary folder that is removed afterwards:
   to show that the index time does not grow with payload size;
 - a TensorFlow ``{op}.{idx}.{timestamp}.npy`` folder of as many files (for the tf_npy reader);
 - a CANN NPU dump tree of ``--tensors / 3`` dump files (two inputs and one output each, NC1HWC0 and ND, with
-  original-op records), for the cann reader, which reads every file's header (a small protobuf message).
+  original-op records), for the cann reader, which reads every file's header (a small protobuf message);
+- an msprobe statistics dump of as many tensors: one ``dump.json`` (API and module calls, forward and backward,
+  float32 statistics written as msprobe writes them) and its ``construct.json``.
 
 For each it times, in the same process (in-process against in-process, ``bench/timing.py``), the baseline
-(listing the files with ``os.scandir``) and ``nbprec.open``, interleaved (the order rotates every round); for
-the nbprec dump also the fallback path that parses ``index.jsonl`` when the column cache is absent (as after a
-crash). Prints every run, the medians of ``--repeat`` runs (at least 5) and their ratio.
+(listing the files with ``os.scandir``; for the msprobe dump, whose index is one file, parsing its ``dump.json``
+with the json module, the least any reader of it does) and ``nbprec.open``, interleaved (the order rotates every
+round); for the nbprec dump also the fallback path that parses ``index.jsonl`` when the column cache is absent (as
+after a crash). Prints every run, the medians of ``--repeat`` runs (at least 5) and their ratio.
 Target: ``nbprec.open`` of the nbprec dump under 2 s.
 
 Usage::
@@ -23,6 +26,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -102,6 +106,39 @@ def build_cann(folder: Path, tensors: int) -> int:
     return files
 
 
+def build_msprobe(folder: Path, tensors: int) -> Path:
+    """An msprobe statistics dump of about ``tensors`` tensors (``step0/rank0/dump.json`` and ``construct.json``):
+    blocks of a linear layer's module call around its ``Functional.linear`` call, forward and backward, the
+    statistics float32 values as msprobe writes them (``repr`` of the float). Returns the rank folder."""
+    rng = np.random.default_rng(0)
+    rank = folder / "step0" / "rank0"
+    rank.mkdir(parents=True)
+    values = iter(rng.standard_normal(4 * tensors + 64).astype(np.float32).tolist())
+
+    def tensor(shape: list[int]) -> dict:
+        low, high, mean, norm = sorted(next(values) for _ in range(4))
+        return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": shape, "Max": high, "Min": low,
+                "Mean": mean, "Norm": abs(norm), "requires_grad": True}  # fmt: skip
+
+    data: dict[str, dict] = {}
+    construct: dict[str, str | None] = {}
+    for call in range(max(1, tensors // 10)):  # 10 tensors a block
+        module = f"Module.encoder.layers.{call % 12}.Linear.forward.{call // 12}"
+        api = f"Functional.linear.{call}.forward"
+        shape = [8, 64, 256]
+        data[module] = {"input_args": [tensor(shape)], "input_kwargs": {}, "output": [tensor(shape)]}
+        data[api] = {"input_args": [tensor(shape), tensor([256, 256]), tensor([256])], "input_kwargs": {},
+                     "output": [tensor(shape)]}  # fmt: skip
+        data[api.replace("forward", "backward")] = {"input": [tensor(shape)], "output": [tensor(shape)]}
+        data[module.replace("forward", "backward")] = {"input": [tensor(shape)], "output": [tensor(shape)]}
+        construct[module] = None
+        construct[api] = module
+    dump = {"task": "statistics", "level": "mix", "framework": "pytorch", "dump_data_dir": None, "data": data}
+    (rank / "dump.json").write_text(json.dumps(dump, indent=1))
+    (rank / "construct.json").write_text(json.dumps(construct, indent=1))
+    return rank
+
+
 def list_files(folder: Path) -> int:
     """Baseline: count every file of the dump with os.scandir (recursing into subfolders)."""
     count, stack = 0, [str(folder)]
@@ -123,9 +160,10 @@ def timed(func: Callable[[], object]) -> tuple[float, float, object]:
     return time.perf_counter() - start, time.process_time() - start_cpu, result
 
 
-def medians(repeat: int, listing: Callable[[], object], opening: Callable[[], object]) -> tuple:
-    """``repeat`` interleaved runs of the listing baseline and of the opening: (median listing seconds, files
-    listed, median opening seconds, median opening CPU seconds, the last opened dump)."""
+def medians(repeat: int, listing: Callable[[], object], opening: Callable[[], object], baseline: str = "list") -> tuple:
+    """``repeat`` interleaved runs of the baseline (``listing``, called ``baseline`` in the runs' lines) and of the
+    opening: (median baseline seconds, its result, median opening seconds, median opening CPU seconds, the last
+    opened dump)."""
     lists, opens, cpus, files, dump = [], [], [], 0, None
     for run in range(max(5, repeat)):
         pair = (("list", listing), ("open", opening))
@@ -138,7 +176,7 @@ def medians(repeat: int, listing: Callable[[], object], opening: Callable[[], ob
                 opens.append(wall)
                 cpus.append(cpu)
                 dump = result
-        print(f"    run {run + 1}: list {lists[-1]:.3f} s, open {opens[-1]:.3f} s", flush=True)
+        print(f"    run {run + 1}: {baseline} {lists[-1]:.3f} s, open {opens[-1]:.3f} s", flush=True)
     return statistics.median(lists), files, statistics.median(opens), statistics.median(cpus), dump
 
 
@@ -204,6 +242,22 @@ def main() -> None:
         )
         assert dump.problems.empty, dump.problems  # type: ignore[union-attr]
         report("cann (format given)", listing, files, opening, cpu, len(dump))  # type: ignore[arg-type]
+        folder = root / "msprobe"
+        start = time.perf_counter()
+        rank = build_msprobe(folder, args.tensors)
+        size = (rank / "dump.json").stat().st_size / 2**20
+        print(f"  built msprobe statistics dump ({size:.0f} MiB dump.json) in {time.perf_counter() - start:.1f} s")
+        parsing, _, opening, cpu, dump = medians(
+            args.repeat,
+            lambda: len(json.loads((rank / "dump.json").read_bytes())["data"]),
+            lambda: nbprec.open(folder, format="msprobe"),
+            baseline="json.loads",
+        )
+        assert dump.problems.empty, dump.problems  # type: ignore[union-attr]
+        print(
+            f"{'msprobe (format given)':<36} json.loads of dump.json {parsing:6.3f} s | open {len(dump):>6} tensors "  # type: ignore[arg-type]
+            f"{opening:6.3f} s (cpu {cpu:6.3f} s) | ratio {opening / parsing:5.2f}x"
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     cores = os.cpu_count()

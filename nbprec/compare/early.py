@@ -375,7 +375,10 @@ def _run_worker(roots: tuple[str, str], flag: Any, out: int, ship: Any) -> None:
     """Measure the pairs of the two dumps until ``flag`` is set (or the parent is gone), writing the records to
     ``out`` as it goes, :data:`_BATCH` at a time (marshalled, each message after its length); each dump.json
     scanned goes to ``ship`` (an :class:`~nbprec.compare.early_msprobe.Shipper`, or None)."""
+    import gc
     import marshal
+
+    gc.disable()  # (a short-lived process, ended by os._exit: its scans make many objects and no cycle to collect)
 
     try:  # room for the records of the whole window: the parent reads none until it stops this worker
         import fcntl

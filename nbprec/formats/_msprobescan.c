@@ -38,6 +38,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -169,6 +170,106 @@ static int number(Cur *c, const char **s, Py_ssize_t *n, int *is_int, int *const
     return 0;
 }
 
+#ifdef __SIZEOF_INT128__
+#include "_pow5.h"
+
+/* The double nearest to a JSON number's text (ties to even, as float() reads it), worked out exactly with 64- and
+   128-bit integers for the usual text: at most 19 significant digits, a normal double. 1 (undecided) for anything
+   else, which the caller leaves to Python's reader: more digits, subnormal or out-of-range results, and the rare
+   product that lies too close to the midpoint between two doubles to tell.
+
+   The text is w 10^q, w < 10^19. With w' = w 2^l (the top bit of 64 set) and T = 5^q 2^s from _pow5.h
+   (_pow5_table.py), w 10^q = w' (5^q 2^s) 2^(q - s - l), and X = w' T, a 192-bit product, is the exact
+   w' 5^q 2^s when T is exact, else below it by less than w' < 2^64: then X's bits from 64 up are the exact
+   value's unless the bits from 64 up to the rounding bit are all ones (a carry could reach it). The double's
+   53 bits are X's top ones, the next bit rounds; when T is exact a tie is a tie, and it rounds to even; when T
+   is not, the value lies strictly above X, so the rounding bit alone decides. Those all-ones bits are the rule,
+   not the exception, for a decimal that is exactly a double, as a bfloat16 run's statistics are (0.5, 4.3125):
+   the value is then w / 5^-q times 2^q, which is worked out directly. */
+/* 5^0 .. 5^27, the powers of five below 2^64 */
+static const uint64_t pow5_small[28] = {
+    1u, 5u, 25u, 125u, 625u, 3125u, 15625u, 78125u, 390625u, 1953125u, 9765625u, 48828125u, 244140625u,
+    1220703125u, 6103515625u, 30517578125u, 152587890625u, 762939453125u, 3814697265625u, 19073486328125u,
+    95367431640625u, 476837158203125u, 2384185791015625u, 11920928955078125u, 59604644775390625u,
+    298023223876953125u, 1490116119384765625u, 7450580596923828125u};
+
+static int decimal_double(const char *s, Py_ssize_t n, double *out)
+{
+    const char *p = s, *end = s + n;
+    uint64_t w = 0, w_text, a, b, c, m, mask, bits;
+    unsigned __int128 high, low, mid;
+    int negative = 0, digits = 0, fraction = 0, exp_negative = 0, top, l, biased;
+    long q = 0, exp10 = 0;
+    if (p < end && *p == '-') {
+        negative = 1;
+        p++;
+    }
+    for (; p < end && is_digit(*p); p++) {
+        if (w != 0 || *p != '0') digits++;
+        w = w * 10 + (uint64_t)(*p - '0');
+        if (digits > 19) return 1;
+    }
+    if (p < end && *p == '.') {
+        for (p++; p < end && is_digit(*p); p++) {
+            if (w != 0 || *p != '0') digits++;
+            w = w * 10 + (uint64_t)(*p - '0');
+            fraction++;
+            if (digits > 19) return 1;
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) exp_negative = *p++ == '-';
+        for (; p < end && is_digit(*p); p++) {
+            exp10 = exp10 * 10 + (*p - '0');
+            if (exp10 > 100000) return 1;
+        }
+    }
+    if (p != end) return 1;
+    if (w == 0) {
+        *out = negative ? -0.0 : 0.0;
+        return 0;
+    }
+    q = (exp_negative ? -exp10 : exp10) - fraction;
+    if (q < POW5_Q_MIN || q > POW5_Q_MAX) return 1;
+    w_text = w;
+    l = __builtin_clzll(w);
+    w <<= l;
+    high = (unsigned __int128)w * pow5_hi[q - POW5_Q_MIN];
+    low = (unsigned __int128)w * pow5_lo[q - POW5_Q_MIN];
+    c = (uint64_t)low;
+    mid = (high & UINT64_MAX) + (low >> 64);
+    b = (uint64_t)mid;
+    a = (uint64_t)(high >> 64) + (uint64_t)(mid >> 64);
+    top = (int)(a >> 63); /* the product's top bit: 191 (1) or 190 (0) */
+    mask = ((uint64_t)1 << (top ? 10 : 9)) - 1; /* A's bits under the rounding bit */
+    m = a >> (top ? 11 : 10);                  /* 53 bits */
+    bits = (a >> (top ? 10 : 9)) & 1;          /* the rounding bit */
+    if (q >= 0 && q <= POW5_EXACT_MAX) {       /* X is exact: a tie rounds to even */
+        if (bits && ((a & mask) != 0 || b != 0 || c != 0 || (m & 1))) m++;
+    } else if (b != UINT64_MAX || (a & mask) != mask) {
+        m += bits;
+    } else { /* a double or a midpoint may lie just above X: 4.3125 (= 69 2^-4) and the like, exact in binary */
+        if (q >= 0 || q < -27 || w_text % pow5_small[-q] != 0) return 1; /* not one: too close to a midpoint to tell */
+        *out = ldexp((double)(w_text / pow5_small[-q]), (int)q); /* (w / 5^-q) 2^q exactly, rounded once */
+        if (fabs(*out) < DBL_MIN) return 1;
+        if (negative) *out = -*out;
+        return 0;
+    }
+    biased = (top ? 191 : 190) - 52 + pow5_shift[q - POW5_Q_MIN] - l + 52 + 1023;
+    if (m == (uint64_t)1 << 53) { /* rounded up to the next power of two */
+        m >>= 1;
+        biased++;
+    }
+    if (biased <= 0 || biased >= 2047) return 1; /* subnormal, zero or infinite: Python's reader */
+    bits = ((uint64_t)negative << 63) | ((uint64_t)biased << 52) | (m & (((uint64_t)1 << 52) - 1));
+    memcpy(out, &bits, sizeof bits);
+    return 0;
+}
+#else
+static int decimal_double(const char *s, Py_ssize_t n, double *out) { return 1; }
+#endif
+
 /* The double a number's text reads as (what float() of it gives); BAIL for text too long to copy. */
 static int to_double(const char *s, Py_ssize_t n, int constant, double *out)
 {
@@ -178,6 +279,7 @@ static int to_double(const char *s, Py_ssize_t n, int constant, double *out)
         *out = s[0] == 'N' ? Py_NAN : (s[0] == '-' ? -Py_HUGE_VAL : Py_HUGE_VAL);
         return 0;
     }
+    if (decimal_double(s, n, out) == 0) return 0;
     if (n >= (Py_ssize_t)sizeof(text)) return BAIL;
     memcpy(text, s, (size_t)n);
     text[n] = '\0';

@@ -172,10 +172,11 @@ class DumpSourceReader:
         """The index columns of this dump.json's tensors (for ``make_index(typed=True)``) and its meta."""
         path = self.source.dump_json
         self._construct()
-        scanned = scan_dump_json(path)
-        if scanned is not None:
-            with paused_gc():
+        with paused_gc():  # (the scan makes an object or more per tensor, none in a cycle)
+            scanned = scan_dump_json(path)
+            if scanned is not None:
                 self._add_scanned(scanned)
+        if scanned is not None:
             return self._frame(scanned.meta.get("dump_data_dir")), scanned.meta
         meta: dict[str, Any] = {}
         has_data_object = False

@@ -122,8 +122,8 @@ def build_msprobe(folder: Path, tensors: int) -> Path:
 
     data: dict[str, dict] = {}
     construct: dict[str, str | None] = {}
-    for call in range(max(1, tensors // 10)):  # 10 tensors a block
-        module = f"Module.encoder.layers.{call % 12}.Linear.forward.{call // 12}"
+    for call in range(max(1, tensors // 10)):  # 10 tensors a block; every module called once, as in one step
+        module = f"Module.encoder.layers.{call}.Linear.forward.0"
         api = f"Functional.linear.{call}.forward"
         shape = [8, 64, 256]
         data[module] = {"input_args": [tensor(shape)], "input_kwargs": {}, "output": [tensor(shape)]}

@@ -8,7 +8,7 @@ themselves; :func:`index_columns` turns any of those into the index every dump h
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -99,10 +99,25 @@ def index_columns(
         return _fix_columns(Columns.from_frame(records), run)
     rows = list(records)
     by_column = _transpose(rows)
-    columns = Columns(n=len(rows))
+    if by_column or not rows:
+        return list_columns(by_column, len(rows), run)
+    return _index_of(lambda column: [row.get(column) for row in rows], len(rows), run)
+
+
+def list_columns(values: Mapping[str, list], n: int, run: str = "") -> Columns:
+    """:func:`index_columns` of records a reader collected column by column: ``values`` maps a column to the
+    list of its ``n`` values, as raw as records hold them (a column it lacks is all missing). A reader of many
+    small records does better so: a dict per record, transposed at the end, reads each record's memory once a
+    column (about a third of a 100,000-tensor CANN dump's open went there)."""
+    missing = [None] * n
+    return _index_of(lambda column: values.get(column, missing), n, run)
+
+
+def _index_of(values_of: Callable[[str], list], n: int, run: str) -> Columns:
+    """The index columns of ``n`` records, ``values_of(column)`` giving the list of a column's raw values."""
+    columns = Columns(n=n)
     for column in INDEX_COLUMNS:
-        # the rows' keys known (by_column): a column they lack is all missing
-        values = by_column.get(column, [None] * len(rows)) if by_column else [row.get(column) for row in rows]
+        values = values_of(column)
         default = _DEFAULTS.get(column)
         if column == "name":
             columns[column] = _object_array(values)

@@ -14,7 +14,7 @@ import nbprec
 from nbprec._optional import require
 from nbprec.dtypes import canonical_dtype, numpy_dtype
 from nbprec.dump import Dump, Problem
-from nbprec.dump_index import INDEX_COLUMNS, make_index
+from nbprec.dump_index import INDEX_COLUMNS, index_frame, list_columns, make_index
 from nbprec.errors import (
     DumpFormatError,
     EmptyDumpError,
@@ -186,6 +186,9 @@ def test_make_index_reads_records_whatever_their_keys():
     pd.testing.assert_frame_equal(frame, make_index(partial, run="r"))
     assert list(frame["dtype"]) == ["float32", "bfloat16"] and list(frame["numel"]) == [6, 4]
     assert frame["max"].iloc[0] == 1.5 and np.isnan(frame["max"].iloc[1]) and list(frame["order"]) == [-1, -1]
+    by_column = {key: [row.get(key) for row in partial] for key in same[0]}  # as a reader collects them itself
+    pd.testing.assert_frame_equal(frame, index_frame(list_columns(by_column, 2, run="r")))
+    assert len(list_columns({}, 0)) == 0
 
 
 def test_a_name_in_several_steps_is_ambiguous(tmp_path):

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import gc
 import weakref
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nbprec._gc import PROMOTE_FROM, frozen_heap, paused_gc, rarer_collections
+from nbprec.errors import DumpFormatError
 
 
 @pytest.fixture
@@ -113,3 +116,54 @@ def test_cycles_made_in_the_block_are_still_collected(collector_on):
         many = [[] for _ in range(3000)]  # more: a young collection ran
         assert gone() is None
     assert len(few) + len(many) == 4000
+
+
+def _msprobe_dump(tmp_path: Path) -> Path:
+    return Path(__file__).parent / "fixtures" / "msprobe" / "bf16_tensor_mix"
+
+
+def _cann_dump(tmp_path: Path) -> Path:
+    from nbprec.formats.cann_write import CannTensor, dump_folder, write_dump_file
+
+    x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 4, 4, 4).astype(np.float16)
+    outputs = [CannTensor(x, "NC1HWC0", "NCHW")]
+    write_dump_file(dump_folder(tmp_path / "cann"), "conv", "Conv2D", inputs=[x], outputs=outputs)
+    return tmp_path / "cann"
+
+
+def _tf_dump(tmp_path: Path) -> Path:
+    folder = tmp_path / "tf"
+    folder.mkdir()
+    np.save(folder / "scope_conv.0.1675157077176648.npy", np.ones((2, 3), dtype=np.float32))
+    return folder
+
+
+@pytest.mark.parametrize("make", [_msprobe_dump, _cann_dump, _tf_dump], ids=["msprobe", "cann", "tf_npy"])
+def test_every_reader_indexes_with_the_collector_paused(collector_on, make, monkeypatch, tmp_path):
+    """``nbprec.open`` runs the reader with the collector off (an index is many objects in no cycle: 0.79 of the
+    time on a 100,000-tensor CANN tree) and gives it back as it found it, on success and on error."""
+    import nbprec
+    from nbprec import formats
+
+    path = make(tmp_path)
+    reader = formats.reader_class(formats.guess_format(path))
+    seen = []
+    real_open = reader.open
+
+    def spying_open(self, *args, **kwargs):
+        seen.append(gc.isenabled())
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(reader, "open", spying_open)
+    dump = nbprec.open(path)
+    assert seen == [False] and gc.isenabled() and len(dump)
+    gc.disable()
+    nbprec.open(path)
+    assert seen == [False, False] and not gc.isenabled()
+    gc.enable()
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "dump.json").write_text("{not json")
+    with pytest.raises(DumpFormatError):
+        nbprec.open(bad, format="msprobe")
+    assert gc.isenabled()

@@ -102,9 +102,12 @@ def open_dump(path: str | os.PathLike[str], format: str | None = None, **options
     >>> dump.format                                                    # doctest: +SKIP
     'msprobe'
     """
+    from nbprec._gc import paused_gc
+
     p = check_dump_path(path)
     name = format or guess_format(p)
-    return reader_class(name)().open(p, **options)
+    with paused_gc():  # an index is many small objects in no cycle: the collector would scan them again and again
+        return reader_class(name)().open(p, **options)
 
 
 def __getattr__(name: str) -> Any:

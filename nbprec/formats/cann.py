@@ -48,7 +48,7 @@ import numpy as np
 from nbprec.columns import Columns
 from nbprec.dtypes import NUMPY_DTYPES
 from nbprec.dump import Dump, Problem
-from nbprec.dump_index import index_columns
+from nbprec.dump_index import list_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._dumpdata import CANN_DTYPES, parse_header
 from nbprec.formats._files import open_regular
@@ -126,19 +126,28 @@ def _scope(name: str) -> str:
     return m[1] if m else ""
 
 
-def _tensor_rows(
+#: The index columns the reader collects, one list each: the common ones, then this format's own.
+_COLUMNS = (
+    "name", "step", "rank", "op", "op_type", "module", "role", "slot", "dtype", "shape", "numel", "file", "has_data",
+    "storage_format", "storage_shape", "origin_format", "origin_name", "origin_index", "task_id", "stream_id",
+    "timestamp", "model", "offset", "nbytes",
+)  # fmt: skip
+
+
+def _add_tensors(
     found: DumpFile,
     header: CannHeader,
     layout: str,
     hints: _GraphHints | None,
     problems: list[Problem],
     cache: dict[tuple, Any],
-) -> list[dict[str, Any]]:
-    """Index rows of one dump file's inputs and outputs."""
+    columns: dict[str, list],
+) -> None:
+    """The index values of one dump file's inputs and outputs, appended to ``columns`` (one list per name of
+    :data:`_COLUMNS`: a dict per tensor would be transposed at the end, at a cost of its own)."""
     message = header.message
     op = message.op_name or (hints.real_name(found.op_name) if hints is not None else found.op_name)
     op += found.suffix
-    rows = []
     offset = header.payload_start
     file, module = str(found.path), _scope(op)  # the same for every tensor of the file
     tensors = [("input", i, t) for i, t in enumerate(message.input)]
@@ -163,35 +172,15 @@ def _tensor_rows(
             has_data = False
         if note:
             problems.append(Problem(file, note, name))
-        rows.append(
-            {
-                "name": name,
-                "step": found.step,
-                "rank": found.rank,
-                "op": op,
-                "op_type": found.op_type,
-                "module": module,
-                "role": role,
-                "slot": str(slot),
-                "dtype": dtype,
-                "shape": plan.shape,
-                "numel": math.prod(plan.shape),
-                "file": file,
-                "has_data": has_data,
-                "storage_format": plan.storage_format,
-                "storage_shape": plan.storage_shape,
-                "origin_format": plan.origin_format,
-                "origin_name": origin.name if origin is not None else "",
-                "origin_index": int(origin.output_index) if origin is not None and origin.name else -1,
-                "task_id": found.task_id,
-                "stream_id": found.stream_id,
-                "timestamp": found.timestamp,
-                "model": found.model,
-                "offset": start,
-                "nbytes": nbytes,
-            }
-        )
-    return rows
+        named = origin is not None and origin.name
+        values = (
+            name, found.step, found.rank, op, found.op_type, module, role, str(slot), dtype, plan.shape,
+            math.prod(plan.shape), file, has_data, plan.storage_format, plan.storage_shape, plan.origin_format,
+            origin.name if origin is not None else "", int(origin.output_index) if named else -1, found.task_id,
+            found.stream_id, found.timestamp, found.model, start, nbytes,
+        )  # fmt: skip
+        for column, value in zip(columns.values(), values, strict=True):
+            column.append(value)
 
 
 _EXTRA_COLUMNS = (
@@ -287,7 +276,7 @@ class CannDumpReader(DumpReader):
             )
         hints = _GraphHints(graph) if graph is not None else None
         files = _select_occurrences(tree.files, occurrence, problems)
-        rows: list[dict[str, Any]] = []
+        columns: dict[str, list] = {name: [] for name in _COLUMNS}
         layout_cache: dict[tuple, Any] = {}
         for done, found in enumerate(files, 1):
             try:
@@ -297,14 +286,14 @@ class CannDumpReader(DumpReader):
                     raise
                 problems.append(Problem(str(found.path), exc.problem))
                 continue
-            rows.extend(_tensor_rows(found, header, layout, hints, problems, layout_cache))
+            _add_tensors(found, header, layout, hints, problems, layout_cache, columns)
             if progress is not None:
                 progress(done, len(files))
-        if not rows and not tree.opdebug:
+        if not columns["name"] and not tree.opdebug:
             raise EmptyDumpError(
                 path, f"no readable CANN dump file ({len(problems)} files or folders could not be used)"
             )
-        index = _build_index(rows, run or _run_name(path))
+        index = _build_index(columns, run or _run_name(path))
         meta = {
             "task": "tensor",
             "framework": "cann",
@@ -317,12 +306,11 @@ class CannDumpReader(DumpReader):
         return Dump(index, path=path, format=self.name, loader=load_tensor, problems=problems, meta=meta)
 
 
-def _build_index(rows: list[dict[str, Any]], run: str) -> Columns:
-    """The dump index: common columns from :func:`index_columns`, then this format's own, and the order."""
-    index = index_columns(rows, run=run)  # takes the common columns (every row has the same keys)
-    columns = dict(zip(rows[0], zip(*map(dict.values, rows), strict=True), strict=True)) if rows else {}
+def _build_index(columns: dict[str, list], run: str) -> Columns:
+    """The dump index: common columns from :func:`list_columns`, then this format's own, and the order."""
+    index = list_columns(columns, len(columns["name"]), run=run)  # takes the common columns
     for name in _EXTRA_COLUMNS:
-        values = list(columns.get(name, ()))
+        values = columns[name]
         if name in _INT_EXTRAS:
             index[name] = np.array(values, dtype=np.int64)
         else:  # text, and storage shapes as tuples

@@ -173,6 +173,13 @@ static int number(Cur *c, const char **s, Py_ssize_t *n, int *is_int, int *const
 #ifdef __SIZEOF_INT128__
 #include "_pow5.h"
 
+/* 5^0 .. 5^27, the powers of five below 2^64 */
+static const uint64_t pow5_small[28] = {
+    1u, 5u, 25u, 125u, 625u, 3125u, 15625u, 78125u, 390625u, 1953125u, 9765625u, 48828125u, 244140625u,
+    1220703125u, 6103515625u, 30517578125u, 152587890625u, 762939453125u, 3814697265625u, 19073486328125u,
+    95367431640625u, 476837158203125u, 2384185791015625u, 11920928955078125u, 59604644775390625u,
+    298023223876953125u, 1490116119384765625u, 7450580596923828125u};
+
 /* The double nearest to a JSON number's text (ties to even, as float() reads it), worked out exactly with 64- and
    128-bit integers for the usual text: at most 19 significant digits, a normal double. 1 (undecided) for anything
    else, which the caller leaves to Python's reader: more digits, subnormal or out-of-range results, and the rare
@@ -186,13 +193,6 @@ static int number(Cur *c, const char **s, Py_ssize_t *n, int *is_int, int *const
    is not, the value lies strictly above X, so the rounding bit alone decides. Those all-ones bits are the rule,
    not the exception, for a decimal that is exactly a double, as a bfloat16 run's statistics are (0.5, 4.3125):
    the value is then w / 5^-q times 2^q, which is worked out directly. */
-/* 5^0 .. 5^27, the powers of five below 2^64 */
-static const uint64_t pow5_small[28] = {
-    1u, 5u, 25u, 125u, 625u, 3125u, 15625u, 78125u, 390625u, 1953125u, 9765625u, 48828125u, 244140625u,
-    1220703125u, 6103515625u, 30517578125u, 152587890625u, 762939453125u, 3814697265625u, 19073486328125u,
-    95367431640625u, 476837158203125u, 2384185791015625u, 11920928955078125u, 59604644775390625u,
-    298023223876953125u, 1490116119384765625u, 7450580596923828125u};
-
 static int decimal_double(const char *s, Py_ssize_t n, double *out)
 {
     const char *p = s, *end = s + n;

@@ -55,7 +55,7 @@ from nbprec.formats._files import open_regular
 from nbprec.formats._payload import payload_array
 from nbprec.formats._probe import find_first_file
 from nbprec.formats.base import DumpReader
-from nbprec.formats.cann_layout import TensorLayout, plan_layout
+from nbprec.formats.cann_layout import TensorLayout, plan_key, plan_layout
 from nbprec.formats.cann_tree import DumpFile, safe_name, walk_dump_tree
 
 #: Header length above which a file is refused: real headers are a few KiB (a malicious one could ask for GiBs).
@@ -141,10 +141,12 @@ def _add_tensors(
     hints: _GraphHints | None,
     problems: list[Problem],
     cache: dict[tuple, Any],
+    plans: dict[tuple, TensorLayout],
     columns: dict[str, list],
 ) -> None:
     """The index values of one dump file's inputs and outputs, appended to ``columns`` (one list per name of
-    :data:`_COLUMNS`: a dict per tensor would be transposed at the end, at a cost of its own)."""
+    :data:`_COLUMNS`: a dict per tensor would be transposed at the end, at a cost of its own). ``plans`` holds the
+    layout plans made so far, by :func:`~nbprec.formats.cann_layout.plan_key`."""
     message = header.message
     op = message.op_name or (hints.real_name(found.op_name) if hints is not None else found.op_name)
     op += found.suffix
@@ -159,7 +161,10 @@ def _add_tensors(
         name = f"{op}:{role}:{slot}"
         origin = tensor.original_op if role == "output" else None
         hint = hints.layout(op, role, slot) if hints is not None else None
-        plan: TensorLayout = plan_layout(tensor, dtype, origin, hint, keep_storage=layout == "storage", cache=cache)
+        key = plan_key(tensor, dtype, origin, hint, layout == "storage")
+        plan: TensorLayout | None = plans.get(key)
+        if plan is None:
+            plan = plans[key] = plan_layout(tensor, dtype, origin, hint, keep_storage=layout == "storage", cache=cache)
         has_data = dtype in NUMPY_DTYPES
         note = plan.problem
         if not has_data:
@@ -278,6 +283,7 @@ class CannDumpReader(DumpReader):
         files = _select_occurrences(tree.files, occurrence, problems)
         columns: dict[str, list] = {name: [] for name in _COLUMNS}
         layout_cache: dict[tuple, Any] = {}
+        plans: dict[tuple, TensorLayout] = {}
         for done, found in enumerate(files, 1):
             try:
                 header = read_header(found.path)
@@ -286,7 +292,7 @@ class CannDumpReader(DumpReader):
                     raise
                 problems.append(Problem(str(found.path), exc.problem))
                 continue
-            _add_tensors(found, header, layout, hints, problems, layout_cache, columns)
+            _add_tensors(found, header, layout, hints, problems, layout_cache, plans, columns)
             if progress is not None:
                 progress(done, len(files))
         if not columns["name"] and not tree.opdebug:

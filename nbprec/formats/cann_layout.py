@@ -87,6 +87,18 @@ def _resolve(
     return answer
 
 
+def plan_key(
+    tensor: Any, dtype: str, origin_op: Any, hint: tuple[str, tuple[int, ...] | None] | None, keep_storage: bool
+) -> tuple:
+    """Everything of a header entry that :func:`plan_layout` reads, as one hashable value: entries with equal keys
+    have equal plans (a dump's tensors come in a few kinds, and planning one costs several times this)."""
+    dims = tuple(tensor.shape.dim)
+    original = tuple(tensor.original_shape.dim) if tensor.HasField("original_shape") else None
+    origin = int(origin_op.format) if origin_op is not None and origin_op.name else None
+    size = 0 if dims else int(tensor.size)  # (read only when there are no dims: see _stored_shape)
+    return dtype, int(tensor.format), dims, size, original, origin, hint, keep_storage
+
+
 def plan_layout(
     tensor: Any,
     dtype: str,
@@ -139,4 +151,4 @@ def to_row_layout(flat: np.ndarray, row: Mapping[str, Any]) -> np.ndarray:
     return to_origin(flat, storage_format, tuple(row["storage_shape"]), shape, origin_format)
 
 
-__all__ = ["TensorLayout", "plan_layout", "to_row_layout"]
+__all__ = ["TensorLayout", "plan_key", "plan_layout", "to_row_layout"]

@@ -277,3 +277,65 @@ def test_recorded_origin_format_that_does_not_fit_yields_to_the_shapes(tmp_path:
     dump = nbprec.open(tmp_path)
     assert dump.problems.empty and dump.index["origin_format"].iloc[0] == "NHWC"
     assert dump.tensor(0).tobytes() == y.tobytes()
+
+
+@pytest.mark.parametrize("layout", ["origin", "storage"])
+@pytest.mark.parametrize("with_graph", [False, True])
+def test_layout_plans_shared_between_tensors_of_one_kind_change_nothing(tmp_path, monkeypatch, layout, with_graph):
+    """The reader plans each kind of tensor once (``plan_key``): the index and problems are those of planning
+    every tensor on its own, on the NPU tutorial's case (every storage format, fused ops, a planted bad op) and on
+    tensors whose recorded layouts do not fit."""
+    import pandas as pd
+
+    from nbprec.demo.npu import make_npu_demo
+    from nbprec.formats import cann
+
+    make_npu_demo(tmp_path / "demo")
+    graph = tmp_path / "demo" / "ge_proto_00000001_Build.txt"
+    real_key, keys = cann.plan_key, []
+
+    def unshared_key(*args):  # every tensor planned on its own
+        keys.append(real_key(*args))
+        return object()
+
+    for folder in (tmp_path / "demo" / "npu", _bad_layouts(tmp_path / "bad")):
+        options = {"format": "cann", "layout": layout}
+        if with_graph and folder.parent.name == "demo":
+            options["graph"] = graph
+        shared = nbprec.open(folder, **options)
+        keys.clear()
+        monkeypatch.setattr(cann, "plan_key", unshared_key)
+        alone = nbprec.open(folder, **options)
+        monkeypatch.setattr(cann, "plan_key", real_key)
+        assert len(set(keys)) < len(keys)  # tensors of one kind were there to share a plan
+        pd.testing.assert_frame_equal(shared.index, alone.index)
+        pd.testing.assert_frame_equal(shared.problems, alone.problems)
+
+
+def _bad_layouts(folder: Path) -> Path:
+    """Tensors of a few kinds, several of each: stored NC1HWC0 with and without a recorded original shape (a
+    problem each, said per tensor), a recorded origin format that does not fit its shapes (the shapes decide),
+    a tensor whose shape fits both NCHW and NHWC stored the same way, recorded as each (the record decides), and
+    plain ND tensors."""
+    step = dump_folder(folder)
+    z = np.arange(2 * 4 * 4 * 4, dtype=np.float16).reshape(2, 4, 4, 4)
+    for i, recorded in enumerate((NCHW, NHWC)):
+        entry = _entry(
+            "output", z, FLOAT16, NC1HWC0, from_origin(z, "NC1HWC0", "NCHW"), original_op=(f"t/z{i}", 0, 1, recorded)
+        )
+        dump_file(step / f"Add.t_z{i}.{i + 20}.0.{1700000000000200 + i}", op_name=f"t/z{i}", outputs=[entry])
+    x = np.arange(2 * 20 * 2 * 2, dtype=np.float32).reshape(2, 20, 2, 2).astype(np.float16)
+    y = np.arange(1 * 3 * 3 * 5, dtype=np.float16).reshape(1, 3, 3, 5)  # NHWC, recorded as NCHW below
+    for i in range(4):
+        write_dump_file(
+            step,
+            f"c/conv{i}",
+            "Conv2D",
+            inputs=[CannTensor(x, "NC1HWC0", "NCHW"), x.reshape(-1)],
+            outputs=[CannTensor(x, "NC1HWC0", record_original_shape=False)],
+        )
+        entry = _entry(
+            "output", y, FLOAT16, NC1HWC0, from_origin(y, "NC1HWC0", "NHWC"), original_op=(f"t/r{i}", 0, 1, NCHW)
+        )
+        dump_file(step / f"Relu.t_r{i}.{i + 10}.0.{1700000000000100 + i}", op_name=f"t/r{i}", outputs=[entry])
+    return folder

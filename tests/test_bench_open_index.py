@@ -20,8 +20,10 @@ def test_open_index_prints_every_format():
                           capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    for label in ("nbprec, small payloads", "nbprec, large payloads", "tf_npy (format given)", "cann (format given)"):
-        assert re.search(re.escape(label) + r".*\| ratio +[0-9.]+x", out), out
+    for label in ("nbprec, small payloads", "nbprec, large payloads", "nbprec, small, index.jsonl only"):
+        assert re.search(re.escape(label) + r".*\| ratio +[0-9.]+x \| (ok|OVER TARGET)$", out, re.MULTILINE), out
+    for label in ("tf_npy (format given)", "tf_npy (format guessed, all probes)", "cann (format given)"):
+        assert re.search(re.escape(label) + r".*\| ratio +[0-9.]+x \| no target$", out, re.MULTILINE), out
     line = re.search(r"msprobe \(format given\) +json\.loads of dump\.json +([0-9.]+) s \| open +(\d+) tensors", out)
     assert line and int(line[2]) == 3000, out
     assert len(re.findall(r"run \d+: json\.loads [0-9.]+ s, open", out)) == 5

@@ -140,7 +140,6 @@ def _add_tensors(
     layout: str,
     hints: _GraphHints | None,
     problems: list[Problem],
-    cache: dict[tuple, Any],
     plans: dict[tuple, TensorLayout],
     columns: dict[str, list],
 ) -> None:
@@ -164,7 +163,7 @@ def _add_tensors(
         key = plan_key(tensor, dtype, origin, hint, layout == "storage")
         plan: TensorLayout | None = plans.get(key)
         if plan is None:
-            plan = plans[key] = plan_layout(tensor, dtype, origin, hint, keep_storage=layout == "storage", cache=cache)
+            plan = plans[key] = plan_layout(tensor, dtype, origin, hint, keep_storage=layout == "storage")
         has_data = dtype in NUMPY_DTYPES
         note = plan.problem
         if not has_data:
@@ -282,7 +281,6 @@ class CannDumpReader(DumpReader):
         hints = _GraphHints(graph) if graph is not None else None
         files = _select_occurrences(tree.files, occurrence, problems)
         columns: dict[str, list] = {name: [] for name in _COLUMNS}
-        layout_cache: dict[tuple, Any] = {}
         plans: dict[tuple, TensorLayout] = {}
         for done, found in enumerate(files, 1):
             try:
@@ -292,7 +290,7 @@ class CannDumpReader(DumpReader):
                     raise
                 problems.append(Problem(str(found.path), exc.problem))
                 continue
-            _add_tensors(found, header, layout, hints, problems, layout_cache, plans, columns)
+            _add_tensors(found, header, layout, hints, problems, plans, columns)
             if progress is not None:
                 progress(done, len(files))
         if not columns["name"] and not tree.opdebug:

@@ -65,14 +65,9 @@ def _resolve(
     storage_shape: tuple[int, ...],
     origin_shape: tuple[int, ...],
     origin_format: str,
-    cache: dict[tuple, tuple[str, str]],
 ) -> tuple[str, str]:
     """(the origin layout to convert to, or "" when none fits; a note). A recorded format that does not fit
-    the shapes (a writer that left ``original_op.format`` at its default, NCHW) yields to the inferred one.
-    ``cache`` holds the answers for the shapes already seen in this dump (layers repeat them)."""
-    key = (storage_format, storage_shape, origin_shape, origin_format)
-    if key in cache:
-        return cache[key]
+    the shapes (a writer that left ``original_op.format`` at its default, NCHW) yields to the inferred one."""
     try:
         answer = (resolve_origin_format(storage_format, storage_shape, origin_shape, origin_format or None), "")
     except StorageFormatError as exc:
@@ -83,7 +78,6 @@ def _resolve(
                 answer = (inferred, "")
             except StorageFormatError:
                 pass
-    cache[key] = answer
     return answer
 
 
@@ -106,10 +100,9 @@ def plan_layout(
     hint: tuple[str, tuple[int, ...] | None] | None,
     *,
     keep_storage: bool = False,
-    cache: dict[tuple, tuple[str, str]] | None = None,
 ) -> TensorLayout:
-    """Plan one header entry (an ``OpInput`` / ``OpOutput``): see the module docstring. ``cache`` (one dict
-    per dump) remembers the layouts of shapes already planned."""
+    """Plan one header entry (an ``OpInput`` / ``OpOutput``): see the module docstring. A reader plans each kind
+    of entry once (:func:`plan_key`)."""
     storage_format = format_name(int(tensor.format))
     storage_shape = _stored_shape(tensor, dtype)
     numel = math.prod(storage_shape)
@@ -134,9 +127,7 @@ def plan_layout(
     if origin_shape is None:
         reason = f"stored as {storage_format} with no original shape recorded: kept as stored (give the GE graph)"
         return TensorLayout(storage_shape, storage_format, storage_shape, storage_format, numel, problem=reason)
-    resolved, problem = _resolve(
-        storage_format, storage_shape, origin_shape, origin_format, {} if cache is None else cache
-    )
+    resolved, problem = _resolve(storage_format, storage_shape, origin_shape, origin_format)
     if not resolved:
         return TensorLayout(storage_shape, storage_format, storage_shape, storage_format, numel, problem=problem)
     return TensorLayout(origin_shape, storage_format, storage_shape, resolved, numel)

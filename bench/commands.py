@@ -141,6 +141,8 @@ def main() -> None:
     if args.baseline is not None or args.baseline_env:
         path = args.baseline.resolve() if args.baseline is not None else ROOT
         trees["baseline"] = Side(path, dict(item.split("=", 1) for item in args.baseline_env))
+    for side in trees.values():
+        timing.compile_tree(side.tree)
     rounds = max(args.repeat, 5)
     times: dict[str, dict[str, list[float]]] = {n: {} for n in trees}
     with tempfile.TemporaryDirectory() as tmp:

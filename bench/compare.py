@@ -37,7 +37,7 @@ How each side is timed (``bench/timing.py``; every ratio compares two figures ti
     equal, where nbprec compared checksums too).
 
 nbprec's modules are byte-compiled first, as a regular install compiles them and as msprobe's are (see
-:func:`compile_bytecode`). The machine (cores, CPU model, RAM, load average) is printed with the summary, and
+:func:`timing.compile_tree`). The machine (cores, CPU model, RAM, load average) is printed with the summary, and
 what importing numpy, ml_dtypes and ``nbprec.cli`` costs a fresh interpreter (``timing.import_costs``): most of a
 short command's time is its start-up, and a dependency's release can move it.
 
@@ -670,17 +670,6 @@ def _agreement_text(b: dict) -> str:
     return f"|difference| median {b['diff_median']:.1e}, max {b['diff_max']:.1e}"
 
 
-def compile_bytecode() -> None:
-    """Byte-compile nbprec's modules, as a regular (not editable) pip install does at install time. msprobe's
-    virtualenv has its bytecode; without this, an editable install run with PYTHONDONTWRITEBYTECODE set (as on
-    CI machines) would recompile nbprec's lazily imported modules inside every timed call."""
-    import compileall
-
-    import nbprec
-
-    compileall.compile_dir(Path(nbprec.__file__).parent, quiet=1)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-gb", type=float, default=2.0, help="synthetic payload over both dumps, GB")
@@ -710,7 +699,7 @@ def main() -> None:
         child_main(*args.child, args.workers)
         return
 
-    compile_bytecode()
+    timing.compile_tree()
     results: dict = {}
     if args.keep:
         tmp = Path(args.keep)

@@ -134,6 +134,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7, help="interleaved rounds (medians; at least 5)")
     parser.add_argument("--baseline", type=Path, help="another nbprec tree (its extensions built)")
     args = parser.parse_args()
+    timing.compile_tree()
+    if args.baseline is not None:
+        timing.compile_tree(args.baseline)
     if args.runs < 5:
         parser.error("--runs: at least 5")
     trees = {"this tree": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})

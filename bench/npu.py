@@ -249,15 +249,6 @@ def timed(fn: Callable[[], object]) -> tuple[float, float, object]:
     return time.perf_counter() - start, cpu_seconds() - cpu, out
 
 
-def compile_bytecode() -> None:
-    """Byte-compile nbprec, as a regular install does (see bench/compare.py)."""
-    import compileall
-
-    import nbprec
-
-    compileall.compile_dir(Path(nbprec.__file__).parent, quiet=1)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=float, default=None, help="both dumps together, MB (default 500)")
@@ -271,7 +262,7 @@ def main() -> None:
     args.size_mb = args.size_mb or (3.0 if args.quick else 500.0)
     args.runs = max(5, args.runs)
     cfg = NETS["quick" if args.quick else "full"]
-    compile_bytecode()
+    timing.compile_tree()
     import nbprec
     from nbprec.compare.metrics import KERNEL
 

@@ -200,6 +200,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="interleaved runs (at least 5)")
     parser.add_argument("--tmp", default=None, help="parent folder for the generated data (default: system temp)")
     args = parser.parse_args()
+    timing.compile_tree()
     root = Path(tempfile.mkdtemp(prefix="nbprec-bench-open-", dir=args.tmp))
     runs = max(5, args.repeat)
     print(

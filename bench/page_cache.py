@@ -88,6 +88,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=9, help="interleaved rounds (medians; at least 5)")
     parser.add_argument("--parallel", choices=("processes", "threads"), default="processes")
     args = parser.parse_args()
+    timing.compile_tree()
     args.runs = max(5, args.runs)
     target, bench = args.dumps
     files = payload_files(target, bench)

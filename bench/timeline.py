@@ -155,6 +155,7 @@ def main() -> None:
     parser.add_argument("bench", help="benchmark dump")
     parser.add_argument("--runs", type=int, default=7, help="runs of the command (default 7); medians printed")
     args = parser.parse_args()
+    timing.compile_tree()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     print(timing.machine())

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import timing  # bench/timing.py
 
 from nbprec.compare import Comparison
 
@@ -857,6 +858,9 @@ def main() -> None:
     parser.add_argument("--sources", default="msprobe,5000,50000", help="comparisons: msprobe and/or op counts")
     parser.add_argument("--lab-sources", default="msprobe,5000", help="comparisons timed in JupyterLab ('': none)")
     args = parser.parse_args()
+    timing.compile_tree()  # (the kernels the pages start import nbprec: from bytecode, as after an install)
+    if args.baseline is not None:
+        timing.compile_tree(args.baseline)
     if args.graph:
         graph_click_figures(args.ops, repeat=max(args.repeat, 3))
         return

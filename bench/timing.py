@@ -145,8 +145,8 @@ def compile_tree(root: str | Path | None = None) -> None:
     """Byte-compile the nbprec package under ``root`` (default: the one this interpreter imports), as ``make
     install`` and a regular pip install do. Without it, where ``PYTHONDONTWRITEBYTECODE`` is set (CI and the
     benchmark machines) and modules were edited since the last install, every timed process of an editable install
-    would compile those modules from source as it starts: ``nbprec compare`` took 0.26 s on the 413 MB ``L1``
-    pair of ``bench/README.md`` with none compiled, against 0.20 s."""
+    would compile those modules from source as it starts: ``nbprec compare`` took 0.33 s on the 413 MB ``L1``
+    pair of ``bench/README.md`` with none compiled, against 0.23 s."""
     import compileall
 
     if root is None:

@@ -1,7 +1,7 @@
 """``make install`` (what ``make demo`` and ``make test`` start with) leaves bytecode for nbprec's modules, so that a
 command does not compile them from source each time it starts where ``PYTHONDONTWRITEBYTECODE`` is set (CI and the
-benchmark machines set it: the editable install's modules were then compiled at every start, 0.26 against
-0.20 s for ``nbprec compare`` on the 413 MB ``L1`` pair of ``bench/README.md``)."""
+benchmark machines set it: the editable install's modules were then compiled at every start, 0.33 against
+0.23 s for ``nbprec compare`` on the 413 MB ``L1`` pair of ``bench/README.md``)."""
 
 from __future__ import annotations
 

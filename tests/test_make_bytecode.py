@@ -43,10 +43,13 @@ def test_make_install_byte_compiles_what_a_command_loads(tmp_path):
     source = REPO / "nbprec" / "compare" / "early.py"  # (a module `nbprec compare` loads)
     bytecode = Path(importlib.util.cache_from_source(str(source)))
     bytecode.unlink(missing_ok=True)
-    subprocess.run(["make", "-s", "install"], cwd=REPO, check=True, capture_output=True)
+    made = subprocess.run(["make", "-s", "install"], cwd=REPO, capture_output=True, text=True, check=False)
+    assert made.returncode == 0, (
+        f"`make install` failed: fix what it says, then run the test again\n{made.stdout}{made.stderr}"
+    )
     assert bytecode.exists()
     arguments = ["compare", str(FIXTURES / "bf16_tensor_mix"), str(FIXTURES / "fp32_tensor_mix")]
     compiled, from_bytecode = _loaded_modules([*arguments, "-o", str(tmp_path / "out"), "--no-progress"], tmp_path)
-    assert compiled == []
+    assert compiled == [], f"compiled from source at the command's start, though `make install` ran: {compiled}"
     assert str(bytecode) in from_bytecode
     assert len(from_bytecode) > 30  # (the command's modules: the reader, the comparison, the output files)

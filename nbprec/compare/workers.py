@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from nbprec._cores import usable_cores
 from nbprec._record import Record
 from nbprec.compare.metrics import KERNEL
 
@@ -340,8 +341,4 @@ def use_threads(parallel: str, workers: int, jobs: int) -> bool:
 
 def default_workers() -> int:
     """Usable cores, at most 2."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, min(2, cores))
+    return min(2, usable_cores())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import time
 from pathlib import Path
 
 import ml_dtypes
@@ -115,6 +116,36 @@ def test_an_unexpected_error_on_a_thread_reaches_the_caller(tmp_path, monkeypatc
     folder = _run(tmp_path / "run")
     with pytest.raises(RuntimeError, match="damaged on purpose"):
         _scan(folder, True, monkeypatch, {"Tensor.op4.0.forward.input.0": RuntimeError})
+
+
+@pytest.mark.parametrize("where", ["a payload", "progress"])
+def test_an_error_drops_the_payloads_not_started(tmp_path, monkeypatch, where):
+    """The first large payload's read fails, or the caller's progress callback stops the scan (Ctrl-C in it, say):
+    the threads then read a few payloads more (those under way), not all twenty."""
+    if usable_cores() < 2:
+        pytest.skip("one usable core: the scan reads on this thread only")
+    folder = _run(tmp_path / "run")
+    monkeypatch.setattr(scan_module, "_CHUNK", 1)
+    monkeypatch.setattr(scan_module, "PARALLEL_FROM", 128 << 10)
+    dump = open_dump(folder)
+    read, reads = dump.tensor, []
+
+    def slow(key):
+        reads.append(key["name"])
+        if where == "a payload" and key["name"] == "Tensor.op0.0.forward.input.0":
+            raise RuntimeError("damaged on purpose")
+        time.sleep(0.02)
+        return read(key)
+
+    def progress(done, total):
+        raise RuntimeError("stopped on purpose")
+
+    dump.tensor = slow
+    with pytest.raises(RuntimeError, match="on purpose"):
+        ov.scan(dump, progress=progress if where == "progress" else None)
+    large = len(scan_module._large_payloads(list(dump.columns.itertuples()), True))
+    assert large == 20
+    assert len(reads) < large / 2, reads
 
 
 def test_worst_status_is_the_highest_ranked_or_the_first():

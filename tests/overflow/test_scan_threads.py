@@ -4,6 +4,9 @@ worst status taken in groupby's aggregations, as the Python definition takes it.
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -167,3 +170,30 @@ def test_worst_status_is_the_highest_ranked_or_the_first():
     pd.testing.assert_series_equal(got, want, check_names=False)
     assert (want.isin(["empty", "n/a"])).sum() > 50  # the ties the first status decides were there
     assert set(want) == set(statuses)
+
+
+def test_one_usable_core_reads_on_the_calling_thread(tmp_path):
+    """A process confined to one core (its affinity mask) counts one usable core and reads every payload itself."""
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no CPU affinity on this system")
+    folder = _run(tmp_path / "run")
+    code = f"""
+import os, threading
+os.sched_setaffinity(0, {{sorted(os.sched_getaffinity(0))[0]}})
+import nbprec.overflow as ov
+from nbprec._cores import usable_cores
+from nbprec.formats import open_dump
+dump = open_dump({str(folder)!r})
+read, readers = dump.tensor, set()
+def tensor(key):
+    readers.add(threading.current_thread().name)
+    return read(key)
+dump.tensor = tensor
+report = ov.scan(dump)
+print(usable_cores(), sorted(readers), report.first_critical()["op"])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "['MainThread']", "Tensor.op3.0.forward"], done.stdout
+    if len(os.sched_getaffinity(0)) > 1:
+        assert usable_cores() == len(os.sched_getaffinity(0))

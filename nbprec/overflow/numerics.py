@@ -30,6 +30,11 @@ try:  # the one-pass counts in C; absent when the package was installed without 
 except ImportError:  # pragma: no cover - depends on the build
     PROFILE = None
 
+#: The compiled pass's element type codes by numpy dtype: the native byte order only (a byte-swapped array, as
+#: ``np.load`` gives a ``>f4`` file, has the same dtype name but its bytes would be read as garbage: numpy's passes
+#: count it); keyed by the dtype itself, a hash look-up (``dtype.name`` is a Python property: 4 us a call).
+_KERNEL_CODES = {NUMPY_DTYPES[name]: code for name, code in ELEMENT_TYPE_CODES.items()}
+
 #: Low-precision formats that headroom prediction looks at by default.
 HEADROOM_DTYPES = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 
@@ -142,7 +147,7 @@ def profile_array(
         raise NbprecError(f"profile_array: kernel must be 'auto' or 'numpy', not {kernel!r}")
     flat = np.asarray(array).reshape(-1)
     lists = [[float(t) for t in thresholds] for thresholds in (upper, lower, lower_inclusive, exact)]
-    code = ELEMENT_TYPE_CODES.get(flat.dtype.name) if PROFILE is not None and kernel != "numpy" else None
+    code = _KERNEL_CODES.get(flat.dtype) if PROFILE is not None and kernel != "numpy" else None
     if code is not None and flat.flags.c_contiguous and max(map(len, lists)) <= PROFILE.MAX_THRESHOLDS:
         nan, inf, nonzero, abs_max, sumsq, *counts = PROFILE.profile(flat.view(np.uint8), code, *lists)
     else:
@@ -191,7 +196,8 @@ def _numpy_profile(
         if not f.size:
             continue
         abs_max = max(abs_max, float(f.max()))
-        sumsq += float(np.dot(f, f))
+        with np.errstate(over="ignore"):  # squares past float64's range: an infinite norm, as the compiled pass says
+            sumsq += float(np.dot(f, f))
         nz = f > 0
         nonzero += int(nz.sum())
         for i, t in enumerate(upper):

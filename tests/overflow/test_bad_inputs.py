@@ -140,3 +140,35 @@ def test_report_save_load_and_escaped_html(tmp_path):
     assert json.loads((saved / "report.json").read_text())["summary"]["first_critical_op"] == evil
     with pytest.raises(ov.report.NbprecError):
         ov.OverflowReport.load(tmp_path / "run")
+
+
+def test_byte_swapped_payloads_are_counted_right(tmp_path):
+    """A payload stored in the other byte order (a ``>f4`` ``.npy``: ``np.load`` gives it as such) is counted as its
+    values say, not as its bytes would read natively: the compiled pass takes native arrays only."""
+    from nbprec.overflow.numerics import profile_array
+
+    rng = np.random.default_rng(3)
+    for dtype in (np.float64, np.float32, np.float16, np.int64, np.int32, np.int16):
+        values = (rng.standard_normal(1000) * 100).astype(dtype)
+        if np.issubdtype(dtype, np.floating):
+            values[[3, 40]] = np.inf
+            values[[7, 8, 9]] = np.nan
+            values[11] = np.finfo(dtype).max
+        swapped = values.astype(values.dtype.newbyteorder(">" if values.dtype.byteorder != ">" else "<"))
+        assert swapped.dtype != values.dtype and np.array_equal(swapped, values, equal_nan=True)
+        got, want = profile_array(swapped, upper=[1000.0]), profile_array(values, upper=[1000.0])
+        assert (got.nan_count, got.inf_count, got.nonzero, got.at_least) == (
+            want.nan_count, want.inf_count, want.nonzero, want.at_least,
+        ), dtype  # fmt: skip
+        assert got.abs_max == want.abs_max and got.norm == pytest.approx(want.norm, rel=1e-12), dtype
+    folder = tmp_path / "tf"
+    folder.mkdir()
+    x = np.linspace(-3, 3, 64, dtype=np.float32)
+    y = x.copy()
+    y[5], y[9] = np.inf, np.nan
+    np.save(folder / "MatMul.0.1675157077176648.npy", x.astype(">f4"))
+    np.save(folder / "Exp.0.1675157077176649.npy", y.astype(">f4"))
+    tensors = ov.scan(folder).tensors.set_index("name")
+    assert tensors.loc["MatMul.0", "status"] == "normal" and tensors.loc["MatMul.0", "abs_max"] == 3.0
+    exp = tensors.loc["Exp.0"]
+    assert (exp["source"], exp["status"], exp["nan_count"], exp["inf_count"]) == ("payload", "nan", 1, 1)

@@ -171,8 +171,8 @@ def scan_tensors(
         return out
 
     rows: list[dict[str, Any] | None] = [None] * total
-    done = 0
-    large = _large_payloads(values, payload) if total > 1 else []
+    finished = 0  # tensors judged, for progress
+    large = _large_payloads(values, payload)
     threads = min(MAX_THREADS, usable_cores(), len(large))
     if threads > 1:
         from concurrent.futures import ThreadPoolExecutor
@@ -186,17 +186,17 @@ def scan_tensors(
             for positions, outs in zip(chunks, pool.map(judge_all, chunks), strict=True):
                 for pos, out in zip(positions, outs, strict=True):
                     rows[pos] = out
-                done += len(positions)
+                finished += len(positions)
                 if progress:
-                    progress(done, total)
+                    progress(finished, total)
         finally:  # (an error or Ctrl-C: the chunks not started are dropped, not read to the end)
             pool.shutdown(wait=True, cancel_futures=True)
     for pos in range(total):
         if rows[pos] is None:
             rows[pos] = judge(values[pos])
-            done += 1
+            finished += 1
             if progress:
-                progress(done, total)
+                progress(finished, total)
     table = pd.DataFrame(rows, index=index.index)
     for column in ("check_dtype", "source", "status", "note"):  # a dump with no tensor (only Opdebug files)
         if column not in table:

@@ -14,14 +14,14 @@ is a singleton) under task ``tensor``, level ``L1``, one forward pass, so the du
 each tensor's Max, Min, Mean and Norm), ``--task md5`` its checksum dumps (task ``statistics`` with ``summary_mode``
 ``md5``: each tensor's CRC besides those). Held-out kinds of pair: ``--target-dtype fp16`` runs the low-precision side
 in float16 (still written to ``bf16/``, the folder ``bench/compare.py`` reads), ``--level mix`` dumps module
-calls too, and ``--backward`` dumps a training step (forward and backward of a mean-square loss) instead of a
-forward pass. ``--input-scale 30000`` scales the input so that a float16 run overflows: its tensors from the
-first op on hold inf and NaN, as a run that diverged does.
+calls too (``--level L0``: module calls only), and ``--backward`` dumps a training step (forward and backward of
+a mean-square loss) instead of a forward pass. ``--input-scale 30000`` scales the input so that a float16 run
+overflows: its tensors from the first op on hold inf and NaN, as a run that diverged does.
 
 Usage::
 
     bench/.venv-msprobe/bin/python bench/msprobe_dump.py --out DIR [--layers 8] [--hidden 1024] [--task statistics|md5]
-        [--target-dtype fp16] [--level mix] [--backward] [--input-scale 30000]
+        [--target-dtype fp16] [--level L0|mix] [--backward] [--input-scale 30000]
 """
 
 from __future__ import annotations
@@ -169,7 +169,9 @@ def main() -> None:
         "--task", choices=("tensor", "statistics", "md5"), default="tensor", help="msprobe's dump task (md5: checksums)"
     )
     parser.add_argument("--target-dtype", choices=("bf16", "fp16"), default="bf16", help="the low-precision dtype")
-    parser.add_argument("--level", choices=("L1", "mix"), default="L1", help="msprobe's level (mix: modules too)")
+    parser.add_argument(
+        "--level", choices=("L0", "L1", "mix"), default="L1", help="msprobe's level (L0: modules only; mix: both)"
+    )
     parser.add_argument("--backward", action="store_true", help="dump a training step, forward and backward")
     parser.add_argument(
         "--input-scale",

@@ -15,7 +15,7 @@ import numpy as np
 
 from nbprec._record import Record
 from nbprec.columns import Columns, distinct, factorize, group_codes, value_counts
-from nbprec.dtypes import NUMPY_DTYPES
+from nbprec.dtypes import ITEMSIZES
 from nbprec.dump_index import execution_order, index_frame
 from nbprec.errors import DumpFormatError, NbprecError, TensorDataUnavailableError, TensorNotFoundError
 
@@ -288,7 +288,7 @@ class Dump:
     def nbytes(self) -> int:
         """Total payload bytes the index describes (element counts times original item sizes)."""
         codes, dtypes = factorize(self.columns["dtype"])
-        sizes = np.array([NUMPY_DTYPES[d].itemsize if d in NUMPY_DTYPES else 0 for d in dtypes] + [0], dtype=np.int64)
+        sizes = np.array([ITEMSIZES.get(d, 0) for d in dtypes] + [0], dtype=np.int64)
         return int(np.nansum(np.clip(self.columns["numel"], 0, None) * sizes[codes]))  # (code -1: the last, 0)
 
     def summary(self) -> dict[str, Any]:

@@ -173,6 +173,26 @@ def test_public_names_stay_the_functions_after_their_packages_are_imported():
     assert _loaded(code) == [True] * 5 + ["Comparison", "nbprec.capture.api", "nbprec.compare.engine"]
 
 
+def test_comparing_msprobe_tensor_dumps_loads_no_ml_dtypes(tmp_path):
+    """bfloat16 arrays need ml_dtypes (5 ms of the command's start-up); the command's comparison of msprobe's
+    bfloat16 payloads reads them as bytes (the mapped ones too: tests/compare/test_early_mapped.py) and never loads
+    it. Making an array of one still does."""
+    target, bench = FIXTURES / "msprobe" / "bf16_tensor_mix", FIXTURES / "msprobe" / "fp32_tensor_mix"
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from nbprec.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    status = main(['compare', {str(target)!r}, {str(bench)!r}, '-o', {str(tmp_path / 'out')!r}, "
+        "'--no-progress'])\n"
+        "loaded = 'ml_dtypes' in sys.modules\n"
+        "from nbprec.formats import open_dump\n"
+        f"dump = open_dump({str(target)!r})\n"
+        "name = next(n for n, d in zip(dump.names, dump.index['dtype']) if d == 'bfloat16')\n"
+        "print(json.dumps([status, loaded, str(dump.tensor(name).dtype), 'ml_dtypes' in sys.modules]))\n"
+    )
+    assert _loaded(code) == [0, False, "bfloat16", True]
+
+
 def test_comparing_loads_no_masked_arrays(tmp_path):
     """np.unique imports numpy.ma (about 10 ms) to check its argument; the compare path asks for distinct
     values through nbprec.columns.distinct, which does not."""

@@ -61,6 +61,38 @@ def test_canonical_dtype(spelling, canonical):
     assert canonical_dtype(spelling) == canonical
 
 
+def test_the_dtype_tables_agree_with_numpy_and_ml_dtypes():
+    """The names, sizes and saturation points nbprec.dtypes gives without ml_dtypes are numpy's and ml_dtypes'; a
+    dtype of the table, byte-swapped or not, is named by its key."""
+    import ml_dtypes
+
+    from nbprec import dtypes
+
+    assert list(dtypes.NUMPY_DTYPES) == list(dtypes.ITEMSIZES) and set(dtypes.ITEMSIZES) == dtypes.DTYPE_NAMES
+    for name, dtype in dtypes.NUMPY_DTYPES.items():
+        assert dtype.itemsize == dtypes.ITEMSIZES[name] and dtype.name == name and dtype.isnative
+        assert canonical_dtype(dtype) == canonical_dtype(dtype.newbyteorder()) == canonical_dtype(dtype.type) == name
+    for name, fmax in dtypes.FINITE_MAX.items():
+        info = np.finfo if name in ("float16", "float32", "float64") else ml_dtypes.finfo
+        assert float(info(dtypes.NUMPY_DTYPES[name]).max) == fmax, name
+    assert canonical_dtype(np.dtype(np.longdouble)) == np.dtype(np.longdouble).name  # (not one of the table's)
+
+
+def test_the_dtype_names_load_neither_numpy_nor_ml_dtypes():
+    """nbprec.dtypes is read by the command's early worker (no numpy) and by readers of bytes (no ml_dtypes, 5 ms of
+    start-up): its tables load nothing; NUMPY_DTYPES loads ml_dtypes when asked for."""
+    code = (
+        "import sys\n"
+        "from nbprec.dtypes import DTYPE_NAMES, FINITE_MAX, ITEMSIZES, canonical_dtype\n"
+        "before = [m in sys.modules for m in ('numpy', 'ml_dtypes')]\n"
+        "named = canonical_dtype('torch.bfloat16')\n"
+        "from nbprec.dtypes import NUMPY_DTYPES\n"
+        "print(before, named, 'ml_dtypes' in sys.modules, str(NUMPY_DTYPES['bfloat16']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[False,", "False]", "bfloat16", "True", "bfloat16"]
+
+
 def test_unknown_dtype_error_names_file_and_record():
     with pytest.raises(NbprecError, match=r"dump\.json: unknown dtype 'complex32' \(record op\.0\)"):
         numpy_dtype("complex32", path="dump.json", record="op.0")

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 
+from nbprec import dtypes
 from nbprec.compare._sums import (  # (the sums of a pair read whole: without numpy, see there)
     EPS,
     FUSED,
+    KERNEL_TYPES,
     Sums,
     _pair_params,
     usable_hints,
@@ -84,13 +85,19 @@ def nan_max(a: float, b: float) -> float:
     return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
 
 
-#: dtypes the compiled kernel reads directly (native byte order) -> its element type codes.
-FUSED_TYPES = {
-    np.dtype(np.float64): 0,
-    np.dtype(np.float32): 1,
-    np.dtype(np.float16): 2,
-    np.dtype(ml_dtypes.bfloat16): 3,
-}
+#: dtypes the compiled kernel reads directly (native byte order) -> its element type codes (:func:`fused_code`
+#: adds bfloat16's, ml_dtypes' dtype, when it first sees an array of it: ml_dtypes is not loaded before).
+FUSED_TYPES = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 2}
+
+
+def fused_code(dtype: np.dtype) -> int | None:
+    """The compiled kernel's element type code of ``dtype`` (:data:`FUSED_TYPES`), None for a dtype it does not
+    read directly (integers, float8, other byte orders ...)."""
+    code = FUSED_TYPES.get(dtype)
+    if code is None and dtype.name == "bfloat16":  # (ml_dtypes is loaded: an array of its dtype exists)
+        FUSED_TYPES[dtypes.NUMPY_DTYPES["bfloat16"]] = KERNEL_TYPES["bfloat16"]
+        code = FUSED_TYPES.get(dtype)
+    return code
 
 
 #: Elements per call of the compiled kernel on a side read in place when a side's pages are handed back as
@@ -114,7 +121,7 @@ class Flat:
         contiguous = bool(array.flags.c_contiguous)
         self._array = array.reshape(-1) if contiguous else array
         self.contiguous = contiguous
-        self.code = FUSED_TYPES.get(array.dtype) if contiguous else None
+        self.code = fused_code(array.dtype) if contiguous else None
         self.pages = MappedPages.of(self._array) if contiguous else None
 
     def part(self, start: int, stop: int) -> np.ndarray:
@@ -297,7 +304,7 @@ def in_place_pair(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, int, np.nda
     """``(x bytes, x code, y bytes, y code)`` when the compiled kernel reads both sides whole, in place, in one
     call (C-contiguous, of a :data:`FUSED_TYPES` dtype, too small to hand pages back: the usual pair), else
     None (then :class:`Flat` sides and :func:`fused_sums` take them)."""
-    x_code, y_code = FUSED_TYPES.get(x.dtype), FUSED_TYPES.get(y.dtype)
+    x_code, y_code = fused_code(x.dtype), fused_code(y.dtype)
     if (
         x_code is None
         or y_code is None

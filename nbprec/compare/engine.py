@@ -37,7 +37,7 @@ from nbprec.compare.pair_table import (
     statistics_pairs,
 )
 from nbprec.compare.rules import Rule, column, get_rule, running_precision
-from nbprec.compare.small_pairs import RECENT, Item, Measured, small_pair, small_pairs
+from nbprec.compare.small_pairs import RECENT, Item, Measured, mapped_pair, small_pair, small_pairs
 from nbprec.compare.tasks import ExtremeHints as _ExtremeHints
 from nbprec.compare.tasks import PairTask, RowJob
 from nbprec.compare.workers import Job, Result, batches, default_workers
@@ -121,6 +121,9 @@ def _measure(
         extremes = hints.extremes(t_row, b_row)
         item = _small_item(t_dump, b_dump, t_row, b_row, extremes) if small else None
         measured = small_pair(*item[0], item[1], wait=wait) if item is not None else None
+        if measured is None and item is None:
+            mapped = _mapped_item(t_dump, b_dump, t_row, b_row, extremes)
+            measured = mapped_pair(mapped, wait=wait) if mapped is not None else None
         if measured is False:
             return None
         if measured is not None:  # the usual pair, measured without making its arrays
@@ -158,6 +161,25 @@ def _small_item(
         return None
     item = (str(t_row["file"]), t_row["dtype"], str(b_row["file"]), b_row["dtype"], tuple(t_row["shape"]), extremes)
     return item, kind
+
+
+def _mapped_item(
+    t_dump: Dump, b_dump: Dump, t_row: Mapping[str, Any], b_row: Mapping[str, Any], extremes: tuple | None
+) -> Item | None:
+    """The :func:`~nbprec.compare.small_pairs.mapped_pair` argument of a job of msprobe ``.pt`` payloads of one shape
+    that both dumps' loaders read whole (``reads_whole``) or map (``reads_mapped``), one side mapped at least: the
+    pair measured from the mapped bytes in the one kernel call :func:`tensor_metrics` makes on their arrays (the
+    same values), without the arrays (nor ``ml_dtypes``, for bfloat16 ones). None for any other job."""
+    t_loader, b_loader = t_dump._loader, b_dump._loader
+    t_mapped, b_mapped = getattr(t_loader, "reads_mapped", None), getattr(b_loader, "reads_mapped", None)
+    if t_mapped is None or b_mapped is None:  # (msprobe's loader only)
+        return None
+    if not (t_row["has_data"] and b_row["has_data"]) or tuple(b_row["shape"]) != tuple(t_row["shape"]):
+        return None
+    t_map, b_map = t_mapped(t_row), b_mapped(b_row)
+    if not (t_map or b_map) or not (t_map or t_loader.reads_whole(t_row)) or not (b_map or b_loader.reads_whole(b_row)):
+        return None
+    return str(t_row["file"]), t_row["dtype"], str(b_row["file"]), b_row["dtype"], tuple(t_row["shape"]), extremes
 
 
 def _small_result(i: int, measured: Measured, hints: _ExtremeHints) -> Result:

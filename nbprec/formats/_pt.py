@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from nbprec.dtypes import NUMPY_DTYPES
+from nbprec import dtypes
 from nbprec.errors import DumpFormatError
 from nbprec.formats._files import open_regular
 from nbprec.formats._payload import payload_array
@@ -49,7 +49,6 @@ from nbprec.formats._ptzip import (
 #: and shape, it raises (a :class:`~nbprec.errors.DumpFormatError`) when they are not what the caller expects.
 DescriptionCheck = Callable[[str, tuple[int, ...]], None]
 _MAX_SMALL_ENTRY = 1 << 20  # bytes of data.pkl (a few hundred in practice) or byteorder inflated at most
-_DTYPE_NAMES = {dtype: name for name, dtype in NUMPY_DTYPES.items()}
 
 
 def _planned(path: str | Path, description: tuple, check: DescriptionCheck | None, storage_bytes: int) -> int:
@@ -78,7 +77,7 @@ def read_small_pt(path: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndar
     anything else, which :func:`read_pt_tensor` then reads (or refuses) with its checks and messages. The usual
     payload of a dump with many small tensors in the fewest steps: one open, one read
     (:func:`~nbprec.formats._ptzip.small_tensor`)."""
-    name = _DTYPE_NAMES.get(dtype)
+    name = dtype.name if dtype.name in dtypes.DTYPE_NAMES and dtypes.numpy_dtype(dtype.name) == dtype else None
     found = None if name is None else small_tensor(path, name, shape)
     if found is None:
         return None
@@ -106,7 +105,7 @@ def _read_storage(
         return None
     description, storage = found
     _planned(path, description, check, storage[1])
-    np_dtype = NUMPY_DTYPES[description[1]]
+    np_dtype = dtypes.numpy_dtype(description[1])
     count = storage[1] // np_dtype.itemsize
     try:
         return description, payload_array(fd, path, np_dtype, storage[0], count, file_size, head)
@@ -116,7 +115,7 @@ def _read_storage(
 
 def _storage_dtype(path: str | Path, dtype: str, nbytes: int) -> np.dtype:
     """The numpy dtype of a storage of ``nbytes`` bytes, which must hold a whole number of values."""
-    np_dtype = NUMPY_DTYPES[dtype]
+    np_dtype = dtypes.numpy_dtype(dtype)
     if nbytes % np_dtype.itemsize:
         raise DumpFormatError(path, f"storage of {nbytes} bytes is not a whole number of {dtype} values")
     return np_dtype
@@ -178,7 +177,7 @@ def _read_storage_zipfile(fd: int, path: str | Path, check: DescriptionCheck | N
                 return None
             description = _describe(pickle_bytes)
             info = archive.getinfo(f"{prefix}data/{description[0]}")
-            np_dtype = NUMPY_DTYPES[description[1]]
+            np_dtype = dtypes.numpy_dtype(description[1])
             needed = _planned(path, description, check, info.file_size) * np_dtype.itemsize
             raw = _inflate(archive, info.filename, needed)
     except _zip_errors():

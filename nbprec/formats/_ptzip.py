@@ -21,6 +21,7 @@ import mmap
 import os
 import struct
 
+from nbprec.dtypes import ITEMSIZES  # (bytes per element of each canonical dtype, without numpy)
 from nbprec.formats._files import MAP_FROM, open_plain_file, taken_ahead
 from nbprec.formats._pickleops import opcodes
 
@@ -195,14 +196,6 @@ def _entry_bytes(fd: int, entry: tuple[int, int], file_size: int, head: bytes) -
     data = head[offset : offset + size]
     return data if len(data) == size else _pread(fd, size, offset)
 
-
-#: Bytes per element of each canonical dtype a tensor in an archive may have (the names of
-#: :data:`nbprec.dtypes.NUMPY_DTYPES`, without numpy; a test holds the two to each other).
-ITEMSIZES = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "complex64": 8, "complex128": 16, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
-    "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1,
-}  # fmt: skip
 
 #: torch storage class -> canonical dtype
 STORAGE_DTYPES = {

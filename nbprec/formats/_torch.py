@@ -12,19 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from nbprec._optional import require
 from nbprec.errors import NbprecError
 
-#: torch dtype attribute name -> ml_dtypes type, for the 1-byte float formats (viewed through uint8).
-_FLOAT8_TYPES: dict[str, Any] = {
-    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
-    "float8_e5m2": ml_dtypes.float8_e5m2,
-    "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
-    "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
-}
+#: torch dtype attribute names of the 1-byte float formats, each ml_dtypes' type of that name (viewed through
+#: uint8; ml_dtypes is imported with the first tensor converted, as torch is).
+_FLOAT8_TYPES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
 
 
 def torch_dtype_name(dtype: Any) -> str:
@@ -61,6 +56,8 @@ def torch_to_numpy(tensor: Any) -> np.ndarray:
     dtype(bfloat16)
     """
     torch = require("torch", "converting torch tensors to numpy")
+    import ml_dtypes
+
     if not isinstance(tensor, torch.Tensor):
         raise NbprecError(f"expected a torch.Tensor, got {type(tensor).__name__}")
     t = tensor.detach()
@@ -71,9 +68,9 @@ def torch_to_numpy(tensor: Any) -> np.ndarray:
     t = t.resolve_conj().resolve_neg().contiguous()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    for attr, np_type in _FLOAT8_TYPES.items():
+    for attr in _FLOAT8_TYPES:
         if t.dtype == getattr(torch, attr, None):
-            return t.view(torch.uint8).numpy().view(np_type)
+            return t.view(torch.uint8).numpy().view(getattr(ml_dtypes, attr))
     try:
         return t.numpy()
     except (TypeError, RuntimeError) as exc:

@@ -43,8 +43,9 @@ from typing import Any
 
 import numpy as np
 
+from nbprec import dtypes
 from nbprec._optional import require
-from nbprec.dtypes import NUMPY_DTYPES
+from nbprec.dtypes import ITEMSIZES
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
@@ -86,7 +87,7 @@ def _load_stacks(files: tuple[Path, ...]) -> dict[str, list[str]]:
 def _recorded_problem(dtype: np.dtype, shape: tuple[int, ...], row: Mapping[str, Any]) -> str:
     """'' when a payload of ``dtype`` and ``shape`` is the tensor dump.json records for ``row``, else why not."""
     recorded = row.get("dtype", "")
-    if recorded in NUMPY_DTYPES and dtype != NUMPY_DTYPES[recorded]:
+    if recorded in dtypes.DTYPE_NAMES and dtype != dtypes.numpy_dtype(recorded):
         return f"payload is {dtype}, dump.json says {recorded}"
     if row.get("numel", -1) >= 0 and tuple(shape) != tuple(row.get("shape", ())):
         return f"payload has shape {list(shape)}, dump.json says {list(row.get('shape', ()))}"
@@ -143,20 +144,20 @@ class PayloadLoader:
     def _sized_inside(self, row: Mapping[str, Any], low: int, high: int) -> bool:
         """Whether ``row``'s payload, by its known dtype and element count, holds ``low`` to ``high`` - 1 bytes and
         lies in a folder inside the dump."""
-        dtype, numel = NUMPY_DTYPES.get(row.get("dtype", "")), row.get("numel", -1)
-        if dtype is None or not low <= numel * dtype.itemsize < high:
+        itemsize, numel = ITEMSIZES.get(row.get("dtype", "")), row.get("numel", -1)
+        if itemsize is None or not low <= numel * itemsize < high:
             return False
         return self._files.folder_inside(str(row["file"]))
 
     def __call__(self, row: Mapping[str, Any]) -> np.ndarray:
         path, name = str(row["file"]), str(row["name"])
         if self.reads_whole(row):
-            array = read_small_pt(path, NUMPY_DTYPES[row["dtype"]], tuple(row.get("shape", ())))  # the usual one
+            array = read_small_pt(path, dtypes.numpy_dtype(row["dtype"]), tuple(row.get("shape", ())))  # the usual one
             if array is not None:
                 return array
 
         def check(dtype: str, shape: tuple[int, ...]) -> None:
-            problem = _recorded_problem(NUMPY_DTYPES.get(dtype, dtype), shape, row)
+            problem = _recorded_problem(dtypes.numpy_dtype(dtype) if dtype in dtypes.DTYPE_NAMES else dtype, shape, row)
             if problem:
                 raise _mismatch(row, problem)
 

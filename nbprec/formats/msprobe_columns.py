@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
+from nbprec.dtypes import DTYPE_NAMES, canonical_dtype
 
 #: Tensor entries whose columns are taken at once.
 BATCH = 1 << 12
@@ -229,7 +229,7 @@ class TensorColumns:
         dtype = _canonical(raw) if isinstance(raw, str) and raw else ""
         with contextlib.suppress(TypeError):  # an unhashable one is not cached
             self._dtypes[raw] = dtype
-        if dtype in NUMPY_DTYPES:
+        if dtype in DTYPE_NAMES:
             self._known_dtypes.add(dtype)
         return dtype
 

@@ -148,3 +148,37 @@ def test_the_loader_says_which_payloads_it_maps_for_one_kernel_call(large_pair, 
     assert not loader.reads_mapped({**row, "file": str(folder.parent / "elsewhere" / names[1])})  # outside
     monkeypatch.setattr(_payload, "RELEASE_FROM", 1 << 20)  # pages handed back as read: several kernel calls
     assert not loader.reads_mapped(row)
+
+
+def _table(target: Path, bench: Path, **options) -> dict:
+    from nbprec.compare import compare
+
+    comp = compare(target, bench, **options)
+    return {name: [repr(v) for v in values] for name, values in comp.columns.items()}  # (repr: NaN equals NaN)
+
+
+@pytest.mark.parametrize("parallel", ["threads", "processes"])
+def test_the_comparison_measures_mapped_pairs_from_their_bytes(large_pair, monkeypatch, parallel):
+    """The comparison itself measures a pair of mapped payloads as the worker does (``mapped_pair``: the mapped
+    bytes through the one kernel call, no arrays), with the values of the general path to the bit; a pair the
+    readers would not map (the transposed one) still goes the general way."""
+    from nbprec.compare import engine
+
+    target, bench, names = large_pair
+    taken: list[str] = []
+    measure = engine.mapped_pair
+
+    def counted(item, wait=True):
+        found = measure(item, wait)
+        if found:
+            taken.append(os.path.basename(item[0]))
+        return found
+
+    monkeypatch.setattr(engine, "mapped_pair", counted)
+    mapped = _table(target, bench, parallel="threads", workers=1)
+    assert sorted(taken) == sorted(
+        name for name, (_shape, how) in zip(names, LARGE, strict=True) if how != "transposed"
+    )
+    assert mapped == _table(target, bench, parallel=parallel, workers=2)  # (forked processes measure them too)
+    monkeypatch.setattr(engine, "_mapped_item", lambda *args: None)  # every such pair by its arrays
+    assert mapped == _table(target, bench, parallel="threads", workers=1)

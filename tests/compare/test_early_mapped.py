@@ -12,6 +12,7 @@ second pass).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -182,3 +183,29 @@ def test_the_comparison_measures_mapped_pairs_from_their_bytes(large_pair, monke
     assert mapped == _table(target, bench, parallel=parallel, workers=2)  # (forked processes measure them too)
     monkeypatch.setattr(engine, "_mapped_item", lambda *args: None)  # every such pair by its arrays
     assert mapped == _table(target, bench, parallel="threads", workers=1)
+
+
+def test_a_mapped_payload_cut_short_or_swapped_is_a_recorded_reason(large_pair, tmp_path):
+    """A pair the comparison would measure from mapped bytes whose file is cut short, or holds another tensor
+    than dump.json says, is refused by the mapped path and read the general way: the row says why, naming the
+    file, and every other row is measured as before."""
+    from nbprec.compare import compare
+
+    target, bench, names = large_pair
+    runs = {run: tmp_path / run.name for run in (target, bench)}
+    for run, copy in runs.items():
+        shutil.copytree(run, copy)
+    folder = runs[bench] / "step0" / "rank0" / "dump_tensor_data"
+    cut = folder / names[1]
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    swapped = folder / names[0]  # the (512, 640) payload replaced by the (1024, 640) one: another shape
+    swapped.write_bytes((bench / "step0" / "rank0" / "dump_tensor_data" / names[3]).read_bytes())
+    before = compare(target, bench, parallel="threads", workers=1).columns
+    after = compare(runs[target], runs[bench], parallel="threads", workers=1).columns
+    rows = {name: i for i, name in enumerate(after["target_name"].tolist())}
+    for name in (names[0], names[1]):
+        row = rows[name.removesuffix(".pt")]
+        assert "could not read" in after["reason"][row] and name in after["reason"][row], after["reason"][row]
+        assert math.isnan(after["cosine"][row])
+    others = [i for n, i in rows.items() if n + ".pt" not in (names[0], names[1])]
+    assert [repr(after["cosine"][i]) for i in others] == [repr(before["cosine"][i]) for i in others]

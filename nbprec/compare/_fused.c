@@ -194,16 +194,16 @@ ALWAYS_INLINE double keep_or_one(double v, uint64_t keep)
    256-bit vector for the 16-bit types, against 4 doubles for the converting loop. */
 #define MINMAX_KEYS(NAME, UT, ST, SHIFT, ST_MAX, ST_MIN)                                                      \
     ALWAYS_INLINE void NAME(const UT *src, Py_ssize_t n, UT nan_above, UT *out_lo, UT *out_hi,              \
-                            Py_ssize_t *out_nan)                                                            \
+                            Py_ssize_t *out_nan, Py_ssize_t *out_inf)                                       \
     {                                                                                                       \
         const UT magnitude = (UT)((UT)~(UT)0 >> 1);                                                         \
         ST lo = ST_MAX, hi = ST_MIN;                                                                        \
-        Py_ssize_t nans = 0, start, i;                                                                      \
-        for (start = 0; start < n; start += 16384) { /* the NaN count of a part fits in ST */               \
+        Py_ssize_t nans = 0, infs = 0, start, i;                                                            \
+        for (start = 0; start < n; start += 16384) { /* the counts of a part fit in ST */                   \
             Py_ssize_t m = n - start < 16384 ? n - start : 16384;                                           \
             const UT *part = src + start;                                                                   \
-            ST count = 0;                                                                                   \
-            _Pragma("omp simd reduction(min : lo) reduction(max : hi) reduction(+ : count)")                \
+            ST count = 0, inf_count = 0;                                                                    \
+            _Pragma("omp simd reduction(min : lo) reduction(max : hi) reduction(+ : count, inf_count)")     \
             for (i = 0; i < m; i++) {                                                                       \
                 UT b = part[i];                                                                             \
                 ST key = (ST)(b ^ ((UT)((ST)b >> SHIFT) & magnitude));                                      \
@@ -212,33 +212,36 @@ ALWAYS_INLINE double keep_or_one(double v, uint64_t keep)
                 lo = for_lo < lo ? for_lo : lo;                                                             \
                 hi = for_hi > hi ? for_hi : hi;                                                             \
                 count += nan;                                                                               \
+                inf_count += (ST)((b & magnitude) == nan_above); /* (the magnitude of inf) */               \
             }                                                                                               \
             nans += (Py_ssize_t)(UT)count;                                                                  \
+            infs += (Py_ssize_t)(UT)inf_count;                                                              \
         }                                                                                                   \
         *out_lo = (UT)((UT)lo ^ ((UT)((ST)lo >> SHIFT) & magnitude)); /* keys back to bit patterns */        \
         *out_hi = (UT)((UT)hi ^ ((UT)((ST)hi >> SHIFT) & magnitude));                                       \
         *out_nan = nans;                                                                                    \
+        *out_inf = infs;                                                                                    \
     }
 MINMAX_KEYS(minmax_keys16, uint16_t, int16_t, 15, INT16_MAX, INT16_MIN)
 MINMAX_KEYS(minmax_keys32, uint32_t, int32_t, 31, INT32_MAX, INT32_MIN)
 
 ALWAYS_INLINE void minmax_body(const char *base, int type, Py_ssize_t n, double *out_min, double *out_max,
-                               Py_ssize_t *out_nan)
+                               Py_ssize_t *out_nan, Py_ssize_t *out_inf)
 {
     double block[BLOCK];
-    double lo = INFINITY, hi = -INFINITY, nans = 0.0;
+    double lo = INFINITY, hi = -INFINITY, nans = 0.0, infs = 0.0;
     Py_ssize_t start, i;
     if (type != TYPE_F64) {
         Py_ssize_t count;
         if (type == TYPE_F32) {
             uint32_t bits[2];
-            minmax_keys32((const uint32_t *)base, n, 0x7f800000u, &bits[0], &bits[1], &count);
+            minmax_keys32((const uint32_t *)base, n, 0x7f800000u, &bits[0], &bits[1], &count, out_inf);
             block[0] = (double)bits_to_float(bits[0]);
             block[1] = (double)bits_to_float(bits[1]);
         } else {
             uint16_t bits[2];
             minmax_keys16((const uint16_t *)base, n, type == TYPE_F16 ? 0x7c00u : 0x7f80u, &bits[0], &bits[1],
-                          &count);
+                          &count, out_inf);
             load_block((const char *)bits, type, 0, 2, block, 0);
         }
         *out_nan = count;
@@ -252,22 +255,25 @@ ALWAYS_INLINE void minmax_body(const char *base, int type, Py_ssize_t n, double 
     }
     for (start = 0; start < n; start += BLOCK) {
         Py_ssize_t m = n - start < BLOCK ? n - start : BLOCK;
-        double blo = INFINITY, bhi = -INFINITY, bnan = 0.0;
+        double blo = INFINITY, bhi = -INFINITY, bnan = 0.0, binf = 0.0;
         load_block(base, type, start, m, block, 0);
-#pragma omp simd reduction(min : blo) reduction(max : bhi) reduction(+ : bnan)
+#pragma omp simd reduction(min : blo) reduction(max : bhi) reduction(+ : bnan, binf)
         for (i = 0; i < m; i++) {
             double v = block[i];
             blo = v < blo ? v : blo;
             bhi = v > bhi ? v : bhi;
             bnan += (v != v) ? 1.0 : 0.0;
+            binf += fabs(v) == INFINITY ? 1.0 : 0.0;
         }
         lo = blo < lo ? blo : lo;
         hi = bhi > hi ? bhi : hi;
         nans += bnan;
+        infs += binf;
     }
     *out_min = lo;
     *out_max = hi;
     *out_nan = (Py_ssize_t)nans;
+    *out_inf = (Py_ssize_t)infs;
 }
 
 /* A KL term's value: v less its side's offset, floored (NaN stays NaN: the comparison is false). */
@@ -705,9 +711,10 @@ ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_
 }
 
 /* Three builds of each kernel: AVX-512 and AVX2+FMA (x86-64), and the baseline. */
-static void minmax_base(const char *b, int t, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nan)
+static void minmax_base(const char *b, int t, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nan,
+                        Py_ssize_t *inf)
 {
-    minmax_body(b, t, n, lo, hi, nan);
+    minmax_body(b, t, n, lo, hi, nan, inf);
 }
 static void pair_base(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p, double *tot,
                       int *near)
@@ -715,18 +722,20 @@ static void pair_base(const char *xb, int xt, const char *yb, int yt, Py_ssize_t
     pair_body(xb, xt, yb, yt, n, p, tot, near, 0);
 }
 #if NBPREC_DISPATCH
-TARGET_AVX2 static void minmax_avx2(const char *b, int t, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nan)
+TARGET_AVX2 static void minmax_avx2(const char *b, int t, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nan,
+                                    Py_ssize_t *inf)
 {
-    minmax_body(b, t, n, lo, hi, nan);
+    minmax_body(b, t, n, lo, hi, nan, inf);
 }
 TARGET_AVX2 static void pair_avx2(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
                                   double *tot, int *near)
 {
     pair_body(xb, xt, yb, yt, n, p, tot, near, 1);
 }
-TARGET_AVX512 static void minmax_avx512(const char *b, int t, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nan)
+TARGET_AVX512 static void minmax_avx512(const char *b, int t, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nan,
+                                        Py_ssize_t *inf)
 {
-    minmax_body(b, t, n, lo, hi, nan);
+    minmax_body(b, t, n, lo, hi, nan, inf);
 }
 TARGET_AVX512 static void pair_avx512(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
                                       double *tot, int *near)
@@ -735,7 +744,7 @@ TARGET_AVX512 static void pair_avx512(const char *xb, int xt, const char *yb, in
 }
 #endif
 
-typedef void (*minmax_fn)(const char *, int, Py_ssize_t, double *, double *, Py_ssize_t *);
+typedef void (*minmax_fn)(const char *, int, Py_ssize_t, double *, double *, Py_ssize_t *, Py_ssize_t *);
 typedef void (*pair_fn)(const char *, int, const char *, int, Py_ssize_t, const Params *, double *, int *);
 
 /* Chosen once at import (module init); read-only afterwards. */
@@ -773,22 +782,24 @@ static PyObject *py_min_max(PyObject *self, PyObject *args)
     PyObject *obj;
     int type;
     Py_buffer view;
-    Py_ssize_t n, nans = 0;
+    Py_ssize_t n, nans = 0, infs = 0;
     double lo = INFINITY, hi = -INFINITY;
     (void)self;
     if (!PyArg_ParseTuple(args, "Oi:min_max", &obj, &type)) return NULL;
     if (!nbprec_get_buffer(obj, type, &view, &n, "min_max")) return NULL;
     Py_BEGIN_ALLOW_THREADS
-    nbprec_min_max((const char *)view.buf, type, n, &lo, &hi, &nans);
+    nbprec_min_max((const char *)view.buf, type, n, &lo, &hi, &nans, &infs);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     return Py_BuildValue("ddn", lo, hi, nans);
 }
 
-/* min_max's work (no Python object touched): continues lo, hi and nans over n more elements. */
-void nbprec_min_max(const char *b, int type, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nans)
+/* min_max's work (no Python object touched): the extremes of n elements, and their counts of NaN and of
+   infinities (nonfinite_counts's, in the same pass). */
+void nbprec_min_max(const char *b, int type, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nans,
+                    Py_ssize_t *infs)
 {
-    minmax_impl(b, type, n, lo, hi, nans);
+    minmax_impl(b, type, n, lo, hi, nans, infs);
 }
 
 /* NaN and infinities of one buffer by their bit patterns (the exponent's bits all set: a zero mantissa is an

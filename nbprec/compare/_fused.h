@@ -35,9 +35,10 @@ enum { ST_N = N_SUMS, ST_NEAR = N_SUMS + 1, STATE_SIZE = N_SUMS + 2 };
 void nbprec_init_state(double *state);
 void nbprec_measure(const char *x, int xt, const char *y, int yt, Py_ssize_t n, const Params *p, double *state);
 int nbprec_get_buffer(PyObject *obj, int type, Py_buffer *view, Py_ssize_t *n, const char *side);
-/* _fused.c, also callable without the GIL: min_max's pass (continuing lo, hi and the NaN count over n more
-   elements) and nonfinite_counts's (setting the NaN and infinity counts of n elements). */
-void nbprec_min_max(const char *b, int type, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nans);
+/* _fused.c, also callable without the GIL: min_max's pass (the extremes of n elements, their NaN and infinity
+   counts) and nonfinite_counts's (the NaN and infinity counts of n elements). */
+void nbprec_min_max(const char *b, int type, Py_ssize_t n, double *lo, double *hi, Py_ssize_t *nans,
+                    Py_ssize_t *infs);
 void nbprec_nonfinite(const char *b, int type, Py_ssize_t n, Py_ssize_t *nans, Py_ssize_t *infs);
 
 /* _fused_metrics.c: the Python functions pair_metrics and pair_metrics_many, and their docstrings. */

@@ -796,3 +796,31 @@ def test_nonfinite_counts_are_numpys_isnan_and_isinf(target):
         as_f64 = values.astype(np.float64)
     assert FUSED.nonfinite_counts(values, code) == (int(np.isnan(as_f64).sum()), int(np.isinf(as_f64).sum()))
     assert FUSED.nonfinite_counts(values[:0], code) == (0, 0)
+
+
+@needs_fused
+@pytest.mark.parametrize("target", ["float16", "bfloat16", "float32", "float64"])
+def test_a_pair_without_recorded_extremes_counts_nan_and_inf_in_its_extremes_pass(target):
+    """A pair without usable recorded extremes (the usual pair holding NaN or inf) takes each side's extremes in a
+    first pass, which also counts its NaN and infinities (no third pass over the sides for them): the counts in
+    the reason and the result are numpy's isnan and isinf, whatever the patterns, either side."""
+    rng = np.random.default_rng(5)
+    width = {"float64": np.uint64, "float32": np.uint32, "float16": np.uint16, "bfloat16": np.uint16}[target]
+    dtype = {"bfloat16": ml_dtypes.bfloat16}.get(target, np.dtype(target))
+    code = {"float64": 0, "float32": 1, "float16": 2, "bfloat16": 3}[target]
+    exponent = {"float64": 0x7FF0000000000000, "float32": 0x7F800000, "float16": 0x7C00, "bfloat16": 0x7F80}[target]
+    finite = rng.standard_normal(40_000).astype(np.float32).astype(dtype)
+    bits = finite.view(width).copy()
+    bits[::97] |= width(exponent)  # NaN of many payloads, and infinities where the mantissa was 0
+    bits[::211] &= width(exponent) | width(1 << (bits.itemsize * 8 - 1))  # infinities of both signs
+    odd = bits.view(dtype)
+    with np.errstate(invalid="ignore"):
+        as_f64 = odd.astype(np.float64)
+    nans, infs = int(np.isnan(as_f64).sum()), int(np.isinf(as_f64).sum())
+    assert nans and infs
+    for x, y, side in ((odd, finite, "target"), (finite, odd, "benchmark")):
+        found = FUSED.pair_metrics(x, code, y, code, None, 1e-7)
+        assert found is not None
+        _values, reason, _held, counts = found
+        assert f"{side} has {nans} NaN, {infs} inf" in reason, reason
+        assert counts == ((nans + infs, 0) if side == "target" else (0, nans + infs))

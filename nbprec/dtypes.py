@@ -51,21 +51,6 @@ def _numpy_dtypes() -> dict[str, np.dtype]:
     return made
 
 
-class _PlainDtypes(dict):
-    """The numpy dtypes of :data:`ITEMSIZES` numpy has itself (not ``ml_dtypes``'), made as asked for."""
-
-    def __missing__(self, name: str) -> np.dtype:
-        if name not in DTYPE_NAMES or name in _ML_DTYPES:
-            raise KeyError(name)
-        import numpy as np
-
-        made = self[name] = np.dtype(name)
-        return made
-
-
-_PLAIN_DTYPES = _PlainDtypes()
-
-
 def __getattr__(name: str) -> Any:
     """``NUMPY_DTYPES`` (canonical name -> numpy dtype), made on first use (see the module docstring)."""
     if name == "NUMPY_DTYPES":
@@ -154,13 +139,16 @@ def numpy_dtype(name: str, *, path: str = "", record: str | None = None) -> np.d
     """The numpy dtype for a dtype name (any spelling :func:`canonical_dtype` knows); raises a clear error for unknown
     ones. ``ml_dtypes`` is loaded for its own dtypes only."""
     canonical = canonical_dtype(name)
-    try:
-        return _PLAIN_DTYPES[canonical] if canonical not in _ML_DTYPES else _numpy_dtypes()[canonical]
-    except KeyError:
+    if canonical not in DTYPE_NAMES:
         where = f"{path}: " if path else ""
         rec = f" (record {record})" if record else ""
         known = ", ".join(sorted(DTYPE_NAMES))
-        raise NbprecError(f"{where}unknown dtype {name!r}{rec}; nbprec knows {known}") from None
+        raise NbprecError(f"{where}unknown dtype {name!r}{rec}; nbprec knows {known}")
+    if canonical in _ML_DTYPES:
+        return _numpy_dtypes()[canonical]
+    import numpy as np
+
+    return np.dtype(canonical)
 
 
 def is_float(name: str) -> bool:

@@ -174,7 +174,7 @@ def _mapped_item(
     t_mapped, b_mapped = getattr(t_loader, "reads_mapped", None), getattr(b_loader, "reads_mapped", None)
     if t_mapped is None or b_mapped is None:  # (msprobe's loader only)
         return None
-    if not (t_row["has_data"] and b_row["has_data"]) or tuple(b_row["shape"]) != tuple(t_row["shape"]):
+    if not _both_payloads(t_row, b_row):
         return None
     t_map, b_map = t_mapped(t_row), b_mapped(b_row)
     if not (t_map or b_map) or not (t_map or t_loader.reads_whole(t_row)) or not (b_map or b_loader.reads_whole(b_row)):
@@ -197,11 +197,14 @@ def _read_whole(t_dump: Dump, b_dump: Dump, t_row: Mapping[str, Any], b_row: Map
     own loader); else None."""
     t_loader, b_loader = t_dump._loader, b_dump._loader
     kind = getattr(t_loader, "small_payloads", None)
-    if kind is None or getattr(b_loader, "small_payloads", None) != kind:
-        return None
-    if not (t_row["has_data"] and b_row["has_data"]) or tuple(b_row["shape"]) != tuple(t_row["shape"]):
+    if kind is None or getattr(b_loader, "small_payloads", None) != kind or not _both_payloads(t_row, b_row):
         return None
     return kind if t_loader.reads_whole(t_row) and b_loader.reads_whole(b_row) else None
+
+
+def _both_payloads(t_row: Mapping[str, Any], b_row: Mapping[str, Any]) -> bool:
+    """Whether both rows of a pair have a payload to read, of one shape (what the paths without arrays need)."""
+    return bool(t_row["has_data"] and b_row["has_data"]) and tuple(b_row["shape"]) == tuple(t_row["shape"])
 
 
 def _measure_cached_first(jobs: list[RowJob], t_dump: Dump, b_dump: Dump, hints: _ExtremeHints) -> list[Result]:

@@ -256,7 +256,7 @@ class Comparison:
         """For every preset rule, how many ops fail and which fails first (plain dicts; see :meth:`rule_counts`)."""
         rows = []
         for name in preset_names():
-            comp = self.with_rule(name)
+            comp = self if get_rule(name) == self.rule else self.with_rule(name)  # (its own rule: judged already)
             first = comp.op(first_failing_position(comp._ops_columns))
             rows.append(
                 {

@@ -16,7 +16,9 @@ Examples
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Literal
 
 import numpy as np
@@ -370,42 +372,46 @@ def _apply_checksum(table: Table, status: np.ndarray) -> np.ndarray:
     return np.where(mask & known, np.where(match, STATUS_PASS, STATUS_FAIL), status)
 
 
-def _presets() -> dict[str, Rule]:
-    return {
-        "default": Rule(
-            "default",
-            (Threshold("cosine", 0.99), Threshold("rel_euclidean", 0.05)),
-            dtype_aware=True,
-            description="nbprec's dtype-aware default: bounds scale with the lower-precision dtype of each pair",
-        ),
-        "precision_tool": Rule(
-            "precision_tool",
-            (Threshold("cosine", 0.98, strict=True),),
-            description="precision_tool `vcs`: flags output cosine <= 0.98",
-        ),
-        "cann": Rule(
-            "cann",
-            (
-                Threshold("cosine", 0.99, strict=True),
-                Threshold("rel_euclidean", 0.05, strict=True),
-                Threshold("kl_divergence", 0.005, strict=True),
+@functools.cache
+def _presets() -> Mapping[str, Rule]:
+    """The preset rules by name, made once (rules are frozen records; the mapping is read-only)."""
+    return MappingProxyType(
+        {
+            "default": Rule(
+                "default",
+                (Threshold("cosine", 0.99), Threshold("rel_euclidean", 0.05)),
+                dtype_aware=True,
+                description="nbprec's dtype-aware default: bounds scale with the lower-precision dtype of each pair",
             ),
-            description="CANN recommendation: cosine > 0.99, RED < 0.05, KL < 0.005",
-        ),
-        "msprobe": Rule(
-            "msprobe",
-            (Threshold("cosine", 0.99), Threshold("max_rel_err", 0.01, strict=True)),
-            description="msprobe: cosine >= 0.99 and max relative error < 0.01",
-            statistics=0.01,
-        ),
-        "ptdbg": Rule(
-            "ptdbg",
-            (Threshold("cosine", 0.99), Threshold("max_abs_err", 0.001)),
-            combine="any",
-            description="ptdbg_ascend: not reached when cosine < 0.99 and max abs error > 0.001",
-            statistics=0.05,
-        ),
-    }
+            "precision_tool": Rule(
+                "precision_tool",
+                (Threshold("cosine", 0.98, strict=True),),
+                description="precision_tool `vcs`: flags output cosine <= 0.98",
+            ),
+            "cann": Rule(
+                "cann",
+                (
+                    Threshold("cosine", 0.99, strict=True),
+                    Threshold("rel_euclidean", 0.05, strict=True),
+                    Threshold("kl_divergence", 0.005, strict=True),
+                ),
+                description="CANN recommendation: cosine > 0.99, RED < 0.05, KL < 0.005",
+            ),
+            "msprobe": Rule(
+                "msprobe",
+                (Threshold("cosine", 0.99), Threshold("max_rel_err", 0.01, strict=True)),
+                description="msprobe: cosine >= 0.99 and max relative error < 0.01",
+                statistics=0.01,
+            ),
+            "ptdbg": Rule(
+                "ptdbg",
+                (Threshold("cosine", 0.99), Threshold("max_abs_err", 0.001)),
+                combine="any",
+                description="ptdbg_ascend: not reached when cosine < 0.99 and max abs error > 0.001",
+                statistics=0.05,
+            ),
+        }
+    )
 
 
 def preset_names() -> list[str]:

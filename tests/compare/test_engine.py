@@ -14,6 +14,7 @@ import pytest
 from nbprec.compare import Comparison, Rule, compare, get_rule
 from nbprec.compare.exports import MSPROBE_HEADERS
 from nbprec.compare.matching import match_tensors, normalise_api, read_mapping
+from nbprec.compare.rules import _presets, preset_names
 from nbprec.errors import ComparisonError
 
 
@@ -61,6 +62,25 @@ def test_rules_are_values_and_re_judge_without_reading(make_mlp_dump):
     assert set(presets["rule"]) == {"default", "precision_tool", "cann", "msprobe", "ptdbg"}
     with pytest.raises(ComparisonError, match="unknown rule"):
         get_rule("nope")
+
+
+def test_each_presets_row_is_that_rules_judgement(make_mlp_dump):
+    """rule_rows takes the comparison's own rule from the comparison itself (judged already), every other preset
+    by re-judging: each row is what the comparison judged by that preset says, whichever rule it was judged by."""
+    base = compare(make_mlp_dump(name="t", dtype=np.float16, fault_at=5), make_mlp_dump(name="b"))
+    for own in ("default", "cann", "ptdbg"):
+        comp = base.with_rule(own)
+        rows = {row["rule"]: row for row in comp.rule_rows()}
+        assert list(rows) == preset_names()
+        for name, row in rows.items():
+            judged = base.with_rule(name)
+            assert row["failing_ops"] == len(judged.failing_ops())
+            first = judged.first_failing_op()
+            assert row["first_failing_op"] == ("" if first is None else first["op"])
+            assert row["description"] == get_rule(name).describe()
+    assert get_rule("cann") is get_rule("cann")  # (the presets are made once: rules are frozen values)
+    with pytest.raises(TypeError):
+        _presets()["default"] = get_rule("ptdbg")  # type: ignore[index]
 
 
 def test_matching_by_api_and_call_index_across_naming_styles(make_mlp_dump):

@@ -233,9 +233,10 @@ def real_folder(path: str | os.PathLike[str]) -> str:
 
 def inside(path: str | os.PathLike[str], roots: Iterable[str]) -> bool:
     """Whether the real path of ``path`` (every symbolic link resolved) lies inside one of ``roots``, real
-    folder paths as :func:`real_folder` gives them."""
+    folder paths as :func:`real_folder` gives them, or is one of them (a dump whose payloads lie in its own
+    folder: TensorFlow's ``.npy`` dumps)."""
     real = os.path.realpath(path)
-    return any(real.startswith(root) for root in roots)
+    return any(real.startswith(root) or real + os.sep == root for root in roots)
 
 
 class ConfinedFiles:

@@ -65,3 +65,25 @@ def test_each_folder_is_resolved_once(dump: Path, monkeypatch: pytest.MonkeyPatc
     for k in range(5):
         assert _read(files, dump / "data" / f"t{k}.npy") == b"t"
     assert len(calls) == 1  # the folder, once: no path resolution per payload
+
+
+def test_payloads_in_the_dumps_own_folder_resolve_it_once(dump: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dump whose payloads lie in its root folder (TensorFlow's .npy dumps): the folder is inside, resolved
+    once, not each payload; a folder beside it whose name starts alike is not inside, nor is a link out of it."""
+    for k in range(5):
+        (dump / f"t{k}.npy").write_bytes(b"t")
+    beside = dump.parent / (dump.name + "2")
+    beside.mkdir()
+    (beside / "c.npy").write_bytes(b"x")
+    (dump / "out.npy").symlink_to(beside / "c.npy")
+    calls: list[str] = []
+    real_inside = _files.inside
+    monkeypatch.setattr(_files, "inside", lambda path, roots: calls.append(path) or real_inside(path, roots))
+    files = ConfinedFiles([real_folder(dump)])
+    for k in range(5):
+        assert _read(files, dump / f"t{k}.npy") == b"t"
+    assert len(calls) == 1  # the dump's folder, once
+    with pytest.raises(DumpFormatError, match="lies outside the dump"):
+        files.open(str(beside / "c.npy"), "record")
+    with pytest.raises(DumpFormatError, match="lies outside the dump"):
+        files.open(str(dump / "out.npy"), "record")

@@ -77,7 +77,7 @@ def read_small_pt(path: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndar
     anything else, which :func:`read_pt_tensor` then reads (or refuses) with its checks and messages. The usual
     payload of a dump with many small tensors in the fewest steps: one open, one read
     (:func:`~nbprec.formats._ptzip.small_tensor`)."""
-    name = dtype.name if dtype.name in dtypes.DTYPE_NAMES and dtypes.numpy_dtype(dtype.name) == dtype else None
+    name = dtype.name if dtype.isnative and dtype.name in dtypes.DTYPE_NAMES else None  # (a dtype nbprec names)
     found = None if name is None else small_tensor(path, name, shape)
     if found is None:
         return None

@@ -340,6 +340,7 @@ def test_the_small_archive_path_reads_what_the_general_one_reads_or_leaves_it(tm
     f32 = NUMPY_DTYPES["float32"]
     assert read_small_pt(str(path), NUMPY_DTYPES["float16"], (4, 6)) is None  # another dtype than recorded
     assert read_small_pt(str(path), f32, (6, 4)) is None  # another shape
+    assert read_small_pt(str(path), f32.newbyteorder(), (4, 6)) is None  # the other byte order
     torch.save(base.t(), tmp_path / "strided.pt")
     torch.save(torch.zeros(0, 3), tmp_path / "empty.pt")
     torch.save(torch.zeros(300_000), tmp_path / "large.pt")  # 1.2 MB: mapped by the general reader

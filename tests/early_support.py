@@ -11,15 +11,28 @@ from pathlib import Path
 
 import pytest
 
-# A comparison in a fresh interpreter, with the worker started first (argv[3] == "early") or not; argv[5], when not
+# A comparison in a fresh interpreter, with the worker started first (argv[3] == "early"; "slow": both processes
+# taking 4 ms a small pair; "dies": the worker gone after 20 pairs) or not ("plain"); argv[5], when not
 # empty, is an msprobe dump.json changed after the worker's window (its first recorded Max raised by 1). It prints
-# the table (every column, as text), the problems, how many pairs the worker measured, and the sizes of the
-# dump.json files the reader scanned itself (those it did not take from the worker).
+# the table (every column, as text), the problems, how many pairs the worker measured (and of the jobs left when
+# the dumps were open, how many it took and how many this process measured: nbprec.compare.early_meeting), and the
+# sizes of the dump.json files the reader scanned itself (those it did not take from the worker).
 _RUN = """
 import importlib, json, sys, time
 from nbprec.compare import early
 target, bench, how, wait, changed = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
-if how == "early":
+if how in ("slow", "dies"):  # 4 ms a small pair (the worker gone after 20 in "dies"): the command meets it midway
+    import os
+    small_pairs = importlib.import_module("nbprec.compare.small_pairs")
+    pair, count, command = small_pairs.small_pair, [0], os.getpid()
+    def slow_pair(*args, **kwargs):
+        count[0] += 1
+        if how == "dies" and count[0] > 20 and os.getpid() != command:
+            os._exit(1)
+        time.sleep(0.004)
+        return pair(*args, **kwargs)
+    small_pairs.small_pair = slow_pair
+if how != "plain":
     early.start(target, bench)
     time.sleep(wait)  # (the worker's window: 0 stops it wherever it is)
 if changed:
@@ -36,13 +49,20 @@ def counting_scan(text, slots):
     scanned_here.append(len(text))
     return scan(text, slots)
 scanner._scan = counting_scan
-taken = []
+taken, met = [], []
 measured = early.measured
-def counting(jobs, t_dump, b_dump):
-    done, left = measured(jobs, t_dump, b_dump)
-    taken.append((len(done), len(jobs)))
-    return done, left
+def counting(jobs, t_dump, b_dump, go_on=False):
+    done, left, beside = measured(jobs, t_dump, b_dump, go_on=go_on)
+    taken.append([len(done), len(jobs)])
+    return done, left, beside
 early.measured = counting
+meeting = importlib.import_module("nbprec.compare.early_meeting")
+close = meeting.MeetingExecutor._close
+def counting_close(executor):
+    taken[-1][0] += executor.taken
+    met.append((executor.taken, executor.measured_here))
+    close(executor)
+meeting.MeetingExecutor._close = counting_close
 import nbprec
 comp = nbprec.compare(target, bench)
 table = comp.columns
@@ -51,7 +71,8 @@ print(json.dumps({
     "columns": columns,
     "problems": comp.meta["problems"],
     "verdict": comp.verdict().text,
-    "taken": taken,
+    "taken": [tuple(pair) for pair in taken],
+    "met": met,
     "scanned_here": scanned_here,
 }))
 """

@@ -11,13 +11,15 @@ with the compiled kernel (:mod:`nbprec.compare.small_pairs`), in the target's or
 all in the page cache after the others: see :func:`nbprec.compare.engine._measure_cached_first`), until it is told
 to stop.
 
-It sends each pair's metric values and NaN/inf counts (those ``_fused.pair_metrics`` gives, when they need no
-second look at the arrays) through a pipe as it goes. When :func:`nbprec.compare` has opened
-and matched the dumps, :func:`measured` stops the worker (waiting at most :data:`_GRACE_SECONDS` for it) and
-takes the values for the jobs they fit: the same payload files, dtypes, shape and recorded extremes as the job's
-index rows, and payloads the dump's own loader reads whole or maps for one kernel call (inside the dump, of that
-dtype and shape). Every other job is measured as usual. The results are those of a comparison without the worker,
-to the bit: the same kernel call on the same bytes with the same parameters (tests hold the two to each other).
+It sends each pair's metric values and NaN/inf counts (those ``_fused.pair_metrics`` gives, when they need no second
+look at the arrays) through a pipe as it goes. When :func:`nbprec.compare` has opened and matched the dumps,
+:func:`measured` takes the values sent so far for the jobs they fit, and then either leaves the worker measuring
+beside the command's process, which measures the jobs left from the other end until they meet (:class:`Beside`,
+:mod:`nbprec.compare.early_meeting`), or stops it (waiting at most :data:`_GRACE_SECONDS` for it) and takes what it
+sent meanwhile. Values fit a job when they are for the same payload files, dtypes, shape and recorded extremes as
+the job's index rows, and payloads the dump's own loader reads whole or maps for one kernel call (inside the dump,
+of that dtype and shape). Every other job is measured as usual. The results are those of a comparison without the
+worker, to the bit: the same kernel call on the same bytes with the same parameters (tests hold the two to each other).
 Anything unexpected makes the worker measure less, never differently: it steps aside (measures nothing) for dumps
 it cannot index (each source says which), or a single-core machine, and any failure in it only loses its results.
 
@@ -49,7 +51,10 @@ if TYPE_CHECKING:
 COMPARE_FLAGS = frozenset({"-h", "--help", "--no-progress"})
 #: Options that make the worker pointless: no payloads compared, or measured elsewhere.
 _NOT_HERE = frozenset({"--scheduler", "-h", "--help"})
-_BATCH = 8  # records the worker sends at a time (and then checks that the command is still there)
+_BATCH = 8  # records the worker sends at a time (and then checks that the command is still there) ...
+#: ... or fewer, once their elements reach this (about 0.1 ms of measuring): the command, measuring the same jobs
+#: from the other end (:mod:`nbprec.compare.early_meeting`), learns of large pairs soon after they are measured.
+_BATCH_ELEMENTS = 1 << 16
 #: How long a stopped worker may take to send its last records: it stops after the pair it is measuring (well
 #: under a millisecond for a small one, milliseconds for a mapped one: 8 ms for 12 + 6 MB on a 2.6 GHz Zen 4), but
 #: not inside a long scan of a large dump.json, and is killed past this (the pair it measured is then measured
@@ -212,17 +217,20 @@ class _Messages:
         return records
 
 
-def _read_now(worker: _Worker) -> bytes:
-    """What the worker has written so far, without waiting or stopping it."""
+def _read_now(worker: _Worker) -> tuple[bytes, bool]:
+    """What the worker has written so far, without waiting or stopping it, and whether its pipe has ended (it is
+    gone: every record it sent is in the bytes; :func:`_stop` then closes the pipe and waits for it)."""
     import select
 
     chunks = []
+    ended = False
     while select.select([worker.results], [], [], 0)[0]:
         chunk = os.read(worker.results, 1 << 20)
         if not chunk:
+            ended = True
             break
         chunks.append(chunk)
-    return b"".join(chunks)
+    return b"".join(chunks), ended
 
 
 def _stop(worker: _Worker) -> bytes:
@@ -266,30 +274,87 @@ def _drain(worker: _Worker) -> list[bytes]:
         chunks.append(chunk)
 
 
-def measured(jobs: list[tuple], t_dump: Any, b_dump: Any) -> tuple[list[tuple[int, dict, str]], list[tuple]]:
+def measured(
+    jobs: list[tuple], t_dump: Any, b_dump: Any, go_on: bool = False
+) -> tuple[list[tuple[int, dict, str]], list[tuple], Beside | None]:
     """The results of the ``jobs`` (engine jobs ``(table row, mode, target row, bench row)``) the worker measured,
-    and the jobs left to measure; every job is left when no worker ran for these dumps.
+    the jobs left to measure, and the worker going on beside this process (a :class:`Beside`, with ``go_on``) or
+    None (stopped); every job is left when no worker ran for these dumps.
 
-    The records sent so far are matched to the jobs while the worker goes on; then it is stopped, and the jobs
-    still left are matched to the records it sent meanwhile."""
+    The records sent so far are matched to the jobs while the worker goes on. Then, unless ``go_on``, it is
+    stopped, and the jobs still left are matched to the records it sent meanwhile; with ``go_on`` it measures on
+    while this process measures the jobs left from the last one back, until they meet
+    (:class:`nbprec.compare.early_meeting.MeetingExecutor`): no other process is forked for them."""
     worker = _worker
     if worker is None:
-        return [], jobs
+        return [], jobs, None
     if worker.roots != (os.path.realpath(str(t_dump.path)), os.path.realpath(str(b_dump.path))):
         discard()  # (another comparison than the one it was started for)
-        return [], jobs
+        return [], jobs, None
     loaders = t_dump._loader, b_dump._loader
     if not all(hasattr(loader, "reads_whole") for loader in loaders):
         discard()
-        return [], jobs
+        return [], jobs, None
     messages = _Messages()
     match = _Matcher(t_dump, b_dump, loaders)
-    done, left = match(jobs, messages.feed(_read_now(worker)), messages.columns)
+    data, ended = _read_now(worker)
+    done, left = match(jobs, messages.feed(data), messages.columns)
+    if go_on and not ended:
+        return done, left, Beside(worker, messages, match)
     more = messages.feed(_stop(worker))
     if more:
         late, left = match(left, more, messages.columns)
         done += late
-    return done, left
+    return done, left, None
+
+
+class Beside:
+    """The worker measuring on beside this process, as :func:`measured` leaves it with ``go_on``: what it sends
+    is taken job by job (:meth:`expect`, :meth:`take`), and :meth:`stop` ends it."""
+
+    def __init__(self, worker: _Worker, messages: _Messages, match: _Matcher) -> None:
+        self._worker: _Worker | None = worker
+        self._messages, self._match = messages, match
+        self._jobs: list[tuple] = []
+        self._positions: dict[tuple[str, str], int] = {}
+
+    def expect(self, jobs: list[tuple]) -> None:
+        """The jobs the worker's records are matched to, by their payload files (tensor jobs only)."""
+        t_file, b_file = self._match.t_rows.file, self._match.b_rows.file
+        self._jobs = jobs
+        self._positions = {
+            (t_file[t_pos], b_file[b_pos]): k for k, (_i, mode, t_pos, b_pos) in enumerate(jobs) if mode == "tensor"
+        }
+
+    def take(self, wait: bool = False) -> tuple[list[tuple[int, tuple[int, dict, str] | None]], bool]:
+        """``([(job position, its result or None), ...], ended)``: the records sent since the last call (all the
+        worker sends until it ends, stopping it first, with ``wait``), each with the position of the job it is
+        for (those for no job left out) and its result, None when it does not fit the job (measured here then);
+        ``ended``: the worker is gone (it measured every pair it could, or failed, or was stopped)."""
+        worker = self._worker
+        if worker is None:
+            return [], True
+        data, ended = (b"", True) if wait else _read_now(worker)
+        if ended:
+            self._worker = None
+            data += _stop(worker)
+        records = self._messages.feed(data)
+        columns = self._messages.columns
+        found: list[tuple[int, tuple[int, dict, str] | None]] = []
+        if columns is None:
+            return found, ended
+        positions, jobs, fit = self._positions, self._jobs, self._match.result
+        for record in records:
+            k = positions.get((record[0], record[1]))
+            if k is not None:
+                found.append((k, fit(jobs[k], record, columns)))
+        return found, ended
+
+    def stop(self) -> None:
+        """End the worker now, whatever it is measuring (its results are not wanted)."""
+        if self._worker is not None:
+            self._worker = None
+            discard()
 
 
 class _Matcher:
@@ -306,28 +371,36 @@ class _Matcher:
         if columns is None or not records:  # (the header is the first message: records come after it)
             return [], jobs
         by_files = {(record[0], record[1]): record for record in records}
-        t_rows, b_rows = self.t_rows, self.b_rows
+        t_file, b_file = self.t_rows.file, self.b_rows.file
         done: list[tuple[int, dict, str]] = []
         left: list[tuple] = []
         for job in jobs:
-            i, mode, t_pos, b_pos = job
-            record = by_files.get((t_rows.file[t_pos], b_rows.file[b_pos])) if mode == "tensor" else None
-            if record is None:
+            _i, mode, t_pos, b_pos = job
+            record = by_files.get((t_file[t_pos], b_file[b_pos])) if mode == "tensor" else None
+            result = None if record is None else self.result(job, record, columns)
+            if result is None:
                 left.append(job)
-                continue
-            _t_file, _b_file, t_dtype, b_dtype, shape, hints, values, reason, counts = record
-            if not (
-                t_rows.matches(t_pos, t_dtype, shape, hints[:2])
-                and b_rows.matches(b_pos, b_dtype, shape, hints[2:])
-                and _reads_as_is(self.whole, self.t_loader, t_rows, t_pos)
-                and _reads_as_is(self.whole, self.b_loader, b_rows, b_pos)
-            ):
-                left.append(job)
-                continue
-            result = dict(zip(columns, values, strict=True))
-            result["target_nonfinite"], result["bench_nonfinite"] = float(counts[0]), float(counts[1])
-            done.append((i, result, reason))
+            else:
+                done.append(result)
         return done, left
+
+    def result(self, job: tuple, record: tuple, columns: tuple[str, ...]) -> tuple[int, dict, str] | None:
+        """The engine's result ``(table row, values, reason)`` of a tensor ``job`` from the worker's record of its
+        payload files, or None when the record does not fit the job's index rows (another dtype, shape or
+        recorded extremes, or payloads the dump's loader does not read as the worker read them)."""
+        i, _mode, t_pos, b_pos = job
+        _t_file, _b_file, t_dtype, b_dtype, shape, hints, values, reason, counts = record
+        t_rows, b_rows = self.t_rows, self.b_rows
+        if not (
+            t_rows.matches(t_pos, t_dtype, shape, hints[:2])
+            and b_rows.matches(b_pos, b_dtype, shape, hints[2:])
+            and _reads_as_is(self.whole, self.t_loader, t_rows, t_pos)
+            and _reads_as_is(self.whole, self.b_loader, b_rows, b_pos)
+        ):
+            return None
+        result = dict(zip(columns, values, strict=True))
+        result["target_nonfinite"], result["bench_nonfinite"] = float(counts[0]), float(counts[1])
+        return i, result, reason
 
 
 class _Rows:
@@ -401,11 +474,16 @@ def _run_worker(roots: tuple[str, str], flag: Any, out: int, ship: Any) -> None:
         if header is None:
             return
         send(header)
-        for count, record in enumerate(pairs, 1):
+        elements = 0
+        for record in pairs:
             batch.append(record)
-            if count % _BATCH == 0:
+            numel = 1
+            for size in record[4]:  # (the shape)
+                numel *= size
+            elements += numel
+            if len(batch) >= _BATCH or elements >= _BATCH_ELEMENTS:
                 send(batch)
-                batch = []
+                batch, elements = [], 0
                 if os.getppid() != parent:
                     return  # the command is gone
     finally:

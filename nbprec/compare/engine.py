@@ -396,12 +396,19 @@ def compare(
     recorded_problems(reasons, modes, t_dump, "target")
     jobs = [(i, modes[i], i, int(b_positions[i])) for i in np.flatnonzero(modes != "none").tolist()]
 
-    early_done, jobs = early.measured(jobs, t_dump, b_dump)  # pairs the command measured while it started
+    # pairs the command measured while it started; unless told how to measure, its worker measures on beside
+    # this process (no other process forked): see nbprec.compare.early_meeting
+    go_on = run_on is None and parallel != "threads" and workers in (None, 2)
+    early_done, jobs, beside = early.measured(jobs, t_dump, b_dump, go_on=go_on)
     stats_done, jobs = statistics_pairs(jobs, t_idx, b_idx)  # pairs without payloads, all at once
     sums_done, jobs = checksum_pairs(jobs, t_idx, b_idx)
 
     numel = np.nan_to_num(column(t_idx, "numel", np.float64), nan=0.0)
-    if run_on is None:
+    if beside is not None:
+        from nbprec.compare.early_meeting import MeetingExecutor
+
+        run_on = MeetingExecutor(beside, numel, parallel)
+    elif run_on is None:
         run_on = local_executor(parallel, workers if workers is not None else default_workers(), jobs, numel)
     if progress is True:
         progress = run_on.progress_bar("comparing")

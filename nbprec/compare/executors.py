@@ -13,7 +13,9 @@ Backends:
 - :class:`ForkExecutor`: forked processes beside this one (:func:`nbprec.compare.workers.run_processes`);
 - :class:`FuturesExecutor`: any :class:`concurrent.futures.Executor` (a process pool), whose workers read the
   payloads themselves;
-- :class:`nbprec.compare.dask_executor.DaskExecutor`: a Dask cluster (``compare(..., client=...)``).
+- :class:`nbprec.compare.dask_executor.DaskExecutor`: a Dask cluster (``compare(..., client=...)``);
+- :class:`nbprec.compare.early_meeting.MeetingExecutor`: this process beside the ``nbprec compare`` command's
+  early worker, which goes on measuring (the command's own process only).
 
 A new backend is a few lines: submit ``task.portable(batch)`` (a picklable call) for each batch wherever it
 should run, and yield each batch's results; :class:`FuturesExecutor` is the example.

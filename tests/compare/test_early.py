@@ -348,3 +348,29 @@ def test_other_commands_do_not_load_the_worker():
     code = "import sys\nfrom nbprec.cli import run\nprint('nbprec.compare.early' in sys.modules)\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False"]
+
+
+@needs_two_cores
+@pytest.mark.parametrize(("target", "bench"), [(BF16, FP32), (SCENARIOS / "fault_tensor", SCENARIOS / "fp32_tensor")],
+                         ids=["mix", "fault"])  # fmt: skip
+def test_the_command_meets_the_worker_midway(target, bench):
+    """A worker still measuring when the dumps are open goes on from the first jobs while the command measures
+    from the last: both measure some, each job once, and the comparison is the one without it."""
+    plain = compare_fresh(target, bench, "plain")
+    slow = compare_fresh(target, bench, "slow")  # (4 ms a pair: not done when the command has opened the dumps)
+    ((taken, here),) = slow["met"]
+    assert taken > 0 and here > 0, slow["met"]
+    ((done, jobs),) = slow["taken"]
+    assert done < jobs
+    assert_same(plain, slow)
+
+
+@needs_two_cores
+def test_a_worker_gone_midway_leaves_its_jobs_to_the_command():
+    """A worker that dies while the command measures beside it (killed, out of memory) only loses what it had
+    not sent: the jobs it did not measure are measured by the command, and the comparison is the same."""
+    plain = compare_fresh(BF16, FP32, "plain")
+    gone = compare_fresh(BF16, FP32, "dies")
+    ((done, jobs),) = gone["taken"]
+    assert 0 < done <= 20 < jobs, gone["taken"]
+    assert_same(plain, gone)

@@ -43,6 +43,7 @@ class MeetingExecutor(Executor):
     """
 
     slots = 2
+    orders_jobs = True  # (the engine's batches, largest pairs first, would only be undone: 4 ms for 4,035 jobs)
 
     def __init__(self, beside: Beside, numel: np.ndarray, parallel: str) -> None:
         self._beside, self._numel, self._parallel = beside, numel, parallel
@@ -50,6 +51,7 @@ class MeetingExecutor(Executor):
         self.taken = self.measured_here = 0
 
     def submit_batches(self, batches: list[list[Job]], task: BatchTask) -> BatchRun:
+        """Measure the jobs of ``batches`` (one, from the engine: :attr:`orders_jobs`), meeting the worker."""
         return BatchRun(self._meet([job for batch in batches for job in batch], task), self._close, self._wait)
 
     def _meet(self, jobs: list[Job], task: BatchTask) -> Iterator[list[Result]]:

@@ -292,8 +292,11 @@ def _start(
 ) -> Results:
     """Batch the jobs for ``run_on`` and start measuring them (workers start at once); iterating the result
     yields the measurements. Close it when done (or on error), and wait for it once they are used."""
-    groups = task.groups() if run_on.limits is not None and run_on.limits.by_rank else None
-    run = run_on.submit_batches(batches(jobs, numel, run_on.limits, run_on.slots, groups), task)
+    if run_on.orders_jobs:
+        run = run_on.submit_batches([jobs], task)
+    else:
+        groups = task.groups() if run_on.limits is not None and run_on.limits.by_rank else None
+        run = run_on.submit_batches(batches(jobs, numel, run_on.limits, run_on.slots, groups), task)
     return Results(run, len(jobs), progress)
 
 

@@ -93,10 +93,14 @@ class Executor(ABC):
         (:data:`~nbprec.compare.workers.BATCH_JOBS`, ...).
     slots : int
         How many batches it measures at once (batches shrink towards the end to keep them all busy).
+    orders_jobs : bool
+        Whether it takes every job as one batch, in the table's order, and orders its work itself
+        (:class:`~nbprec.compare.early_meeting.MeetingExecutor`) rather than taking the engine's batches.
     """
 
     limits: BatchLimits | None = None
     slots: int = 1
+    orders_jobs: bool = False
 
     @abstractmethod
     def submit_batches(self, batches: list[list[Job]], task: BatchTask) -> BatchRun:

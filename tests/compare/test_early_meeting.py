@@ -118,3 +118,35 @@ def test_records_for_jobs_measured_here_are_dropped():
     executor, _here, results = _run(Late(2), 20)
     assert sorted(i for i, _, _ in results) == list(range(20))
     assert executor.taken + executor.measured_here == 20
+
+
+def test_an_executor_that_orders_its_jobs_gets_them_as_one_batch_in_the_tables_order():
+    """``Executor.orders_jobs``: the engine hands every job at once, in the table's order, instead of its batches
+    (largest pairs first), and the comparison is the one its batches give."""
+    from pathlib import Path
+
+    import nbprec
+    from nbprec.compare.executors import InlineExecutor
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
+    target, bench = fixtures / "bf16_tensor_mix", fixtures / "fp32_tensor_mix"
+
+    class Ordering(InlineExecutor):
+        orders_jobs = True
+
+        def __init__(self) -> None:
+            self.given: list[list] = []
+
+        def submit_batches(self, batches, task):
+            self.given = batches
+            return super().submit_batches(batches, task)
+
+    ordering = Ordering()
+    ordered = nbprec.compare(target, bench, executor=ordering)
+    ((jobs),) = ordering.given
+    rows = [job[0] for job in jobs]
+    assert len(rows) > 100 and rows == sorted(rows)
+    batched = nbprec.compare(target, bench, executor=InlineExecutor())
+    assert list(ordered.columns) == list(batched.columns)
+    for name in batched.columns:  # (repr: NaN equals NaN)
+        assert [repr(v) for v in ordered.columns[name].tolist()] == [repr(v) for v in batched.columns[name].tolist()]

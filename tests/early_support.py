@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 # A comparison in a fresh interpreter, with the worker started first (argv[3] == "early"; "slow": both processes
-# taking 4 ms a small pair; "dies": the worker gone after 20 pairs) or not ("plain"); argv[5], when not
+# taking 8 ms a small pair; "dies": the worker gone after 20 pairs) or not ("plain"); argv[5], when not
 # empty, is an msprobe dump.json changed after the worker's window (its first recorded Max raised by 1). It prints
 # the table (every column, as text), the problems, how many pairs the worker measured (and of the jobs left when
 # the dumps were open, how many it took and how many this process measured: nbprec.compare.early_meeting), and the
@@ -21,7 +21,7 @@ _RUN = """
 import importlib, json, sys, time
 from nbprec.compare import early
 target, bench, how, wait, changed = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
-if how in ("slow", "dies"):  # 4 ms a small pair (the worker gone after 20 in "dies"): the command meets it midway
+if how in ("slow", "dies"):  # 8 ms a small pair (the worker gone after 20 in "dies"): the command meets it midway
     import os
     small_pairs = importlib.import_module("nbprec.compare.small_pairs")
     pair, count, command = small_pairs.small_pair, [0], os.getpid()
@@ -29,7 +29,7 @@ if how in ("slow", "dies"):  # 4 ms a small pair (the worker gone after 20 in "d
         count[0] += 1
         if how == "dies" and count[0] > 20 and os.getpid() != command:
             os._exit(1)
-        time.sleep(0.004)
+        time.sleep(0.008)
         return pair(*args, **kwargs)
     small_pairs.small_pair = slow_pair
 if how != "plain":

@@ -12,14 +12,11 @@ all in the page cache after the others: see :func:`nbprec.compare.engine._measur
 to stop.
 
 It sends each pair's metric values and NaN/inf counts (those ``_fused.pair_metrics`` gives, when they need no second
-look at the arrays) through a pipe as it goes. When :func:`nbprec.compare` has opened and matched the dumps,
-:func:`measured` takes the values sent so far for the jobs they fit, and then either leaves the worker measuring
-beside the command's process, which measures the jobs left from the other end until they meet (:class:`Beside`,
-:mod:`nbprec.compare.early_meeting`), or stops it (waiting at most :data:`_GRACE_SECONDS` for it) and takes what it
-sent meanwhile. Values fit a job when they are for the same payload files, dtypes, shape and recorded extremes as
-the job's index rows, and payloads the dump's own loader reads whole or maps for one kernel call (inside the dump,
-of that dtype and shape). Every other job is measured as usual. The results are those of a comparison without the
-worker, to the bit: the same kernel call on the same bytes with the same parameters (tests hold the two to each other).
+look at the arrays) through a pipe as it goes (:class:`Messages`). The command's side, once :func:`nbprec.compare`
+has opened and matched the dumps, is :mod:`nbprec.compare.early_meeting`: it takes the values that fit the jobs and
+then measures beside the worker until they meet, or stops it (:func:`stop`, waiting at most :data:`_GRACE_SECONDS`).
+The results are those of a comparison without the worker, to the bit: the same kernel call on the same bytes with
+the same parameters (tests hold the two to each other).
 Anything unexpected makes the worker measure less, never differently: it steps aside (measures nothing) for dumps
 it cannot index (each source says which), or a single-core machine, and any failure in it only loses its results.
 
@@ -62,7 +59,7 @@ _BATCH_ELEMENTS = 1 << 16
 _GRACE_SECONDS = 0.01
 
 
-class _Worker:
+class Worker:
     """The forked worker's pid, its stop flag (one shared byte), the pipe its results come through and the file
     its scans come through (None: not sent)."""
 
@@ -70,13 +67,14 @@ class _Worker:
         self.pid, self.flag, self.results, self.roots, self.scans = pid, flag, results, roots, scans
 
 
-_worker: _Worker | None = None
+_worker: Worker | None = None
 
 
 def compare_paths(args: list[str]) -> tuple[str, str] | None:
     """``(target, bench)`` of a ``nbprec compare`` command line (``args`` after the program name), or None when
     it is not one the worker serves: not two paths, or an option in :data:`_NOT_HERE`, or ``--mode`` other than
-    auto or tensor. A misread line only costs the worker's work: :func:`measured` checks every result."""
+    auto or tensor. A misread line only costs the worker's work: :func:`nbprec.compare.early_meeting.measured`
+    checks every result."""
     if not args or args[0] != "compare":
         return None
     paths: list[str] = []
@@ -141,14 +139,14 @@ def start(target: str, bench: str) -> None:
         finally:
             os._exit(status)
     os.close(write_end)
-    _worker = _Worker(pid, flag, read_end, roots, scans)
+    _worker = Worker(pid, flag, read_end, roots, scans)
     if scans is not None:
         from nbprec.formats import _prescan
 
         _prescan.provide(early_msprobe.ShippedScans(scans, flag))
 
 
-def _close_scans(worker: _Worker) -> None:
+def _close_scans(worker: Worker) -> None:
     """Stop offering the worker's scans to the reader, and free them."""
     if worker.scans is not None:
         from nbprec.formats import _prescan
@@ -164,6 +162,11 @@ def _quiet() -> None:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
+
+
+def current() -> Worker | None:
+    """The worker measuring for this process's comparison, if one was started and not yet stopped."""
+    return _worker
 
 
 def discard() -> None:
@@ -184,7 +187,7 @@ def discard() -> None:
         pass
 
 
-class _Messages:
+class Messages:
     """The worker's messages, from the bytes of its pipe as they come: whole messages only (a killed worker may
     have written part of its last). The first is the header (the metric columns); each other, a batch of records."""
 
@@ -217,7 +220,7 @@ class _Messages:
         return records
 
 
-def _read_now(worker: _Worker) -> tuple[bytes, bool]:
+def read_now(worker: Worker) -> tuple[bytes, bool]:
     """What the worker has written so far, without waiting or stopping it, and whether its pipe has ended (it is
     gone: every record it sent is in the bytes; :func:`_stop` then closes the pipe and waits for it)."""
     import select
@@ -233,7 +236,7 @@ def _read_now(worker: _Worker) -> tuple[bytes, bool]:
     return b"".join(chunks), ended
 
 
-def _stop(worker: _Worker) -> bytes:
+def stop(worker: Worker) -> bytes:
     """Stop the worker and take the rest of what it writes (see :func:`_drain`); it is then gone."""
     global _worker
     _worker = None
@@ -249,7 +252,7 @@ def _stop(worker: _Worker) -> bytes:
             pass
 
 
-def _drain(worker: _Worker) -> list[bytes]:
+def _drain(worker: Worker) -> list[bytes]:
     """Everything the stopped worker writes until its pipe ends, killing it if that takes over
     :data:`_GRACE_SECONDS`."""
     import select
@@ -272,173 +275,6 @@ def _drain(worker: _Worker) -> list[bytes]:
         if not chunk:
             return chunks
         chunks.append(chunk)
-
-
-def measured(
-    jobs: list[tuple], t_dump: Any, b_dump: Any, go_on: bool = False
-) -> tuple[list[tuple[int, dict, str]], list[tuple], Beside | None]:
-    """The results of the ``jobs`` (engine jobs ``(table row, mode, target row, bench row)``) the worker measured,
-    the jobs left to measure, and the worker going on beside this process (a :class:`Beside`, with ``go_on``) or
-    None (stopped); every job is left when no worker ran for these dumps.
-
-    The records sent so far are matched to the jobs while the worker goes on. Then, unless ``go_on``, it is
-    stopped, and the jobs still left are matched to the records it sent meanwhile; with ``go_on`` it measures on
-    while this process measures the jobs left from the last one back, until they meet
-    (:class:`nbprec.compare.early_meeting.MeetingExecutor`): no other process is forked for them."""
-    worker = _worker
-    if worker is None:
-        return [], jobs, None
-    if worker.roots != (os.path.realpath(str(t_dump.path)), os.path.realpath(str(b_dump.path))):
-        discard()  # (another comparison than the one it was started for)
-        return [], jobs, None
-    loaders = t_dump._loader, b_dump._loader
-    if not all(hasattr(loader, "reads_whole") for loader in loaders):
-        discard()
-        return [], jobs, None
-    messages = _Messages()
-    match = _Matcher(t_dump, b_dump, loaders)
-    data, ended = _read_now(worker)
-    done, left = match(jobs, messages.feed(data), messages.columns)
-    if go_on and not ended:
-        return done, left, Beside(worker, messages, match)
-    more = messages.feed(_stop(worker))
-    if more:
-        late, left = match(left, more, messages.columns)
-        done += late
-    return done, left, None
-
-
-class Beside:
-    """The worker measuring on beside this process, as :func:`measured` leaves it with ``go_on``: what it sends
-    is taken job by job (:meth:`expect`, :meth:`take`), and :meth:`stop` ends it."""
-
-    def __init__(self, worker: _Worker, messages: _Messages, match: _Matcher) -> None:
-        self._worker: _Worker | None = worker
-        self._messages, self._match = messages, match
-        self._jobs: list[tuple] = []
-        self._positions: dict[tuple[str, str], int] = {}
-
-    def expect(self, jobs: list[tuple]) -> None:
-        """The jobs the worker's records are matched to, by their payload files (tensor jobs only)."""
-        t_file, b_file = self._match.t_rows.file, self._match.b_rows.file
-        self._jobs = jobs
-        self._positions = {
-            (t_file[t_pos], b_file[b_pos]): k for k, (_i, mode, t_pos, b_pos) in enumerate(jobs) if mode == "tensor"
-        }
-
-    def take(self, wait: bool = False) -> tuple[list[tuple[int, tuple[int, dict, str] | None]], bool]:
-        """``([(job position, its result or None), ...], ended)``: the records sent since the last call (all the
-        worker sends until it ends, stopping it first, with ``wait``), each with the position of the job it is
-        for (those for no job left out) and its result, None when it does not fit the job (measured here then);
-        ``ended``: the worker is gone (it measured every pair it could, or failed, or was stopped)."""
-        worker = self._worker
-        if worker is None:
-            return [], True
-        data, ended = (b"", True) if wait else _read_now(worker)
-        if ended:
-            self._worker = None
-            data += _stop(worker)
-        records = self._messages.feed(data)
-        columns = self._messages.columns
-        found: list[tuple[int, tuple[int, dict, str] | None]] = []
-        if columns is None:
-            return found, ended
-        positions, jobs, fit = self._positions, self._jobs, self._match.result
-        for record in records:
-            k = positions.get((record[0], record[1]))
-            if k is not None:
-                found.append((k, fit(jobs[k], record, columns)))
-        return found, ended
-
-    def stop(self) -> None:
-        """End the worker now, whatever it is measuring (its results are not wanted)."""
-        if self._worker is not None:
-            self._worker = None
-            discard()
-
-
-class _Matcher:
-    """Matches the worker's records to the engine's jobs, as :func:`measured` describes."""
-
-    def __init__(self, t_dump: Any, b_dump: Any, loaders: tuple) -> None:
-        self.t_rows, self.b_rows = _Rows(t_dump.columns), _Rows(b_dump.columns)
-        self.t_loader, self.b_loader = loaders
-        self.whole: dict[tuple, bool] = {}  # (side, dtype, numel, folder) -> its loader reads such payloads as-is
-
-    def __call__(
-        self, jobs: list[tuple], records: list[tuple], columns: tuple[str, ...] | None
-    ) -> tuple[list[tuple[int, dict, str]], list[tuple]]:
-        if columns is None or not records:  # (the header is the first message: records come after it)
-            return [], jobs
-        by_files = {(record[0], record[1]): record for record in records}
-        t_file, b_file = self.t_rows.file, self.b_rows.file
-        done: list[tuple[int, dict, str]] = []
-        left: list[tuple] = []
-        for job in jobs:
-            _i, mode, t_pos, b_pos = job
-            record = by_files.get((t_file[t_pos], b_file[b_pos])) if mode == "tensor" else None
-            result = None if record is None else self.result(job, record, columns)
-            if result is None:
-                left.append(job)
-            else:
-                done.append(result)
-        return done, left
-
-    def result(self, job: tuple, record: tuple, columns: tuple[str, ...]) -> tuple[int, dict, str] | None:
-        """The engine's result ``(table row, values, reason)`` of a tensor ``job`` from the worker's record of its
-        payload files, or None when the record does not fit the job's index rows (another dtype, shape or
-        recorded extremes, or payloads the dump's loader does not read as the worker read them)."""
-        i, _mode, t_pos, b_pos = job
-        _t_file, _b_file, t_dtype, b_dtype, shape, hints, values, reason, counts = record
-        t_rows, b_rows = self.t_rows, self.b_rows
-        if not (
-            t_rows.matches(t_pos, t_dtype, shape, hints[:2])
-            and b_rows.matches(b_pos, b_dtype, shape, hints[2:])
-            and _reads_as_is(self.whole, self.t_loader, t_rows, t_pos)
-            and _reads_as_is(self.whole, self.b_loader, b_rows, b_pos)
-        ):
-            return None
-        result = dict(zip(columns, values, strict=True))
-        result["target_nonfinite"], result["bench_nonfinite"] = float(counts[0]), float(counts[1])
-        return i, result, reason
-
-
-class _Rows:
-    """The index columns :func:`measured` reads, as lists (a row of the index is slow to make, one by one)."""
-
-    def __init__(self, columns: Any) -> None:
-        self.file, self.dtype, self.shape, self.numel, self.min, self.max, self.has_data = (
-            columns[name].tolist() for name in ("file", "dtype", "shape", "numel", "min", "max", "has_data")
-        )
-
-    def matches(self, i: int, dtype: str, shape: tuple[int, ...], extremes: tuple[float, float]) -> bool:
-        """Whether row ``i`` has a payload of this dtype and shape, and these recorded extremes."""
-        return (
-            self.has_data[i]
-            and self.dtype[i] == dtype
-            and tuple(self.shape[i]) == shape
-            and _same(self.min[i], extremes[0])
-            and _same(self.max[i], extremes[1])
-        )
-
-
-def _same(a: float, b: float) -> bool:
-    """Whether two recorded statistics are the same: equal, or both NaN (a side that holds a NaN)."""
-    return a == b or (a != a and b != b)
-
-
-def _reads_as_is(known: dict[tuple, bool], loader: Any, rows: _Rows, i: int) -> bool:
-    """Whether the dump's loader reads row ``i``'s payload whole (``reads_whole``) or maps it for one kernel call
-    (``reads_mapped``, msprobe's loader only), as the worker does; asked once per side, dtype, size and folder
-    (the worker reads payloads of a folder by their names alone, never through a subfolder)."""
-    file = rows.file[i]
-    key = (id(rows), rows.dtype[i], rows.numel[i], file[: file.rfind(os.sep)])
-    answer = known.get(key)
-    if answer is None:
-        row = {"dtype": rows.dtype[i], "numel": rows.numel[i], "file": file}
-        mapped = getattr(loader, "reads_mapped", None)
-        answer = known[key] = bool(loader.reads_whole(row) or (mapped is not None and mapped(row)))
-    return answer
 
 
 # -- the worker (a forked process without numpy) --------------------------------------------------------------

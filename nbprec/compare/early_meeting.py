@@ -1,29 +1,201 @@
-"""The ``nbprec compare`` command's early worker and its own process measuring the pairs together, until they meet.
+"""The ``nbprec compare`` command's side of its early worker: taking what it measured, and meeting it.
 
-The early worker (:mod:`nbprec.compare.early`) measures the pairs in the target's order from the command's start.
-Once the command has opened and matched the dumps, it used to stop the worker and fork a process to measure the
-rest beside it. :class:`MeetingExecutor` leaves the worker measuring instead: the command measures the jobs left
-from the last one back, a few at a time, taking the worker's records in between, and they stop where they meet.
-No process is forked from the command's (whose pages, shared with the fork, each side then copies as it touches
-them), and neither core waits while the worker is stopped and another process starts.
+The early worker (:mod:`nbprec.compare.early`, numpy-free, forked as the command starts) measures the pairs in the
+target's order and sends a record per pair. Once the command has opened and matched the dumps, :func:`measured`
+takes the records sent so far for the jobs they fit: the same payload files, dtypes, shape and recorded extremes
+as the job's index rows, and payloads the dump's own loader reads whole or maps for one kernel call (inside the
+dump, of that dtype and shape). Every other job is measured as usual, so the results are those of a comparison
+without the worker, to the bit.
 
-The results are those of the comparison without the worker, to the bit: each job is measured once, by the worker
-(its record fitting the job's index rows, as :func:`nbprec.compare.early.measured` checks them) or here, with the
-engine's measuring task. Jobs the worker passed without a record that fits (pairs it does not measure: another
-shape, an integer dtype, payloads not in the page cache) are measured after the meeting, here or on a forked
-process when they are many (:func:`nbprec.compare.executors.local_executor`).
+Then, rather than stop the worker and fork a process from the command's own to measure the rest beside it (whose
+pages, shared with the fork, each side would copy as it touches them, with a core idle while one process stops and
+the other starts), :class:`MeetingExecutor` leaves the worker measuring: the command measures the jobs left from
+the last one back, a few at a time, taking the worker's records in between (:class:`Beside`), and they stop where
+they meet. Each job is measured once, by the worker or here. Jobs the worker passed by without a record that fits
+(pairs it does not measure: another shape, an integer dtype, payloads not in the page cache) are measured after the
+meeting, here or on a forked process when they are many (:func:`nbprec.compare.executors.local_executor`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from operator import itemgetter
+from typing import Any
 
 import numpy as np
 
-from nbprec.compare.early import Beside
+from nbprec.compare import early
 from nbprec.compare.executors import BatchRun, BatchTask, Executor, local_executor
 from nbprec.compare.workers import JOB_COST, TAIL_ELEMENTS, Job, Result, batches
+
+
+def measured(
+    jobs: list[tuple], t_dump: Any, b_dump: Any, go_on: bool = False
+) -> tuple[list[tuple[int, dict, str]], list[tuple], Beside | None]:
+    """The results of the ``jobs`` (engine jobs ``(table row, mode, target row, bench row)``) the worker measured,
+    the jobs left to measure, and the worker going on beside this process (a :class:`Beside`, with ``go_on``) or
+    None (stopped); every job is left when no worker ran for these dumps.
+
+    The records sent so far are matched to the jobs while the worker goes on. Then, unless ``go_on``, it is
+    stopped, and the jobs still left are matched to the records it sent meanwhile; with ``go_on`` it measures on
+    while this process measures the jobs left from the last one back, until they meet
+    (:class:`MeetingExecutor`): no other process is forked for them."""
+    worker = early.current()
+    if worker is None:
+        return [], jobs, None
+    if worker.roots != (os.path.realpath(str(t_dump.path)), os.path.realpath(str(b_dump.path))):
+        early.discard()  # (another comparison than the one it was started for)
+        return [], jobs, None
+    loaders = t_dump._loader, b_dump._loader
+    if not all(hasattr(loader, "reads_whole") for loader in loaders):
+        early.discard()
+        return [], jobs, None
+    messages = early.Messages()
+    match = _Matcher(t_dump, b_dump, loaders)
+    data, ended = early.read_now(worker)
+    done, left = match(jobs, messages.feed(data), messages.columns)
+    if go_on and not ended:
+        return done, left, Beside(worker, messages, match)
+    more = messages.feed(early.stop(worker))
+    if more:
+        late, left = match(left, more, messages.columns)
+        done += late
+    return done, left, None
+
+
+class Beside:
+    """The worker measuring on beside this process, as :func:`measured` leaves it with ``go_on``: what it sends
+    is taken job by job (:meth:`expect`, :meth:`take`), and :meth:`stop` ends it."""
+
+    def __init__(self, worker: early.Worker, messages: early.Messages, match: _Matcher) -> None:
+        self._worker: early.Worker | None = worker
+        self._messages, self._match = messages, match
+        self._jobs: list[tuple] = []
+        self._positions: dict[tuple[str, str], int] = {}
+
+    def expect(self, jobs: list[tuple]) -> None:
+        """The jobs the worker's records are matched to, by their payload files (tensor jobs only)."""
+        t_file, b_file = self._match.t_rows.file, self._match.b_rows.file
+        self._jobs = jobs
+        self._positions = {
+            (t_file[t_pos], b_file[b_pos]): k for k, (_i, mode, t_pos, b_pos) in enumerate(jobs) if mode == "tensor"
+        }
+
+    def take(self, wait: bool = False) -> tuple[list[tuple[int, tuple[int, dict, str] | None]], bool]:
+        """``([(job position, its result or None), ...], ended)``: the records sent since the last call (all the
+        worker sends until it ends, stopping it first, with ``wait``), each with the position of the job it is
+        for (those for no job left out) and its result, None when it does not fit the job (measured here then);
+        ``ended``: the worker is gone (it measured every pair it could, or failed, or was stopped)."""
+        worker = self._worker
+        if worker is None:
+            return [], True
+        data, ended = (b"", True) if wait else early.read_now(worker)
+        if ended:
+            self._worker = None
+            data += early.stop(worker)
+        records = self._messages.feed(data)
+        columns = self._messages.columns
+        found: list[tuple[int, tuple[int, dict, str] | None]] = []
+        if columns is None:
+            return found, ended
+        positions, jobs, fit = self._positions, self._jobs, self._match.result
+        for record in records:
+            k = positions.get((record[0], record[1]))
+            if k is not None:
+                found.append((k, fit(jobs[k], record, columns)))
+        return found, ended
+
+    def stop(self) -> None:
+        """End the worker now, whatever it is measuring (its results are not wanted)."""
+        if self._worker is not None:
+            self._worker = None
+            early.discard()
+
+
+class _Matcher:
+    """Matches the worker's records to the engine's jobs, as :func:`measured` describes."""
+
+    def __init__(self, t_dump: Any, b_dump: Any, loaders: tuple) -> None:
+        self.t_rows, self.b_rows = _Rows(t_dump.columns), _Rows(b_dump.columns)
+        self.t_loader, self.b_loader = loaders
+        self.whole: dict[tuple, bool] = {}  # (side, dtype, numel, folder) -> its loader reads such payloads as-is
+
+    def __call__(
+        self, jobs: list[tuple], records: list[tuple], columns: tuple[str, ...] | None
+    ) -> tuple[list[tuple[int, dict, str]], list[tuple]]:
+        if columns is None or not records:  # (the header is the first message: records come after it)
+            return [], jobs
+        by_files = {(record[0], record[1]): record for record in records}
+        t_file, b_file = self.t_rows.file, self.b_rows.file
+        done: list[tuple[int, dict, str]] = []
+        left: list[tuple] = []
+        for job in jobs:
+            _i, mode, t_pos, b_pos = job
+            record = by_files.get((t_file[t_pos], b_file[b_pos])) if mode == "tensor" else None
+            result = None if record is None else self.result(job, record, columns)
+            if result is None:
+                left.append(job)
+            else:
+                done.append(result)
+        return done, left
+
+    def result(self, job: tuple, record: tuple, columns: tuple[str, ...]) -> tuple[int, dict, str] | None:
+        """The engine's result ``(table row, values, reason)`` of a tensor ``job`` from the worker's record of its
+        payload files, or None when the record does not fit the job's index rows (another dtype, shape or
+        recorded extremes, or payloads the dump's loader does not read as the worker read them)."""
+        i, _mode, t_pos, b_pos = job
+        _t_file, _b_file, t_dtype, b_dtype, shape, hints, values, reason, counts = record
+        t_rows, b_rows = self.t_rows, self.b_rows
+        if not (
+            t_rows.matches(t_pos, t_dtype, shape, hints[:2])
+            and b_rows.matches(b_pos, b_dtype, shape, hints[2:])
+            and _reads_as_is(self.whole, self.t_loader, t_rows, t_pos)
+            and _reads_as_is(self.whole, self.b_loader, b_rows, b_pos)
+        ):
+            return None
+        result = dict(zip(columns, values, strict=True))
+        result["target_nonfinite"], result["bench_nonfinite"] = float(counts[0]), float(counts[1])
+        return i, result, reason
+
+
+class _Rows:
+    """The index columns :func:`measured` reads, as lists (a row of the index is slow to make, one by one)."""
+
+    def __init__(self, columns: Any) -> None:
+        self.file, self.dtype, self.shape, self.numel, self.min, self.max, self.has_data = (
+            columns[name].tolist() for name in ("file", "dtype", "shape", "numel", "min", "max", "has_data")
+        )
+
+    def matches(self, i: int, dtype: str, shape: tuple[int, ...], extremes: tuple[float, float]) -> bool:
+        """Whether row ``i`` has a payload of this dtype and shape, and these recorded extremes."""
+        return (
+            self.has_data[i]
+            and self.dtype[i] == dtype
+            and tuple(self.shape[i]) == shape
+            and _same(self.min[i], extremes[0])
+            and _same(self.max[i], extremes[1])
+        )
+
+
+def _same(a: float, b: float) -> bool:
+    """Whether two recorded statistics are the same: equal, or both NaN (a side that holds a NaN)."""
+    return a == b or (a != a and b != b)
+
+
+def _reads_as_is(known: dict[tuple, bool], loader: Any, rows: _Rows, i: int) -> bool:
+    """Whether the dump's loader reads row ``i``'s payload whole (``reads_whole``) or maps it for one kernel call
+    (``reads_mapped``, msprobe's loader only), as the worker does; asked once per side, dtype, size and folder
+    (the worker reads payloads of a folder by their names alone, never through a subfolder)."""
+    file = rows.file[i]
+    key = (id(rows), rows.dtype[i], rows.numel[i], file[: file.rfind(os.sep)])
+    answer = known.get(key)
+    if answer is None:
+        row = {"dtype": rows.dtype[i], "numel": rows.numel[i], "file": file}
+        mapped = getattr(loader, "reads_mapped", None)
+        answer = known[key] = bool(loader.reads_whole(row) or (mapped is not None and mapped(row)))
+    return answer
+
 
 #: Jobs the command measures between two looks at the worker's records, at the most ...
 CHUNK_JOBS = 8
@@ -37,7 +209,7 @@ class MeetingExecutor(Executor):
     Attributes
     ----------
     taken : int
-        Jobs whose results came from the worker (after :func:`nbprec.compare.early.measured`).
+        Jobs whose results came from the worker (after :func:`measured`).
     measured_here : int
         Jobs measured by this process (and by the process it forked for the jobs left after the meeting).
     """
@@ -107,4 +279,4 @@ class MeetingExecutor(Executor):
             self._after.wait()
 
 
-__all__ = ["CHUNK_ELEMENTS", "CHUNK_JOBS", "MeetingExecutor"]
+__all__ = ["CHUNK_ELEMENTS", "CHUNK_JOBS", "Beside", "MeetingExecutor", "measured"]

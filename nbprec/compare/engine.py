@@ -12,10 +12,10 @@ from typing import Any, Literal
 import numpy as np
 
 from nbprec._progress import ProgressCallback
-from nbprec.compare import early
 from nbprec.compare.comparison import Comparison
 from nbprec.compare.culprit import random_by_call
-from nbprec.compare.executors import Executor, Results, ThreadExecutor, local_executor
+from nbprec.compare.early_meeting import MeetingExecutor, measured
+from nbprec.compare.executors import Executor, Results, ThreadExecutor, local_executor, requested_executor
 from nbprec.compare.fusion import FusionMatcher, automatic_fusion, benchmark_key, read_graph_model
 from nbprec.compare.matching import FusionHook, match_tensors, read_mapping
 from nbprec.compare.metrics import (
@@ -271,22 +271,6 @@ def _measure_batch(jobs: list[RowJob], t_dump: Dump, b_dump: Dump, hints: _Extre
         forget_ahead()
 
 
-def _executor(executor: Executor | None, client: Any, parallel: str, workers: int | None) -> Executor | None:
-    """The executor asked for (``executor=``, or a Dask ``client=``), checked; ``None``: a local one, chosen
-    once the work is known (:func:`nbprec.compare.executors.local_executor`)."""
-    if parallel not in ("auto", "processes", "threads"):
-        raise ComparisonError(f"unknown parallel {parallel!r}; use auto, processes or threads")
-    if client is not None and executor is not None:
-        raise ComparisonError("pass client= (a Dask cluster) or executor=, not both")
-    if client is not None:
-        from nbprec.compare.dask_executor import DaskExecutor
-
-        return DaskExecutor(client)
-    if executor is not None and not isinstance(executor, Executor):
-        raise ComparisonError(f"executor must be an nbprec.compare.executors.Executor, not {type(executor).__name__}")
-    return executor
-
-
 def _start(
     jobs: list[Job], task: PairTask, numel: np.ndarray, run_on: Executor, progress: ProgressCallback | None
 ) -> Results:
@@ -380,7 +364,7 @@ def compare(
     the_rule = get_rule(rule)  # arguments first: a typo is reported before any dump is opened
     if mode not in MODES:
         raise ComparisonError(f"unknown mode {mode!r}; use auto, tensor, statistics or checksum")
-    run_on = _executor(executor, client, parallel, workers)
+    run_on = requested_executor(executor, client, parallel)
     graph_model = read_graph_model(graph)
     t_dump = _as_dump(target, step, rank, graph_model)
     b_dump = _as_dump(bench, step, rank)
@@ -402,14 +386,12 @@ def compare(
     # pairs the command measured while it started; unless told how to measure, its worker measures on beside
     # this process (no other process forked): see nbprec.compare.early_meeting
     go_on = run_on is None and parallel != "threads" and workers in (None, 2)
-    early_done, jobs, beside = early.measured(jobs, t_dump, b_dump, go_on=go_on)
+    early_done, jobs, beside = measured(jobs, t_dump, b_dump, go_on=go_on)
     stats_done, jobs = statistics_pairs(jobs, t_idx, b_idx)  # pairs without payloads, all at once
     sums_done, jobs = checksum_pairs(jobs, t_idx, b_idx)
 
     numel = np.nan_to_num(column(t_idx, "numel", np.float64), nan=0.0)
     if beside is not None:
-        from nbprec.compare.early_meeting import MeetingExecutor
-
         run_on = MeetingExecutor(beside, numel, parallel)
     elif run_on is None:
         run_on = local_executor(parallel, workers if workers is not None else default_workers(), jobs, numel)

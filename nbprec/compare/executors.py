@@ -44,6 +44,7 @@ from nbprec.compare.workers import (
     use_threads,
     work_seconds,
 )
+from nbprec.errors import ComparisonError
 
 #: Pairs in a batch of :class:`ThreadExecutor` at the most.
 THREAD_BATCH_JOBS = 8
@@ -178,6 +179,22 @@ def local_executor(parallel: str, workers: int, jobs: list[Job], numel: np.ndarr
     if use_threads(parallel, workers, len(jobs)):
         return ThreadExecutor(workers)
     return InlineExecutor()
+
+
+def requested_executor(executor: Executor | None, client: Any, parallel: str) -> Executor | None:
+    """The executor ``compare`` was asked for (``executor=``, or a Dask ``client=``), checked with ``parallel``;
+    ``None``: a local one, chosen once the work is known (:func:`local_executor`)."""
+    if parallel not in ("auto", "processes", "threads"):
+        raise ComparisonError(f"unknown parallel {parallel!r}; use auto, processes or threads")
+    if client is not None and executor is not None:
+        raise ComparisonError("pass client= (a Dask cluster) or executor=, not both")
+    if client is not None:
+        from nbprec.compare.dask_executor import DaskExecutor
+
+        return DaskExecutor(client)
+    if executor is not None and not isinstance(executor, Executor):
+        raise ComparisonError(f"executor must be an nbprec.compare.executors.Executor, not {type(executor).__name__}")
+    return executor
 
 
 class Results:

@@ -194,7 +194,7 @@ def test_a_worker_that_does_not_stop_is_killed_after_the_grace():
         time.sleep(30)
         os._exit(0)
     os.close(write_end)
-    worker = early._Worker(pid, None, read_end, ("t", "b"))
+    worker = early.Worker(pid, None, read_end, ("t", "b"))
     select.select([read_end], [], [], 30)  # its message written (a loaded machine may run the child late)
     start = time.monotonic()
     try:

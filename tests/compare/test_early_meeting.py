@@ -13,7 +13,7 @@ from nbprec.compare.early_meeting import CHUNK_JOBS, MeetingExecutor
 
 
 class ScriptedWorker:
-    """Stands for :class:`nbprec.compare.early.Beside`: at each look it has measured ``pace`` more jobs in order
+    """Stands for :class:`nbprec.compare.early_meeting.Beside`: at each look it has measured ``pace`` more jobs in order
     (records for the jobs ``fits`` refuses say None, as a record that does not fit the job's rows), skipping the
     jobs in ``skips``; it ends after ``ends_after`` looks, or when stopped, or past the last job."""
 

@@ -34,6 +34,7 @@ from nbprec.dtypes import FLOAT_DTYPES, canonical_dtype
 from nbprec.dump import Dump
 from nbprec.errors import NbprecError
 from nbprec.overflow.numerics import HEADROOM_DTYPES, dtype_limits, profile_array
+from nbprec.overflow.payloads import Parallel, judge_rows
 from nbprec.overflow.scan import encloses
 from nbprec.safe_text import restore_frame, write_table_csv
 
@@ -162,13 +163,16 @@ class HeadroomReport:
         return cls(tensors, ops, dtypes=tuple(header["dtypes"]), meta=header.get("meta", {}))
 
 
-def _tensor_rows(dump: Dump, dtypes: tuple[str, ...], payload: bool) -> pd.DataFrame:
+def _tensor_rows(dump: Dump, dtypes: tuple[str, ...], payload: bool, parallel: Parallel) -> pd.DataFrame:
+    """One row per tensor of ``dump``: its absolute maximum, headroom and shares below each dtype's limits; the
+    payloads read where ``parallel`` says (:func:`~nbprec.overflow.payloads.judge_rows`)."""
     limits = [dtype_limits(d) for d in dtypes]
     overflow_at = [lim.overflow_at for lim in limits]
     flush = [lim.flush_to_zero_below for lim in limits]
     normal = [lim.smallest_normal for lim in limits]
-    rows = []
-    for pos, row in enumerate(dump.index.itertuples(index=False)):
+    names = dump.columns.columns
+
+    def judge(row: Any) -> dict[str, Any]:
         out: dict[str, Any] = {"source": "none", "abs_max": math.nan, "nonzero": math.nan, "note": ""}
         shares: list[tuple[float, float]] = [(math.nan, math.nan)] * len(limits)
         if str(row.dtype) not in FLOAT_DTYPES:
@@ -178,7 +182,8 @@ def _tensor_rows(dump: Dump, dtypes: tuple[str, ...], payload: bool) -> pd.DataF
         else:
             if payload and bool(row.has_data):
                 try:
-                    p = profile_array(dump.tensor(pos), lower=normal, lower_inclusive=flush)
+                    key = dict(zip(names, row, strict=True))
+                    p = profile_array(dump.tensor(key), lower=normal, lower_inclusive=flush)
                     out.update(source="payload", abs_max=p.abs_max, nonzero=p.nonzero)
                     if p.nan_count or p.inf_count:
                         out["note"] = f"{p.nan_count} NaN, {p.inf_count} inf in this run already"
@@ -199,7 +204,9 @@ def _tensor_rows(dump: Dump, dtypes: tuple[str, ...], payload: bool) -> pd.DataF
             out[f"overflow_{lab}"] = bool(am >= at) if not np.isnan(am) else False
             out[f"underflow_{lab}"] = under
             out[f"subnormal_{lab}"] = sub
-        rows.append(out)
+        return out
+
+    rows = judge_rows(list(dump.columns.itertuples()), judge, payload=payload, parallel=parallel)
     table = pd.DataFrame(rows, index=dump.index.index)
     return pd.concat([dump.index[[*_KEYS, "dtype", "numel"]], table], axis=1).reset_index(drop=True)
 
@@ -243,6 +250,7 @@ def headroom(
     dtypes: tuple[str, ...] | list[str] = HEADROOM_DTYPES,
     payload: bool = True,
     underflow_share: float = 0.01,
+    parallel: Parallel = "auto",
 ) -> HeadroomReport:
     """Predict from a (float32) run which ops would overflow or underflow if cast down to ``dtypes``.
 
@@ -256,6 +264,9 @@ def headroom(
         Read payloads where present (needed for the underflow shares); ``False`` uses statistics only.
     underflow_share
         Share of an output's non-zero values flushing to zero from which an op is listed as losing precision.
+    parallel
+        Where the payloads are read: ``"auto"``, ``"processes"`` or ``"threads"``, as :func:`~nbprec.overflow.scan`
+        takes it (:mod:`nbprec.overflow.payloads`); the report is the same either way.
 
     Returns
     -------
@@ -275,7 +286,7 @@ def headroom(
     names = tuple(canonical_dtype(d) for d in dtypes)
     for name in names:
         dtype_limits(name)  # raises for an unknown dtype
-    tensors = _tensor_rows(source, names, payload)
+    tensors = _tensor_rows(source, names, payload, parallel)
     ops = _op_rows(tensors, names, underflow_share, source.hierarchy)
     meta = {
         "path": str(source.path),

@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nbprec._cores import usable_cores
 from nbprec.compare.culprit import INPUT_ROLES, OUTPUT_ROLES
-from nbprec.dtypes import FINITE_MAX, FLOAT_DTYPES, NUMPY_DTYPES, canonical_dtype
+from nbprec.dtypes import FINITE_MAX, FLOAT_DTYPES, canonical_dtype
 from nbprec.dump import Dump
 from nbprec.errors import NbprecError
 from nbprec.overflow.numerics import SUSPICIOUS_FP16, profile_array
+from nbprec.overflow.payloads import Parallel, judge_rows
 from nbprec.overflow.report import LEVELS, OverflowReport
 
 #: Output norm over largest input norm from which an op with finite values is ranked ``high``.
@@ -111,22 +111,12 @@ def _from_statistics(row: Any, check: str, fmax: float, stats_recorded: bool) ->
     }
 
 
-#: Payloads of at least this many bytes are read and counted on several threads (the reader and the count release
-#: the GIL; a smaller payload's Python costs about as much as its reading and counting, and threads contending for
-#: the GIL then lose more than they gain). On 2 cores (scan_tensors, medians of 7): 86 -> 63 ms for the 629 tensors
-#: (134 MB) of an msprobe bfloat16 dump, 225 -> 182 ms for one of 4,035 tensors (360 of them of 128 KiB or more).
-PARALLEL_FROM = 128 << 10
-#: Payloads a thread reads at a time (a result handed over per payload wakes the waiting thread each time).
-_CHUNK = 16
-#: The threads of that at the most (each wake-up for the GIL costs more with more of them).
-MAX_THREADS = 4
-
-
 def scan_tensors(
     dump: Dump,
     *,
     dtype: str | None = None,
     payload: bool = True,
+    parallel: Parallel = "auto",
     progress: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
     """The tensor table of :func:`scan`: one row per tensor of ``dump``, in execution order.
@@ -134,13 +124,14 @@ def scan_tensors(
     Columns: the index keys, ``dtype``, ``check_dtype`` (whose maximum applies), ``numel``, ``source``
     (``payload``, ``statistics`` or ``none``), ``nan_count``, ``inf_count``, ``saturated_count`` (NaN when
     only statistics say it), ``suspicious``, ``abs_max``, ``norm``, ``max_finite``, ``status``, ``abnormal``,
-    ``note``. Payloads of :data:`PARALLEL_FROM` bytes or more are read first, on threads (one per usable core, up
-    to :data:`MAX_THREADS`), then the others in order; ``progress`` counts the tensors done.
+    ``note``. The payloads are read and counted on forked processes, on threads or on this thread as ``parallel``
+    says (:mod:`nbprec.overflow.payloads`: ``"auto"`` forks in a single-threaded process, a script or the command,
+    when the payloads are worth it, and takes threads elsewhere); the table is the same either way, and
+    ``progress`` counts the tensors done.
     """
     index = dump.index
     stats_recorded = bool(index["max"].notna().any())
     override = canonical_dtype(dtype) if dtype else ""
-    total = len(index)
     names = dump.columns.columns
     # each row's Python values from the columns at once (a row looked up by position makes a scalar of every
     # column: 15 us a tensor); a payload is read from the row's own mapping of them
@@ -170,33 +161,7 @@ def scan_tensors(
             out["max_finite"] = fmax
         return out
 
-    rows: list[dict[str, Any] | None] = [None] * total
-    finished = 0  # tensors judged, for progress
-    large = _large_payloads(values, payload)
-    threads = min(MAX_THREADS, usable_cores(), len(large))
-    if threads > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
-        def judge_all(positions: list[int]) -> list[dict[str, Any]]:
-            return [judge(values[pos]) for pos in positions]
-
-        chunks = [large[i : i + _CHUNK] for i in range(0, len(large), _CHUNK)]
-        pool = ThreadPoolExecutor(threads, thread_name_prefix="nbprec-overflow")
-        try:
-            for positions, outs in zip(chunks, pool.map(judge_all, chunks), strict=True):
-                for pos, out in zip(positions, outs, strict=True):
-                    rows[pos] = out
-                finished += len(positions)
-                if progress:
-                    progress(finished, total)
-        finally:  # (an error or Ctrl-C: the chunks not started are dropped, not read to the end)
-            pool.shutdown(wait=True, cancel_futures=True)
-    for pos in range(total):
-        if rows[pos] is None:
-            rows[pos] = judge(values[pos])
-            finished += 1
-            if progress:
-                progress(finished, total)
+    rows = judge_rows(values, judge, payload=payload, parallel=parallel, progress=progress)
     table = pd.DataFrame(rows, index=index.index)
     for column in ("check_dtype", "source", "status", "note"):  # a dump with no tensor (only Opdebug files)
         if column not in table:
@@ -219,19 +184,6 @@ def scan_tensors(
         result[column] = table[column]
     result["abnormal"] = result["status"].isin(ABNORMAL)
     return result.reset_index(drop=True)
-
-
-def _large_payloads(values: list[Any], payload: bool) -> list[int]:
-    """Positions of the rows whose payload (to be read: ``payload``) holds :data:`PARALLEL_FROM` bytes or more."""
-    if not payload:
-        return []
-    found = []
-    for pos, row in enumerate(values):
-        dtype = NUMPY_DTYPES.get(row.dtype) if type(row.dtype) is str else None
-        numel = row.numel
-        if dtype is not None and row.has_data and numel == numel and numel * dtype.itemsize >= PARALLEL_FROM:
-            found.append(pos)
-    return found
 
 
 def _worst_status(tensors: pd.DataFrame, keys: list[str]) -> pd.Series:
@@ -432,6 +384,7 @@ def scan(
     amplification: float = AMPLIFICATION_FACTOR,
     rule: Any = None,
     outputs: list[str] | None = None,
+    parallel: Parallel = "auto",
     progress: Callable[[int, int], None] | None = None,
 ) -> OverflowReport:
     """Scan a dump for overflow: per-tensor status, per-op level, the first critical op.
@@ -455,6 +408,10 @@ def scan(
     outputs
         Ops whose results count as the final outputs in the impact assessment (default: the last forward
         and the last backward op of the overflowing step).
+    parallel
+        Where the payloads are read and counted: ``"auto"`` (forked processes from a single-threaded process when
+        the payloads are worth it, threads elsewhere, such as in a notebook), ``"processes"`` or ``"threads"``.
+        The report is the same either way.
     progress
         A callback ``(done, total)``.
 
@@ -469,7 +426,7 @@ def scan(
     'Tensor.__mul__.0.forward'
     """
     target = _as_dump(dump)
-    tensors = scan_tensors(target, dtype=dtype, payload=payload, progress=progress)
+    tensors = scan_tensors(target, dtype=dtype, payload=payload, parallel=parallel, progress=progress)
     ops = rollup_levels(tensors, target, amplification)
     meta = {
         "path": str(target.path),

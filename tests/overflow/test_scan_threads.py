@@ -1,5 +1,6 @@
-"""The overflow scan reads large payloads on threads: the same table as one thread, errors included; and each op's
-worst status taken in groupby's aggregations, as the Python definition takes it."""
+"""The overflow scan reads large payloads on threads (``parallel="threads"``, what a notebook gets): the same table as
+one thread, errors included; and each op's worst status taken in groupby's aggregations, as the Python definition
+takes it. Forked processes: test_scan_processes.py."""
 
 from __future__ import annotations
 
@@ -11,54 +12,24 @@ import threading
 import time
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pandas as pd
 import pytest
+from overflow_support import assert_report_of_one_thread, mixed_run
 
 import nbprec.overflow as ov
 from nbprec._cores import usable_cores
 from nbprec.errors import NbprecError
 from nbprec.formats import open_dump
-from nbprec.formats.native import NativeDumpWriter
 
 scan_module = importlib.import_module("nbprec.overflow.scan")
-
-#: Elements of the large payloads: 200,000 float16 values hold 400 KB, beyond PARALLEL_FROM.
-LARGE = 200_000
-
-
-def _run(folder: Path) -> Path:
-    """Ten ops of large float16, bfloat16 and float32 payloads (normal, saturated, NaN, inf), small ones between,
-    an integer and an empty tensor."""
-    rng = np.random.default_rng(5)
-    with NativeDumpWriter(folder, mode="tensor") as w:
-        for order in range(10):
-            op = f"Tensor.op{order}.0.forward"
-            x = rng.standard_normal(LARGE).astype(np.float16)
-            out = (x * 8).astype([np.float16, ml_dtypes.bfloat16, np.float32][order % 3])
-            if order == 3:
-                out[17] = np.float16(65504)  # saturated
-            if order == 5:
-                out[::1000] = np.nan
-            if order == 7:
-                out[9] = np.inf
-            tensors = {"input.0": x, "input.1": x[:50].copy(), "output.0": out}
-            if order == 2:
-                tensors["output.1"] = np.arange(7, dtype=np.int64)
-                tensors["output.2"] = np.zeros((0, 3), np.float16)
-            for key, array in tensors.items():
-                role, slot = key.split(".")
-                record = {"name": f"{op}.{key}", "op": op, "op_type": f"op{order}", "order": order}
-                record.update(role=role, slot=slot, direction="forward", api=f"Tensor.op{order}")
-                w.write_tensor(record, array)
-    return folder
+payloads_module = importlib.import_module("nbprec.overflow.payloads")
 
 
 def _scan(folder: Path, threads: bool, monkeypatch, fail: dict[str, type[Exception]] | None = None):
     """The report of the dump in ``folder``, with large payloads on threads or not; the threads that read them, and
     the progress calls. ``fail``: tensor name -> error its payload read raises."""
-    monkeypatch.setattr(scan_module, "PARALLEL_FROM", 128 << 10 if threads else 1 << 62)
+    monkeypatch.setattr(payloads_module, "PARALLEL_FROM", 128 << 10 if threads else 1 << 62)
     dump = open_dump(folder)
     readers: set[str] = set()
     read = dump.tensor
@@ -72,36 +43,25 @@ def _scan(folder: Path, threads: bool, monkeypatch, fail: dict[str, type[Excepti
 
     dump.tensor = tensor
     calls: list[tuple[int, int]] = []
-    report = ov.scan(dump, progress=lambda done, total: calls.append((done, total)))
+    report = ov.scan(dump, parallel="threads", progress=lambda done, total: calls.append((done, total)))
     return report, readers, calls
 
 
 def test_threads_give_the_table_of_one_thread(tmp_path, monkeypatch):
     if usable_cores() < 2:
         pytest.skip("one usable core: the scan reads on this thread only")
-    folder = _run(tmp_path / "run")
+    folder = mixed_run(tmp_path / "run")
     threaded, readers, calls = _scan(folder, True, monkeypatch)
     serial, serial_readers, _ = _scan(folder, False, monkeypatch)
     assert any(name.startswith("nbprec-overflow") for name in readers), readers
     assert serial_readers == {threading.current_thread().name}
-    pd.testing.assert_frame_equal(threaded.tensors, serial.tensors, check_exact=True)
-    pd.testing.assert_frame_equal(threaded.ops, serial.ops, check_exact=True)
-    status = dict(zip(threaded.tensors["name"], threaded.tensors["status"], strict=True))
-    assert status["Tensor.op3.0.forward.output.0"] == "saturated"
-    assert status["Tensor.op5.0.forward.output.0"] == "nan"
-    assert status["Tensor.op7.0.forward.output.0"] == "inf"
-    assert status["Tensor.op2.0.forward.output.1"] == "n/a"
-    assert status["Tensor.op2.0.forward.output.2"] == "empty"
-    assert threaded.first_critical()["op"] == "Tensor.op3.0.forward"
-    total = len(threaded.tensors)
-    done = [d for d, _ in calls]
-    assert done == sorted(done) and done[-1] == total and {t for _, t in calls} == {total}
+    assert_report_of_one_thread(threaded, serial, calls)
 
 
 def test_a_payload_that_fails_on_a_thread_is_judged_by_its_statistics(tmp_path, monkeypatch):
     if usable_cores() < 2:
         pytest.skip("one usable core: the scan reads on this thread only")
-    folder = _run(tmp_path / "run")
+    folder = mixed_run(tmp_path / "run")
     fail = {"Tensor.op5.0.forward.output.0": NbprecError}
     threaded, readers, _ = _scan(folder, True, monkeypatch, fail)
     serial, _, _ = _scan(folder, False, monkeypatch, fail)
@@ -116,7 +76,7 @@ def test_a_payload_that_fails_on_a_thread_is_judged_by_its_statistics(tmp_path, 
 def test_an_unexpected_error_on_a_thread_reaches_the_caller(tmp_path, monkeypatch):
     if usable_cores() < 2:
         pytest.skip("one usable core: the scan reads on this thread only")
-    folder = _run(tmp_path / "run")
+    folder = mixed_run(tmp_path / "run")
     with pytest.raises(RuntimeError, match="damaged on purpose"):
         _scan(folder, True, monkeypatch, {"Tensor.op4.0.forward.input.0": RuntimeError})
 
@@ -127,9 +87,9 @@ def test_an_error_drops_the_payloads_not_started(tmp_path, monkeypatch, where):
     the threads then read a few payloads more (those under way), not all twenty."""
     if usable_cores() < 2:
         pytest.skip("one usable core: the scan reads on this thread only")
-    folder = _run(tmp_path / "run")
-    monkeypatch.setattr(scan_module, "_CHUNK", 1)
-    monkeypatch.setattr(scan_module, "PARALLEL_FROM", 128 << 10)
+    folder = mixed_run(tmp_path / "run")
+    monkeypatch.setattr(payloads_module, "_CHUNK", 1)
+    monkeypatch.setattr(payloads_module, "PARALLEL_FROM", 128 << 10)
     dump = open_dump(folder)
     read, reads = dump.tensor, []
 
@@ -145,8 +105,8 @@ def test_an_error_drops_the_payloads_not_started(tmp_path, monkeypatch, where):
 
     dump.tensor = slow
     with pytest.raises(RuntimeError, match="on purpose"):
-        ov.scan(dump, progress=progress if where == "progress" else None)
-    large = len(scan_module._large_payloads(list(dump.columns.itertuples()), True))
+        ov.scan(dump, parallel="threads", progress=progress if where == "progress" else None)
+    large = len(payloads_module.large_payloads(list(dump.columns.itertuples()), True))
     assert large == 20
     assert len(reads) < large / 2, reads
 
@@ -176,7 +136,7 @@ def test_one_usable_core_reads_on_the_calling_thread(tmp_path):
     """A process confined to one core (its affinity mask) counts one usable core and reads every payload itself."""
     if not hasattr(os, "sched_setaffinity"):
         pytest.skip("no CPU affinity on this system")
-    folder = _run(tmp_path / "run")
+    folder = mixed_run(tmp_path / "run")
     code = f"""
 import os, threading
 os.sched_setaffinity(0, {{sorted(os.sched_getaffinity(0))[0]}})

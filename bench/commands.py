@@ -17,7 +17,8 @@ processes.
 
 - with ``--overflow DUMP``: ``nbprec overflow DUMP`` in its own process (no daemon; every payload read and
   scanned), beside a plain read of the dump's files in a process of its own (``timing.plain_read``: what ``cat``
-  does), interleaved.
+  does), interleaved; with ``--headroom`` too, ``nbprec overflow DUMP --headroom`` (every payload read twice: the
+  scan, then the headroom of every dtype) in the same rounds.
 
 For report and serve, T and B are the demo's tiny encoder runs (bfloat16 with the planted faulty GELU, float32;
 ``nbprec demo``'s, made here with torch). ``--baseline DIR`` (another nbprec tree: a checkout with its
@@ -30,7 +31,7 @@ is timed against the default (``--baseline-env NBPREC_EARLY=off``: the command w
 Usage::
 
     .venv/bin/python bench/commands.py [--repeat 6] [--baseline DIR] [--baseline-env NAME=VALUE] [--compare T B]
-        [--compare-only] [--same-output] [--quick DUMP] [--quick-only] [--overflow DUMP]
+        [--compare-only] [--same-output] [--quick DUMP] [--quick-only] [--overflow DUMP [--headroom]]
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ def main() -> None:
     parser.add_argument("--quick", type=Path, metavar="DUMP", help="also time --version, --help, info and overflow")
     parser.add_argument("--quick-only", action="store_true", help="with --quick: nothing else but --overflow")
     parser.add_argument("--overflow", type=Path, metavar="DUMP", help="also time nbprec overflow DUMP")
+    parser.add_argument("--headroom", action="store_true", help="with --overflow: also nbprec overflow DUMP --headroom")
     parser.add_argument(
         "--baseline-env", action="append", default=[], metavar="NAME=VALUE", help="a variable for the baseline only"
     )
@@ -157,7 +159,7 @@ def main() -> None:
                 times[n].update({f"quick {key}": quick[f"{key} ({n})"] for key in QUICK})
             print(f"\n  python -c pass (the interpreter's start) {timing.median(quick['python -c pass']):.3f} s")
         if args.overflow:
-            _overflow_command(trees, args.overflow.resolve(), rounds, times)
+            _overflow_command(trees, args.overflow.resolve(), rounds, times, args.headroom)
         if args.compare and not args.quick_only:
             outs = iter(range(1 << 30))
 
@@ -175,7 +177,7 @@ def main() -> None:
     print(f"\nmachine: {timing.machine()}")
     labels = {"compare": "nbprec compare -o OUT (own process)", "report": "nbprec report (whole command)",
               "url": "nbprec serve to its URL", "ready": "nbprec serve to dashboard ready",
-              "overflow": "nbprec overflow D (payloads read)",
+              "overflow": "nbprec overflow D (payloads read)", "headroom": "nbprec overflow D --headroom",
               **{f"quick {k}": f"nbprec {' '.join(a).replace('DUMP', 'D')}" for k, a in QUICK.items()}}  # fmt: skip
     for key, label in labels.items():
         if key not in times[names[0]]:
@@ -188,15 +190,18 @@ def main() -> None:
 
 
 def _overflow_command(
-    trees: dict[str, Side], dump: Path, rounds: int, times: dict[str, dict[str, list[float]]]
+    trees: dict[str, Side], dump: Path, rounds: int, times: dict[str, dict[str, list[float]]], headroom: bool
 ) -> None:
-    """Time ``nbprec overflow DUMP`` from each tree and a plain read of the dump's files, interleaved, into
-    ``times``; print the plain read's median and each tree's ratio to it."""
+    """Time ``nbprec overflow DUMP`` (and with ``headroom``, ``nbprec overflow DUMP --headroom``) from each tree
+    and a plain read of the dump's files, interleaved, into ``times``; print the plain read's median and each
+    tree's ratio to it."""
     files = [f for f in sorted(dump.rglob("*")) if f.is_file()]
     timing.plain_read(files)  # warm-up: the page cache holds the dump from here on
     runners: dict[str, Callable[[], float]] = {"plain read": lambda: timing.plain_read(files)["process_seconds"]}
     for n, t in trees.items():
         runners[f"overflow ({n})"] = lambda t=t: quick_seconds(t, ["overflow", "DUMP"], dump)
+        if headroom:
+            runners[f"headroom ({n})"] = lambda t=t: quick_seconds(t, ["overflow", "DUMP", "--headroom"], dump)
     got = timing.interleave(runners, rounds, "nbprec overflow DUMP, ")
     read = timing.median(got["plain read"])
     ratios = ", ".join(f"{n} {timing.median(got[f'overflow ({n})']) / read:.2f}x" for n in trees)
@@ -205,6 +210,8 @@ def _overflow_command(
           f"nbprec overflow against it: {ratios}")  # fmt: skip
     for n in trees:
         times[n]["overflow"] = got[f"overflow ({n})"]
+        if headroom:
+            times[n]["headroom"] = got[f"headroom ({n})"]
 
 
 def _notebook_commands(

@@ -35,7 +35,8 @@ def test_the_quick_commands_run_from_any_folder_and_each_gets_its_line(tmp_path)
 
 def test_the_overflow_command_is_timed_beside_a_plain_read_of_its_dump():
     dump = Path(__file__).parent / "fixtures" / "msprobe" / "fp16_tensor_mix"
-    cmd = [sys.executable, str(BENCH / "commands.py"), "--overflow", str(dump), "--quick-only", "--repeat", "5"]
+    cmd = [sys.executable, str(BENCH / "commands.py"), "--overflow", str(dump), "--headroom", "--quick-only"]
+    cmd += ["--repeat", "5"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     files = sum(1 for f in dump.rglob("*") if f.is_file())
@@ -43,4 +44,5 @@ def test_the_overflow_command_is_timed_beside_a_plain_read_of_its_dump():
         f"a plain read of the dump's {files} files" in proc.stdout
         and "nbprec overflow against it: this tree" in proc.stdout
     )
-    assert "nbprec overflow D (payloads read)" in proc.stdout.split("machine:")[-1]
+    summary = proc.stdout.split("machine:")[-1]
+    assert "nbprec overflow D (payloads read)" in summary and "nbprec overflow D --headroom" in summary

@@ -136,6 +136,8 @@ def main() -> None:
         "--baseline-env", action="append", default=[], metavar="NAME=VALUE", help="a variable for the baseline only"
     )
     args = parser.parse_args()
+    if args.headroom and not args.overflow:
+        parser.error("--headroom times nbprec overflow D --headroom: give the dump with --overflow D")
     bad = [item for item in args.baseline_env if "=" not in item or item.startswith("=")]
     if bad:
         parser.error(f"--baseline-env takes NAME=VALUE (NBPREC_EARLY=off, say), not {bad[0]!r}")

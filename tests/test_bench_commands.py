@@ -46,3 +46,9 @@ def test_the_overflow_command_is_timed_beside_a_plain_read_of_its_dump():
     )
     summary = proc.stdout.split("machine:")[-1]
     assert "nbprec overflow D (payloads read)" in summary and "nbprec overflow D --headroom" in summary
+
+
+def test_headroom_without_a_dump_is_refused():
+    cmd = [sys.executable, str(BENCH / "commands.py"), "--headroom", "--quick-only"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and "give the dump with --overflow D" in proc.stderr, proc.stderr

@@ -17,8 +17,8 @@
 - ``nbprec.overflow._profile``: the overflow scan's counts over a payload in one pass (without it, numpy's passes
   over each chunk);
 - ``nbprec._floattext``: float64 values as ``repr`` writes them, for the CSV exports (without it, ``repr``);
-- ``nbprec._csvjoin``: the CSV exports' rows joined from their columns in C when every cell is ASCII text (without it,
-  in Python);
+- ``nbprec._csvjoin``: the CSV exports' rows joined from their columns in C when every cell is ASCII text, columns
+  of numbers formatted there by ``nbprec._floattext``'s formatter (without it, in Python);
 - ``nbprec._hugeheap``: ``nbprec compare``'s heap marked for transparent huge pages before it reads payloads (Linux
   with glibc; without it, or elsewhere, the heap as malloc makes it);
 - ``nbprec.graph._textformat``: GE graphs in protobuf text format parsed in C (without it, by the Python
@@ -121,8 +121,8 @@ setup(
         Extension(
             "nbprec.overflow._profile", ["nbprec/overflow/_profile.c"], depends=["nbprec/_elements.h"], optional=True
         ),
-        Extension("nbprec._floattext", ["nbprec/_floattext.c"], optional=True),
-        Extension("nbprec._csvjoin", ["nbprec/_csvjoin.c"], optional=True),
+        Extension("nbprec._floattext", ["nbprec/_floattext.c"], depends=["nbprec/_floattext.h"], optional=True),
+        Extension("nbprec._csvjoin", ["nbprec/_csvjoin.c"], depends=["nbprec/_floattext.h"], optional=True),
         Extension("nbprec._hugeheap", ["nbprec/_hugeheap.c"], optional=True),
         Extension("nbprec.graph._textformat", ["nbprec/graph/_textformat.c"], optional=True),
         *POSIX_EXTENSIONS,

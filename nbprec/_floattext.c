@@ -18,12 +18,17 @@
  *
  * The text is laid out as repr lays it out: fixed notation for decimal exponents from -4 to 15 (with ".0" on
  * integers), else d.ddde+XX.
+ *
+ * nbprec._csvjoin writes columns of numbers with the same formatter, which it finds through the capsule
+ * _C_API (nbprec/_floattext.h).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <stdint.h>
 #include <string.h>
+
+#include "_floattext.h"
 
 #define Q_MIN (-1074) /* binary exponents of v = c 2^q: normal numbers have q from -1074 to 971 */
 #define Q_COUNT 2046
@@ -142,24 +147,39 @@ static int write_positive(char *buf, uint64_t c, int q, int closer)
     return (int)(p - buf);
 }
 
-/* The text of v (not NaN) as a new str, repr's; Python's own formatter where the tables do not apply. */
-static PyObject *text_of(double v)
+/* The text of v (not NaN) into buf (at least 32 bytes), as repr writes it: its length, or -1 with an exception
+   set. Zeros and infinities are written here, subnormal numbers (rare in metrics) and every number while the
+   tables are not set by Python's own formatter. */
+static int write_double(char *buf, double v)
 {
-    char buf[40], *p = buf;
+    char *p = buf;
     uint64_t bits;
     memcpy(&bits, &v, sizeof bits);
     uint64_t fraction = bits & 0x000fffffffffffffULL;
     int biased = (int)((bits >> 52) & 0x7ff);
-    if (!tables_set || biased == 0 || biased == 0x7ff) { /* zero, subnormal, inf: rare, left to Python */
-        char *text = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-        if (text == NULL) return NULL;
-        PyObject *out = PyUnicode_FromString(text);
-        PyMem_Free(text);
-        return out;
-    }
     if (bits >> 63) *p++ = '-';
-    int n = write_positive(p, fraction | (1ULL << 52), biased - 1075, fraction == 0 && biased > 1);
-    Py_ssize_t len = (Py_ssize_t)(p - buf) + n;
+    if ((biased == 0 && fraction == 0) || biased == 0x7ff) { /* zero, infinity (v is not NaN) */
+        memcpy(p, biased ? "inf" : "0.0", 3);
+        return (int)(p - buf) + 3;
+    }
+    if (!tables_set || biased == 0) {
+        char *text = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+        if (text == NULL) return -1;
+        size_t len = strlen(text);
+        if (len > FLOAT_TEXT_MAX) len = FLOAT_TEXT_MAX; /* (never: repr of a double is at most 24 characters) */
+        memcpy(buf, text, len);
+        PyMem_Free(text);
+        return (int)len;
+    }
+    return (int)(p - buf) + write_positive(p, fraction | (1ULL << 52), biased - 1075, fraction == 0 && biased > 1);
+}
+
+/* The text of v (not NaN) as a new str, repr's. */
+static PyObject *text_of(double v)
+{
+    char buf[40];
+    int len = write_double(buf, v);
+    if (len < 0) return NULL;
     PyObject *out = PyUnicode_New(len, 127);
     if (out == NULL) return NULL;
     memcpy(PyUnicode_1BYTE_DATA(out), buf, (size_t)len);
@@ -307,4 +327,17 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__floattext(void) { return PyModule_Create(&module); }
+static nbprec_floattext_api api = {write_double};
+
+PyMODINIT_FUNC PyInit__floattext(void)
+{
+    PyObject *m = PyModule_Create(&module), *capsule;
+    if (m == NULL) return NULL;
+    capsule = PyCapsule_New(&api, NBPREC_FLOATTEXT_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(m, "_C_API", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

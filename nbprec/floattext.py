@@ -86,4 +86,35 @@ def float_texts(values: Any, nan: str = "") -> list[str]:
     return formatter.texts(array, nan)
 
 
-__all__ = ["float_texts", "json_texts_function"]
+#: A column of numbers as ``nbprec._csvjoin.join_rows`` takes it: (a contiguous float64 or int64 array, the text of
+#: NaN); :func:`number_texts` gives its cells as text.
+NumberColumn = tuple
+
+
+def number_column(values: Any, nan: str = "") -> NumberColumn | list[str]:
+    """A float64 or integer array as a CSV column of numbers: ``(values, nan)`` for the C row joiner, which writes
+    them as :func:`float_texts` (or ``str``, integers) would, without making a text object per value; their texts
+    when the formatter is not built. Integers wider than int64 (uint64) are given as texts."""
+    array = np.asarray(values).reshape(-1)
+    if array.dtype.kind == "f":
+        array = np.ascontiguousarray(array, dtype=np.float64)
+        return (array, nan) if _formatter() is not None else float_texts(array, nan)
+    if array.dtype.kind in "iu" and np.can_cast(array.dtype, np.int64):
+        return (np.ascontiguousarray(array, dtype=np.int64), nan)
+    return list(map(str, array.tolist()))
+
+
+def is_number_column(column: Any) -> bool:
+    """Whether ``column`` is a column of numbers :func:`number_column` gave (rather than a sequence of cells)."""
+    return type(column) is tuple and len(column) == 2 and isinstance(column[0], np.ndarray)
+
+
+def number_texts(column: NumberColumn | list[str]) -> list[str]:
+    """The cells of a column :func:`number_column` gave, as text (any other column is given as it is)."""
+    if not is_number_column(column):
+        return column
+    values, nan = column
+    return float_texts(values, nan) if values.dtype.kind == "f" else list(map(str, values.tolist()))
+
+
+__all__ = ["NumberColumn", "float_texts", "is_number_column", "json_texts_function", "number_column", "number_texts"]

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from nbprec._output import rewriting
-from nbprec.floattext import float_texts
+from nbprec.floattext import NumberColumn, number_column, number_texts
 
 try:
     from nbprec._csvjoin import join_rows as _join_rows
@@ -149,7 +149,7 @@ def write_table_csv(table: Any, path: str | Path, *, exact: bool = False) -> Pat
     """
     errors = "surrogateescape" if exact else "backslashreplace"
     if not hasattr(table, "to_csv"):  # Columns
-        header, cells = list(table.columns), [_csv_texts(values, exact) for _, values in table.items()]
+        header, cells = list(table.columns), [_csv_cells(values, exact) for _, values in table.items()]
         text = [column for (_, values), column in zip(table.items(), cells, strict=True) if values.dtype == object]
         how = csv.QUOTE_ALL if any("\r" in "".join(column) for column in text) else csv.QUOTE_MINIMAL
         with rewriting(path, newline="", encoding="utf-8", errors=errors) as fh:
@@ -168,21 +168,24 @@ def write_table_csv(table: Any, path: str | Path, *, exact: bool = False) -> Pat
     return Path(path)
 
 
-def write_csv_columns(fh: Any, header: list[str], columns: list[list[str]], ending: str, quoting: int) -> None:
+def write_csv_columns(
+    fh: Any, header: list[str], columns: list[list[str] | NumberColumn], ending: str, quoting: int
+) -> None:
     """Write a header and columns of text cells to the open text file ``fh`` as ``csv.writer`` writes them
-    (comma-separated, ``ending`` after each row, ``quoting`` QUOTE_MINIMAL or QUOTE_ALL). With QUOTE_MINIMAL
-    (the usual case) the rows are joined directly, a column's cells quoted only where they hold a comma, a
-    quote or a line break: several times faster than the writer on wide tables."""
+    (comma-separated, ``ending`` after each row, ``quoting`` QUOTE_MINIMAL or QUOTE_ALL); a column may also be
+    one of numbers (:func:`~nbprec.floattext.number_column`), written as their texts. With QUOTE_MINIMAL (the
+    usual case) the rows are joined directly, a column's cells quoted only where they hold a comma, a quote or a
+    line break, the numbers formatted in place: several times faster than the writer on wide tables."""
     if quoting != csv.QUOTE_MINIMAL or len(header) < 2:  # (a lone empty cell is written as "")
         writer = csv.writer(fh, lineterminator=ending, quoting=quoting)
         writer.writerow(header)
-        writer.writerows(zip(*columns, strict=True))
+        writer.writerows(zip(*map(number_texts, columns), strict=True))
         return
     characters = (",", '"', *ending)  # what the writer quotes: as it does
     special = re.compile("[" + re.escape("".join(characters)) + "]").search
     rows = _join_rows(columns, ending, "".join(characters)) if _join_rows is not None else None
     if rows is None:  # (no C joiner, or a cell that is not ASCII)
-        cells = [_quoted(column, special, characters) for column in columns]
+        cells = [_quoted(number_texts(column), special, characters) for column in columns]
         rows = "".join(line + ending for line in map(",".join, zip(*cells, strict=True)))
     fh.write(",".join(_quoted(list(header), special, characters)) + ending + rows)
 
@@ -197,16 +200,17 @@ def _quoted(cells: list[str], special: Any, characters: tuple[str, ...]) -> list
     return ['"' + c.replace('"', '""') + '"' if special(c) else c for c in cells]
 
 
-def _csv_texts(values: np.ndarray, exact: bool) -> list[str]:
+def _csv_cells(values: np.ndarray, exact: bool) -> list[str] | NumberColumn:
     """A column's cells as ``DataFrame.to_csv`` writes them (NaN and None empty, numbers as numpy prints them),
-    text through :func:`csv_cell`."""
-    if values.dtype == np.float64:  # repr's text (numpy's shortest round-trip text, as to_csv writes it), faster
-        return float_texts(values, "")
+    text through :func:`csv_cell`; float64 and integer columns as columns of numbers (formatted as the rows are
+    joined)."""
+    if values.dtype == np.float64 or values.dtype.kind in "iu":  # repr's text (numpy's shortest round-trip
+        return number_column(values, "")  # text, as to_csv writes it); str of each int
     if values.dtype.kind == "f":  # float32, float16: their own shortest text
         texts = values.astype(str)
         texts[np.isnan(values)] = ""
         return texts.tolist()
-    if values.dtype.kind in "biu":  # (str of each Python int or bool: numpy's own text, faster than astype)
+    if values.dtype.kind == "b":  # (str of each Python bool: numpy's own text, faster than astype)
         return list(map(str, values.tolist()))
     items = values.tolist()
     if set(map(type, items)) == {str}:  # a text column: as it is, unless a cell needs changing

@@ -34,7 +34,7 @@ from nbprec.compare.msprobe_layout import (  # noqa: F401 (re-exported: where us
     shape_texts,
 )
 from nbprec.errors import ComparisonError
-from nbprec.floattext import float_texts
+from nbprec.floattext import NumberColumn, is_number_column, number_column
 from nbprec.safe_text import (  # noqa: F401 (re-exported)
     FORMULA_STARTS,
     csv_cell,
@@ -88,9 +88,10 @@ def _num(value: Any) -> str:
     return "NaN" if math.isnan(f) else repr(f)
 
 
-def _nums(values: np.ndarray) -> list[str]:
-    """A float column as msaccucmp writes it: ``repr``, ``NaN`` where missing."""
-    return float_texts(values, "NaN")
+def _nums(values: np.ndarray) -> NumberColumn | list[str]:
+    """A float column as msaccucmp writes it: ``repr``, ``NaN`` where missing (a column of numbers, formatted as
+    the rows are joined)."""
+    return number_column(values, "NaN")
 
 
 #: msaccucmp writes a mean or standard deviation below this as 0 (its StandardDeviation algorithm)
@@ -115,7 +116,7 @@ def _std_cells(table: Columns) -> list[str]:
     return cells
 
 
-def _msaccucmp_columns(table: Columns) -> list[list[str]]:
+def _msaccucmp_columns(table: Columns) -> list[list[str] | NumberColumn]:
     """msaccucmp's columns (:data:`MSACCUCMP_HEADER`), each a list of its cells."""
     n = len(table)
     if not n:
@@ -125,8 +126,8 @@ def _msaccucmp_columns(table: Columns) -> list[list[str]]:
     truth = cell_texts(table["ground_truth"]) if "ground_truth" in table else [""] * n
     nonfinite = np.nan_to_num(np.asarray(table["target_nonfinite"], dtype=np.float64), nan=0.0) > 0
     columns = [
-        [str(i) for i in range(n)],
-        [str(v) for v in table["order"].tolist()],
+        number_column(np.arange(n)),
+        number_column(table["order"]),
         cell_texts(table["op_type"]),
         op,
         cell_texts(table["target_dtype"]),
@@ -160,10 +161,10 @@ def _export_columns(header: list[str], columns: list[list[Any]]) -> tuple[list[l
     """``columns`` with every text cell as :func:`csv_cell` writes it, and their :func:`quoting` (every cell
     quoted when one holds a carriage return). A column of plain cells (:func:`plain_cells`: ASCII, none starting
     as a formula, the usual case) is taken as it is, after one test over its joined text; columns of numbers
-    nbprec wrote are not tested."""
+    nbprec wrote (and columns of numbers, :func:`~nbprec.floattext.number_column`) are not tested."""
     out, breaks = [], False
     for name, cells in zip(header, columns, strict=True):
-        if name in _NUMBER_COLUMNS or plain_cells(cells):
+        if is_number_column(cells) or name in _NUMBER_COLUMNS or plain_cells(cells):
             out.append(cells)
             continue
         cells = [csv_cell(c) for c in cells]

@@ -20,7 +20,7 @@ from nbprec.compare.msprobe_judge import verdicts
 from nbprec.compare.msprobe_stats import NA as _NA
 from nbprec.compare.msprobe_stats import NAN as _NAN
 from nbprec.compare.msprobe_stats import stat_diffs, stats_cells
-from nbprec.floattext import float_texts
+from nbprec.floattext import NumberColumn, float_texts, number_column, number_texts
 
 if TYPE_CHECKING:
     from nbprec.compare.comparison import Comparison
@@ -274,9 +274,10 @@ def _data_names(names: list[str], benches: list[str], paired: list[bool], reads:
     ]
 
 
-def _ms_texts(values: list[Any]) -> list[str]:
+def _ms_texts(values: list[Any]) -> list[str] | NumberColumn:
     """A column's cells as msprobe's CSV writes them (:func:`_ms_text`), without a call per cell: the numbers
-    formatted together (repr's text, NaN empty), the strings as they are."""
+    formatted together (repr's text, NaN empty; a column of finite numbers and NaN as a column of numbers,
+    :func:`~nbprec.floattext.number_column`), the strings as they are."""
     kinds = list(map(type, values))
     if kinds.count(str) == len(kinds):  # names, dtypes, shapes, verdicts: as they are
         return values
@@ -286,6 +287,8 @@ def _ms_texts(values: list[Any]) -> list[str]:
     if floats == len(kinds):  # statistics and metrics of compared tensors: numbers only
         at = None
         numbers = np.array(values, dtype=np.float64)
+        if not np.isinf(numbers).any():  # (formatted as the rows are joined)
+            return number_column(numbers, "")
         out = float_texts(numbers, "")
     else:
         at = [i for i, kind in enumerate(kinds) if kind is float]
@@ -306,11 +309,12 @@ def _ms_texts(values: list[Any]) -> list[str]:
 def msprobe_rows(comparison: Comparison) -> tuple[list[str], list[tuple[str, ...]]]:
     """msprobe's header for the comparison's mode and one row per target tensor, judged as msprobe judges."""
     header, columns = msprobe_columns(comparison)
-    return header, list(zip(*columns, strict=True))
+    return header, list(zip(*map(number_texts, columns), strict=True))
 
 
-def msprobe_columns(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
-    """:func:`msprobe_rows` a column at a time: the header and each column's cells."""
+def msprobe_columns(comparison: Comparison) -> tuple[list[str], list[list[str] | NumberColumn]]:
+    """:func:`msprobe_rows` a column at a time: the header and each column's cells (or numbers,
+    :func:`~nbprec.floattext.number_column`)."""
     mode = msprobe_mode(comparison)
     cols = _ms_columns(comparison.columns, mode)
     cols["Result"], cols["Err_message"] = verdicts(cols, mode)

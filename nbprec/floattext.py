@@ -69,6 +69,12 @@ def _formatter() -> Any:
     return _C
 
 
+def prepare() -> bool:
+    """Set the C formatter's tables now rather than at its first use (a process about to fork workers that
+    format numbers: they then share them); whether the formatter is built."""
+    return _formatter() is not None
+
+
 def json_texts_function() -> Any:
     """The C function ``json_texts`` (see nbprec/_floattext.c) with its tables set, or None when it is not built:
     a tuple of ints, floats and None as their JSON texts, non-finite floats as the strings of
@@ -117,4 +123,12 @@ def number_texts(column: NumberColumn | list[str]) -> list[str]:
     return float_texts(values, nan) if values.dtype.kind == "f" else list(map(str, values.tolist()))
 
 
-__all__ = ["NumberColumn", "float_texts", "is_number_column", "json_texts_function", "number_column", "number_texts"]
+__all__ = [
+    "NumberColumn",
+    "float_texts",
+    "is_number_column",
+    "json_texts_function",
+    "number_column",
+    "number_texts",
+    "prepare",
+]

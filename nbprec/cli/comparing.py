@@ -39,6 +39,7 @@ def _compare_and_write(args: argparse.Namespace) -> int:
 
     from nbprec._beside import beside
     from nbprec.compare import compare
+    from nbprec.floattext import prepare as prepare_float_texts
     from nbprec.safe_text import write_table_csv
 
     progress = None if args.no_progress else True
@@ -54,6 +55,7 @@ def _compare_and_write(args: argparse.Namespace) -> int:
         comp.to_csv(out / "compare_msaccucmp.csv", layout="msaccucmp")
         comp.to_csv(out / "compare_msprobe.csv", layout="msprobe")
 
+    prepare_float_texts()  # (both sides write numbers: the formatter's tables made once, before the fork)
     with beside(interop_layouts, f"writing compare_msaccucmp.csv and compare_msprobe.csv in {out}"):
         several = _print_comparison(comp, args)
         comp.save(out)

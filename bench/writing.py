@@ -6,8 +6,10 @@ interleaved (the order rotates from round to round), medians of ``--runs``:
 
 - ``float_texts`` against a ``repr`` list over ``--values`` metric-like float64 values (ns per value);
 - with ``--dumps T B``: each file ``nbprec compare -o OUT`` writes (``Comparison.save``: comparison.json and
-  tensors.csv; ops.csv; the msaccucmp and msprobe layouts), with the C formatter and with ``repr`` (the
-  formatter switched off), for the comparison of the two dumps.
+  tensors.csv; ops.csv; the msaccucmp and msprobe layouts), for the comparison of the two dumps, three ways: as
+  nbprec writes it (columns of numbers formatted by the C row joiner as it joins them,
+  :func:`nbprec.floattext.number_column`), with each number made a text first (``float_texts``, then joined: the
+  way before the joiner took numbers), and with ``repr`` (the formatter switched off).
 
 Usage::
 
@@ -27,7 +29,8 @@ import numpy as np
 from timing import interleave, machine, median, runs_text
 
 import nbprec
-from nbprec import floattext
+from nbprec import floattext, safe_text
+from nbprec.compare import exports, msprobe_layout
 from nbprec.safe_text import write_table_csv
 
 
@@ -45,17 +48,31 @@ def numbers(n: int) -> np.ndarray:
     return values
 
 
-def timed(work: Callable[[], object], c_formatter: bool) -> float:
-    """Seconds of ``work()`` with the C formatter on or off."""
+#: The modules that make columns of numbers for the row joiner (their ``number_column``, swapped for the texts way).
+_NUMBER_COLUMN_USERS = (safe_text, exports, msprobe_layout)
+
+
+def _as_texts(values: object, nan: str = "") -> list[str]:
+    """:func:`nbprec.floattext.number_column`'s cells made texts first (the way before the joiner took numbers)."""
+    return floattext.number_texts(floattext.number_column(values, nan))
+
+
+def timed(work: Callable[[], object], c_formatter: bool, numbers_joined: bool = True) -> float:
+    """Seconds of ``work()`` with the C formatter on or off, numbers joined as numbers or made texts first."""
     saved = floattext._C
     if not c_formatter:
         floattext._C = None
+    if not numbers_joined:
+        for module in _NUMBER_COLUMN_USERS:
+            module.number_column = _as_texts
     try:
         start = time.perf_counter()
         work()
         return time.perf_counter() - start
     finally:
         floattext._C = saved
+        for module in _NUMBER_COLUMN_USERS:
+            module.number_column = floattext.number_column
 
 
 def main() -> None:
@@ -94,11 +111,18 @@ def main() -> None:
         try:
             for what, work in files.items():
                 t = interleave(
-                    {"C": lambda w=work: timed(w, True), "repr": lambda w=work: timed(w, False)}, runs, f"{what} "
+                    {
+                        "C": lambda w=work: timed(w, True),
+                        "texts": lambda w=work: timed(w, True, numbers_joined=False),
+                        "repr": lambda w=work: timed(w, False),
+                    },
+                    runs,
+                    f"{what} ",
                 )
+                c, texts, slow = median(t["C"]), median(t["texts"]), median(t["repr"])
                 summary.append(
-                    f"  {what}: C {median(t['C']):.4f} s, repr {median(t['repr']):.4f} s "
-                    f"({median(t['repr']) / median(t['C']):.2f}x; runs C {runs_text(t['C'])})"
+                    f"  {what}: C {c:.4f} s, numbers made texts first {texts:.4f} s ({texts / c:.2f}x), repr"
+                    f" {slow:.4f} s ({slow / c:.2f}x); runs C {runs_text(t['C'])}, texts first {runs_text(t['texts'])}"
                 )
         finally:
             shutil.rmtree(out, ignore_errors=True)

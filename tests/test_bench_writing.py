@@ -38,4 +38,5 @@ def test_writing_times_the_formatter_and_each_file_both_ways():
     assert re.search(r"20000 values: float_texts \d+ ns, repr \d+ ns a value \([0-9.]+x\)", out), out
     assert re.search(r"comparison of \d+ tensors", out), out
     for what in ("save (comparison.json, tensors.csv)", "ops.csv", "compare_msaccucmp.csv", "compare_msprobe.csv"):
-        assert re.search(rf"{re.escape(what)}: C [0-9.]+ s, repr [0-9.]+ s \([0-9.]+x", out), (what, out)
+        pattern = rf"{re.escape(what)}: C [0-9.]+ s, numbers made texts first [0-9.]+ s \([0-9.]+x\), repr [0-9.]+ s"
+        assert re.search(pattern, out), (what, out)

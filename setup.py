@@ -3,8 +3,9 @@
 - ``nbprec.compare._fused``: the one-pass metric kernel and the metrics made from its sums;
 - ``nbprec.formats._zipdir``: the directory of a ``torch.save`` archive (the pure-Python twin in
   ``nbprec/formats/_pt.py`` does the same, slower);
-- ``nbprec.formats._msprobescan``: the usual msprobe ``dump.json`` read into its index columns in C (without
-  it, or for anything unusual, by the Python reader of ``nbprec/formats/msprobe_index.py``);
+- ``nbprec.formats._msprobescan``: the usual msprobe ``dump.json`` read into its index columns in C, and what
+  its op keys say (without it, or for anything unusual, by the Python reader of
+  ``nbprec/formats/msprobe_index.py``);
 - ``nbprec.capture._stats``: the capture's one-pass tensor statistics (without it the capture computes
   them with numpy, slower);
 - ``nbprec.capture._npyio`` (POSIX): the capture's payload files, written by C threads that never wait for
@@ -108,7 +109,11 @@ setup(
             optional=True,
         ),
         Extension("nbprec.formats._zipdir", ["nbprec/formats/_zipdir.c"], optional=True),
-        Extension("nbprec.formats._msprobescan", ["nbprec/formats/_msprobescan.c"], optional=True),
+        Extension(
+            "nbprec.formats._msprobescan",
+            ["nbprec/formats/_msprobescan.c", "nbprec/formats/_msprobescan_keys.c"],
+            optional=True,
+        ),
         # dlopen/dlsym (the OpenMP runtime torch loaded): in libdl before glibc 2.34
         Extension(
             "nbprec.capture._stats",

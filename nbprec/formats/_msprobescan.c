@@ -971,8 +971,13 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
     return result;
 }
 
+/* op_kinds: nbprec/formats/_msprobescan_keys.c */
+PyObject *msprobe_op_kinds(PyObject *self, PyObject *args);
+extern const char msprobe_op_kinds_doc[];
+
 static PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS, scan_doc},
+    {"op_kinds", msprobe_op_kinds, METH_VARARGS, msprobe_op_kinds_doc},
     {NULL, NULL, 0, NULL},
 };
 

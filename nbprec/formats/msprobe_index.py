@@ -35,7 +35,12 @@ from nbprec.formats._layout import DumpSource, read_json_file
 from nbprec.formats.msprobe_columns import BATCH, ROLES, SLOTS, TensorColumns
 from nbprec.formats.msprobe_folder import TENSOR_DIR, tensor_folder
 from nbprec.formats.msprobe_keys import parse_op_key
-from nbprec.formats.msprobe_scan import ScannedDump, scan_dump_json
+from nbprec.formats.msprobe_scan import ScannedDump, batch_ends, scan_dump_json
+
+try:
+    from nbprec.formats._msprobescan import op_kinds as _op_kinds
+except ImportError:  # built without a C compiler: the keys read in Python (_op_key)
+    _op_kinds = None
 
 # section of an op entry -> role; rows follow this order (inputs, parameters, outputs, as msprobe's compare CSV)
 _SECTIONS = dict(input_args="input", input_kwargs="input", input="input", parameters="parameter", output="output")
@@ -296,25 +301,32 @@ class DumpSourceReader:
         problems come in the same order."""
         ops_of, roles, slots, *rest = scanned.fields
         fields = (ops_of, roles, list(map(self._strings.setdefault, slots, slots)), *rest)
-        tensors, per_op = self._tensors, scanned.per_op
-        start = pending = 0
-        for order, key in enumerate(scanned.keys):
-            kind, call, grads = self._op_key(key)
-            self._ops.append(key)
-            self._op_order.append(order)
-            self._op_call.append(call)
-            self._op_kind.append(kind)
-            pending += per_op[order]
-            if not grads and pending >= BATCH:  # where _add_ops takes a batch
-                tensors.extend(self._ops, fields, slice(start, start + pending))
-                start, pending = start + pending, 0
-        if pending:
-            tensors.extend(self._ops, fields, slice(start, start + pending))
+        tensors, per_op, keys = self._tensors, scanned.per_op, scanned.keys
+        start = first = 0
+        for end in batch_ends(scanned, BATCH):
+            kinds, calls, _ = self._op_kinds(keys[first:end])  # (their problems said before the batch's)
+            self._ops.extend(keys[first:end])
+            self._op_order.extend(range(first, end))
+            self._op_call.frombytes(calls)
+            self._op_kind.frombytes(kinds)
+            stop = start + sum(per_op[first:end])
+            if stop > start:
+                tensors.extend(self._ops, fields, slice(start, stop))
+            start, first = stop, end
         for op, role, slot, value in scanned.calls:
             name = _CALL_KEYS[role][slot] if type(slot) is int else self._intern(f"{ROLES[role]}.{slot}")
             self.calls.setdefault(scanned.keys[op], {})[name] = value
         self.non_tensor += scanned.non_tensor
         self._n_ops = len(scanned.keys)
+
+    def _op_kinds(self, keys: list[str]) -> tuple[bytes, bytes, bytes]:
+        """:meth:`_op_key` of each key: kind codes, call indices (bytes of int64), gradient flags (bytes); in C
+        (nbprec/formats/_msprobescan_keys.c, on this reader's caches) but for the keys it leaves to _op_key."""
+        if _op_kinds is not None:
+            caches = self.hierarchy, self._api_kinds, self._kinds, self._modules
+            return _op_kinds(keys, *caches, _module_path, self._op_key)
+        kinds, calls, grads = zip(*map(self._op_key, keys), strict=True) if keys else ((), (), ())
+        return array("q", kinds).tobytes(), array("q", calls).tobytes(), bytes(grads)
 
     def _op_key(self, key: str) -> tuple[int, int, bool]:
         """(op-kind code, call index, parameter gradients?) of an op key. The usual key, an API call

@@ -44,6 +44,7 @@ class ScannedDump(NamedTuple):
 
     meta: dict[str, Any]  # the top object's scalar members
     keys: list[str]  # the op keys of data, in order
+    grads: bytes  # per op: 1 when its key names parameter gradients (as parse_op_key reads it: checked)
     fields: tuple
     per_op: list[int]  # tensors of each op
     calls: list[tuple[int, int, int | str, Any]]  # (op, role, slot, value) of scalar arguments, in row order
@@ -81,7 +82,22 @@ def scan_dump_json(path: Path) -> ScannedDump | None:
         calls = sorted(calls, key=lambda call: (call[0], call[4]))
     per_op = np.bincount(ops, minlength=len(keys)).tolist() if len(ops) else [0] * len(keys)
     fields = (ops.tobytes(), roles, slots, data_names, dtypes, shapes, md5s, stats)
-    return ScannedDump(meta, keys, fields, per_op, [call[:4] for call in calls], others)
+    return ScannedDump(meta, keys, grads, fields, per_op, [call[:4] for call in calls], others)
+
+
+def batch_ends(scanned: ScannedDump, batch: int) -> list[int]:
+    """The positions of the ops after which the Python reader (``DumpSourceReader._add_ops``) takes a batch of
+    tensors (once ``batch`` are pending, at an op that is not parameter gradients), and the end of the last: the
+    scanned dump's ops and tensors are added in the same batches, so that problems come in the same order."""
+    ends, pending, grads = [], 0, scanned.grads
+    for order, count in enumerate(scanned.per_op):
+        pending += count
+        if pending >= batch and not grads[order]:
+            ends.append(order + 1)
+            pending = 0
+    if not ends or ends[-1] < len(scanned.keys):
+        ends.append(len(scanned.keys))
+    return ends
 
 
 def _gradients_agree(keys: list[str], grads: bytes) -> bool:
@@ -94,4 +110,4 @@ def _gradients_agree(keys: list[str], grads: bytes) -> bool:
     return True
 
 
-__all__ = ["SCAN_BELOW", "ScannedDump", "scan_dump_json"]
+__all__ = ["SCAN_BELOW", "ScannedDump", "batch_ends", "scan_dump_json"]

@@ -6,11 +6,12 @@
  *
  * It works on the reader's own caches, as _op_key, _api_kind and _kind do, in the same order (kind codes are
  * numbered as combinations are first met): api_kinds, (api, direction, parent) -> kind; kinds, (api, op type,
- * direction, module) -> kind, a new one numbered len(kinds); modules, parent -> module path, a new parent's
- * path made by module_path(parent). Every other key (not ASCII, not an API call: a module call, a name that
- * follows no naming) goes to op_key(key), the reader's method, which returns (kind, call, grads) and words the
- * problems. tests/formats/test_msprobe_scan.py holds this to the Python loop on every fixture and on keys made
- * to differ in every way.
+ * direction, module) -> kind, a new one numbered len(kinds); modules, parent -> module path (a new parent's read
+ * here too, by module_path(parent), the reader's function, when it is not ASCII). Module-call keys
+ * (`{Module|Cell}.{path}.{Class}.{direction}.{call}`) are read here as parse_op_key reads them; every other key
+ * (not ASCII, a name that follows no naming) goes to op_key(key), the reader's method, which returns (kind, call,
+ * grads) and words the problems. tests/formats/test_msprobe_op_kinds.py holds this to the Python loop on keys of
+ * every form and of odd ones, caches and problems included.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -126,6 +127,21 @@ static PyObject *module_kind(PyObject *key, const char *text, Py_ssize_t kind_of
     return kind;
 }
 
+/* The module path of a module call key (msprobe_index._module_path): '' for a key of another form, or anything
+   but a str; module_path(parent) for a key that is not ASCII. A new reference, or NULL with an exception set. */
+static PyObject *parent_module(PyObject *parent, PyObject *module_path)
+{
+    Py_ssize_t api_end, type_start, type_end, module_start;
+    int direction;
+    long long call;
+    if (!PyUnicode_CheckExact(parent)) return PyUnicode_New(0, 127);
+    if (!PyUnicode_IS_ASCII(parent)) return PyObject_CallOneArg(module_path, parent);
+    if (read_key((const char *)PyUnicode_DATA(parent), PyUnicode_GET_LENGTH(parent), &api_end, &direction, &call,
+                 &type_start, &type_end, &module_start) != 2)
+        return PyUnicode_New(0, 127); /* an API call (no module) or a key parse_op_key refuses */
+    return PyUnicode_Substring(parent, module_start, type_start - 1);
+}
+
 /* The kind code of an API call of `api` in `direction` from the module call `parent` (_api_kind): a new reference,
    or NULL with an exception set. */
 static PyObject *api_kind(PyObject *api, PyObject *direction, PyObject *parent, PyObject *kinds, PyObject *modules,
@@ -136,7 +152,7 @@ static PyObject *api_kind(PyObject *api, PyObject *direction, PyObject *parent, 
     module = PyDict_GetItemWithError(modules, parent); /* borrowed */
     if (module == NULL) {
         if (PyErr_Occurred()) return NULL;
-        module = PyObject_CallOneArg(module_path, parent);
+        module = parent_module(parent, module_path);
         if (module == NULL) return NULL;
         if (PyDict_SetItem(modules, parent, module) < 0) {
             Py_DECREF(module);

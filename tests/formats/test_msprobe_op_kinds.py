@@ -52,6 +52,15 @@ ODD_KEYS = [
 ]
 
 
+#: Parents a construct.json of another tool, or a damaged one, may name: none is a module call of the usual form.
+ODD_PARENTS = [
+    *ODD_KEYS,
+    "Module.caf\u00e9.Linear.forward.0",  # not ASCII: the reader's own function reads it
+    "Functional.linear.0.forward",  # an API call: no module
+    "Module.blocks.0.attn.Attention.backward.2",
+]
+
+
 def _keys(rng: random.Random, n: int) -> tuple[list[str], dict[str, str | None]]:
     """Keys as a mixed-level dump has them (API calls inside module calls, module calls, their gradients, some
     odd ones) and a construct.json hierarchy naming most calls' parent module call."""
@@ -72,9 +81,11 @@ def _keys(rng: random.Random, n: int) -> tuple[list[str], dict[str, str | None]]
         else:
             key = rng.choice(ODD_KEYS)
         keys.append(key)
-        if rng.random() < 0.8:
-            parent = rng.choice([*modules, None])
-            hierarchy[key] = f"{parent}.forward.0" if isinstance(parent, str) else None
+        if rng.random() < 0.8:  # its parent: a module call, or (a damaged construct.json) anything else
+            parent = rng.choice([*modules, None, "odd"])
+            hierarchy[key] = (
+                f"{parent}.forward.0" if parent not in (None, "odd") else parent and rng.choice(ODD_PARENTS)
+            )
     return keys, hierarchy
 
 

@@ -82,17 +82,32 @@ def _keyed(source: Columns, positions: np.ndarray, names: list[str]) -> Columns:
     return Columns({**{c: source[c][positions] for c in names}, "_pos": positions}, len(positions))
 
 
-def _unique_keys(keys: Columns, on: list[str]) -> dict[tuple, int]:
-    """{key: position} for the keys (tuples of the ``on`` columns) that occur once."""
-    rows = list(zip(*(keys[c].tolist() for c in on), strict=True))
+def _unique_keys(keys: Columns, on: list[str]) -> dict[Any, int]:
+    """{key: position} for the keys (tuples of the ``on`` columns; the value itself for one column) that occur
+    once."""
+    rows = keys[on[0]].tolist() if len(on) == 1 else list(zip(*(keys[c].tolist() for c in on), strict=True))
+    positions = keys["_pos"].tolist()
+    if len(set(rows)) == len(rows):  # (the usual case: every key once)
+        return dict(zip(rows, positions, strict=True))
     counts = Counter(rows)
-    return {k: p for k, p in zip(rows, keys["_pos"].tolist(), strict=True) if counts[k] == 1}
+    return {k: p for k, p in zip(rows, positions, strict=True) if counts[k] == 1}
+
+
+def _one_value(values: np.ndarray) -> Any:
+    """The value every row of a column of numbers holds, or None (text columns, several values, none)."""
+    if values.dtype.kind not in "biu" or not len(values) or values.min() != values.max():
+        return None
+    return values[0].item()
 
 
 def _merge_unique(t_keys: Columns, b_keys: Columns, on: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs of positions whose keys are equal and unique on both sides (in target order)."""
+    """Pairs of positions whose keys are equal and unique on both sides (in target order). A key column of
+    numbers holding one value, the same on both sides (the step and rank of a one-run pair), is left out of the
+    keys: it tells no row from another."""
     if t_keys.empty or b_keys.empty:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    same = [c for c in on if (v := _one_value(t_keys[c])) is not None and v == _one_value(b_keys[c])]
+    on = [c for c in on if c not in same] or on
     t_unique, b_unique = _unique_keys(t_keys, on), _unique_keys(b_keys, on)
     pairs = sorted((t, b_unique[k]) for k, t in t_unique.items() if k in b_unique)
     t = np.fromiter((p[0] for p in pairs), dtype=np.int64, count=len(pairs))

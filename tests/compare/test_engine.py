@@ -371,6 +371,34 @@ def test_a_key_shared_by_two_tensors_on_one_side_pairs_neither():
     assert exact.pairs["match"].tolist()[0] == "exact" and exact.pairs["b"].tolist() == [0, 1, 3]
 
 
+def test_a_step_or_rank_held_by_every_row_still_tells_the_sides_apart():
+    """Matching leaves out of its keys a column of numbers holding one value on both sides (the step and rank of
+    a one-run pair); a step or rank that varies still keys the match (one step on each side: aligned, as before)."""
+    from nbprec.dump_index import make_index
+
+    def rows(names, steps):
+        return make_index(
+            [
+                {"name": n, "op": f"op{k}", "order": k, "api": "", "call": -1, "step": s}
+                for k, (n, s) in enumerate(zip(names, steps, strict=True))
+            ]
+        )
+
+    names = ["a", "b", "c"]
+    same = match_tensors(rows(names, [0, 0, 0]), rows(names, [0, 0, 0]), by_order=False).pairs
+    assert same["b"].tolist() == [0, 1, 2] and set(same["match"].tolist()) == {"exact"}
+    aligned = match_tensors(rows(names, [0, 0, 0]), rows(names, [1, 1, 1]), by_order=False).pairs
+    assert aligned["b"].tolist() == [0, 1, 2]  # one step a side: the benchmark's is taken as the target's
+    other = match_tensors(rows(names, [0, 0, 1]), rows(names, [1, 1, 1]), by_order=False).pairs
+    assert other["b"].tolist() == [-1, -1, 2]
+    one_side = match_tensors(rows(names, [0, 0, 0]), rows(names, [0, 1, 1]), by_order=False).pairs
+    assert one_side["b"].tolist() == [0, -1, -1]  # one step on the target's side only: still a key
+    mixed = match_tensors(rows(["a", "a", "c"], [0, 1, 0]), rows(["a", "a", "c"], [1, 0, 0]), by_order=False).pairs
+    assert mixed["b"].tolist() == [1, 0, 2]
+    twice = match_tensors(rows(["a", "a", "c"], [0, 0, 0]), rows(names, [0, 0, 0]), by_order=False).pairs
+    assert twice["b"].tolist() == [-1, -1, 2]  # a name twice on one side (one step): neither paired
+
+
 def test_table_columns_per_step_rank_and_op(tmp_path):
     """The table's index-derived columns on two steps, with a benchmark tensor missing: the side columns, the
     non-finite counts (from counts, or from the extremes when counts are unknown), the running precision

@@ -179,7 +179,13 @@ class TensorColumns:
             named = [type(d) is str and d != "" for d in data_names]
             files = [d for d, ok in zip(data_names, named, strict=True) if ok]
         names = list(map(str.removesuffix, files, repeat(".pt")))
-        if len(files) < len(data_names):  # statistics mode (no payloads): msprobe's own names, derived
+        if not files and data_names:  # statistics and md5 modes: every name derived, a column at a time
+            rows = slice(first, first + len(data_names))
+            heads = map(
+                str.__add__, map(ops.__getitem__, self.op_of[rows]), map(_NAME_WORDS.__getitem__, self.roles[rows])
+            )
+            names = list(map(str.__add__, heads, self.slots[rows]))
+        elif len(files) < len(data_names):  # some payloads not named: msprobe's own names, derived
             given = iter(names)
             op_of, roles, slots = self.op_of, self.roles, self.slots
             names = [

@@ -94,7 +94,7 @@ def float_texts(values: Any, nan: str = "") -> list[str]:
 
 #: A column of numbers as ``nbprec._csvjoin.join_rows`` takes it: (a contiguous float64 or int64 array, the text of
 #: NaN); :func:`number_texts` gives its cells as text.
-NumberColumn = tuple
+NumberColumn = tuple[np.ndarray, str]
 
 
 def number_column(values: Any, nan: str = "") -> NumberColumn | list[str]:

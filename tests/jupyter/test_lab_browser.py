@@ -90,23 +90,28 @@ def close_menu(page) -> None:
     page.keyboard.press("Escape")
 
 
-def search_command_palette(page, text: str) -> None:
-    """Type ``text`` in the command palette's search box. JupyterLab's palette is modal and hides when it loses the
-    focus: opened while a notebook of an earlier test still draws its widgets (one took the focus at once, on CI),
-    it may close before it is typed in; it is then opened again, up to five times."""
+def choose_from_command_palette(page, text: str, label: str, screenshot: str) -> None:
+    """Type ``text`` in the command palette's search box and click the item ``label``. JupyterLab's palette is
+    modal and hides when it loses the focus: opened while a notebook of an earlier test still draws its widgets
+    (one took the focus at once, on CI), it may close before it is typed in, or between the item showing and the
+    click; the whole sequence is then tried again, up to five times."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     box = page.locator(".lm-CommandPalette-input")
+    item = page.locator(".lm-CommandPalette-item", has_text=label).first
+    bs.ARTIFACTS.mkdir(exist_ok=True)
     for _ in range(5):
         run_command(page, "apputils:activate-command-palette")
         try:
             box.fill(text, timeout=6_000)
+            item.wait_for(timeout=10_000)
+            page.screenshot(path=str(bs.ARTIFACTS / screenshot))
+            item.click(timeout=6_000)
             return
         except PlaywrightTimeout:
             close_menu(page)
-    bs.ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(bs.ARTIFACTS / "lab-no-command-palette.png"))
-    raise AssertionError("the command palette did not show in five tries")
+    raise AssertionError(f"the command palette did not offer {label!r} for {text!r} in five tries")
 
 
 def wait_dashboard(page) -> float:
@@ -281,11 +286,9 @@ def test_dialog_says_what_is_wrong_with_a_path(lab_page):
 
 
 def test_command_palette_lists_the_investigation(lab_page):
-    search_command_palette(lab_page, "precision investigation")
-    item = lab_page.locator(".lm-CommandPalette-item", has_text="New precision investigation").first
-    item.wait_for(timeout=30_000)
-    lab_page.screenshot(path=str(bs.ARTIFACTS / "lab-command-palette.png"))
-    item.click()
+    choose_from_command_palette(
+        lab_page, "precision investigation", "New precision investigation", "lab-command-palette.png"
+    )
     dialog = lab_page.locator(".jp-Dialog")
     dialog.wait_for(timeout=30_000)
     dialog.locator("button", has_text="Cancel").click()

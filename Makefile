@@ -25,10 +25,10 @@ install: $(STAMP)
 # import hook instead, which every Python process of the virtualenv loads at start-up (pathlib, re, urllib and
 # more: about 15 ms, half the start-up of an nbprec command served by the command daemon).
 
-$(STAMP): Makefile pyproject.toml setup.py nbprec/compare/_fused.c nbprec/compare/_fused_metrics.c \
-		nbprec/compare/_fused.h nbprec/formats/_zipdir.c nbprec/capture/_stats.c \
-		nbprec/capture/_npyio.c nbprec/capture/_indexlines.c nbprec/capture/_walks.c nbprec/_floattext.c \
-		nbprec/_csvjoin.c nbprec/_hugeheap.c nbprec/graph/_textformat.c nbprec/formats/_msprobescan.c nbprec/labextension/package.json
+# The C extensions' sources and headers (setup.py lists what each extension is built from): any edit reinstalls.
+C_SOURCES := $(wildcard nbprec/*.c nbprec/*.h nbprec/*/*.c nbprec/*/*.h)
+
+$(STAMP): Makefile pyproject.toml setup.py $(C_SOURCES) nbprec/labextension/package.json
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e ".[$(EXTRAS)]" --config-settings editable_mode=compat
 	@touch $(STAMP)

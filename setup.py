@@ -4,7 +4,7 @@
 - ``nbprec.formats._zipdir``: the directory of a ``torch.save`` archive (the pure-Python twin in
   ``nbprec/formats/_pt.py`` does the same, slower);
 - ``nbprec.formats._msprobescan``: the usual msprobe ``dump.json`` read into its index columns in C, and what
-  its op keys say (without it, or for anything unusual, by the Python reader of
+  its op keys and shapes say (without it, or for anything unusual, by the Python reader of
   ``nbprec/formats/msprobe_index.py``);
 - ``nbprec.capture._stats``: the capture's one-pass tensor statistics (without it the capture computes
   them with numpy, slower);
@@ -111,7 +111,11 @@ setup(
         Extension("nbprec.formats._zipdir", ["nbprec/formats/_zipdir.c"], optional=True),
         Extension(
             "nbprec.formats._msprobescan",
-            ["nbprec/formats/_msprobescan.c", "nbprec/formats/_msprobescan_keys.c"],
+            [
+                "nbprec/formats/_msprobescan.c",
+                "nbprec/formats/_msprobescan_keys.c",
+                "nbprec/formats/_msprobescan_columns.c",
+            ],
             optional=True,
         ),
         # dlopen/dlsym (the OpenMP runtime torch loaded): in libdl before glibc 2.34

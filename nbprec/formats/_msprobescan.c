@@ -974,10 +974,16 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
 /* op_kinds: nbprec/formats/_msprobescan_keys.c */
 PyObject *msprobe_op_kinds(PyObject *self, PyObject *args);
 extern const char msprobe_op_kinds_doc[];
+PyObject *msprobe_shape_ids(PyObject *self, PyObject *args);
+extern const char msprobe_shape_ids_doc[];
+PyObject *msprobe_derived_names(PyObject *self, PyObject *args);
+extern const char msprobe_derived_names_doc[];
 
 static PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS, scan_doc},
     {"op_kinds", msprobe_op_kinds, METH_VARARGS, msprobe_op_kinds_doc},
+    {"shape_ids", msprobe_shape_ids, METH_VARARGS, msprobe_shape_ids_doc},
+    {"derived_names", msprobe_derived_names, METH_VARARGS, msprobe_derived_names_doc},
     {NULL, NULL, 0, NULL},
 };
 

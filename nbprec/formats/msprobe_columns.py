@@ -37,6 +37,12 @@ _MAX_NUMEL = (1 << 63) - 1
 _INVALID, _TOO_MANY, _UNSEEN = -1, -2, -3
 _canonical = functools.lru_cache(maxsize=256)(canonical_dtype)  # one dump names a handful of dtypes
 
+try:
+    from nbprec.formats._msprobescan import derived_names as _derived_names_in_c
+    from nbprec.formats._msprobescan import shape_ids as _shape_ids_in_c
+except ImportError:  # built without a C compiler: the shapes and names in Python
+    _derived_names_in_c = _shape_ids_in_c = None
+
 
 def to_float(value: Any) -> float:
     """A statistic as float; NaN for None, containers and text that is not a number."""
@@ -175,16 +181,15 @@ class TensorColumns:
         if {str}.issuperset(map(type, data_names)) and "" not in data_names:  # every entry names its payload
             named = [True] * len(data_names)
             files = data_names
+        elif not any(data_names):  # none does (None, '': statistics and md5 modes)
+            named = [False] * len(data_names)
+            files = []
         else:
             named = [type(d) is str and d != "" for d in data_names]
             files = [d for d, ok in zip(data_names, named, strict=True) if ok]
         names = list(map(str.removesuffix, files, repeat(".pt")))
         if not files and data_names:  # statistics and md5 modes: every name derived, a column at a time
-            rows = slice(first, first + len(data_names))
-            heads = map(
-                str.__add__, map(ops.__getitem__, self.op_of[rows]), map(_NAME_WORDS.__getitem__, self.roles[rows])
-            )
-            names = list(map(str.__add__, heads, self.slots[rows]))
+            names = self._derived_names(ops, first, len(data_names))
         elif len(files) < len(data_names):  # some payloads not named: msprobe's own names, derived
             given = iter(names)
             op_of, roles, slots = self.op_of, self.roles, self.slots
@@ -211,6 +216,14 @@ class TensorColumns:
             for i in [i for i, ok in enumerate(named) if ok and data_names[i] != names[i] + ".pt"]:
                 self.payload_names[first + i] = data_names[i]
         return names, bytes(named)
+
+    def _derived_names(self, ops: list[str], first: int, count: int) -> list[str]:
+        """msprobe's names of the tensors at rows ``first`` to ``first + count``: op key, role word and slot."""
+        if _derived_names_in_c is not None:
+            return _derived_names_in_c(ops, self.op_of, self.roles, self.slots, _NAME_WORDS, first, count)
+        rows = slice(first, first + count)
+        heads = map(str.__add__, map(ops.__getitem__, self.op_of[rows]), map(_NAME_WORDS.__getitem__, self.roles[rows]))
+        return list(map(str.__add__, heads, self.slots[rows]))
 
     def _dtype_column(self, raw: list, first: int, found: list) -> None:
         cache = self._dtypes
@@ -240,26 +253,36 @@ class TensorColumns:
         return dtype
 
     def _shape_column(self, raw: list, first: int, found: list) -> None:
-        cache = self._shape_ids
-        if {list}.issuperset(map(type, raw)) and {int}.issuperset(map(type, chain.from_iterable(raw))):
-            shapes = list(map(tuple, raw))  # sizes are ints, never bools: cacheable
-            for shape in dict.fromkeys(shapes):  # each new shape once, in order of appearance
-                if shape not in cache:
-                    self._shape_id(list(shape))
-            ids = list(map(cache.get, shapes, repeat(_UNSEEN)))
+        """Each tensor's shape id (:meth:`_shape_id`), and the problems of the shapes that have none. The usual
+        shapes (lists of sizes) are looked up and added in C when it is built (``_msprobescan.shape_ids``), the
+        others by :meth:`_shape_id`, in row order: the ids of the Python way."""
+        if _shape_ids_in_c is not None and type(raw) is list:
+            in_c = _shape_ids_in_c(raw, self._shape_ids, self.shapes, self.numels, _UNSEEN)
+            ids = np.frombuffer(in_c, dtype=np.int64).copy()
+            for i in np.flatnonzero(ids == _UNSEEN).tolist():
+                ids[i] = self._shape_id(raw[i])
         else:
-            ids = [self._shape_id(s) for s in raw]
-        if _UNSEEN in ids:
-            ids = [self._shape_id(s) if i == _UNSEEN else i for i, s in zip(ids, raw, strict=True)]
-        if _INVALID in ids or _TOO_MANY in ids:
-            for i, shape_id in enumerate(ids):
-                if shape_id == _INVALID:
-                    found.append((first + i, 1, f"shape {shown(raw[i])} is not a list of sizes; shape unknown"))
-                elif shape_id == _TOO_MANY:
-                    what = f"shape {list(raw[i])} has more elements than an index can count; shape unknown"
-                    found.append((first + i, 1, what))
-                    ids[i] = _INVALID
-        self.shape_ids.extend(ids)
+            cache = self._shape_ids
+            if {list}.issuperset(map(type, raw)) and {int}.issuperset(map(type, chain.from_iterable(raw))):
+                shapes = list(map(tuple, raw))  # sizes are ints, never bools: cacheable
+                for shape in dict.fromkeys(shapes):  # each new shape once, in order of appearance
+                    if shape not in cache:
+                        self._shape_id(list(shape))
+                found_ids = list(map(cache.get, shapes, repeat(_UNSEEN)))
+            else:
+                found_ids = [self._shape_id(s) for s in raw]
+            ids = np.array(
+                [self._shape_id(s) if i == _UNSEEN else i for i, s in zip(found_ids, raw, strict=True)],
+                dtype=np.int64,
+            )
+        for i in np.flatnonzero(ids < 0).tolist():  # _INVALID or _TOO_MANY
+            if ids[i] == _INVALID:
+                found.append((first + i, 1, f"shape {shown(raw[i])} is not a list of sizes; shape unknown"))
+            else:
+                what = f"shape {list(raw[i])} has more elements than an index can count; shape unknown"
+                found.append((first + i, 1, what))
+                ids[i] = _INVALID
+        self.shape_ids.frombytes(ids.tobytes())
 
     def _shape_id(self, raw: Any) -> int:
         """The position of a recorded shape in :attr:`shapes` (added when new), or a code of why it is none.

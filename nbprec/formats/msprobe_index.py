@@ -313,7 +313,7 @@ class DumpSourceReader:
             if stop > start:
                 tensors.extend(self._ops, fields, slice(start, stop))
             start, first = stop, end
-        for op, role, slot, value in scanned.calls:
+        for op, role, slot, value, _rank in scanned.calls:
             name = _CALL_KEYS[role][slot] if type(slot) is int else self._intern(f"{ROLES[role]}.{slot}")
             self.calls.setdefault(scanned.keys[op], {})[name] = value
         self.non_tensor += scanned.non_tensor

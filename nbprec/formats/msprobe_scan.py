@@ -47,7 +47,7 @@ class ScannedDump(NamedTuple):
     grads: bytes  # per op: 1 when its key names parameter gradients (as parse_op_key reads it: checked)
     fields: tuple
     per_op: list[int]  # tensors of each op
-    calls: list[tuple[int, int, int | str, Any]]  # (op, role, slot, value) of scalar arguments, in row order
+    calls: list[tuple[int, int, int | str, Any, int]]  # (op, role, slot, value, rank) of scalar arguments, in row order
     non_tensor: int  # arguments that are not tensors
 
 
@@ -82,7 +82,7 @@ def scan_dump_json(path: Path) -> ScannedDump | None:
         calls = sorted(calls, key=lambda call: (call[0], call[4]))
     per_op = np.bincount(ops, minlength=len(keys)).tolist() if len(ops) else [0] * len(keys)
     fields = (ops.tobytes(), roles, slots, data_names, dtypes, shapes, md5s, stats)
-    return ScannedDump(meta, keys, grads, fields, per_op, [call[:4] for call in calls], others)
+    return ScannedDump(meta, keys, grads, fields, per_op, calls, others)
 
 
 def batch_ends(scanned: ScannedDump, batch: int) -> list[int]:

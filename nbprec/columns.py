@@ -238,6 +238,10 @@ def group_codes(*keys: np.ndarray) -> tuple[np.ndarray, int]:
     n = len(keys[0]) if keys else 0
     if n == 0:
         return np.zeros(0, dtype=np.int64), 0
+    if len(keys) == 1 and keys[0].dtype == object:  # one text key: factorize numbers by first appearance too
+        codes, uniques = factorize(keys[0])
+        if not (codes < 0).any():  # (None and NaN, one group of their own, need the general way)
+            return codes, len(uniques)
     combined = np.zeros(n, dtype=np.int64)
     for key in keys:
         if key.dtype == object:
@@ -334,6 +338,13 @@ def factorize_here(values: np.ndarray) -> tuple[np.ndarray, list]:
     return np.fromiter(map(codes.__getitem__, items), np.int64, len(items)), uniques
 
 
+def missing_mask(values: Any) -> np.ndarray:
+    """Where an ``object`` column holds None or NaN (the one value not equal to itself), a bool per row: what
+    ``v is None or v != v`` says of each value, found by numpy's elementwise comparisons."""
+    values = np.asarray(values, dtype=object)
+    return (values == None) | (values != values)  # noqa: E711 (elementwise)
+
+
 def text_in(values: np.ndarray, choices: Iterable[str]) -> np.ndarray:
     """Whether each value of a text (``object``) column is one of ``choices`` (``np.isin`` for text, without
     sorting the column)."""
@@ -341,4 +352,14 @@ def text_in(values: np.ndarray, choices: Iterable[str]) -> np.ndarray:
     return np.fromiter(map(wanted.__contains__, values.tolist()), bool, len(values))
 
 
-__all__ = ["Columns", "as_columns", "cell_texts", "distinct", "factorize", "group_codes", "text_in", "text_table"]
+__all__ = [
+    "Columns",
+    "as_columns",
+    "cell_texts",
+    "distinct",
+    "factorize",
+    "group_codes",
+    "missing_mask",
+    "text_in",
+    "text_table",
+]

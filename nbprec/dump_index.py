@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from nbprec.columns import Columns
+from nbprec.columns import Columns, missing_mask
 from nbprec.dtypes import canonical_dtype
 from nbprec.stats import STAT_COLUMNS
 
@@ -177,11 +177,6 @@ def _floats(values: Any) -> np.ndarray:
         return np.array([_number(v) for v in values], dtype=np.float64)
 
 
-def _missing(values: np.ndarray) -> np.ndarray:
-    """Where an ``object`` column holds None or NaN."""
-    return np.fromiter((v is None or v != v for v in values.tolist()), bool, len(values))
-
-
 def _fix_columns(columns: Columns, run: str) -> Columns:
     """Defaults and column types for a column-wise index (readers that build a DataFrame themselves)."""
     n = len(columns)
@@ -206,7 +201,7 @@ def _fix_columns(columns: Columns, run: str) -> Columns:
             out[column] = values.astype(object)
         else:
             text = values.astype(object)
-            missing = _missing(text)
+            missing = missing_mask(text)
             if column == "run" and run:
                 missing |= text == ""
                 fill = run
@@ -240,7 +235,7 @@ def _typed_columns(columns: Mapping[str, Any], run: str) -> Columns:
             out[column] = np.full(n, _DEFAULTS[column], dtype=np.int64)
     if run and "run" in columns:
         values = out["run"].astype(object)
-        out["run"] = np.where((values == "") | _missing(values), run, values)
+        out["run"] = np.where((values == "") | missing_mask(values), run, values)
     return _finish_index(out)
 
 

@@ -86,6 +86,10 @@ def test_codes_are_pandas_groups_and_factors():
     codes, n = group_codes(step, op)
     expected = pd.DataFrame({"s": step, "o": op}).groupby(["s", "o"], sort=False, dropna=False).ngroup()
     assert n == expected.max() + 1 and (codes == expected.to_numpy()).all()
+    for key in (op, np.array([f"op{i}" for i in rng.integers(0, 40, 500)], dtype=object)):  # one key
+        codes, n = group_codes(key)  # (with missing values, and without: where factorize gives the groups)
+        expected = pd.DataFrame({"o": key}).groupby("o", sort=False, dropna=False).ngroup()
+        assert n == expected.max() + 1 and codes.tolist() == expected.tolist()
     mine, uniques = factorize_here(op)
     theirs, their_uniques = pd.factorize(op, use_na_sentinel=True)
     assert (mine == theirs).all() and uniques == list(their_uniques) and (factorize(op)[0] == theirs).all()
@@ -191,6 +195,16 @@ def test_cell_texts_are_str_of_each_cell_and_empty_where_missing():
     words = np.array(["x", "=1", "y"], dtype=object)
     assert cell_texts(words) == ["x", "=1", "y"]
     assert cell_texts(np.array([], dtype=object)) == []
+
+
+def test_missing_mask_is_none_or_nan_as_pandas_isna_finds_them():
+    from nbprec.columns import missing_mask
+
+    mixed = np.array(["a", None, float("nan"), np.float64("nan"), 3, 0.0, "", False, (1, 2), [None]], dtype=object)
+    assert missing_mask(mixed).tolist() == pd.isna(pd.Series(mixed)).tolist()
+    assert missing_mask(mixed).tolist() == [False, True, True, True, False, False, False, False, False, False]
+    assert missing_mask(["x", None]).tolist() == [False, True]  # a list as well as an array
+    assert missing_mask(np.array([], dtype=object)).tolist() == []
 
 
 @pytest.mark.parametrize("pandas_loaded", [True, False])

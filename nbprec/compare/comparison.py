@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from nbprec.columns import Columns, as_columns, value_counts
+from nbprec.columns import Columns, as_columns, missing_mask, value_counts
 from nbprec.compare.culprit import OpIndex, judge_ops, ops_frame
 from nbprec.compare.rules import STATUS_FAIL, Rule, Threshold, get_rule, preset_names
 from nbprec.compare.runs import (
@@ -36,7 +36,7 @@ def as_category(column: Any) -> Any:
 def _text(values: np.ndarray) -> np.ndarray:
     """A text column with '' for missing values (as :func:`as_category` fills them)."""
     values = np.asarray(values, dtype=object)
-    missing = np.fromiter((v is None or v != v for v in values.tolist()), bool, len(values))
+    missing = missing_mask(values)
     if missing.any():
         values = values.copy()
         values[missing] = ""
@@ -88,7 +88,7 @@ class Comparison:
                     table[name] = _text(table[name])
             if "checksum_match" in table:  # True/False where checksums were compared, None elsewhere
                 flags = np.asarray(table["checksum_match"], dtype=object).copy()
-                flags[np.fromiter((v is not None and v != v for v in flags.tolist()), bool, len(flags))] = None
+                flags[missing_mask(flags)] = None  # (NaN becomes None)
                 table["checksum_match"] = flags
             frame = None  # built again from the normalised columns when asked for
         self._cols: Columns = table

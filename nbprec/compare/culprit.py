@@ -13,6 +13,7 @@ where the error came from.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -156,8 +157,10 @@ def random_by_call(op_type: str, call: dict | None) -> bool | None:
     """Whether an op drew random numbers, from how it was called: True when its dropout probability is above 0
     (and it was not told it is not training), False when the call says it did not, ``None`` when unknown."""
     spec = RANDOM_WHEN_CALLED.get(str(op_type).lower())
+    if spec is None:
+        return None
     args = call_arguments(call)
-    if spec is None or not args:
+    if not args:
         return None
     (p_pos, p_kw), (t_pos, t_kw) = spec
     p = args.get(p_kw, args.get(p_pos))
@@ -165,6 +168,21 @@ def random_by_call(op_type: str, call: dict | None) -> bool | None:
     if p is None:
         return None
     return bool(float(p) > 0 and training is not False)
+
+
+def random_calls(ops: list[str], op_types: list, calls: Mapping[str, dict]) -> np.ndarray:
+    """Per row (its op and op type), :func:`random_by_call` of the op's recorded call in ``calls``; None in the
+    rows of op types that never draw random numbers by their arguments (most rows: they are not looked at)."""
+    out = np.full(len(ops), None, dtype=object)
+    random_types = {kind for kind in set(op_types) if str(kind).lower() in RANDOM_WHEN_CALLED}
+    if random_types:
+        by_op: dict[str, bool | None] = {}
+        for row, (op, kind) in enumerate(zip(ops, op_types, strict=True)):
+            if kind in random_types:
+                if op not in by_op:
+                    by_op[op] = random_by_call(kind, calls.get(op))
+                out[row] = by_op[op]
+    return out
 
 
 def is_random_op(op_type: str) -> bool:

@@ -13,7 +13,7 @@ import numpy as np
 
 from nbprec._progress import ProgressCallback
 from nbprec.compare.comparison import Comparison
-from nbprec.compare.culprit import random_by_call
+from nbprec.compare.culprit import random_calls
 from nbprec.compare.early_meeting import MeetingExecutor, measured
 from nbprec.compare.executors import Executor, Results, ThreadExecutor, local_executor, requested_executor
 from nbprec.compare.fusion import FusionMatcher, automatic_fusion, benchmark_key, read_graph_model
@@ -381,7 +381,8 @@ def compare(
     b_positions = pairs["b"]
     modes, reasons = choose_modes(mode, t_idx, b_idx, b_positions)
     recorded_problems(reasons, modes, t_dump, "target")
-    jobs = [(i, modes[i], i, int(b_positions[i])) for i in np.flatnonzero(modes != "none").tolist()]
+    mode_of, b_of = modes.tolist(), b_positions.tolist()
+    jobs = [(i, mode_of[i], i, b_of[i]) for i in np.flatnonzero(modes != "none").tolist()]
 
     # pairs the command measured while it started; unless told how to measure, its worker measures on beside
     # this process (no other process forked): see nbprec.compare.early_meeting
@@ -423,11 +424,7 @@ def compare(
                                    dtype=object)  # fmt: skip
         calls = t_dump.calls
         if calls:  # a dropout that was on (or off) by its arguments: random (or not) whatever its type says
-            by_op = {op: random_by_call(kind, calls.get(op)) for op, kind in zip(ops_column, table["op_type"].tolist(),
-                                                                                 strict=True)}  # fmt: skip
-            random_call = np.empty(n_rows, dtype=object)
-            random_call[:] = [by_op[op] for op in ops_column]
-            table["random_call"] = random_call
+            table["random_call"] = random_calls(ops_column, table["op_type"].tolist(), calls)
         table["op_input_scale"] = op_input_scale(table)
         unmatched_bench = b_idx.take(matched.unmatched_bench)
         meta = {

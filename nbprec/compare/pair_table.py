@@ -132,7 +132,7 @@ def _mode_flags(index: Columns, take: np.ndarray | None = None) -> tuple[np.ndar
     flags = (
         index["has_data"].astype(bool),
         ~np.isnan(column(index, "max", np.float64)),
-        np.array([bool(c) for c in index["checksum"].tolist()], dtype=bool),
+        np.asarray(index["checksum"], dtype=object).astype(bool),  # (truth of each text: '' has none)
     )
     if take is None:
         return flags

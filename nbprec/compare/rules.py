@@ -134,9 +134,12 @@ def row_precision(table: Table) -> np.ndarray:
     return np.array(lows, dtype=object)[codes] if len(codes) else np.array([], dtype=object)
 
 
-def _per_row(table: Table, per_dtype: Mapping[str, float], default: float) -> np.ndarray:
-    """Per row, ``per_dtype`` of its lower-precision dtype (``default`` where it has none)."""
-    codes, lows = precision_codes(table)
+def _per_row(
+    table: Table, per_dtype: Mapping[str, float], default: float, codes: tuple[np.ndarray, list[str]] | None = None
+) -> np.ndarray:
+    """Per row, ``per_dtype`` of its lower-precision dtype (``default`` where it has none); ``codes``: the
+    table's :func:`precision_codes`, when the caller has them already."""
+    codes, lows = codes or precision_codes(table)
     return np.array([per_dtype.get(low, default) for low in lows], dtype=np.float64)[codes]
 
 
@@ -253,11 +256,14 @@ class Rule(Record):
         """Each threshold with the per-row bound values (constant unless the rule is dtype-aware)."""
         n = len(table)
         out = []
+        codes = None  # (the rows' precision codes, found once for both thresholds)
         for t in self.thresholds:
-            values = np.full(n, t.value, dtype=np.float64)
             if self.dtype_aware and t.metric in ("cosine", "rel_euclidean"):
+                codes = codes or precision_codes(table)
                 col = 0 if t.metric == "cosine" else 1
-                values = _per_row(table, {d: tol[col] for d, tol in DTYPE_TOLERANCE.items()}, t.value)
+                values = _per_row(table, {d: tol[col] for d, tol in DTYPE_TOLERANCE.items()}, t.value, codes)
+            else:
+                values = np.full(n, t.value, dtype=np.float64)
             out.append((t, values))
         return out
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from nbprec.columns import missing_mask
 from nbprec.dump import Problem
 from nbprec.dump_index import _DEFAULTS, _INT_COLUMNS, INDEX_COLUMNS, _floats
 from nbprec.errors import DumpFormatError
@@ -113,7 +114,7 @@ def typed_column(column: str, values: list) -> np.ndarray:
         return np.fromiter(cells, dtype=object, count=len(cells))
     out = np.fromiter(values, dtype=object, count=len(values))  # element by element: a list stays one value
     if column != "name" and default is not None:
-        missing = np.fromiter((v is None or v != v for v in values), bool, len(values))
+        missing = missing_mask(out)
         if missing.any():
             out[missing] = default
     return out

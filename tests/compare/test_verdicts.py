@@ -109,6 +109,22 @@ def test_same_model_with_dropout_off_is_not_random(tmp_path: Path) -> None:
     assert random_by_call("linear", {"input.1": 0.1}) is None
 
 
+def test_random_calls_judge_each_dropout_row_by_its_call() -> None:
+    """The ``random_call`` column: each row of a dropout op judged by that op's call, None elsewhere."""
+    from nbprec.compare.culprit import random_calls
+
+    ops = ["Functional.dropout.0", "Functional.dropout.0", "Functional.linear.0", "Functional.dropout.1", "x"]
+    kinds = ["dropout", "dropout", "linear", "Dropout", "dropout"]
+    calls = {
+        "Functional.dropout.0": {"input.1": 0.1, "input.2": True},
+        "Functional.dropout.1": {"input.1": 0.1, "input.training": False},
+        "Functional.linear.0": {"input.1": 0.5},
+    }
+    assert random_calls(ops, kinds, calls).tolist() == [True, True, None, False, None]  # "x": no call recorded
+    assert random_calls(ops[2:3], kinds[2:3], calls).tolist() == [None]
+    assert random_calls([], [], calls).tolist() == []
+
+
 @pytest.mark.parametrize(
     ("target", "code", "words", "op"),
     [

@@ -10,7 +10,15 @@ import numpy as np
 
 from nbprec.columns import Columns, as_columns, missing_mask, value_counts
 from nbprec.compare.culprit import OpIndex, judge_ops, ops_frame
-from nbprec.compare.rules import STATUS_FAIL, Rule, Threshold, get_rule, preset_names
+from nbprec.compare.rules import (
+    STATUS_FAIL,
+    PrecisionCodes,
+    Rule,
+    Threshold,
+    get_rule,
+    precision_codes,
+    preset_names,
+)
 from nbprec.compare.runs import (
     RunSummary,
     first_failing_position,
@@ -76,6 +84,7 @@ class Comparison:
         rule: Rule | str | None = None,
         meta: dict[str, Any] | None = None,
         _op_index: OpIndex | None = None,
+        _precision: PrecisionCodes | None = None,
     ) -> None:
         self.rule = get_rule(rule)
         frame = None if isinstance(table, Columns) else table
@@ -93,7 +102,9 @@ class Comparison:
             frame = None  # built again from the normalised columns when asked for
         self._cols: Columns = table
         self._frame: Any = frame
-        self._status = self.rule.evaluate(table)
+        # each row's lower-precision dtype: rule-independent, found once for every rule this comparison is judged by
+        self._precision: PrecisionCodes = _precision or precision_codes(table)
+        self._status = self.rule.evaluate(table, precision=self._precision)
         self._op_index = _op_index
         self._unmatched = Columns() if unmatched_bench is None else as_columns(unmatched_bench)
         self._unmatched_frame: Any = None if isinstance(unmatched_bench, Columns) else unmatched_bench
@@ -137,7 +148,12 @@ class Comparison:
     def with_rule(self, rule: Rule | str) -> Comparison:
         """The same comparison judged by another rule (no tensor is read again; the data is shared)."""
         judged = Comparison(
-            self._cols, unmatched_bench=self._unmatched, rule=rule, meta=self.meta, _op_index=self.op_index
+            self._cols,
+            unmatched_bench=self._unmatched,
+            rule=rule,
+            meta=self.meta,
+            _op_index=self.op_index,
+            _precision=self._precision,
         )
         judged._frame, judged._unmatched_frame = self._frame, self._unmatched_frame
         judged._presence = self._presence
@@ -242,7 +258,7 @@ class Comparison:
         rows = []
         for value in values:
             probe = Rule(f"{metric}-{value:g}", (Threshold(metric, value),))
-            ops = judge_ops(self.op_index, probe.evaluate(self._cols))
+            ops = judge_ops(self.op_index, probe.evaluate(self._cols, precision=self._precision))
             rows.append(
                 {
                     "metric": metric,

@@ -13,7 +13,7 @@ where the error came from.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -265,13 +265,13 @@ class OpIndex:
         self.ops = ops
         self.starts = _group_starts(ops)
         op_types = ops["op_type"].tolist()
-        self._random = np.fromiter((is_random_op(t) for t in op_types), bool, n_ops)
+        self._random = _per_type(op_types, is_random_op)
         if "random_call" in table:  # how each op was called says it drew random numbers (or did not)
             by_call = column(table, "random_call", object)[first_row]
             known = np.array([v is not None and v == v for v in by_call], dtype=bool)
             self._random = np.where(known, [bool(v) if k else False for v, k in zip(by_call, known, strict=True)],
                                     self._random)  # fmt: skip
-        discontinuous = np.fromiter((is_discontinuous_op(t) for t in op_types), bool, n_ops)
+        discontinuous = _per_type(op_types, is_discontinuous_op)
         # flipped elements need inputs that differ: with inputs that agree exactly, the op itself is wrong
         inputs_equal = ops["in_error"] == 0
         self._flips = (
@@ -283,6 +283,12 @@ class OpIndex:
         self.parent = _parent_positions(table, first_row, ops)
         self.container = np.zeros(n_ops, dtype=bool)
         self.container[self.parent[self.parent >= 0]] = True
+
+
+def _per_type(op_types: list, flag: Callable[[str], bool]) -> np.ndarray:
+    """``flag`` of each op's type, found once per distinct type (a model has a few dozen)."""
+    flags = {kind: flag(kind) for kind in set(op_types)}
+    return np.fromiter(map(flags.__getitem__, op_types), bool, len(op_types))
 
 
 _STATUS_NAMES = np.array([STATUS_NA, STATUS_PASS, STATUS_FAIL], dtype=object)

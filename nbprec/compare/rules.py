@@ -109,7 +109,11 @@ def column(table: Table, name: str, dtype: Any = None) -> np.ndarray:
     return values if isinstance(values, np.ndarray) and dtype is None else np.asarray(values, dtype=dtype)
 
 
-def precision_codes(table: Table) -> tuple[np.ndarray, list[str]]:
+#: Per row, a code into the list of distinct lower-precision dtypes, and that list (:func:`precision_codes`).
+PrecisionCodes = tuple[np.ndarray, list[str]]
+
+
+def precision_codes(table: Table) -> PrecisionCodes:
     """Per row, a code into the list of distinct lower-precision dtypes (:func:`lower_precision` of its
     ``target_dtype`` and ``bench_dtype``, or its ``precision`` column): computed once per distinct pair of dtypes
     (a comparison has a handful), not once per row."""
@@ -135,7 +139,7 @@ def row_precision(table: Table) -> np.ndarray:
 
 
 def _per_row(
-    table: Table, per_dtype: Mapping[str, float], default: float, codes: tuple[np.ndarray, list[str]] | None = None
+    table: Table, per_dtype: Mapping[str, float], default: float, codes: PrecisionCodes | None = None
 ) -> np.ndarray:
     """Per row, ``per_dtype`` of its lower-precision dtype (``default`` where it has none); ``codes``: the
     table's :func:`precision_codes`, when the caller has them already."""
@@ -252,14 +256,12 @@ class Rule(Record):
             text += " (bounds scale with the lower-precision dtype)"
         return f"{self.name}: {text}"
 
-    def _bounds_for(self, table: Table) -> list[tuple[Threshold, np.ndarray]]:
+    def _bounds_for(self, table: Table, codes: PrecisionCodes) -> list[tuple[Threshold, np.ndarray]]:
         """Each threshold with the per-row bound values (constant unless the rule is dtype-aware)."""
         n = len(table)
         out = []
-        codes = None  # (the rows' precision codes, found once for both thresholds)
         for t in self.thresholds:
             if self.dtype_aware and t.metric in ("cosine", "rel_euclidean"):
-                codes = codes or precision_codes(table)
                 col = 0 if t.metric == "cosine" else 1
                 values = _per_row(table, {d: tol[col] for d, tol in DTYPE_TOLERANCE.items()}, t.value, codes)
             else:
@@ -267,7 +269,7 @@ class Rule(Record):
             out.append((t, values))
         return out
 
-    def evaluate(self, table: Table) -> np.ndarray:
+    def evaluate(self, table: Table, *, precision: PrecisionCodes | None = None) -> np.ndarray:
         """Status of each row (an ``object`` array): ``"pass"``, ``"fail"`` or ``"n/a"`` (no metric this rule uses
         was computed).
 
@@ -275,14 +277,16 @@ class Rule(Record):
         statistics only are judged on the relative differences of their norms and extremes, and rows whose
         benchmark is ~0 next to the op's inputs on absolute error; other rules judge only their own metrics
         (statistics-only rows are then ``"n/a"``). A target with NaN/inf where the benchmark is finite fails.
-        ``table`` is a :class:`~nbprec.columns.Columns` or a DataFrame of the comparison's columns.
+        ``table`` is a :class:`~nbprec.columns.Columns` or a DataFrame of the comparison's columns; ``precision``
+        its :func:`precision_codes`, when the caller has them (a comparison judged by several rules finds them once).
         """
         n = len(table)
         if n == 0:
             return np.array([], dtype=object)
         known = np.zeros(n, dtype=bool)
         passed = np.ones(n, dtype=bool) if self.combine == "all" else np.zeros(n, dtype=bool)
-        bounds = self._bounds_for(table)
+        precision = precision or precision_codes(table)
+        bounds = self._bounds_for(table, precision)
         for threshold, bound in bounds:
             if threshold.metric not in table:
                 continue
@@ -297,7 +301,8 @@ class Rule(Record):
             status = self._apply_statistics(table, status, tol)
             status = self._apply_negligible_bench(table, status, tol)
         else:  # statistics-only rows: the rule's own tolerance, floored by each row's dtype tolerance
-            status = self._apply_statistics(table, status, np.fmax(self.statistics_tolerance(), _dtype_red(table)))
+            floor = np.fmax(self.statistics_tolerance(), _dtype_red(table, precision))
+            status = self._apply_statistics(table, status, floor)
         status = _apply_nonfinite(table, status)
         return _apply_checksum(table, status).astype(object)
 
@@ -344,9 +349,9 @@ class Rule(Record):
         return np.where((status == STATUS_FAIL) & negligible, STATUS_PASS, status)
 
 
-def _dtype_red(table: Table) -> np.ndarray:
+def _dtype_red(table: Table, codes: PrecisionCodes | None = None) -> np.ndarray:
     """Per row, the RED tolerance of its lower-precision dtype (:data:`DTYPE_TOLERANCE`); 0 for non-floats."""
-    return _per_row(table, {d: tol[1] for d, tol in DTYPE_TOLERANCE.items()}, 0.0)
+    return _per_row(table, {d: tol[1] for d, tol in DTYPE_TOLERANCE.items()}, 0.0, codes)
 
 
 def _red_bounds(bounds: list[tuple[Threshold, np.ndarray]], n: int) -> np.ndarray:

@@ -112,12 +112,19 @@ class Verdict(Record):
 
 def _default_status(comp: Comparison) -> np.ndarray:
     """Tensor statuses under the dtype-aware default rule (comparability does not depend on the user's rule)."""
-    return comp.status if comp.rule.name == "default" else get_rule("default").evaluate(comp._cols)
+    if comp.rule.name == "default":
+        return comp.status
+    return get_rule("default").evaluate(comp._cols, precision=comp._precision)
 
 
 def _texts(table: Columns, name: str) -> np.ndarray:
-    """A text column with every value as ``str`` (missing values as '')."""
-    return np.array(cell_texts(table[name]), dtype=object)
+    """A text column with every value as ``str`` (missing values as ''): the column itself when it is one (the
+    callers only read it)."""
+    values = table[name]
+    plain = isinstance(values, np.ndarray) and values.dtype == object and values.ndim == 1
+    if plain and list(map(type, values.tolist())).count(str) == len(values):
+        return values
+    return np.array(cell_texts(values), dtype=object)
 
 
 def _distinct(values: np.ndarray) -> tuple[str, ...]:
@@ -127,7 +134,9 @@ def _distinct(values: np.ndarray) -> tuple[str, ...]:
 
 def _differs(table: Columns, status: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Which of ``rows`` differ: integer/bool tensors unless exactly equal, others when they fail."""
-    integer = ~np.array([d.startswith(("float", "bfloat")) for d in _texts(table, "target_dtype").tolist()], bool)
+    dtypes = _texts(table, "target_dtype").tolist()
+    is_float = {d: d.startswith(("float", "bfloat")) for d in set(dtypes)}  # (a handful of distinct dtypes)
+    integer = ~np.fromiter(map(is_float.__getitem__, dtypes), bool, len(dtypes))
     exact_diff = np.zeros(len(table), dtype=bool)
     for name in ("max_abs_err", "max_diff", "min_diff", "mean_diff", "norm_diff"):
         if name in table:
@@ -232,7 +241,9 @@ def _unreadable(comp: Comparison) -> list[Finding]:
     if "reason" not in table:
         return out
     reasons = _texts(table, "reason")
-    unread = np.array([r.startswith(("could not read", "target tensor unreadable")) for r in reasons.tolist()], bool)
+    texts = reasons.tolist()
+    unreadable = {r: r.startswith(("could not read", "target tensor unreadable")) for r in set(texts)}
+    unread = np.fromiter(map(unreadable.__getitem__, texts), bool, len(texts))
     if unread.any():
         i = int(np.flatnonzero(unread)[0])
         out.append(

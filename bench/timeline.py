@@ -10,7 +10,9 @@ command's own process only (not its helpers), the wall clock of:
   writing the interoperable CSVs;
 - ``numpy import starts``, and ``numpy imported``: the first import of an nbprec module after it (numpy imports
   none, so this is when its import returned, or a little later);
-- ``target dump opened``, ``benchmark dump opened``: the first file or folder of each side opened or listed;
+- ``target dump opened``, ``benchmark dump opened``: the first file or folder of each side opened or listed once
+  numpy is imported (by the readers: the look the command takes at the folders before, to choose its heap,
+  ``nbprec.cli.compare_heap``, is not counted);
 - ``first output file``: the first file opened under OUT;
 - ``exit``: the command's ``os._exit``.
 
@@ -75,7 +77,7 @@ def hook(event, args):
                 state["out"] = True
                 marks.append(["first output file", time.time() - T0])
             return
-        for side in list(SIDES):
+        for side in list(SIDES) if state["after"] else ():
             if inside(path, side[1]):
                 SIDES.remove(side)
                 marks.append([side[0], time.time() - T0])

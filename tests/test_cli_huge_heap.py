@@ -154,6 +154,34 @@ def test_the_compare_command_takes_the_huge_heap_before_it_forks(tmp_path, entry
     """Both places a ``compare`` command runs call huge_heap: the command's own process before its early worker is
     forked (which inherits the marked heap), and the daemon's served process; other commands do not."""
     target, bench = FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix"
+    seen = _compare_recording_the_heap(tmp_path, entry, target, bench)
+    assert seen["forks_before"] == 0, seen  # before any worker
+    if sys.platform.startswith("linux") and _probe(None)["done"]:
+        assert seen["done"] is True, seen
+
+
+@pytest.mark.parametrize("entry", ["run", "served"])
+@pytest.mark.parametrize("task", ["statistics_mix", "md5_L1"])
+def test_dumps_without_payloads_are_compared_without_the_huge_heap(tmp_path, entry, task):
+    """msprobe statistics and md5 dumps hold no payload to read: neither place marks the heap (its huge pages only
+    made the command's forks dearer), and the comparison is the same."""
+    seen = _compare_recording_the_heap(tmp_path, entry, FIXTURES / f"bf16_{task}", FIXTURES / f"fp32_{task}")
+    assert seen is None
+
+
+def test_without_payloads_needs_msprobe_dumps_on_both_sides(tmp_path):
+    from nbprec.compare.early_msprobe import without_payloads
+
+    stats, tensors = FIXTURES / "bf16_statistics_mix", FIXTURES / "fp32_tensor_mix"
+    assert without_payloads(str(stats), str(FIXTURES / "fp32_statistics_mix"))
+    assert not without_payloads(str(stats), str(tensors))  # payloads on one side
+    assert not without_payloads(str(tensors), str(stats))
+    assert not without_payloads(str(stats), str(tmp_path))  # no dump.json found: not known to be payload-free
+    assert not without_payloads(str(stats), str(tmp_path / "missing"))
+
+
+def _compare_recording_the_heap(tmp_path: Path, entry: str, target: Path, bench: Path) -> dict | None:
+    """Run ``nbprec compare target bench`` as ``entry`` runs it; what huge_heap did (None: not called)."""
     record = tmp_path / "record.json"
     env = {k: v for k, v in os.environ.items() if k != "NBPREC_HUGE_PAGES"}
     env["NBPREC_DAEMON"] = "off"
@@ -161,10 +189,7 @@ def test_the_compare_command_takes_the_huge_heap_before_it_forks(tmp_path, entry
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
     assert proc.returncode in (0, 1), proc.stderr
     assert (tmp_path / "out" / "tensors.csv").is_file()
-    seen = json.loads(record.read_text())
-    assert seen["forks_before"] == 0, seen  # before any worker
-    if sys.platform.startswith("linux") and _probe(None)["done"]:
-        assert seen["done"] is True, seen
+    return json.loads(record.read_text()) if record.exists() else None
 
 
 def test_a_switch_is_on_unless_set_to_an_off_value(monkeypatch):

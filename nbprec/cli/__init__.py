@@ -56,6 +56,20 @@ def huge_heap() -> bool:
     return _hugeheap.reserve(HUGE_HEAP_BYTES)
 
 
+def compare_heap(paths: tuple[str, str] | None) -> bool:
+    """:func:`huge_heap` for ``nbprec compare`` of ``paths`` (:func:`nbprec.compare.early.compare_paths`; None:
+    not known), unless both are msprobe dumps without payloads (statistics and md5 tasks: nothing to read). There
+    huge pages only make the forks of the command's helpers dearer (the first write to a huge page after a fork
+    copies all of it): the command on the 4,035-tensor statistics and md5 pairs of ``bench/README.md`` took 0.176
+    and 0.175 s with them against 0.158 s without (paired 1.11), while on pairs with payloads they save 1-4%
+    (``bench/commands.py --baseline-env NBPREC_HUGE_PAGES=off``, 2026-12-05). Whether the heap was marked."""
+    from nbprec.compare.early_msprobe import without_payloads
+
+    if paths is not None and without_payloads(*paths):
+        return False
+    return huge_heap()
+
+
 def run() -> None:
     """The ``nbprec`` command (console script and ``python -m nbprec``): :func:`main` in a process set up for it
     (:data:`PROCESS_ENVIRONMENT`, before numpy is imported), then the process ends at once with its status. Every
@@ -75,10 +89,10 @@ def run() -> None:
         os._exit(status)
     early = None
     if args[:1] == ["compare"]:  # measure pairs on another core while numpy and the library load
-        huge_heap()  # (before the worker is forked: it inherits the marked heap)
         from nbprec.compare import early  # (here: the daemon's client and the other commands do not load it)
 
         paths = early.compare_paths(args)
+        compare_heap(paths)  # (before the worker is forked: it inherits the marked heap)
         if paths is not None:
             early.start(*paths)
     from nbprec.cli import main  # (here, not at the top: a client of the daemon never builds the parser)

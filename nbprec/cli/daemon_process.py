@@ -116,10 +116,12 @@ def _run_command(conn: socket.socket, request: dict, fds: list[int]) -> None:
         os.environ.update(request["env"])
         _reopen_streams(request["encoding"])
         sys.argv = ["nbprec", *request["argv"]]
-        from nbprec.cli import huge_heap, main
+        from nbprec.cli import compare_heap, main
 
         if request["argv"][:1] == ["compare"]:  # as the command's own process does (nbprec.cli.run)
-            huge_heap()
+            from nbprec.compare.early import compare_paths
+
+            compare_heap(compare_paths(request["argv"]))
 
         status = main(request["argv"])
     except SystemExit as exc:  # argparse: usage errors (2) and --help (0)

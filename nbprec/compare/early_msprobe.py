@@ -93,6 +93,16 @@ def _tensors(
     return payloads, tensors
 
 
+def without_payloads(target: str, bench: str) -> bool:
+    """Whether ``target`` and ``bench`` are both msprobe dumps (their dump.json files found as the worker finds
+    them) with no payload folder beside any dump.json: statistics and md5 dumps, whose comparison reads no
+    payload. False for anything else (another format, a path that is not there: the reader says what it is)."""
+    found = [list(_dump_jsons(root).values()) for root in (target, bench)]
+    if not found[0] or not found[1]:
+        return False
+    return not any(os.path.lexists(os.path.join(os.path.dirname(j), _TENSOR_DIR)) for side in found for j in side)
+
+
 def _paired_dump_jsons(target: str, bench: str) -> list[tuple[str, str]]:
     """The target's and the benchmark's ``dump.json`` files in pairs: those of the same ``step*/rank*`` folders
     under the two paths, or the one of each side when each has one."""

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import csv
 import io
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from fresh_python import run_python
 
 from nbprec import safe_text
 from nbprec.floattext import float_texts, is_number_column, number_column, number_texts
@@ -156,6 +155,4 @@ def test_the_joiner_formats_without_the_tables_too(tmp_path):
         "assert out == ''.join(('NaN' if x != x else repr(x)) + '\\n' for x in v.tolist()), 'texts differ'\n"
         "print('ok')\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ok"
+    assert run_python(script) == "ok"

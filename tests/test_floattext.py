@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fresh_python import run_python
 
 from nbprec import floattext
 from nbprec.floattext import float_texts
@@ -169,15 +170,10 @@ def test_capture_statistics_are_encoded_alike_with_and_without_c(monkeypatch, tm
 def test_prepare_sets_the_tables_once_before_any_use():
     """``prepare()`` (what ``nbprec compare`` calls before it forks its CSV writer) sets the formatter's tables in
     a process that has not formatted anything yet, and formatting afterwards gives repr's texts."""
-    import subprocess
-    import sys
-
     script = (
         "from nbprec import floattext\n"
         "assert not floattext._ready\n"
         "assert floattext.prepare() is True and floattext._ready\n"
         "print(floattext.float_texts([0.1, 1e300, 5e-324], ''))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == str([repr(0.1), repr(1e300), repr(5e-324)])
+    assert run_python(script) == str([repr(0.1), repr(1e300), repr(5e-324)])

@@ -35,6 +35,7 @@ from nbprec.compare._sums import (  # (the sums of a pair read whole: without nu
     Sums,
     _pair_params,
     usable_hints,
+    usable_side,
 )
 from nbprec.formats import _payload
 from nbprec.formats._payload import MappedPages
@@ -316,6 +317,14 @@ def in_place_pair(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, int, np.nda
     return x.reshape(-1).view(np.uint8), x_code, y.reshape(-1).view(np.uint8), y_code
 
 
+def _own_hints(hints: tuple | None, side: int) -> tuple[float, float] | None:
+    """Side ``side``'s (0: target, 1: benchmark) recorded ``(min, max)`` among ``hints``, when usable."""
+    if hints is None:
+        return None
+    low, high = hints[2 * side], hints[2 * side + 1]
+    return (low, high) if usable_side(low, high) else None
+
+
 def fused_sums(fx: Flat, fy: Flat, eps_b: float, chunk: int, hints: tuple | None = None) -> tuple[Sums, bool | None]:
     """Every running sum of one pair through the compiled kernel (requires :data:`FUSED`).
 
@@ -326,9 +335,12 @@ def fused_sums(fx: Flat, fy: Flat, eps_b: float, chunk: int, hints: tuple | None
     KL needs each side's minimum and maximum before its pass. ``hints`` ``(min_x, max_x, min_y, max_y)`` (the
     dump's recorded statistics) let the pair be read once: the pass also finds the true extremes, and when
     they differ from the hints (or a side holds NaN, which makes numpy's extremes NaN) the pass is made again
-    with them. Without usable hints (missing, not finite) a min/max pass over each side comes first. Returns
-    the sums and whether the hints held, that is equalled the extremes ignoring NaN (``None`` when they were
-    not usable).
+    with them. Without usable hints (missing, not finite) a min/max pass over each side comes first, except
+    over a side whose own hints are usable (a float16 run that overflowed beside its benchmark's finite
+    tensors): that side takes them, and keeps them where the pass found its values all finite with those
+    extremes (the pass is then the one they give); elsewhere its min/max pass follows, and the pass is made
+    again. Returns the sums and whether the hints held, that is equalled the extremes ignoring NaN (``None``
+    when they were not usable on both sides).
     """
     if usable_hints(hints):
         acc = _fused_pass(fx, fy, _pair_params(hints, eps_b), chunk)
@@ -338,5 +350,13 @@ def fused_sums(fx: Flat, fy: Flat, eps_b: float, chunk: int, hints: tuple | None
             return acc, True
         return _fused_pass(fx, fy, _pair_params(found, eps_b), chunk), held
     buf = np.empty(min(fx.size, chunk), dtype=np.float64) if None in (fx.code, fy.code) else None
-    extremes = (*_fused_min_max(fx, buf, chunk), *_fused_min_max(fy, buf, chunk))
-    return _fused_pass(fx, fy, _pair_params(extremes, eps_b), chunk), None
+    sides = (fx, fy)
+    own = [_own_hints(hints, k) for k in (0, 1)]
+    extremes = [own[k] if own[k] is not None else _fused_min_max(sides[k], buf, chunk) for k in (0, 1)]
+    acc = _fused_pass(fx, fy, _pair_params((*extremes[0], *extremes[1]), eps_b), chunk)
+    wrong = [k for k in (0, 1) if own[k] is not None and acc.extremes()[2 * k : 2 * k + 2] != own[k]]
+    if not wrong:
+        return acc, None
+    for k in wrong:  # (wrong recorded extremes: the side's own, as without them)
+        extremes[k] = _fused_min_max(sides[k], buf, chunk)
+    return _fused_pass(fx, fy, _pair_params((*extremes[0], *extremes[1]), eps_b), chunk), None

@@ -131,12 +131,17 @@ def _pair_params(extremes: tuple[float, float, float, float], eps_b: float) -> t
     )
 
 
+def usable_side(low: float, high: float) -> bool:
+    """A side's recorded ``(min, max)`` is usable: finite, the minimum at most the maximum."""
+    return -math.inf < low <= high < math.inf
+
+
 def usable_hints(hints: tuple | None) -> bool:
     """Finite ``(min_x, max_x, min_y, max_y)`` with each minimum at most its maximum."""
     if hints is None:
         return False
     lo_x, hi_x, lo_y, hi_y = hints
-    return -math.inf < lo_x <= hi_x < math.inf and -math.inf < lo_y <= hi_y < math.inf
+    return usable_side(lo_x, hi_x) and usable_side(lo_y, hi_y)
 
 
 def _direct_pass(pair: tuple[Buffer, int, Buffer, int], params: tuple) -> Sums:

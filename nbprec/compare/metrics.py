@@ -272,7 +272,8 @@ def tensor_metrics(
     extremes
         ``(target min, target max, bench min, bench max)`` as recorded in the dumps' statistics, if known.
         KL needs them before its pass; with them the compiled kernel reads the pair once and checks them
-        (wrong or missing ones cost one more pass, never a wrong result).
+        (wrong or missing ones cost one more pass, never a wrong result). A side whose pair is not usable (NaN,
+        inf) has its extremes found first, the other side's are used as given.
 
     Returns
     -------

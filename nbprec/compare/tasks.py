@@ -9,6 +9,7 @@ cross the network; results come back as metric values.
 
 from __future__ import annotations
 
+import math
 import pickle
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 from nbprec._optional import require
 from nbprec._record import Record
 from nbprec.columns import Columns
-from nbprec.compare._sums import usable_hints
+from nbprec.compare._sums import usable_hints, usable_side
 from nbprec.compare.workers import Job, Result
 from nbprec.dump import Dump
 from nbprec.dump_index import index_columns
@@ -81,6 +82,11 @@ class Rows:
         return dict(self.row(i))
 
 
+#: A side's (min, max) hint when its recorded ones are not usable: one NaN object, so that keys holding it compare
+#: equal.
+_UNKNOWN = (math.nan, math.nan)
+
+
 class ExtremeHints:
     """Whether to hand the dumps' recorded minima and maxima to the kernel (``tensor_metrics(extremes=...)``),
     which then reads a pair once instead of twice. Formats whose statistics are exact (msprobe, nbprec's own)
@@ -93,10 +99,18 @@ class ExtremeHints:
         self.given = self.wrong = 0
 
     def extremes(self, t_row: Mapping[str, Any], b_row: Mapping[str, Any]) -> tuple[float, ...] | None:
+        """The hints of a pair: both sides' recorded (min, max); a side's own pair NaN where they are not usable
+        (an overflowed tensor's NaN or inf statistics), when the other side's are (the kernel then finds only
+        that side's extremes first); None when neither side's are usable, or when they are no longer given."""
         if self.wrong > 4 and 4 * self.wrong > self.given:
             return None
         found = (t_row["min"], t_row["max"], b_row["min"], b_row["max"])
-        return found if usable_hints(found) else None
+        if usable_hints(found):
+            return found
+        t_usable, b_usable = usable_side(found[0], found[1]), usable_side(found[2], found[3])
+        if not (t_usable or b_usable):
+            return None
+        return (*(found[:2] if t_usable else _UNKNOWN), *(found[2:] if b_usable else _UNKNOWN))
 
     def record(self, held: bool | None) -> None:
         if held is not None:

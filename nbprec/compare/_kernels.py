@@ -354,7 +354,8 @@ def fused_sums(fx: Flat, fy: Flat, eps_b: float, chunk: int, hints: tuple | None
     own = [_own_hints(hints, k) for k in (0, 1)]
     extremes = [own[k] if own[k] is not None else _fused_min_max(sides[k], buf, chunk) for k in (0, 1)]
     acc = _fused_pass(fx, fy, _pair_params((*extremes[0], *extremes[1]), eps_b), chunk)
-    wrong = [k for k in (0, 1) if own[k] is not None and acc.extremes()[2 * k : 2 * k + 2] != own[k]]
+    found = acc.extremes()
+    wrong = [k for k in (0, 1) if own[k] is not None and found[2 * k : 2 * k + 2] != own[k]]
     if not wrong:
         return acc, None
     for k in wrong:  # (wrong recorded extremes: the side's own, as without them)

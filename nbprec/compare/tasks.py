@@ -19,7 +19,7 @@ import numpy as np
 from nbprec._optional import require
 from nbprec._record import Record
 from nbprec.columns import Columns
-from nbprec.compare._sums import usable_hints, usable_side
+from nbprec.compare._sums import usable_side
 from nbprec.compare.workers import Job, Result
 from nbprec.dump import Dump
 from nbprec.dump_index import index_columns
@@ -82,8 +82,7 @@ class Rows:
         return dict(self.row(i))
 
 
-#: A side's (min, max) hint when its recorded ones are not usable: one NaN object, so that keys holding it compare
-#: equal.
+#: A side's (min, max) hint when its recorded ones are not usable (the kernel finds that side's itself).
 _UNKNOWN = (math.nan, math.nan)
 
 
@@ -105,9 +104,9 @@ class ExtremeHints:
         if self.wrong > 4 and 4 * self.wrong > self.given:
             return None
         found = (t_row["min"], t_row["max"], b_row["min"], b_row["max"])
-        if usable_hints(found):
-            return found
         t_usable, b_usable = usable_side(found[0], found[1]), usable_side(found[2], found[3])
+        if t_usable and b_usable:
+            return found
         if not (t_usable or b_usable):
             return None
         return (*(found[:2] if t_usable else _UNKNOWN), *(found[2:] if b_usable else _UNKNOWN))

@@ -105,12 +105,11 @@ def build(name: str) -> tuple[Any, Callable[[], Any]]:
     raise SystemExit(f"unknown model {name!r}")
 
 
-def build_cnn(seed: int = 0) -> tuple[Any, Callable[[], Any]]:
-    """A model of another kind than the transformers: a small residual convolutional network (convolutions,
-    batch norms, ReLUs, pooling) on a batch of 16 images of 3 x 64 x 64, 10 classes, whose activations are
-    tensors of 0.5-2 M elements (32-128 channels). Plain torch, so that both workers build it from this code."""
-    import torch
-    from torch import nn
+def residual_block(torch: Any) -> Any:
+    """The basic residual block of torch ``nn``, as a class ``Block(cin, cout, stride)``: two 3 x 3 convolutions
+    with batch norms and ReLUs, the input added back (through a 1 x 1 convolution and a batch norm where the shape
+    changes). :func:`build_cnn` and ``bench/msprobe_dump.py``'s residual network are made of it."""
+    nn = torch.nn
 
     class Block(nn.Module):
         def __init__(self, cin: int, cout: int, stride: int) -> None:
@@ -127,6 +126,17 @@ def build_cnn(seed: int = 0) -> tuple[Any, Callable[[], Any]]:
             y = torch.relu(self.bn1(self.conv1(x)))
             return torch.relu(self.bn2(self.conv2(y)) + self.skip(x))
 
+    return Block
+
+
+def build_cnn(seed: int = 0) -> tuple[Any, Callable[[], Any]]:
+    """A model of another kind than the transformers: a small residual convolutional network (convolutions,
+    batch norms, ReLUs, pooling) on a batch of 16 images of 3 x 64 x 64, 10 classes, whose activations are
+    tensors of 0.5-2 M elements (32-128 channels). Plain torch, so that both workers build it from this code."""
+    import torch
+    from torch import nn
+
+    Block = residual_block(torch)
     torch.manual_seed(seed)
     model = nn.Sequential(
         nn.Conv2d(3, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),

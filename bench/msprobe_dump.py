@@ -18,15 +18,22 @@ calls too (``--level L0``: module calls only), and ``--backward`` dumps a traini
 a mean-square loss) instead of a forward pass. ``--input-scale 30000`` scales the input so that a float16 run
 overflows: its tensors from the first op on hold inf and NaN, as a run that diverged does.
 
+``--model resnet`` dumps a small residual convolutional network instead (convolutions, batch norm, ReLU, pooling,
+a classifier: activations of megabytes each, ``--channels`` wide at its first stage, on ``--image``-pixel square
+inputs, its loss a cross-entropy on seeded labels), and ``--steps N`` dumps N steps (``step0/`` to ``step{N-1}/``),
+the weights updated by SGD between training steps: held-out kinds of another shape.
+
 Usage::
 
     bench/.venv-msprobe/bin/python bench/msprobe_dump.py --out DIR [--layers 8] [--hidden 1024] [--task statistics|md5]
         [--target-dtype fp16] [--level L0|mix] [--backward] [--input-scale 30000]
+        [--model resnet --channels 32 --image 48] [--steps 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -89,6 +96,33 @@ def build_model(layers: int, hidden: int, heads: int, seed: int):
     return model.eval()
 
 
+def _capture_module():
+    """``bench/capture.py`` (standard library imports only), loaded by its path: the tests load this script as a
+    module of theirs, without bench/ on ``sys.path``."""
+    spec = importlib.util.spec_from_file_location("nbprec_bench_capture_models", Path(__file__).with_name("capture.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_resnet(channels: int, seed: int):
+    """A seeded small residual network: a 3x3 stem, six basic blocks (``bench/capture.py``'s
+    :func:`~capture.residual_block`; two of stride 2, where the width doubles), global average pooling and a 10-way
+    linear head."""
+    import torch
+    from torch import nn
+
+    block = _capture_module().residual_block(torch)
+    c = channels
+    widths = [(c, c, 1), (c, c, 1), (c, 2 * c, 2), (2 * c, 2 * c, 1), (2 * c, 4 * c, 2), (4 * c, 4 * c, 1)]
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(3, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(),
+        *(block(*w) for w in widths),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * c, 10),
+    )  # fmt: skip
+
+
 def dump_config(task: str, level: str, out: Path) -> dict:
     """msprobe's config for a dump of ``task`` (``tensor``, ``statistics``, or ``md5``: the statistics task with
     its ``md5`` summary mode, which records each tensor's CRC besides its statistics) at ``level`` into ``out``."""
@@ -115,9 +149,12 @@ def dump_one(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.target_dtype]
     dtype = {"fp32": torch.float32, "bf16": low}[args.dtype]
-    model = build_model(args.layers, args.hidden, args.heads, args.seed).to(dtype)
+    resnet = args.model == "resnet"
+    if resnet:
+        model = build_resnet(args.channels, args.seed).to(dtype)
+    else:
+        model = build_model(args.layers, args.hidden, args.heads, args.seed).to(dtype)
     gen = torch.Generator().manual_seed(args.seed + 1)
-    x = (torch.randn(args.batch, args.seq, args.hidden, generator=gen) * args.input_scale).to(dtype)
     out = Path(args.out) / args.dtype
     out.mkdir(parents=True, exist_ok=True)
     config = dump_config(args.task, args.level, out)
@@ -125,18 +162,27 @@ def dump_one(args: argparse.Namespace) -> None:
     config_path.write_text(json.dumps(config, indent=1))
     debugger = PrecisionDebugger(config_path=str(config_path))
     modules = {"model": model} if args.level != "L1" else {}  # (msprobe hooks the modules of this model)
-    if args.backward:
-        model.train()
-        debugger.start(rank_id=0, **modules)  # rank0/ rather than proc<pid>/ without torch.distributed
-        model(x).float().pow(2).mean().backward()
-        debugger.stop()
-        debugger.step()
-        return
-    with torch.no_grad():
-        debugger.start(rank_id=0, **modules)
-        model(x)
-        debugger.stop()
-        debugger.step()
+    model.train(args.backward)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(args.steps):
+        if resnet:
+            x = torch.randn(args.batch, 3, args.image, args.image, generator=gen) * args.input_scale
+            labels = torch.randint(0, 10, (args.batch,), generator=gen)
+        else:
+            x = torch.randn(args.batch, args.seq, args.hidden, generator=gen) * args.input_scale
+        x = x.to(dtype)
+        with torch.set_grad_enabled(args.backward):
+            debugger.start(rank_id=0, **modules)  # rank0/ rather than proc<pid>/ without torch.distributed
+            y = model(x)
+            if args.backward:  # (a forward pass dumps the model's ops alone)
+                y = y.float()
+                loss = torch.nn.functional.cross_entropy(y, labels) if resnet else y.pow(2).mean()
+                loss.backward()
+            debugger.stop()
+            debugger.step()
+        if args.backward:  # the next step's weights
+            optimizer.step()
+            optimizer.zero_grad()
 
 
 #: The options each run's process gets from the command line (``--backward`` besides, a flag).
@@ -152,6 +198,10 @@ _PASSED_ON = (
     "target_dtype",
     "level",
     "input_scale",
+    "model",
+    "channels",
+    "image",
+    "steps",
 )
 
 
@@ -173,6 +223,12 @@ def main() -> None:
         "--level", choices=("L0", "L1", "mix"), default="L1", help="msprobe's level (L0: modules only; mix: both)"
     )
     parser.add_argument("--backward", action="store_true", help="dump a training step, forward and backward")
+    parser.add_argument(
+        "--model", choices=("transformer", "resnet"), default="transformer", help="the model dumped (see above)"
+    )
+    parser.add_argument("--channels", type=int, default=32, help="resnet: the first stage's channels")
+    parser.add_argument("--image", type=int, default=48, help="resnet: the input images' side, pixels")
+    parser.add_argument("--steps", type=int, default=1, help="steps dumped (SGD updates between training steps)")
     parser.add_argument(
         "--input-scale",
         type=float,

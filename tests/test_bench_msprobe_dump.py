@@ -26,3 +26,18 @@ def test_each_task_is_the_msprobe_task_it_names(msprobe_dump, tmp_path, task, ms
     assert config[msprobe_task]["data_mode"] == ["all"]
     assert config[msprobe_task].get("summary_mode") == summary_mode
     assert set(config) & {"tensor", "statistics"} == {msprobe_task}
+
+
+def test_the_resnet_model_is_seeded_and_trains(msprobe_dump):
+    # --model resnet, the held-out kind of convolutions and batch norm: the same weights from the same seed in both
+    # runs' processes, and a training step through it (msprobe itself is not needed for that)
+    torch = pytest.importorskip("torch")
+    a, b = msprobe_dump.build_resnet(8, seed=4), msprobe_dump.build_resnet(8, seed=4)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    kinds = {type(m).__name__ for m in a.modules()}
+    assert {"Conv2d", "BatchNorm2d", "Linear"} <= kinds
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    logits = a.train()(x)
+    assert logits.shape == (2, 10)
+    torch.nn.functional.cross_entropy(logits, torch.tensor([1, 7])).backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in a.parameters())

@@ -23,7 +23,9 @@
  * On x86-64 with GCC or Clang the kernels are compiled three times, for AVX-512, for AVX2+FMA (both with F16C,
  * which converts float16) and for the baseline, and the fastest the CPU runs is picked at import time. The
  * AVX-512 build gains the 32 vector registers, the mask registers and the direct conversions: 8% faster than
- * the AVX2 build on the msprobe pair's bfloat16/float32 tensors (Zen 4). GCC gives it 512-bit vectors, which
+ * the AVX2 build on the msprobe pair's bfloat16/float32 tensors (Zen 4); its registers hold every sum of a block
+ * at once, so it measures a block in one loop where the others take three (pair_body: 17% less time a pair on an
+ * Intel Xeon, 2026-12-05). GCC gives it 512-bit vectors, which
  * Zen 4 runs as two halves: the same build held to 256-bit ones (target "prefer-vector-width=256") took 4-5%
  * longer per element pair on 64 K-element pairs (2026-11-30).
  *
@@ -407,7 +409,7 @@ ALWAYS_INLINE double two_atanh_near(double s)
 }
 
 /* One element's terms of kl_block_near's sums (ksx, ksy, kt, smax; off_x, floor_x, off_y, floor_y in scope): its
-   s is stored in `s_slot`. A macro, so that pair_body's fused loop (fused_block) takes the very same steps. */
+   s is stored in `s_slot`. A macro, so that pair_body's fused loop takes the very same steps. */
 #define NEAR_KL_TERMS(xi, yi, s_slot)                                                                               \
     do {                                                                                                           \
         double tx_ = (xi) - off_x, ty_ = (yi) - off_y;                                                             \
@@ -642,9 +644,9 @@ static int fuse_loops = 1;
    and all three as one for the usual block (KL by its short series): each element's two divisions (the relative
    error's, KL's s) keep the divider busy while the other sums run beside them, where three loops one after the
    other left it idle through the first and ran the other two at its pace. Each sum takes the same steps either
-   way (tests/compare/test_fused_loops.py). Bfloat16 against float32 tensors took 1.85 ns a pair instead of 2.17
-   (`bench/metrics_speed.py --target-dtype bfloat16 --gb 0.3`, an Intel Xeon with AVX-512, 2026-12-05); the AVX2
-   build fused the same way spills accumulators out of its 16 registers and took 2.27 ns instead of 1.99. */
+   way (tests/compare/test_fused_loops.py). Bfloat16 against float32 tensors took 1.75-1.78 ns a pair instead of
+   2.08-2.16 (`bench/metrics_speed.py --target-dtype bfloat16 --gb 0.3`, an Intel Xeon with AVX-512, 2026-12-05);
+   the AVX2 build fused the same way spills accumulators out of its 16 registers and took 2.27 ns instead of 1.99. */
 ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
                              double *restrict tot, int *near_state, int avx2)
 {

@@ -29,7 +29,7 @@ kernel skips those one by one). The bench prints what creating a file costs in t
 starts, since other programs' deletions there have the same effect.
 
 Printed per model: each worker's torch and thread count (the nbprec worker's line also says how its statistics
-are computed: the kernel's instruction set, and whose threads sum tensors of 2 MB and more in parts), the medians
+are computed: the kernel's instruction set, and whose threads sum tensors of 128 KB and more in parts), the medians
 and their ratios (capture / plain, nbprec / msprobe; "paired" is the median of
 each round's capture / that round's plain run, which a change in the machine's load between rounds moves
 less), tensor-mode payload throughput (MB of ``.npy`` files / whole captured step; where nbprec made files
@@ -345,7 +345,7 @@ def _kernel_note() -> str:
     except ImportError:
         return "statistics by torch reductions (the C kernel was not built)"
     team = kernel.team()
-    size = f"{kernel.SPLIT_BYTES / 2**20:g} MB"
+    size = f"{kernel.SPLIT_BYTES / 2**10:g} KB"
     parts = f"tensors of {size} and more in parts on {team}'s threads" if team else "every tensor on one thread"
     return f"statistics kernel {kernel.isa()}, {parts}"
 

@@ -22,7 +22,7 @@
  *
  * Returns (min, max, mean, std, norm, abs_max, nan_count, inf_count, zero_count): the order of
  * nbprec.stats.STAT_COLUMNS; the six value statistics are None when no value is finite. Tensors of at least
- * 2^15 elements are summed with the GIL released.
+ * 2^15 elements, and those summed in parts, are summed with the GIL released.
  *
  * stats(..., threads) with threads > 1 (the capture passes torch's own thread count) sums a tensor of at least
  * 2 SPLIT_FROM bytes in up to that many parts at once (at least SPLIT_FROM bytes each), on the threads of the
@@ -33,8 +33,12 @@
  * OpenMP regions must pass threads=1, as it must call torch.set_num_threads(1): a region would wait there for
  * threads the child does not have.
  *
- * On x86-64 with GCC or Clang the kernel is compiled twice, for AVX2+FMA and for the baseline, and the
- * faster one is picked at import time when the CPU has AVX2 and FMA.
+ * Parts are of 64 KB at least (tensors of 128 KB and more are split). In a capture torch's threads spin between
+ * its ops, so a region starts in a microsecond or two; the parts of 1 MB this kernel first took left the
+ * capture's tensors of 128 KB-2 MB (about 100 a MiniLM training step) to the calling thread alone.
+ *
+ * On x86-64 with GCC or Clang the kernel is compiled for AVX-512, AVX2+FMA and the baseline, and the best
+ * build the CPU runs is picked at import time.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -54,7 +58,8 @@
 
 #define BLOCK 2048
 #define NOGIL_FROM 32768
-#define SPLIT_FROM (1 << 20) /* bytes per part at least: below, starting a parallel region costs what it saves */
+#define SPLIT_FROM (1 << 16) /* bytes per part at least: below, starting a parallel region costs what it saves
+                                 (with torch's threads waiting for work between ops, as they are in a capture) */
 #define MAX_PARTS 8
 
 /* Running totals of one tensor. */
@@ -371,10 +376,11 @@ static PyObject *py_stats(PyObject *self, PyObject *const *args, Py_ssize_t narg
     double sq = 0.0;
     if (n > 0) {
         const char *base = (const char *)address;
-        if (n >= NOGIL_FROM) {
+        int split = threads > 1 && n * type_size[type] >= 2 * SPLIT_FROM; /* in parts, if a runtime is loaded */
 #if NBPREC_TEAM
-            if (threads > 1 && gomp_parallel == NULL && n * type_size[type] >= 2 * SPLIT_FROM) team_find();
+        if (split && gomp_parallel == NULL) team_find();
 #endif
+        if (n >= NOGIL_FROM || split) {
             Py_BEGIN_ALLOW_THREADS;
             t.shift = first_block_mean(base, (int)type, n);
             sum_all(base, (int)type, n, (int)(threads < 1 ? 1 : threads < MAX_PARTS ? threads : MAX_PARTS), &t);

@@ -114,8 +114,9 @@ def _kernel_module():
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16", "int8", "bool"])
 def test_large_tensors_summed_in_parts_on_torchs_threads(dtype: str) -> None:
-    """Tensors of 2 MB and more are summed in parts at once (on the OpenMP threads torch runs its ops on): the
-    same statistics as whole, whatever the part count, the same every time, NaN/inf/zeros counted in every part."""
+    """Tensors of SPLIT_BYTES (128 KB) and more are summed in parts at once (on the OpenMP threads torch runs its
+    ops on): the same statistics as whole, whatever the part count, the same every time, NaN/inf/zeros counted in
+    every part."""
     kernel = _kernel_module()
     code = {"float64": 0, "float32": 1, "float16": 2, "bfloat16": 3, "int8": 7, "bool": 9}[dtype]
     gen = torch.Generator().manual_seed(4)
@@ -137,6 +138,19 @@ def test_large_tensors_summed_in_parts_on_torchs_threads(dtype: str) -> None:
         assert kernel.stats(x.data_ptr(), n, code, threads) == parts  # not a matter of which thread ran what
     if sys.platform.startswith("linux"):
         assert kernel.team() in ("libgomp.so.1", "libomp.so", "libiomp5.so")  # torch's, found rather than loaded
+
+
+def test_tensors_either_side_of_the_split_size() -> None:
+    """At the smallest size summed in parts (SPLIT_BYTES, 128 KB), the statistics in two parts are those of the
+    whole to 1e-12; just below it, the tensor is summed whole whatever the thread count (bit for bit)."""
+    kernel = _kernel_module()
+    gen = torch.Generator().manual_seed(6)
+    below = torch.randn(kernel.SPLIT_BYTES // 4 - 1, generator=gen) * 5 + 2
+    assert kernel.stats(below.data_ptr(), below.numel(), 1, 2) == kernel.stats(below.data_ptr(), below.numel(), 1, 1)
+    at = torch.randn(kernel.SPLIT_BYTES // 4, generator=gen) * 5 + 2
+    whole = kernel.stats(at.data_ptr(), at.numel(), 1, 1)
+    _check(kernel.stats(at.data_ptr(), at.numel(), 1, 2), whole, 1e-12, "float32 at SPLIT_BYTES in 2 parts")
+    _check(whole, _reference(at), 1e-9, "float32 at SPLIT_BYTES whole")
 
 
 def test_parts_from_several_python_threads_at_once() -> None:

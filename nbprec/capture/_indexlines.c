@@ -39,6 +39,7 @@ typedef struct {
 } IndexLines;
 
 static PyObject *s_fragment; /* "fragment", interned */
+static PyObject *s_fields;   /* "fields", interned */
 
 static double monotonic(void)
 {
@@ -330,6 +331,140 @@ static PyMethodDef lines_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* -- the column cache ----------------------------------------------------------------------------------- */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Buffer;
+
+static int buf_put(Buffer *b, const char *text, Py_ssize_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap : 4096;
+        while (b->len + n + 1 > cap) cap *= 2;
+        char *grown = PyMem_Realloc(b->data, (size_t)cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = grown, b->cap = cap;
+    }
+    memcpy(b->data + b->len, text, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+/* One cell: a comma before all but the first; a str as its UTF-8 bytes (it is JSON text already), an exact int
+   in decimal, None as null, anything else as str() of it (what the Python join's map(str, ...) writes). */
+static int put_cell(Buffer *b, PyObject *v, int first)
+{
+    if (!first && buf_put(b, ",", 1) < 0) return -1;
+    if (PyUnicode_CheckExact(v)) {
+        Py_ssize_t n;
+        const char *text = PyUnicode_AsUTF8AndSize(v, &n);
+        return text == NULL ? -1 : buf_put(b, text, n);
+    }
+    char digits[24];
+    Py_ssize_t n;
+    if (int_text(v, digits, &n)) return buf_put(b, digits, n);
+    if (v == Py_None) return buf_put(b, "null", 4);
+    PyObject *str = PyObject_Str(v);
+    if (str == NULL) return -1;
+    int r = put_cell(b, str, 1);
+    Py_DECREF(str);
+    return r;
+}
+
+/* The `want` texts of an EncodedOp's or EncodedStats' `fields` tuple, one into each of the columns from cols[*k]
+   on (*k moves past them); TypeError for fields of another form. */
+static int put_fields(Buffer *cols, Py_ssize_t *k, PyObject *encoded, Py_ssize_t want, int first)
+{
+    PyObject *fields = PyObject_GetAttr(encoded, s_fields);
+    if (fields == NULL) return -1;
+    int r = 0;
+    if (!PyTuple_CheckExact(fields) || PyTuple_GET_SIZE(fields) != want) {
+        PyErr_SetString(PyExc_TypeError, "column_cache: a record's encoded fields are not a tuple of their size");
+        r = -1;
+    }
+    for (Py_ssize_t c = 0; r == 0 && c < want; c++) r = put_cell(&cols[(*k)++], PyTuple_GET_ITEM(fields, c), first);
+    Py_DECREF(fields);
+    return r;
+}
+
+enum { ROW_SIZE = 12, OP_FIELDS = 6, STAT_FIELDS = 9, MAX_COLUMNS = 1 + 3 + OP_FIELDS + 4 + 1 + STAT_FIELDS + 1 };
+
+PyDoc_STRVAR(column_cache_doc,
+             "column_cache(rows, names) -> bytes\n\n"
+             "The columns of CaptureWriter's column cache as JSON members, '\"name\":[...],...', from its rows "
+             "(name, step, rank, order, EncodedOp, role, slot, dtype, shape, numel, EncodedStats, file): names "
+             "holds the 24 column names, or 25 with the file column last; empty without rows. TypeError for rows "
+             "of another form.");
+
+static PyObject *column_cache(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "column_cache(rows: list, names: tuple)");
+        return NULL;
+    }
+    PyObject *rows = args[0], *names = args[1];
+    Py_ssize_t ncols = PyTuple_GET_SIZE(names), nrows = PyList_GET_SIZE(rows), r, c;
+    if (ncols != MAX_COLUMNS - 1 && ncols != MAX_COLUMNS) {
+        PyErr_SetString(PyExc_TypeError, "column_cache: names holds 24 or 25 column names");
+        return NULL;
+    }
+    if (nrows == 0) return PyBytes_FromStringAndSize(NULL, 0); /* no columns at all, as the Python join */
+    Buffer cols[MAX_COLUMNS];
+    memset(cols, 0, sizeof cols);
+    PyObject *result = NULL;
+    for (r = 0; r < nrows; r++) {
+        PyObject *row = PyList_GET_ITEM(rows, r);
+        if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != ROW_SIZE) {
+            PyErr_SetString(PyExc_TypeError, "column_cache: a row is not a tuple of 12");
+            goto done;
+        }
+        int first = r == 0;
+        Py_ssize_t k = 0;
+        for (c = 0; c < 4; c++)
+            if (put_cell(&cols[k++], PyTuple_GET_ITEM(row, c), first) < 0) goto done;
+        if (put_fields(cols, &k, PyTuple_GET_ITEM(row, 4), OP_FIELDS, first) < 0) goto done;
+        for (c = 5; c < 10; c++)
+            if (put_cell(&cols[k++], PyTuple_GET_ITEM(row, c), first) < 0) goto done;
+        if (put_fields(cols, &k, PyTuple_GET_ITEM(row, 10), STAT_FIELDS, first) < 0) goto done;
+        if (ncols == MAX_COLUMNS && put_cell(&cols[k++], PyTuple_GET_ITEM(row, 11), first) < 0) goto done;
+    }
+    {
+        Buffer out = {NULL, 0, 0};
+        for (c = 0; c < ncols; c++) {
+            Py_ssize_t n;
+            PyObject *name = PyTuple_GET_ITEM(names, c);
+            const char *text = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &n) : NULL;
+            if (text == NULL) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "column_cache: a column name is not a str");
+                PyMem_Free(out.data);
+                goto done;
+            }
+            if ((c && buf_put(&out, ",", 1) < 0) || buf_put(&out, "\"", 1) < 0 || buf_put(&out, text, n) < 0 ||
+                buf_put(&out, "\":[", 3) < 0 || (cols[c].len && buf_put(&out, cols[c].data, cols[c].len) < 0) ||
+                buf_put(&out, "]", 1) < 0) {
+                PyMem_Free(out.data);
+                goto done;
+            }
+        }
+        result = PyBytes_FromStringAndSize(out.data, out.len);
+        PyMem_Free(out.data);
+    }
+done:
+    for (c = 0; c < MAX_COLUMNS; c++) PyMem_Free(cols[c].data);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"column_cache", (PyCFunction)(void (*)(void))column_cache, METH_FASTCALL, column_cache_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyTypeObject IndexLinesType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "nbprec.capture._indexlines.IndexLines",
     .tp_basicsize = sizeof(IndexLines),
@@ -345,13 +480,14 @@ static PyTypeObject IndexLinesType = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_indexlines", "A statistics capture's index records, in C (see nbprec/capture/_indexlines.c).",
-    -1, NULL, NULL, NULL, NULL, NULL,
+    -1, module_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__indexlines(void)
 {
     s_fragment = PyUnicode_InternFromString("fragment");
-    if (s_fragment == NULL || PyType_Ready(&IndexLinesType) < 0) return NULL;
+    s_fields = PyUnicode_InternFromString("fields");
+    if (s_fragment == NULL || s_fields == NULL || PyType_Ready(&IndexLinesType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&IndexLinesType);

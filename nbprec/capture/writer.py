@@ -8,7 +8,8 @@ record and column cache) with a faster path for the records a capture makes by t
   (:meth:`CaptureWriter.encode_stats`), and the column cache at close reuses the same pieces instead of
   encoding every value a second time;
 - in mode ``"statistics"``, the usual record is appended by the C twin of :meth:`CaptureWriter.add`
-  (``nbprec/capture/_indexlines.c``), which hands anything else to the Python method;
+  (``nbprec/capture/_indexlines.c``), which hands anything else to the Python method; the column cache is
+  joined there too, at close (2.7 ms of a MiniLM training step's close in Python);
 - lines of every file are collected and handed to the operating system every ``FLUSH_INTERVAL`` seconds in
   one write per file (a killed process loses at most that interval's records, as with the base writer);
 - payloads (mode ``"tensor"``) are copied when the op is recorded and written by a background thread, with a
@@ -39,9 +40,9 @@ from nbprec.formats.native_read import (
 from nbprec.stats import STAT_COLUMNS
 
 try:
-    from nbprec.capture._indexlines import IndexLines
-except ImportError:  # built without a C compiler: every record through the Python add
-    IndexLines = None
+    from nbprec.capture._indexlines import IndexLines, column_cache
+except ImportError:  # built without a C compiler: every record through the Python add, the cache in Python
+    IndexLines = column_cache = None
 
 _encode_utf8 = json.encoder.encode_basestring  # type: ignore[attr-defined]  # C versions, as json.dumps uses
 _encode_ascii = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
@@ -73,6 +74,8 @@ def json_float(value: Any) -> str:
     return '"Infinity"' if x > 0 else '"-Infinity"'
 
 
+#: The column cache's columns in order (the last, "file", only when some record has a payload file).
+_CACHE_COLUMNS = ("name", "step", "rank", "order", *_OP_COLUMNS, *_TAIL_COLUMNS, *STAT_COLUMNS, "file")
 _OP_FORMAT = ",".join(f'"{c}":%s' for c in _OP_COLUMNS)
 _STATS_FORMAT = ",".join(f'"{c}":%s' for c in STAT_COLUMNS)
 
@@ -335,8 +338,22 @@ class CaptureWriter(NativeDumpWriter):
             raise first
 
     def _write_columns(self) -> None:
-        """The column cache of the base writer, joined from the records' encoded pieces (transposed by ``zip``)."""
+        """The column cache of the base writer, joined from the records' encoded pieces (in C where built)."""
         rows = self._rows
+        names = _CACHE_COLUMNS if self._has_files else _CACHE_COLUMNS[:-1]
+        body = column_cache(rows, names) if column_cache is not None else self._columns_text(rows).encode("utf-8")
+        index_bytes = (self._path / INDEX_FILE).stat().st_size
+        head = f'{{"rows":{len(rows)},"index_bytes":{index_bytes},"columns":{{'.encode()
+        tmp = self._path / (COLUMNS_FILE + ".tmp")
+        try:
+            tmp.write_bytes(head + body + b"}}")
+            tmp.replace(self._path / COLUMNS_FILE)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self._rows = []
+
+    def _columns_text(self, rows: list[tuple[Any, ...]]) -> str:
+        """The column cache's columns as JSON members, in Python (transposed by ``zip``): ``column_cache``'s text."""
         parts: list[str] = []
 
         def column(name: str, values: Any) -> None:
@@ -358,15 +375,7 @@ class CaptureWriter(NativeDumpWriter):
                 column(c, values)
             if self._has_files:
                 column("file", ["null" if f is None else f for f in files])
-        index_bytes = (self._path / INDEX_FILE).stat().st_size
-        text = f'{{"rows":{len(rows)},"index_bytes":{index_bytes},"columns":{{{",".join(parts)}}}}}'
-        tmp = self._path / (COLUMNS_FILE + ".tmp")
-        try:
-            tmp.write_bytes(text.encode("utf-8"))
-            tmp.replace(self._path / COLUMNS_FILE)
-        finally:
-            tmp.unlink(missing_ok=True)
-        self._rows = []
+        return ",".join(parts)
 
 
 __all__ = ["CaptureWriter", "EncodedOp", "EncodedStats", "json_float", "json_string"]

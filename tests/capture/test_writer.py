@@ -206,3 +206,36 @@ def test_call_texts_are_what_json_dumps_writes(monkeypatch) -> None:
 
     monkeypatch.setattr(json_module.encoder, "c_make_encoder", changed)
     assert signature._strict_dumps()([1, "é"]) == '[1,"é"]'
+
+
+@pytest.mark.parametrize("mode", ["statistics", "tensor"])
+def test_the_column_cache_is_joined_in_c_as_in_python(tmp_path: Path, monkeypatch, mode: str) -> None:
+    """``column_cache`` (C) gives the bytes of ``CaptureWriter._columns_text`` (Python) for every capture's rows:
+    names outside ASCII, payload files or none; rows of another form are a TypeError, not a crash."""
+    from nbprec.capture import capture, writer
+
+    if writer.column_cache is None:
+        pytest.skip("nbprec.capture._indexlines was not built")
+    seen = []
+    original = writer.CaptureWriter._write_columns
+
+    def check(self) -> None:
+        rows = list(self._rows)
+        names = writer._CACHE_COLUMNS if self._has_files else writer._CACHE_COLUMNS[:-1]
+        seen.append((writer.column_cache(rows, names), self._columns_text(rows).encode("utf-8"), len(rows)))
+        original(self)
+
+    monkeypatch.setattr(writer.CaptureWriter, "_write_columns", check)
+    model = torch.nn.Sequential()
+    model.add_module("lineär", torch.nn.Linear(2, 2))
+    with capture(model, tmp_path / "run", mode=mode):
+        model(torch.ones(1, 2)).sum().backward()
+    with capture(None, tmp_path / "empty", level="apis", mode=mode):
+        pass
+    assert [(c == p, n > 0) for c, p, n in seen] == [(True, True), (True, False)]
+    assert "lineär".encode() in seen[0][0]
+    assert (b'"file":[' in seen[0][0]) == (mode == "tensor")
+    with pytest.raises(TypeError):
+        writer.column_cache([("not", "a", "record")], writer._CACHE_COLUMNS[:-1])
+    with pytest.raises(TypeError):
+        writer.column_cache([], ("too", "few"))

@@ -25,10 +25,12 @@ install: $(STAMP)
 # import hook instead, which every Python process of the virtualenv loads at start-up (pathlib, re, urllib and
 # more: about 15 ms, half the start-up of an nbprec command served by the command daemon).
 
-# The C extensions' sources and headers (setup.py lists what each extension is built from): any edit reinstalls.
+# The C extensions' sources and headers (setup.py lists what each extension is built from), and the capture's
+# modules mypyc compiles (setup.py's COMPILED_CAPTURE): any edit reinstalls.
 C_SOURCES := $(wildcard nbprec/*.c nbprec/*.h nbprec/*/*.c nbprec/*/*.h)
+COMPILED_SOURCES := $(addprefix nbprec/capture/,backward.py gradients.py memo.py recorder.py tensors.py)
 
-$(STAMP): Makefile pyproject.toml setup.py $(C_SOURCES) nbprec/labextension/package.json
+$(STAMP): Makefile pyproject.toml setup.py $(C_SOURCES) $(COMPILED_SOURCES) nbprec/labextension/package.json
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e ".[$(EXTRAS)]" --config-settings editable_mode=compat
 	@touch $(STAMP)

@@ -28,9 +28,13 @@
 All twelve are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
 
-It also installs the prebuilt JupyterLab extension (``nbprec/labextension/``, built from ``jupyterlab-nbprec/`` by
-``make labextension``) and the switch that enables nbprec's Jupyter server extension, where Jupyter looks for
-them (``<prefix>/share/jupyter/labextensions/``, ``<prefix>/etc/jupyter/``): no build step for users.
+The capture's per-record Python (``nbprec/capture/``: ``backward.py``, ``gradients.py``, ``memo.py``,
+``recorder.py``, ``tensors.py``) is also compiled, by mypyc (pyproject.toml's build requirements bring it), into
+extension modules of the same names that Python imports in place of the ``.py`` files, with mypyc's runtime and
+the compiled code in the top-level module ``nbprec_capture__mypyc``. The ``.py`` files stay the source: without
+mypyc or a C compiler, or with ``NBPREC_PURE_PYTHON=1`` set at install, they are what runs. An edit to one of them
+needs a reinstall (``make`` does it) before it takes effect; ``tests/capture/test_compiled.py`` says when a
+compiled module is older than its source.
 """
 
 import os
@@ -61,15 +65,56 @@ POSIX_EXTENSIONS = (
 )
 
 
+#: The capture's modules mypyc compiles (see above), and the extension holding mypyc's runtime for them.
+COMPILED_CAPTURE = tuple(f"nbprec.capture.{name}" for name in ("backward", "gradients", "memo", "recorder", "tensors"))
+COMPILED_RUNTIME = "nbprec_capture__mypyc"  # (top level: mypyc names a dotted group's init function wrongly)
+
+
+def compiled_capture() -> list[Extension]:
+    """The extensions mypyc makes of the capture's modules: none without mypyc, or where it fails."""
+    if os.environ.get("NBPREC_PURE_PYTHON"):
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        return []
+    files = [name.replace(".", "/") + ".py" for name in COMPILED_CAPTURE]
+    try:  # (the modules' imports are read as untyped: only these files are checked and compiled)
+        extensions = mypycify(
+            ["--follow-imports=skip", "--ignore-missing-imports", "--cache-dir=/dev/null", *files],
+            opt_level="3",
+            separate=[(files, COMPILED_RUNTIME.removesuffix("__mypyc"))],
+        )
+    except (Exception, SystemExit) as exc:  # mypy's errors end in SystemExit
+        print(f"nbprec: the capture's modules stay pure Python (mypyc: {exc})", file=sys.stderr)
+        return []
+    for ext in extensions:
+        ext.optional = True
+    return extensions
+
+
 class BuildExt(build_ext):
-    """build_ext with the kernel's optimisation flags on GCC and Clang."""
+    """build_ext with the kernel's optimisation flags on GCC and Clang; the compiled capture modules only when the
+    runtime they import was built."""
 
     def build_extensions(self) -> None:
         if self.compiler.compiler_type == "unix":
             for ext in self.extensions:
                 kernel = KERNEL_FLAGS if ext.name == "nbprec.compare._fused" else []
                 ext.extra_compile_args = [*ext.extra_compile_args, *UNIX_FLAGS, *kernel]
+        names = [ext.name for ext in self.extensions]
+        if COMPILED_RUNTIME in names:  # first, so that the modules can be left out if it fails
+            self.extensions.insert(0, self.extensions.pop(names.index(COMPILED_RUNTIME)))
+        self._runtime_built = False
         super().build_extensions()
+
+    def build_extension(self, ext: Extension) -> None:
+        if ext.name in COMPILED_CAPTURE and not self._runtime_built:  # an import error there: pure Python instead
+            print(f"nbprec: {ext.name} stays pure Python ({COMPILED_RUNTIME} was not built)", file=sys.stderr)
+            return
+        super().build_extension(ext)
+        if ext.name == COMPILED_RUNTIME:
+            self._runtime_built = True
 
 
 class EditableWheel(editable_wheel):
@@ -135,6 +180,7 @@ setup(
         Extension("nbprec._hugeheap", ["nbprec/_hugeheap.c"], optional=True),
         Extension("nbprec.graph._textformat", ["nbprec/graph/_textformat.c"], optional=True),
         *POSIX_EXTENSIONS,
+        *compiled_capture(),
     ],
     cmdclass={"build_ext": BuildExt, "editable_wheel": EditableWheel},
 )

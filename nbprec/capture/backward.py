@@ -88,7 +88,9 @@ class NodeHooks:
     """
 
     def __init__(self) -> None:
-        self._on: dict[int, tuple[Any, list[Callable[[Any, Any], None]]]] = {}
+        # per node: [its registered hook's handle, the hooks it calls]; a list, not a tuple, so that remove() can
+        # tell an entry by identity where the module is compiled (mypyc boxes a tuple afresh where it is read)
+        self._on: dict[int, list[Any]] = {}
 
     def add(self, node: Any, hook: Callable[[Any, Any], None]) -> tuple[int, Any, Any]:
         """Call ``hook(grad_inputs, grad_outputs)`` after ``node`` runs; returns the token :meth:`remove` takes."""
@@ -96,7 +98,7 @@ class NodeHooks:
         entry = self._on.get(key)
         if entry is None or not _alive(entry[0]):
             hooks: list[Callable[[Any, Any], None]] = []
-            entry = self._on[key] = (node.register_hook(_dispatch(hooks)), hooks)
+            entry = self._on[key] = [node.register_hook(_dispatch(hooks)), hooks]
         entry[1].append(hook)
         return key, entry, hook
 
@@ -200,8 +202,8 @@ class BackwardWatch:
         boundary = walk(starts, in_map, threshold, leaves) if made and in_map else {}
         on_nodes = self._on_nodes
         node_hooks = self._owner.node_hooks
-        for key, (node, received) in made.items():
-            links = boundary.pop(key, (None, []))[1]
+        for made_key, (node, received) in made.items():
+            links = boundary.pop(made_key, (None, []))[1]
             on_nodes.append(node_hooks.add(node, self._node_hook(list(received.items()), links)))
             senders += [slot for _, slots in links for slot in slots]
         for node, links in boundary.values():

@@ -425,6 +425,25 @@ def test_a_module_and_its_op_share_a_node_across_micro_batches(tmp_path: Path) -
         np.testing.assert_allclose(weight, own[call].numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_removing_a_nodes_last_hook_removes_its_registered_hook() -> None:
+    """NodeHooks registers one hook per node and drops it with the node's last hook (found by identity, which
+    holds where the module is compiled too)."""
+    from nbprec.capture.backward import NodeHooks
+
+    x = torch.ones(3, requires_grad=True)
+    y = (x * 2).sum()
+    hooks, fired = NodeHooks(), []
+    first = hooks.add(y.grad_fn, lambda gi, go: fired.append("a"))
+    second = hooks.add(y.grad_fn, lambda gi, go: fired.append("b"))
+    hooks.remove(first)
+    y.backward(retain_graph=True)
+    assert fired == ["b"]
+    hooks.remove(second)
+    assert not hooks._on  # the entry went with its last hook
+    y.backward(retain_graph=True)
+    assert fired == ["b"]  # and the registered hook with it
+
+
 def test_a_shared_node_hook_is_known_dead_with_its_node() -> None:
     """Entries of NodeHooks are keyed by the node's id: one whose node died must read as dead, so that a new node
     at the same address gets a hook of its own."""

@@ -29,12 +29,12 @@ All twelve are optional: where they cannot be compiled (no C compiler), the inst
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
 
 The capture's per-record Python (``nbprec/capture/``: ``backward.py``, ``gradients.py``, ``memo.py``,
-``recorder.py``, ``tensors.py``) is also compiled, by mypyc (pyproject.toml's build requirements bring it), into
-extension modules of the same names that Python imports in place of the ``.py`` files, with mypyc's runtime and
-the compiled code in the top-level module ``nbprec_capture__mypyc``. The ``.py`` files stay the source: without
-mypyc or a C compiler, or with ``NBPREC_PURE_PYTHON=1`` set at install, they are what runs. An edit to one of them
-needs a reinstall (``make`` does it) before it takes effect; ``tests/capture/test_compiled.py`` says when a
-compiled module is older than its source.
+``naming.py``, ``recorder.py``, ``signature.py``, ``tensors.py``) is also compiled, by mypyc (pyproject.toml's build
+requirements bring it), into extension modules of the same names that Python imports in place of the ``.py`` files,
+with mypyc's runtime and the compiled code in the top-level module ``nbprec_capture__mypyc``. The ``.py`` files stay
+the source: without mypyc or a C compiler, or with ``NBPREC_PURE_PYTHON=1`` set at install, they are what runs. An
+edit to one of them needs a reinstall (``make`` does it) before it takes effect; ``tests/capture/test_compiled.py``
+says when a compiled module is older than its source.
 """
 
 import os
@@ -66,7 +66,9 @@ POSIX_EXTENSIONS = (
 
 
 #: The capture's modules mypyc compiles (see above), and the extension holding mypyc's runtime for them.
-COMPILED_CAPTURE = tuple(f"nbprec.capture.{name}" for name in ("backward", "gradients", "memo", "recorder", "tensors"))
+COMPILED_CAPTURE = tuple(
+    f"nbprec.capture.{name}" for name in ("backward", "gradients", "memo", "naming", "recorder", "signature", "tensors")
+)
 COMPILED_RUNTIME = "nbprec_capture__mypyc"  # (top level: mypyc names a dotted group's init function wrongly)
 
 

@@ -58,7 +58,7 @@ def is_inplace(name: str, kwargs: dict[str, Any] | None) -> bool:
     """Whether an API call may change its inputs (``add_``, ``__iadd__``, ``inplace=True``, ``out=``)."""
     if (name.endswith("_") and not name.endswith("__")) or name in _INPLACE_DUNDERS:
         return True
-    return bool(kwargs) and (kwargs.get("inplace") is True or kwargs.get("out") is not None)
+    return kwargs is not None and bool(kwargs) and (kwargs.get("inplace") is True or kwargs.get("out") is not None)
 
 
 #: function -> what :func:`recorded_identity` says of it: the same in every capture, so kept for the process.

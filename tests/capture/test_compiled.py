@@ -9,7 +9,7 @@ import os
 import pytest
 
 #: setup.py's COMPILED_CAPTURE
-MODULES = ("backward", "gradients", "memo", "recorder", "tensors")
+MODULES = ("backward", "gradients", "memo", "naming", "recorder", "signature", "tensors")
 
 
 @pytest.mark.parametrize("name", MODULES)

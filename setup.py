@@ -35,6 +35,10 @@ with mypyc's runtime and the compiled code in the top-level module ``nbprec_capt
 the source: without mypyc or a C compiler, or with ``NBPREC_PURE_PYTHON=1`` set at install, they are what runs. An
 edit to one of them needs a reinstall (``make`` does it) before it takes effect; ``tests/capture/test_compiled.py``
 says when a compiled module is older than its source.
+
+It also installs the prebuilt JupyterLab extension (``nbprec/labextension/``, built from ``jupyterlab-nbprec/`` by
+``make labextension``) and the switch that enables nbprec's Jupyter server extension, where Jupyter looks for
+them (``<prefix>/share/jupyter/labextensions/``, ``<prefix>/etc/jupyter/``): no build step for users.
 """
 
 import os

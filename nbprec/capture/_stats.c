@@ -245,13 +245,19 @@ static void team_work(void *data)
 }
 #endif
 
-/* The totals of n elements: in up to `threads` parts at once when the tensor is large enough. */
-static void sum_all(const char *base, int type, Py_ssize_t n, int threads, Totals *t)
+/* How many parts a tensor of `bytes` is summed in with `threads` threads: at most MAX_PARTS, each of SPLIT_FROM
+   bytes at least (1: whole). Where no OpenMP runtime is loaded the tensor is summed whole all the same. */
+static int part_count(Py_ssize_t bytes, long threads)
+{
+    long parts = threads < 1 ? 1 : threads < MAX_PARTS ? threads : MAX_PARTS;
+    return (int)(parts > bytes / SPLIT_FROM ? (bytes / SPLIT_FROM > 1 ? bytes / SPLIT_FROM : 1) : parts);
+}
+
+/* The totals of n elements: in `parts` parts at once (part_count) when an OpenMP runtime is loaded. */
+static void sum_all(const char *base, int type, Py_ssize_t n, int parts, Totals *t)
 {
 #if NBPREC_TEAM
-    Py_ssize_t bytes = n * type_size[type];
-    int parts = threads < MAX_PARTS ? threads : MAX_PARTS, p;
-    if (parts > bytes / SPLIT_FROM) parts = (int)(bytes / SPLIT_FROM);
+    int p;
     if (parts >= 2 && gomp_parallel != NULL) {
         Team team;
         team.base = base, team.type = type, team.n = n, team.parts = parts, team.next = 0;
@@ -274,7 +280,7 @@ static void sum_all(const char *base, int type, Py_ssize_t n, int threads, Total
         return;
     }
 #else
-    (void)threads;
+    (void)parts;
 #endif
     stats_impl(base, type, n, t);
 }
@@ -376,14 +382,14 @@ static PyObject *py_stats(PyObject *self, PyObject *const *args, Py_ssize_t narg
     double sq = 0.0;
     if (n > 0) {
         const char *base = (const char *)address;
-        int split = threads > 1 && n * type_size[type] >= 2 * SPLIT_FROM; /* in parts, if a runtime is loaded */
+        int parts = part_count(n * type_size[type], threads); /* (summed whole without a runtime loaded) */
 #if NBPREC_TEAM
-        if (split && gomp_parallel == NULL) team_find();
+        if (parts > 1 && gomp_parallel == NULL) team_find();
 #endif
-        if (n >= NOGIL_FROM || split) {
+        if (n >= NOGIL_FROM || parts > 1) {
             Py_BEGIN_ALLOW_THREADS;
             t.shift = first_block_mean(base, (int)type, n);
-            sum_all(base, (int)type, n, (int)(threads < 1 ? 1 : threads < MAX_PARTS ? threads : MAX_PARTS), &t);
+            sum_all(base, (int)type, n, parts, &t);
             sq = squares(&t, base, (int)type, n);
             Py_END_ALLOW_THREADS;
         } else {
@@ -402,6 +408,20 @@ static PyObject *py_isa(PyObject *self, PyObject *unused)
     return PyUnicode_FromString(isa_name);
 }
 
+static PyObject *py_parts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "parts() takes 2 arguments (nbytes, threads)");
+        return NULL;
+    }
+    Py_ssize_t bytes = PyLong_AsSsize_t(args[0]);
+    if (bytes == -1 && PyErr_Occurred()) return NULL;
+    long threads = PyLong_AsLong(args[1]);
+    if (threads == -1 && PyErr_Occurred()) return NULL;
+    return PyLong_FromLong(part_count(bytes, threads));
+}
+
 static PyObject *py_team(PyObject *self, PyObject *unused)
 {
     (void)self;
@@ -415,6 +435,9 @@ static PyObject *py_team(PyObject *self, PyObject *unused)
 
 static PyMethodDef methods[] = {
     {"stats", (PyCFunction)(void (*)(void))py_stats, METH_FASTCALL, stats_doc},
+    {"parts", (PyCFunction)(void (*)(void))py_parts, METH_FASTCALL,
+     "parts(nbytes, threads) -> int: how many parts stats() sums a tensor of nbytes in with that many threads "
+     "(1: whole; more only where an OpenMP runtime is loaded)."},
     {"isa", py_isa, METH_NOARGS, "The instruction set the kernel was compiled for and chose at import."},
     {"team", py_team, METH_NOARGS,
      "The OpenMP runtime whose threads sum large tensors in parts (looked up among those loaded), or None."},

@@ -141,9 +141,15 @@ def test_large_tensors_summed_in_parts_on_torchs_threads(dtype: str) -> None:
 
 
 def test_tensors_either_side_of_the_split_size() -> None:
-    """At the smallest size summed in parts (SPLIT_BYTES, 128 KB), the statistics in two parts are those of the
-    whole to 1e-12; just below it, the tensor is summed whole whatever the thread count (bit for bit)."""
+    """Tensors from SPLIT_BYTES (128 KB) on are summed in parts of 64 KB at least, as many as the threads (8 at
+    most); below, whole whatever the thread count (bit for bit). At the split size, the two parts' statistics are
+    the whole tensor's to 1e-12."""
     kernel = _kernel_module()
+    size = kernel.SPLIT_BYTES
+    assert size == 128 << 10
+    assert [kernel.parts(size - 1, t) for t in (1, 2, 8)] == [1, 1, 1]
+    assert [kernel.parts(size, t) for t in (0, 1, 2, 3, 8)] == [1, 1, 2, 2, 2]
+    assert [kernel.parts(4 * size, t) for t in (2, 3, 8, 64)] == [2, 3, 8, 8]
     gen = torch.Generator().manual_seed(6)
     below = torch.randn(kernel.SPLIT_BYTES // 4 - 1, generator=gen) * 5 + 2
     assert kernel.stats(below.data_ptr(), below.numel(), 1, 2) == kernel.stats(below.data_ptr(), below.numel(), 1, 1)

@@ -116,7 +116,7 @@ def test_bad_buffers_are_errors():
 
 def _json_text(value: object) -> str:
     """What the dump writer's Python path writes (nbprec.formats.native.encode_float's meaning)."""
-    from nbprec.capture.writer import json_float
+    from nbprec.capture.lines import json_float
 
     return str(value) if type(value) is int else json_float(value)
 
@@ -147,11 +147,11 @@ def test_json_texts_refuse_other_types(bad):
 
 @needs_c
 def test_capture_statistics_are_encoded_alike_with_and_without_c(monkeypatch, tmp_path):
-    from nbprec.capture import writer
+    from nbprec.capture import lines, writer
 
-    monkeypatch.setattr(writer, "_C_TEXTS", None)
+    monkeypatch.setattr(lines, "C_TEXTS", None)
     writer.CaptureWriter(tmp_path / "dump").close()
-    assert writer._C_TEXTS is not None  # the first writer sets the C formatter up
+    assert lines.C_TEXTS is not None  # the first writer sets the C formatter up
 
     samples = [
         (-2.5, 3.25, 0.1, 1 / 3, 12.0, 3.25, 0, 0, 17),
@@ -160,9 +160,9 @@ def test_capture_statistics_are_encoded_alike_with_and_without_c(monkeypatch, tm
         (-1e300, 1e300, 0.0, float("inf"), float("inf"), 1e300, 0, 0, 0),
         (np.float64(1.5), 2.0, 1.75, 0.25, 2.5, 2.0, np.int64(0), 0, 0),
     ]
-    fast = [writer.CaptureWriter.encode_stats(s).fragment for s in samples]
-    monkeypatch.setattr(writer, "_C_TEXTS", None)
-    assert [writer.CaptureWriter.encode_stats(s).fragment for s in samples] == fast
+    fast = [lines.encode_stats(s).fragment for s in samples]
+    monkeypatch.setattr(lines, "C_TEXTS", None)
+    assert [lines.encode_stats(s).fragment for s in samples] == fast
     assert fast[0].startswith('"min":-2.5,"max":3.25,"mean":0.1,')
 
 

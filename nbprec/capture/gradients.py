@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from nbprec.capture.lines import EncodedStats
 from nbprec.capture.memo import TensorMemo
-from nbprec.capture.writer import EncodedStats
 
 
 class KeptGradient:

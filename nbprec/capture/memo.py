@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from nbprec.capture.writer import EncodedStats
+from nbprec.capture.lines import EncodedStats
 
 
 class _Produced:

@@ -18,7 +18,7 @@ model give the same names and can be matched by name:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 _FUNCTIONAL_MODULES = ("torch.nn.functional", "torch._C._nn")
 _TENSOR_CLASSES = ("TensorBase", "Tensor", "_TensorBase")
@@ -92,10 +92,11 @@ def module_api(path: str, class_name: str) -> str:
     return f"Module.{path}.{class_name}" if path else f"Module.{class_name}"
 
 
-class OpName(NamedTuple):
+class OpName:
     """The identity of one captured op call (forward); :meth:`backward` gives its backward twin.
 
-    A named tuple: one is made per recorded call, and a tuple is the cheapest object to make.
+    One is made per recorded call: a slotted class, which the compiled capture makes without a Python call (a
+    named tuple's ``__new__`` is Python code).
 
     Attributes
     ----------
@@ -115,13 +116,21 @@ class OpName(NamedTuple):
         ``"forward"`` or ``"backward"``.
     """
 
-    op: str
-    op_type: str
-    api: str
-    call: int
-    kind: str
-    module: str
-    direction: str = "forward"
+    __slots__ = ("api", "call", "direction", "kind", "module", "op", "op_type")
+
+    def __init__(
+        self, op: str, op_type: str, api: str, call: int, kind: str, module: str, direction: str = "forward"
+    ) -> None:
+        self.op = op
+        self.op_type = op_type
+        self.api = api
+        self.call = call
+        self.kind = kind
+        self.module = module
+        self.direction = direction
+
+    def __repr__(self) -> str:
+        return f"OpName({self.op!r}, module={self.module!r})"
 
     def backward(self) -> OpName:
         """The name of this call's backward."""

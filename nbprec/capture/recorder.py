@@ -13,6 +13,7 @@ from typing import Any
 
 from nbprec.capture.backward import BackwardWatches
 from nbprec.capture.gradients import GradientKeeper, KeptGradient
+from nbprec.capture.lines import EncodedOp, EncodedStats, RecordLines, encode_stats
 from nbprec.capture.memo import TensorMemo
 from nbprec.capture.naming import OpName, module_api, parent_backward, recorded_identity
 from nbprec.capture.overflow import OverflowCheck
@@ -22,7 +23,7 @@ from nbprec.capture.signature import encode_call_json
 from nbprec.capture.stacks import StackCollector, StackKey
 from nbprec.capture.statistics import TensorStatistics
 from nbprec.capture.tensors import TensorArrays, call_tensors, iter_tensors
-from nbprec.capture.writer import CaptureWriter, EncodedOp, EncodedStats
+from nbprec.capture.writer import CaptureWriter
 
 #: APIs whose single output holds exactly the values of their first input, rearranged (same statistics); the
 #: gradient their backward sends to that input likewise holds the values of the one it received.
@@ -114,6 +115,7 @@ class Recorder:
     def __init__(self, torch: Any, writer: CaptureWriter, options: RecorderOptions, step: int) -> None:
         self.torch = torch
         self.writer = writer
+        self.lines: RecordLines = writer.lines
         self.opt = options
         self.modules_on = options.level in ("modules", "both")
         self.apis_on = options.level in ("apis", "both")
@@ -188,7 +190,7 @@ class Recorder:
         edges = before[1] if before is not None else (self.watches.input_edges(inputs) if backward else [])
         self.forward_op(name, parent, inputs, outputs, snapshot=None if before is None else before[0])
         if not self.opt.overflow:
-            self.writer.call(op, encode_call_json(api, args, kwargs, torch))
+            self.lines.call(op, encode_call_json(api, args, kwargs, torch))
         if backward:
             aliases = {o: i for o, ot in outputs for i, it in inputs if ot is it}
             self._watch(name, parent, edges, outputs, aliases)
@@ -268,7 +270,7 @@ class Recorder:
         return order
 
     def _encode(self, name: OpName) -> EncodedOp:
-        return self.writer.encode_op(name.op, name.op_type, name.api, name.call, name.module, name.direction)
+        return self.lines.encode_op(name.op, name.op_type, name.api, name.call, name.module, name.direction)
 
     def forward_op(
         self,
@@ -413,12 +415,12 @@ class Recorder:
             stats = self.stats(t)
         except (RuntimeError, TypeError, NotImplementedError):  # meta/sparse/quantized tensors
             stats = None
-        return self.writer.encode_stats(stats)
+        return encode_stats(stats)
 
     def _structure(self, node: str, parent: str | None) -> None:
         if node not in self._written_nodes:
             self._written_nodes.add(node)
-            self.writer.module(node, parent)
+            self.lines.module(node, parent)
 
     def _stack_key(self, frame: Any) -> StackKey:
         """The user frames from ``frame`` outwards: the walk ends at the innermost running module's caller."""
@@ -434,13 +436,13 @@ class Recorder:
             self._written_stacks.add(op)
             if key is None:
                 key = self._stack_key(sys._getframe(1))
-            self.writer.stack(op, self.opt.stacks.text(key))
+            self.lines.stack(op, self.opt.stacks.text(key))
 
     def _write_edge(self, src: str, dst_op: str, slot: str) -> None:
         key = (src, dst_op, slot)
         if key not in self._written_edges:
             self._written_edges.add(key)
-            self.writer.edge(src, dst_op, slot)
+            self.lines.edge(src, dst_op, slot)
 
     # -- backward ----------------------------------------------------------------------------------------
     def _watch(

@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from nbprec.capture.tensors import is_nested
 from nbprec.errors import NbprecError
 
 #: Where each API prefix of the capture's names lives in torch.
@@ -77,7 +78,7 @@ def encode_value(value: Any, torch: Any, prefix: str, depth: int = 0) -> Any:
     if isinstance(value, (list, tuple)):
         items = [encode_value(v, torch, _slot(prefix, i), depth + 1) for i, v in enumerate(value)]
         return items if isinstance(value, list) else {"$tuple": items}
-    if isinstance(value, Mapping):
+    if is_nested(value):  # (not a list or tuple: a mapping)
         return {"$dict": {str(k): encode_value(v, torch, _slot(prefix, k), depth + 1) for k, v in value.items()}}
     if isinstance(value, slice):
         return {"$slice": [encode_value(v, torch, prefix, depth + 1) for v in (value.start, value.stop, value.step)]}

@@ -11,6 +11,18 @@ import numpy as np
 from nbprec.dtypes import FINITE_MAX, LOW_PRECISION_FLOATS, canonical_dtype
 from nbprec.formats.native_read import RAW_BITS_STORAGE
 
+_NESTED_TYPES: dict[type, bool] = {tuple: True, list: True, dict: True, int: False, float: False, type(None): False}
+
+
+def is_nested(obj: Any) -> bool:
+    """Whether ``obj`` is a tuple, list or mapping (one that may hold tensors): ``isinstance`` against the
+    ``Mapping`` ABC runs Python code each time, so the answer is kept per type."""
+    kind = type(obj)
+    found = _NESTED_TYPES.get(kind)
+    if found is None:
+        found = _NESTED_TYPES[kind] = issubclass(kind, (tuple, list, Mapping))
+    return found
+
 
 def iter_tensors(torch: Any, obj: Any, prefix: str = "", depth: int = 0) -> Iterator[tuple[str, Any]]:
     """Yield ``(slot, tensor)`` for every tensor in ``obj`` (nested tuples, lists and dicts), in order.
@@ -19,12 +31,12 @@ def iter_tensors(torch: Any, obj: Any, prefix: str = "", depth: int = 0) -> Iter
     """
     if isinstance(obj, torch.Tensor):
         yield prefix or "0", obj
-    elif depth > 8:
+    elif depth > 8 or not is_nested(obj):
         return
     elif isinstance(obj, (tuple, list)):
         for i, item in enumerate(obj):
             yield from iter_tensors(torch, item, f"{prefix}.{i}" if prefix else str(i), depth + 1)
-    elif isinstance(obj, Mapping):
+    else:
         for key, item in obj.items():
             yield from iter_tensors(torch, item, f"{prefix}.{key}" if prefix else str(key), depth + 1)
 
@@ -40,13 +52,13 @@ def call_tensors(torch: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | 
     for i, arg in enumerate(args):
         if isinstance(arg, tensor):
             found.append((_SLOTS[i] if i < len(_SLOTS) else str(i), arg))
-        elif isinstance(arg, (tuple, list, Mapping)):
+        elif is_nested(arg):
             found.extend(iter_tensors(torch, arg, str(i), 1))
     if kwargs:
         for key, value in kwargs.items():
             if isinstance(value, tensor):
                 found.append((str(key), value))
-            elif isinstance(value, (tuple, list, Mapping)):
+            elif is_nested(value):
                 found.extend(iter_tensors(torch, value, str(key), 1))
     return found
 

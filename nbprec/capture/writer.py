@@ -4,9 +4,10 @@
 record and column cache) with a faster path for the records a capture makes by the thousand:
 
 - index lines are assembled from pre-encoded JSON pieces: an op's fields are encoded once for all its
-  tensors (:meth:`CaptureWriter.encode_op`), a tensor's statistics once however many records reuse them
-  (:meth:`CaptureWriter.encode_stats`), and the column cache at close reuses the same pieces instead of
-  encoding every value a second time;
+  tensors, a tensor's statistics once however many records reuse them, and the column cache at close reuses
+  the same pieces instead of encoding every value a second time; those pieces, and the lines of every other
+  record (edges, modules, stacks, calls), are made by the writer's :attr:`~CaptureWriter.lines`
+  (:class:`~nbprec.capture.lines.RecordLines`, compiled where it can be);
 - in mode ``"statistics"``, the usual record is appended by the C twin of :meth:`CaptureWriter.add`
   (``nbprec/capture/_indexlines.c``), which hands anything else to the Python method; the column cache is
   joined there too, at close (1.4 instead of 2.0 ms of a MiniLM training step's close);
@@ -19,24 +20,15 @@ record and column cache) with a faster path for the records a capture makes by t
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
 
+from nbprec.capture.lines import OP_COLUMNS, EncodedOp, EncodedStats, RecordLines, json_string, load_formatter
 from nbprec.capture.payloads import PayloadWriter
 from nbprec.errors import CaptureError
-from nbprec.floattext import json_texts_function
 from nbprec.formats.native import FLUSH_INTERVAL, NativeDumpWriter, safe_file_stem
-from nbprec.formats.native_read import (
-    CALLS_FILE,
-    COLUMNS_FILE,
-    EDGES_FILE,
-    INDEX_FILE,
-    MODULES_FILE,
-    STACKS_FILE,
-    TENSOR_DIR,
-)
+from nbprec.formats.native_read import COLUMNS_FILE, INDEX_FILE, TENSOR_DIR
 from nbprec.stats import STAT_COLUMNS
 
 try:
@@ -44,64 +36,9 @@ try:
 except ImportError:  # built without a C compiler: every record through the Python add, the cache in Python
     IndexLines = column_cache = None
 
-_encode_utf8 = json.encoder.encode_basestring  # type: ignore[attr-defined]  # C versions, as json.dumps uses
-_encode_ascii = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
-_OP_COLUMNS = ("op", "op_type", "api", "call", "module", "direction")
 _TAIL_COLUMNS = ("role", "slot", "dtype", "shape", "numel")
-_COUNT_COLUMNS = frozenset({"nan_count", "inf_count", "zero_count"})
-
-
-def json_string(text: str) -> str:
-    """``text`` as a JSON string literal (``json.dumps(text, ensure_ascii=False)``; lone surrogates escaped)."""
-    encoded = _encode_utf8(text)
-    if not encoded.isascii():
-        try:
-            encoded.encode("utf-8")
-        except UnicodeEncodeError:  # file-name bytes that are not UTF-8: \\u escapes, as the base writer does
-            return _encode_ascii(text)
-    return encoded
-
-
-def json_float(value: Any) -> str:
-    """A statistic as strict JSON text, with the meaning of :func:`nbprec.formats.native.encode_float`."""
-    if value is None:
-        return "null"
-    x = float(value)
-    if x - x == 0.0:  # finite
-        return repr(x)
-    if x != x:
-        return '"NaN"'
-    return '"Infinity"' if x > 0 else '"-Infinity"'
-
-
 #: The column cache's columns in order (the last, "file", only when some record has a payload file).
-_CACHE_COLUMNS = ("name", "step", "rank", "order", *_OP_COLUMNS, *_TAIL_COLUMNS, *STAT_COLUMNS, "file")
-_OP_FORMAT = ",".join(f'"{c}":%s' for c in _OP_COLUMNS)
-_STATS_FORMAT = ",".join(f'"{c}":%s' for c in STAT_COLUMNS)
-
-
-class EncodedOp:
-    """The index fields of one op call, encoded once for all its tensors."""
-
-    __slots__ = ("fields", "fragment")
-
-    def __init__(self, fields: tuple[str, ...]) -> None:
-        self.fields = fields  # JSON texts in _OP_COLUMNS order
-        self.fragment = _OP_FORMAT % fields
-
-
-class EncodedStats:
-    """One tensor's statistics, encoded once for every record that reuses them."""
-
-    __slots__ = ("fields", "fragment")
-
-    def __init__(self, fields: tuple[str, ...]) -> None:
-        self.fields = fields  # JSON texts in STAT_COLUMNS order
-        self.fragment = _STATS_FORMAT % fields
-
-
-_UNKNOWN_STATS = EncodedStats(("null",) * len(STAT_COLUMNS))
-_C_TEXTS: Any = None  # the C formatter of encode_stats, set by the first writer (None: not built)
+_CACHE_COLUMNS = ("name", "step", "rank", "order", *OP_COLUMNS, *_TAIL_COLUMNS, *STAT_COLUMNS, "file")
 
 
 class CaptureWriter(NativeDumpWriter):
@@ -112,14 +49,14 @@ class CaptureWriter(NativeDumpWriter):
     """
 
     def __init__(self, path: str | os.PathLike[str], *, links: bool = True, **options: Any) -> None:
-        global _C_TEXTS
-        if _C_TEXTS is None:  # (its tables take about 1 ms to make: at the first capture, not at import)
-            _C_TEXTS = json_texts_function()
+        load_formatter()
         super().__init__(path, **options)
-        self._lines: dict[str, list[str]] = {name: [] for name in self._files}
+        #: the encoders of every record but the tensor records, and the lines collected per file
+        self.lines = RecordLines(list(self._files))
+        self._lines = self.lines.lines
+        self._strings = self.lines.strings
         self._rows: list[tuple[Any, ...]] = []  # per record: its encoded columns, for the column cache
         self._seen: set[tuple[int, str]] = set()
-        self._strings: dict[str, str] = {}
         self._shapes: dict[tuple[int, ...], str] = {}
         self._payloads = PayloadWriter(self._path / TENSOR_DIR) if self._mode == "tensor" else None
         self._has_files = False
@@ -138,56 +75,6 @@ class CaptureWriter(NativeDumpWriter):
                 FLUSH_INTERVAL,
             )
             self.add = self._fast.add  # type: ignore[method-assign]
-
-    # -- encoding ------------------------------------------------------------------------------------------
-    def string(self, text: str) -> str:
-        """JSON text of a string that recurs (dtype, role, slot, module path), cached."""
-        encoded = self._strings.get(text)
-        if encoded is None:
-            encoded = self._strings[text] = json_string(text)
-        return encoded
-
-    def encode_op(self, op: str, op_type: str, api: str, call: int, module: str, direction: str) -> EncodedOp:
-        """The index fields every tensor of one op call shares (the recurring texts looked up in place: a capture
-        encodes an op about 600 times a MiniLM step, and each Python call costs more than the lookup)."""
-        get = self._strings.get
-        s = self.string
-        op_text = _encode_utf8(op)
-        if not op_text.isascii():
-            op_text = json_string(op)
-        return EncodedOp(
-            (
-                op_text,
-                get(op_type) or s(op_type),
-                get(api) or s(api),
-                str(int(call)),
-                get(module) or s(module),
-                get(direction) or s(direction),
-            )
-        )
-
-    @staticmethod
-    def encode_stats(stats: tuple[Any, ...] | None) -> EncodedStats:
-        """A statistics tuple (:data:`~nbprec.stats.STAT_COLUMNS` order; None: unknown) as index fields."""
-        if stats is None:
-            return _UNKNOWN_STATS
-        if _C_TEXTS is not None and type(stats[-1]) is type(stats[-2]) is type(stats[-3]) is int:
-            try:  # the kernel's tuples (counts as ints): every value in C, floats without repr's cost
-                return EncodedStats(_C_TEXTS(stats))
-            except TypeError:  # a value of another type (numpy's): as below
-                pass
-        lo, hi, mean, std, norm = stats[:5]
-        try:
-            if (lo + hi + mean + std + norm) * 0.0 == 0.0:  # all finite (the common case): repr is JSON
-                return EncodedStats(tuple(map(repr, stats)))
-        except TypeError:  # None: no finite value
-            pass
-        return EncodedStats(
-            tuple(
-                str(int(v)) if c in _COUNT_COLUMNS and v is not None else json_float(v)
-                for c, v in zip(STAT_COLUMNS, stats, strict=True)
-            )
-        )
 
     # -- records -------------------------------------------------------------------------------------------
     def add(
@@ -227,9 +114,9 @@ class CaptureWriter(NativeDumpWriter):
         if shape_text is None:
             shape_text = self._shapes[shape] = "[" + ",".join(str(int(d)) for d in shape) + "]"
         strings = self._strings  # role, slot and dtype recur: their JSON texts are looked up, made once
-        role_text = strings.get(role) or self.string(role)
-        slot_text = strings.get(slot) or self.string(slot)
-        dtype_text = strings.get(dtype) or self.string(dtype)
+        role_text = strings.get(role) or self.lines.string(role)
+        slot_text = strings.get(slot) or self.lines.string(slot)
+        dtype_text = strings.get(dtype) or self.lines.string(dtype)
         file_text = file_name = None
         if (payload is not None or same_as is not None) and self._payloads is not None:
             file_name = f"{safe_file_stem(name, len(self._rows))}.npy"
@@ -262,34 +149,6 @@ class CaptureWriter(NativeDumpWriter):
     def can_link(self) -> bool:
         """Whether :meth:`add` may make a record's payload a hard link of an earlier one (``same_as``)."""
         return self._links and self._payloads is not None and self._payloads.can_link()
-
-    def edge(self, src: str, dst_op: str, dst_slot: str) -> None:
-        """Record that op ``dst_op`` consumed tensor ``src`` as its input ``dst_slot``."""
-        self._lines[EDGES_FILE].append(
-            f'{{"src":{json_string(src)},"dst_op":{json_string(dst_op)},"dst_slot":{self.string(dst_slot)}}}\n'
-        )
-
-    def module(self, node: str, parent: str | None) -> None:
-        """Record that ``node`` sits inside module call ``parent`` (None: top)."""
-        node_text = _encode_utf8(node)
-        parent_text = "null" if parent is None else _encode_utf8(parent)
-        if not (node_text.isascii() and parent_text.isascii()):
-            node_text, parent_text = json_string(node), "null" if parent is None else json_string(parent)
-        self._lines[MODULES_FILE].append(f'{{"node":{node_text},"parent":{parent_text}}}\n')
-
-    def stack(self, op: str, frames_json: str) -> None:
-        """Record the user call stack of ``op``: ``frames_json`` is the JSON list of its frames."""
-        self._lines[STACKS_FILE].append(f'{{"op":{json_string(op)},"frames":{frames_json}}}\n')
-
-    def call(self, op: str, call_json: str) -> None:
-        """Record how ``op`` was called: ``call_json`` is the JSON text of
-        :func:`~nbprec.capture.signature.encode_call_json` (see :meth:`NativeDumpWriter.write_call`)."""
-        if not call_json.isascii():
-            try:
-                call_json.encode("utf-8")
-            except UnicodeEncodeError:  # lone surrogates: \u escapes
-                call_json = json.dumps(json.loads(call_json), allow_nan=False, separators=(",", ":"))
-        self._lines[CALLS_FILE].append(f'{{"op":{json_string(op)},"call":{call_json}}}\n')
 
     # -- the base writer's record methods ---------------------------------------------------------------
     def _append(self, file_name: str, obj: Any) -> None:
@@ -366,7 +225,7 @@ class CaptureWriter(NativeDumpWriter):
             column("name", names)
             for c, values in zip(("step", "rank", "order"), (steps, ranks, orders), strict=True):
                 column(c, map(str, values))
-            for c, values in zip(_OP_COLUMNS, zip(*[o.fields for o in ops], strict=True), strict=True):
+            for c, values in zip(OP_COLUMNS, zip(*[o.fields for o in ops], strict=True), strict=True):
                 column(c, values)
             for c, values in zip(_TAIL_COLUMNS[:4], (roles, slots, dtypes, shapes), strict=True):
                 column(c, values)
@@ -378,4 +237,4 @@ class CaptureWriter(NativeDumpWriter):
         return ",".join(parts)
 
 
-__all__ = ["CaptureWriter", "EncodedOp", "EncodedStats", "json_float", "json_string"]
+__all__ = ["CaptureWriter"]

@@ -9,7 +9,7 @@ import os
 import pytest
 
 #: setup.py's COMPILED_CAPTURE
-MODULES = ("backward", "gradients", "memo", "naming", "recorder", "signature", "tensors")
+MODULES = ("backward", "gradients", "lines", "memo", "naming", "recorder", "signature", "stacks", "tensors")
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nbprec.capture import writer as writer_module
+from nbprec.capture.lines import encode_stats
 from nbprec.capture.writer import CaptureWriter
 from nbprec.errors import CaptureError
 
@@ -36,10 +37,10 @@ def _write(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[lis
     w = CaptureWriter(path, mode="statistics")
     assert (w._fast is not None) is fast
     ops = [
-        w.encode_op("Functional.linear.0.forward", "linear", "Functional.linear", 0, "", "forward"),
-        w.encode_op("Module.lineär.Linear.forward.0", "Linear", "Module.lineär.Linear", 0, "lineär", "forward"),
+        w.lines.encode_op("Functional.linear.0.forward", "linear", "Functional.linear", 0, "", "forward"),
+        w.lines.encode_op("Module.lineär.Linear.forward.0", "Linear", "Module.lineär.Linear", 0, "lineär", "forward"),
     ]
-    stats = [w.encode_stats((0.1, 2.0, 0.5, 0.3, 10.0, 2.0, 0, 0, 1)), w.encode_stats(None)]
+    stats = [encode_stats((0.1, 2.0, 0.5, 0.3, 10.0, 2.0, 0, 0, 1)), encode_stats(None)]
     counts = []
     for k, (name, step, rank, order, role, slot, dtype, shape, numel) in enumerate(RECORDS):
         w.add(name, step, rank, order, ops[k % 2], role, slot, dtype, shape, numel, stats[k % 2])
@@ -82,8 +83,8 @@ def _counted(w: CaptureWriter, interval: float = 0.2) -> list[int]:
 def test_a_name_written_twice_or_after_close_is_refused(tmp_path: Path) -> None:
     w = CaptureWriter(tmp_path / "run", mode="statistics")
     handed = _counted(w)
-    op = w.encode_op("Functional.relu.0.forward", "relu", "Functional.relu", 0, "", "forward")
-    stats = w.encode_stats(None)
+    op = w.lines.encode_op("Functional.relu.0.forward", "relu", "Functional.relu", 0, "", "forward")
+    stats = encode_stats(None)
     w.add("Functional.relu.0.forward.input.0", 0, 0, 0, op, "input", "0", "float32", (2,), 2, stats)
     assert handed == [1]  # its texts were not cached yet
     w.add("Functional.relu.0.forward.output.0", 0, 0, 0, op, "input", "0", "float32", (2,), 2, stats)
@@ -104,8 +105,8 @@ def test_the_pending_lines_are_flushed_on_time(tmp_path: Path) -> None:
     """Every FLUSH_INTERVAL seconds the C path hands the pending lines to the file, as the Python method does."""
     w = CaptureWriter(tmp_path / "run", mode="statistics")
     handed = _counted(w, interval=0.0)
-    op = w.encode_op("Functional.relu.0.forward", "relu", "Functional.relu", 0, "", "forward")
-    stats = w.encode_stats(None)
+    op = w.lines.encode_op("Functional.relu.0.forward", "relu", "Functional.relu", 0, "", "forward")
+    stats = encode_stats(None)
     for k in range(3):
         w.add(f"Functional.relu.{k}.forward.input.0", 0, 0, k, op, "input", "0", "float32", (2,), 2, stats)
         on_disk = (tmp_path / "run" / "index.jsonl").read_text(encoding="utf-8").splitlines()

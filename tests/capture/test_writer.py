@@ -169,9 +169,9 @@ def test_the_base_writers_line_methods_stay_in_order(tmp_path: Path) -> None:
     from nbprec.capture.writer import CaptureWriter
 
     with CaptureWriter(tmp_path / "run", mode="statistics") as writer:
-        writer.module("a", None)
+        writer.lines.module("a", None)
         writer.write_module("b", "a")  # the base writer's method, between two buffered lines
-        writer.module("c", "b")
+        writer.lines.module("c", "b")
         with pytest.raises(NotImplementedError, match="add"):
             writer.write_tensor({"name": "x", "dtype": "float32", "shape": [1]})
     lines = (tmp_path / "run" / "modules.jsonl").read_text(encoding="utf-8").splitlines()

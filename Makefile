@@ -28,7 +28,7 @@ install: $(STAMP)
 # The C extensions' sources and headers (setup.py lists what each extension is built from), and the capture's
 # modules mypyc compiles (setup.py's COMPILED_CAPTURE): any edit reinstalls.
 C_SOURCES := $(wildcard nbprec/*.c nbprec/*.h nbprec/*/*.c nbprec/*/*.h)
-COMPILED_SOURCES := $(addprefix nbprec/capture/,backward.py gradients.py lines.py memo.py naming.py recorder.py signature.py stacks.py tensors.py)
+COMPILED_SOURCES := $(addprefix nbprec/capture/,backward.py gradients.py lines.py memo.py naming.py recorder.py signature.py stacks.py statistics.py tensors.py)
 
 $(STAMP): Makefile pyproject.toml setup.py $(C_SOURCES) $(COMPILED_SOURCES) nbprec/labextension/package.json
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -72,7 +72,18 @@ POSIX_EXTENSIONS = (
 #: The capture's modules mypyc compiles (see above), and the extension holding mypyc's runtime for them.
 COMPILED_CAPTURE = tuple(
     f"nbprec.capture.{name}"
-    for name in ("backward", "gradients", "lines", "memo", "naming", "recorder", "signature", "stacks", "tensors")
+    for name in (
+        "backward",
+        "gradients",
+        "lines",
+        "memo",
+        "naming",
+        "recorder",
+        "signature",
+        "stacks",
+        "statistics",
+        "tensors",
+    )
 )
 COMPILED_RUNTIME = "nbprec_capture__mypyc"  # (top level: mypyc names a dotted group's init function wrongly)
 

@@ -88,7 +88,7 @@ class TensorStatistics:
             if code is not None and t.layout is self._strided and not t.is_neg():
                 if not t.is_contiguous() and not _covers_memory(t):
                     t = t.contiguous()
-                return kernel(t.data_ptr(), t.numel(), code, self._threads())
+                return kernel(t.data_ptr(), t.numel(), code, self._threads(), t)  # (t: held for the call)
         if t.device.type == "cpu":
             try:
                 return self._numpy(t)
@@ -237,7 +237,7 @@ def _chunked_sums(flat: np.ndarray, shift: float = 0.0) -> tuple[float, float]:
     """Sum and sum of squares of ``flat - shift`` in float64, a cache-sized chunk at a time."""
     total = squares = 0.0
     for start in range(0, flat.size, _CHUNK):
-        d = flat[start : start + _CHUNK].astype(np.float64)
+        d: Any = flat[start : start + _CHUNK].astype(np.float64)
         if shift:
             d -= shift
         total += float(d.sum())

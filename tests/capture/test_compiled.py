@@ -9,7 +9,18 @@ import os
 import pytest
 
 #: setup.py's COMPILED_CAPTURE
-MODULES = ("backward", "gradients", "lines", "memo", "naming", "recorder", "signature", "stacks", "tensors")
+MODULES = (
+    "backward",
+    "gradients",
+    "lines",
+    "memo",
+    "naming",
+    "recorder",
+    "signature",
+    "stacks",
+    "statistics",
+    "tensors",
+)
 
 
 @pytest.mark.parametrize("name", MODULES)

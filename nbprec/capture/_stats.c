@@ -307,7 +307,6 @@ static void sum_all(const char *base, int type, Py_ssize_t n, int parts, Totals 
     stats_impl(base, type, n, t);
 }
 
-
 /* The sum of squares of the finite values, plainly (the rare second pass, see the top of the file). */
 static double sum_of_squares(const char *base, int type, Py_ssize_t n)
 {

@@ -173,6 +173,17 @@ def test_parts_from_several_python_threads_at_once() -> None:
             assert together == alone
 
 
+def test_the_kernel_takes_the_tensor_as_owner_and_says_what_it_takes() -> None:
+    """``owner`` (the tensor whose memory is read) is only held for the call: the same statistics with it as
+    without; a call with too few or too many arguments says which it takes."""
+    kernel = _kernel_module()
+    x = torch.randn(5000)
+    assert kernel.stats(x.data_ptr(), x.numel(), 1, 2, x) == kernel.stats(x.data_ptr(), x.numel(), 1, 2)
+    for args in ((x.data_ptr(), x.numel()), (x.data_ptr(), x.numel(), 1, 2, x, None)):
+        with pytest.raises(TypeError, match=r"3 to 5 arguments \(address, n, type\[, threads\[, owner\]\]\)"):
+            kernel.stats(*args)
+
+
 def test_the_capture_sums_in_as_many_parts_as_torch_has_threads(monkeypatch) -> None:
     from nbprec.capture.statistics import TensorStatistics
 

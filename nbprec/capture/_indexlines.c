@@ -5,15 +5,19 @@
  * CaptureWriter.add about 3 us of interpreter work (more inside a training step, whose tensors push the
  * interpreter out of the caches) for what is string joining and a few dictionary lookups.
  *
- * IndexLines(lines, rows, seen, strings, shapes, slow, flush, interval) shares the writer's containers:
- * lines (the index file's pending lines), rows (each record's encoded columns, for the column cache), seen
- * (the (step, name) pairs written), strings (text -> its JSON text), shapes (shape tuple -> its JSON text).
- * Its add() takes CaptureWriter.add's arguments and does what it does for the usual record: no payload, a
- * name of printable ASCII without quotes or backslashes, int fields, and role, slot, dtype and shape whose
- * JSON texts are cached. Anything else (a payload, a name to escape, a text not cached yet, a repeated
- * name, a closed writer) goes to slow, the writer's Python add, which handles it or raises; the texts it
- * makes are cached, so the next such record stays here. Every `interval` seconds (CLOCK_MONOTONIC, the
- * clock of time.monotonic) add() calls flush(), as the Python add does.
+ * IndexLines(lines, seen, strings, shapes, slow, flush, interval) shares the writer's containers: lines (the
+ * index file's pending lines), seen (the (step, name) pairs written), strings (text -> its JSON text), shapes
+ * (shape tuple -> its JSON text). Its add() takes CaptureWriter.add's arguments and does what it does for the
+ * usual record: no payload, a name of printable ASCII without quotes or backslashes, int fields, and role, slot,
+ * dtype and shape whose JSON texts are cached. Anything else (a payload, a name to escape, a text not cached yet,
+ * a repeated name, a closed writer) goes to slow, the writer's Python add, which handles it or raises, and hands
+ * its record's cells back with row(); the texts it makes are cached, so the next such record stays here. Every
+ * `interval` seconds (CLOCK_MONOTONIC, the clock of time.monotonic) add() calls flush(), as the Python add does.
+ *
+ * The column cache's cells of every record are appended to its columns as the record is added (its texts are in
+ * the processor's caches then), and columns() joins them at close: the close of a MiniLM training step's capture
+ * no longer walks 1,448 records' objects (column_cache(rows, names), for a tensor-mode capture's rows, gives the
+ * same bytes).
  *
  * The line is the Python add's, byte for byte (the tests compare the two writers' files):
  *   {"name":N,"step":S,"rank":R,"order":O,<op fragment>,"role":..,"slot":..,"dtype":..,"shape":..,
@@ -24,10 +28,19 @@
 #include <string.h>
 #include <time.h>
 
+/* A growing byte string (PyMem). */
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Buffer;
+
+/* A record's cells: name, step, rank, order, EncodedOp, role, slot, dtype, shape, numel, EncodedStats, file; its
+   columns: those, with the op's 6 and the statistics' 9 encoded fields each a column of its own. */
+enum { ROW_SIZE = 12, OP_FIELDS = 6, STAT_FIELDS = 9, MAX_COLUMNS = 1 + 3 + OP_FIELDS + 4 + 1 + STAT_FIELDS + 1 };
+
 typedef struct {
     PyObject_HEAD
     PyObject *lines;
-    PyObject *rows;
     PyObject *seen;
     PyObject *strings;
     PyObject *shapes;
@@ -36,6 +49,9 @@ typedef struct {
     double interval;
     double last;
     int closed;
+    Buffer cols[MAX_COLUMNS]; /* the column cache's columns so far, each cell's text after a comma but the first */
+    Py_ssize_t count;         /* records in them */
+    int broken;               /* a cell failed to be written (out of memory): the columns are not whole */
 } IndexLines;
 
 static PyObject *s_fragment; /* "fragment", interned */
@@ -51,7 +67,6 @@ static double monotonic(void)
 static int lines_traverse(IndexLines *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->lines);
-    Py_VISIT(self->rows);
     Py_VISIT(self->seen);
     Py_VISIT(self->strings);
     Py_VISIT(self->shapes);
@@ -63,7 +78,6 @@ static int lines_traverse(IndexLines *self, visitproc visit, void *arg)
 static int lines_clear(IndexLines *self)
 {
     Py_CLEAR(self->lines);
-    Py_CLEAR(self->rows);
     Py_CLEAR(self->seen);
     Py_CLEAR(self->strings);
     Py_CLEAR(self->shapes);
@@ -72,23 +86,30 @@ static int lines_clear(IndexLines *self)
     return 0;
 }
 
+static void free_columns(IndexLines *self)
+{
+    for (int c = 0; c < MAX_COLUMNS; c++) PyMem_Free(self->cols[c].data);
+    memset(self->cols, 0, sizeof self->cols);
+    self->count = 0, self->broken = 0;
+}
+
 static void lines_dealloc(IndexLines *self)
 {
     PyObject_GC_UnTrack(self);
     lines_clear(self);
+    free_columns(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int lines_init(IndexLines *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *lines, *rows, *seen, *strings, *shapes, *slow, *flush;
+    PyObject *lines, *seen, *strings, *shapes, *slow, *flush;
     double interval;
     if (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) {
         PyErr_SetString(PyExc_TypeError, "IndexLines takes positional arguments only");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OOd:IndexLines", &PyList_Type, &lines, &PyList_Type, &rows,
-                          &PySet_Type, &seen, &PyDict_Type, &strings, &PyDict_Type, &shapes, &slow, &flush,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OOd:IndexLines", &PyList_Type, &lines, &PySet_Type, &seen, &PyDict_Type, &strings, &PyDict_Type, &shapes, &slow, &flush,
                           &interval))
         return -1;
     if (!PyCallable_Check(slow) || !PyCallable_Check(flush)) {
@@ -96,10 +117,9 @@ static int lines_init(IndexLines *self, PyObject *args, PyObject *kwargs)
         return -1;
     }
     lines_clear(self);
+    free_columns(self);
     Py_INCREF(lines);
     self->lines = lines;
-    Py_INCREF(rows);
-    self->rows = rows;
     Py_INCREF(seen);
     self->seen = seen;
     Py_INCREF(strings);
@@ -161,6 +181,129 @@ static int int_text(PyObject *v, char *buf, Py_ssize_t *len)
     return 1;
 }
 
+/* -- the column cache ----------------------------------------------------------------------------------- */
+
+
+static int buf_put(Buffer *b, const char *text, Py_ssize_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap : 4096;
+        while (b->len + n + 1 > cap) cap *= 2;
+        char *grown = PyMem_Realloc(b->data, (size_t)cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = grown, b->cap = cap;
+    }
+    memcpy(b->data + b->len, text, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+/* One cell: a comma before all but the first; a str as its UTF-8 bytes (it is JSON text already), an exact int
+   in decimal, None as null, anything else as str() of it (what the Python join's map(str, ...) writes). */
+static int put_cell(Buffer *b, PyObject *v, int first)
+{
+    if (!first && buf_put(b, ",", 1) < 0) return -1;
+    if (PyUnicode_CheckExact(v)) {
+        Py_ssize_t n;
+        const char *text = PyUnicode_AsUTF8AndSize(v, &n);
+        return text == NULL ? -1 : buf_put(b, text, n);
+    }
+    char digits[24];
+    Py_ssize_t n;
+    if (int_text(v, digits, &n)) return buf_put(b, digits, n);
+    if (v == Py_None) return buf_put(b, "null", 4);
+    PyObject *str = PyObject_Str(v);
+    if (str == NULL) return -1;
+    int r = put_cell(b, str, 1);
+    Py_DECREF(str);
+    return r;
+}
+
+/* The `want` texts of an EncodedOp's or EncodedStats' `fields` tuple, one into each of the columns from cols[*k]
+   on (*k moves past them); TypeError for fields of another form. */
+static int put_fields(Buffer *cols, Py_ssize_t *k, PyObject *encoded, Py_ssize_t want, int first)
+{
+    PyObject *fields = PyObject_GetAttr(encoded, s_fields);
+    if (fields == NULL) return -1;
+    int r = 0;
+    if (!PyTuple_CheckExact(fields) || PyTuple_GET_SIZE(fields) != want) {
+        PyErr_SetString(PyExc_TypeError, "column_cache: a record's encoded fields are not a tuple of their size");
+        r = -1;
+    }
+    for (Py_ssize_t c = 0; r == 0 && c < want; c++) r = put_cell(&cols[(*k)++], PyTuple_GET_ITEM(fields, c), first);
+    Py_DECREF(fields);
+    return r;
+}
+
+
+/* One record's cells (ROW_SIZE of them, see above) appended to the columns from cols[0] on; the file cell only
+   when with_file. TypeError for cells of another form. */
+static int put_record(Buffer *cols, PyObject *const *cells, int first, int with_file)
+{
+    Py_ssize_t k = 0, c;
+    for (c = 0; c < 4; c++)
+        if (put_cell(&cols[k++], cells[c], first) < 0) return -1;
+    if (put_fields(cols, &k, cells[4], OP_FIELDS, first) < 0) return -1;
+    for (c = 5; c < 10; c++)
+        if (put_cell(&cols[k++], cells[c], first) < 0) return -1;
+    if (put_fields(cols, &k, cells[10], STAT_FIELDS, first) < 0) return -1;
+    return with_file ? put_cell(&cols[k], cells[11], first) : 0;
+}
+
+/* The column cache's members, '"name":[...],...', from the first len(names) columns: bytes, or NULL. */
+static PyObject *join_columns(const Buffer *cols, PyObject *names)
+{
+    Buffer out = {NULL, 0, 0};
+    Py_ssize_t ncols = PyTuple_GET_SIZE(names);
+    for (Py_ssize_t c = 0; c < ncols; c++) {
+        Py_ssize_t n;
+        PyObject *name = PyTuple_GET_ITEM(names, c);
+        const char *text = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &n) : NULL;
+        if (text == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "column_cache: a column name is not a str");
+            PyMem_Free(out.data);
+            return NULL;
+        }
+        if ((c && buf_put(&out, ",", 1) < 0) || buf_put(&out, "\"", 1) < 0 || buf_put(&out, text, n) < 0 ||
+            buf_put(&out, "\":[", 3) < 0 || (cols[c].len && buf_put(&out, cols[c].data, cols[c].len) < 0) ||
+            buf_put(&out, "]", 1) < 0) {
+            PyMem_Free(out.data);
+            return NULL;
+        }
+    }
+    PyObject *result = PyBytes_FromStringAndSize(out.data, out.len);
+    PyMem_Free(out.data);
+    return result;
+}
+
+/* names must be a tuple of the 24 column names, or 25 with "file" last. */
+static int check_names(PyObject *names)
+{
+    if (PyTuple_CheckExact(names) &&
+        (PyTuple_GET_SIZE(names) == MAX_COLUMNS - 1 || PyTuple_GET_SIZE(names) == MAX_COLUMNS))
+        return 1;
+    PyErr_SetString(PyExc_TypeError, "column_cache: names holds 24 or 25 column names");
+    return 0;
+}
+
+/* A record's cells into the twin's own columns (a cell that fails leaves them broken: columns() refuses). */
+static int keep_record(IndexLines *self, PyObject *const *cells)
+{
+    if (self->broken) {
+        PyErr_SetString(PyExc_RuntimeError, "IndexLines: an earlier record could not be kept");
+        return -1;
+    }
+    if (put_record(self->cols, cells, self->count == 0, 1) < 0) {
+        self->broken = 1;
+        return -1;
+    }
+    self->count++;
+    return 0;
+}
+
 enum { N_ARGS = 11 }; /* add()'s arguments up to stats */
 
 static PyObject *lines_add(IndexLines *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -206,7 +349,7 @@ static PyObject *lines_add(IndexLines *self, PyObject *const *args, Py_ssize_t n
     /* the name's JSON text: the name between quotes (it needs no escapes) */
     Py_ssize_t name_len = PyUnicode_GET_LENGTH(name);
     PyObject *name_text = PyUnicode_New(name_len + 2, 127);
-    PyObject *line = NULL, *row = NULL;
+    PyObject *line = NULL;
     if (name_text == NULL) goto error;
     {
         Py_UCS1 *d = PyUnicode_1BYTE_DATA(name_text);
@@ -282,12 +425,12 @@ static PyObject *lines_add(IndexLines *self, PyObject *const *args, Py_ssize_t n
             if (line == NULL) goto error;
         }
     }
-    row = PyTuple_Pack(12, name_text, step, rank, order, op, role_text, slot_text, dtype_text, shape_text, numel,
-                       stats, Py_None);
-    if (row == NULL || PyList_Append(self->lines, line) < 0 || PySet_Add(self->seen, key) < 0 ||
-        PyList_Append(self->rows, row) < 0)
-        goto error;
-    Py_DECREF(row);
+    {
+        PyObject *cells[ROW_SIZE] = {name_text, step,       rank,  order, op,   role_text, slot_text, dtype_text,
+                                     shape_text, numel, stats, Py_None};
+        if (PyList_Append(self->lines, line) < 0 || PySet_Add(self->seen, key) < 0 || keep_record(self, cells) < 0)
+            goto error;
+    }
     Py_DECREF(line);
     Py_DECREF(name_text);
     Py_DECREF(key);
@@ -304,7 +447,6 @@ static PyObject *lines_add(IndexLines *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 
 error:
-    Py_XDECREF(row);
     Py_XDECREF(line);
     Py_XDECREF(name_text);
     Py_DECREF(key);
@@ -323,76 +465,51 @@ static PyObject *lines_close(IndexLines *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *lines_row(IndexLines *self, PyObject *cells)
+{
+    if (!PyTuple_CheckExact(cells) || PyTuple_GET_SIZE(cells) != ROW_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "IndexLines.row: cells is not a tuple of 12");
+        return NULL;
+    }
+    if (keep_record(self, &PyTuple_GET_ITEM(cells, 0)) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lines_columns(IndexLines *self, PyObject *names)
+{
+    if (!check_names(names)) return NULL;
+    if (self->broken) {
+        PyErr_SetString(PyExc_RuntimeError, "IndexLines: a record could not be kept; the columns are not whole");
+        return NULL;
+    }
+    if (self->count == 0) return PyBytes_FromStringAndSize(NULL, 0);
+    return join_columns(self->cols, names);
+}
+
+static PyObject *lines_count(IndexLines *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromSsize_t(self->count);
+}
+
+static PyGetSetDef lines_getset[] = {
+    {"count", (getter)lines_count, NULL, "How many records were kept.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef lines_methods[] = {
     {"add", (PyCFunction)(void (*)(void))lines_add, METH_FASTCALL | METH_KEYWORDS,
      "add(name, step, rank, order, op, role, slot, dtype, shape, numel, stats, payload=None, owned=False, "
      "same_as=None): CaptureWriter.add, in C for the usual statistics record (see nbprec/capture/_indexlines.c)."},
     {"close", (PyCFunction)lines_close, METH_NOARGS, "Send every later add() to slow (the writer closed)."},
+    {"row", (PyCFunction)lines_row, METH_O,
+     "row(cells): keep a record the Python add wrote, its 12 cells (name text, step, rank, order, EncodedOp, role, "
+     "slot, dtype and shape texts, numel, EncodedStats, file text or None), in the column cache after the others."},
+    {"columns", (PyCFunction)lines_columns, METH_O,
+     "columns(names) -> bytes: the column cache's members of every record kept, as column_cache(rows, names) "
+     "gives them; empty without records."},
     {NULL, NULL, 0, NULL},
 };
-
-/* -- the column cache ----------------------------------------------------------------------------------- */
-
-typedef struct {
-    char *data;
-    Py_ssize_t len, cap;
-} Buffer;
-
-static int buf_put(Buffer *b, const char *text, Py_ssize_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap : 4096;
-        while (b->len + n + 1 > cap) cap *= 2;
-        char *grown = PyMem_Realloc(b->data, (size_t)cap);
-        if (grown == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->data = grown, b->cap = cap;
-    }
-    memcpy(b->data + b->len, text, (size_t)n);
-    b->len += n;
-    return 0;
-}
-
-/* One cell: a comma before all but the first; a str as its UTF-8 bytes (it is JSON text already), an exact int
-   in decimal, None as null, anything else as str() of it (what the Python join's map(str, ...) writes). */
-static int put_cell(Buffer *b, PyObject *v, int first)
-{
-    if (!first && buf_put(b, ",", 1) < 0) return -1;
-    if (PyUnicode_CheckExact(v)) {
-        Py_ssize_t n;
-        const char *text = PyUnicode_AsUTF8AndSize(v, &n);
-        return text == NULL ? -1 : buf_put(b, text, n);
-    }
-    char digits[24];
-    Py_ssize_t n;
-    if (int_text(v, digits, &n)) return buf_put(b, digits, n);
-    if (v == Py_None) return buf_put(b, "null", 4);
-    PyObject *str = PyObject_Str(v);
-    if (str == NULL) return -1;
-    int r = put_cell(b, str, 1);
-    Py_DECREF(str);
-    return r;
-}
-
-/* The `want` texts of an EncodedOp's or EncodedStats' `fields` tuple, one into each of the columns from cols[*k]
-   on (*k moves past them); TypeError for fields of another form. */
-static int put_fields(Buffer *cols, Py_ssize_t *k, PyObject *encoded, Py_ssize_t want, int first)
-{
-    PyObject *fields = PyObject_GetAttr(encoded, s_fields);
-    if (fields == NULL) return -1;
-    int r = 0;
-    if (!PyTuple_CheckExact(fields) || PyTuple_GET_SIZE(fields) != want) {
-        PyErr_SetString(PyExc_TypeError, "column_cache: a record's encoded fields are not a tuple of their size");
-        r = -1;
-    }
-    for (Py_ssize_t c = 0; r == 0 && c < want; c++) r = put_cell(&cols[(*k)++], PyTuple_GET_ITEM(fields, c), first);
-    Py_DECREF(fields);
-    return r;
-}
-
-enum { ROW_SIZE = 12, OP_FIELDS = 6, STAT_FIELDS = 9, MAX_COLUMNS = 1 + 3 + OP_FIELDS + 4 + 1 + STAT_FIELDS + 1 };
 
 PyDoc_STRVAR(column_cache_doc,
              "column_cache(rows, names) -> bytes\n\n"
@@ -409,54 +526,24 @@ static PyObject *column_cache(PyObject *module, PyObject *const *args, Py_ssize_
         return NULL;
     }
     PyObject *rows = args[0], *names = args[1];
-    Py_ssize_t ncols = PyTuple_GET_SIZE(names), nrows = PyList_GET_SIZE(rows), r, c;
-    if (ncols != MAX_COLUMNS - 1 && ncols != MAX_COLUMNS) {
-        PyErr_SetString(PyExc_TypeError, "column_cache: names holds 24 or 25 column names");
-        return NULL;
-    }
+    if (!check_names(names)) return NULL;
+    Py_ssize_t nrows = PyList_GET_SIZE(rows);
     if (nrows == 0) return PyBytes_FromStringAndSize(NULL, 0); /* no columns at all, as the Python join */
     Buffer cols[MAX_COLUMNS];
     memset(cols, 0, sizeof cols);
     PyObject *result = NULL;
-    for (r = 0; r < nrows; r++) {
+    int with_file = PyTuple_GET_SIZE(names) == MAX_COLUMNS;
+    for (Py_ssize_t r = 0; r < nrows; r++) {
         PyObject *row = PyList_GET_ITEM(rows, r);
         if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != ROW_SIZE) {
             PyErr_SetString(PyExc_TypeError, "column_cache: a row is not a tuple of 12");
             goto done;
         }
-        int first = r == 0;
-        Py_ssize_t k = 0;
-        for (c = 0; c < 4; c++)
-            if (put_cell(&cols[k++], PyTuple_GET_ITEM(row, c), first) < 0) goto done;
-        if (put_fields(cols, &k, PyTuple_GET_ITEM(row, 4), OP_FIELDS, first) < 0) goto done;
-        for (c = 5; c < 10; c++)
-            if (put_cell(&cols[k++], PyTuple_GET_ITEM(row, c), first) < 0) goto done;
-        if (put_fields(cols, &k, PyTuple_GET_ITEM(row, 10), STAT_FIELDS, first) < 0) goto done;
-        if (ncols == MAX_COLUMNS && put_cell(&cols[k++], PyTuple_GET_ITEM(row, 11), first) < 0) goto done;
+        if (put_record(cols, &PyTuple_GET_ITEM(row, 0), r == 0, with_file) < 0) goto done;
     }
-    {
-        Buffer out = {NULL, 0, 0};
-        for (c = 0; c < ncols; c++) {
-            Py_ssize_t n;
-            PyObject *name = PyTuple_GET_ITEM(names, c);
-            const char *text = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &n) : NULL;
-            if (text == NULL) {
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "column_cache: a column name is not a str");
-                PyMem_Free(out.data);
-                goto done;
-            }
-            if ((c && buf_put(&out, ",", 1) < 0) || buf_put(&out, "\"", 1) < 0 || buf_put(&out, text, n) < 0 ||
-                buf_put(&out, "\":[", 3) < 0 || (cols[c].len && buf_put(&out, cols[c].data, cols[c].len) < 0) ||
-                buf_put(&out, "]", 1) < 0) {
-                PyMem_Free(out.data);
-                goto done;
-            }
-        }
-        result = PyBytes_FromStringAndSize(out.data, out.len);
-        PyMem_Free(out.data);
-    }
+    result = join_columns(cols, names);
 done:
-    for (c = 0; c < MAX_COLUMNS; c++) PyMem_Free(cols[c].data);
+    for (int c = 0; c < MAX_COLUMNS; c++) PyMem_Free(cols[c].data);
     return result;
 }
 
@@ -476,6 +563,7 @@ static PyTypeObject IndexLinesType = {
     .tp_init = (initproc)lines_init,
     .tp_new = PyType_GenericNew,
     .tp_methods = lines_methods,
+    .tp_getset = lines_getset,
 };
 
 static struct PyModuleDef module = {

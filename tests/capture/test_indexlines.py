@@ -1,5 +1,5 @@
-"""The C twin of ``CaptureWriter.add`` (``nbprec/capture/_indexlines.c``): the same lines and rows as the Python
-method for every record, the unusual ones handed to it, and its errors."""
+"""The C twin of ``CaptureWriter.add`` (``nbprec/capture/_indexlines.c``): the same lines and column cache as the
+Python method for every record, the unusual ones handed to it, and its errors."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ RECORDS = [
 ]
 
 
-def _write(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[tuple], list[int]]:
-    """Write RECORDS through one path; returns the index lines, the rows (fragments for the encoded pieces) and the
-    count after each record."""
+def _write(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], bytes, list[int]]:
+    """Write RECORDS through one path; returns the index lines, the column cache's members and the count after each
+    record."""
     monkeypatch.setattr(writer_module, "IndexLines", _indexlines.IndexLines if fast else None)
     w = CaptureWriter(path, mode="statistics")
     assert (w._fast is not None) is fast
@@ -46,9 +46,10 @@ def _write(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[lis
         w.add(name, step, rank, order, ops[k % 2], role, slot, dtype, shape, numel, stats[k % 2])
         counts.append(w.count)
     lines = list(w._lines["index.jsonl"])
-    rows = [tuple(getattr(x, "fragment", x) for x in row) for row in w._rows]
+    names = writer_module._CACHE_COLUMNS[:-1]
+    columns = w._kept.columns(names) if fast else w._columns_text(w._rows).encode()
     w.close()
-    return lines, rows, counts
+    return lines, columns, counts
 
 
 def test_the_c_twin_writes_what_the_python_method_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,8 +74,8 @@ def _counted(w: CaptureWriter, interval: float = 0.2) -> list[int]:
         handed[0] += 1
         return python_add(*args, **kwargs)
 
-    w._fast = _indexlines.IndexLines(
-        w._lines["index.jsonl"], w._rows, w._seen, w._strings, w._shapes, slow, w.flush, interval
+    w._fast = w._kept = _indexlines.IndexLines(
+        w._lines["index.jsonl"], w._seen, w._strings, w._shapes, slow, w.flush, interval
     )
     w.add = w._fast.add
     return handed
@@ -117,9 +118,33 @@ def test_the_pending_lines_are_flushed_on_time(tmp_path: Path) -> None:
 
 def test_arguments_are_checked() -> None:
     with pytest.raises(TypeError):
-        _indexlines.IndexLines([], [], set(), {}, {}, None, print, 0.2)
+        _indexlines.IndexLines([], set(), {}, {}, None, print, 0.2)
     with pytest.raises(TypeError):
-        _indexlines.IndexLines([], [], {}, {}, {}, print, print, 0.2)
-    sink = _indexlines.IndexLines([], [], set(), {}, {}, lambda *a, **k: ("slow", a, k), print, 0.2)
+        _indexlines.IndexLines([], {}, {}, {}, print, print, 0.2)
+    sink = _indexlines.IndexLines([], set(), {}, {}, lambda *a, **k: ("slow", a, k), print, 0.2)
     assert sink.add("x", payload=None) == ("slow", ("x",), {"payload": None})  # keywords: to the Python method
     assert sink.add(*range(11))[0] == "slow"  # a name that is not a str
+
+
+def test_the_kept_columns_take_records_of_their_form_only(tmp_path: Path) -> None:
+    """``row`` (a record the Python add wrote) and ``columns``: cells of another form are a TypeError, and after a
+    record that could not be kept the columns are refused rather than written with a record missing."""
+    names = writer_module._CACHE_COLUMNS[:-1]
+    twin = _indexlines.IndexLines([], set(), {}, {}, print, print, 0.2)
+    assert twin.count == 0 and twin.columns(names) == b""
+    with pytest.raises(TypeError, match="tuple of 12"):
+        twin.row(("too", "short"))
+    with pytest.raises(TypeError, match="24 or 25"):
+        twin.columns(("too", "few"))
+    w = CaptureWriter(tmp_path / "run", mode="statistics")
+    op = w.lines.encode_op("Functional.relu.0.forward", "relu", "Functional.relu", 0, "", "forward")
+    w.close()
+    stats = encode_stats(None)
+    twin.row(('"a"', 0, 0, 0, op, '"input"', '"0"', '"float32"', "[2]", 2, stats, None))
+    assert twin.count == 1 and twin.columns(names).startswith(b'"name":["a"],"step":[0]')
+    with pytest.raises(AttributeError):  # an op that is not an EncodedOp
+        twin.row(('"b"', 0, 0, 1, "not encoded", '"input"', '"0"', '"float32"', "[2]", 2, stats, None))
+    with pytest.raises(RuntimeError, match="not whole"):
+        twin.columns(names)
+    with pytest.raises(RuntimeError, match="could not be kept"):
+        twin.row(('"c"', 0, 0, 2, op, '"input"', '"0"', '"float32"', "[2]", 2, stats, None))

@@ -210,8 +210,10 @@ def test_call_texts_are_what_json_dumps_writes(monkeypatch) -> None:
 
 @pytest.mark.parametrize("mode", ["statistics", "tensor"])
 def test_the_column_cache_is_joined_in_c_as_in_python(tmp_path: Path, monkeypatch, mode: str) -> None:
-    """``column_cache`` (C) gives the bytes of ``CaptureWriter._columns_text`` (Python) for every capture's rows:
-    names outside ASCII, payload files or none; rows of another form are a TypeError, not a crash."""
+    """The column cache a capture writes in C (``column_cache`` of a tensor-mode capture's rows; a statistics
+    capture's cells kept by the C twin of ``add`` as the records come) holds the bytes the Python join
+    (``CaptureWriter._columns_text``) gives for the same records: names outside ASCII, payload files or none; rows
+    of another form are a TypeError, not a crash."""
     from nbprec.capture import capture, writer
 
     if writer.column_cache is None:
@@ -222,19 +224,24 @@ def test_the_column_cache_is_joined_in_c_as_in_python(tmp_path: Path, monkeypatc
     def check(self) -> None:
         rows = list(self._rows)
         names = writer._CACHE_COLUMNS if self._has_files else writer._CACHE_COLUMNS[:-1]
-        seen.append((writer.column_cache(rows, names), self._columns_text(rows).encode("utf-8"), len(rows)))
+        in_c = self._kept.columns(names) if self._kept is not None else writer.column_cache(rows, names)
+        seen.append((in_c, self._columns_text(rows).encode("utf-8") if rows else None, len(rows)))
         original(self)
 
     monkeypatch.setattr(writer.CaptureWriter, "_write_columns", check)
     model = torch.nn.Sequential()
     model.add_module("lineär", torch.nn.Linear(2, 2))
-    with capture(model, tmp_path / "run", mode=mode):
-        model(torch.ones(1, 2)).sum().backward()
-    with capture(None, tmp_path / "empty", level="apis", mode=mode):
-        pass
-    assert [(c == p, n > 0) for c, p, n in seen] == [(True, True), (True, False)]
-    assert "lineär".encode() in seen[0][0]
-    assert (b'"file":[' in seen[0][0]) == (mode == "tensor")
+    for c_twin in (writer.IndexLines, None):  # the C twin of add (statistics mode), then the Python add alone
+        monkeypatch.setattr(writer, "IndexLines", c_twin)
+        with capture(model, tmp_path / f"run-{c_twin is None}", mode=mode):
+            model(torch.ones(1, 2)).sum().backward()
+        with capture(None, tmp_path / f"empty-{c_twin is None}", level="apis", mode=mode):
+            pass
+    (c_run, _, c_rows), (c_empty, _, _), (py_c, py_text, py_rows), (py_empty, _, _) = seen
+    assert py_rows > 0 and c_rows == (py_rows if mode == "tensor" else 0)  # statistics: no rows kept in Python
+    assert c_run == py_c == py_text and c_empty == py_empty == b""
+    assert "lineär".encode() in c_run
+    assert (b'"file":[' in c_run) == (mode == "tensor")
     with pytest.raises(TypeError):
         writer.column_cache([("not", "a", "record")], writer._CACHE_COLUMNS[:-1])
     with pytest.raises(TypeError):

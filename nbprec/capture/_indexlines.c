@@ -5,19 +5,19 @@
  * CaptureWriter.add about 3 us of interpreter work (more inside a training step, whose tensors push the
  * interpreter out of the caches) for what is string joining and a few dictionary lookups.
  *
- * IndexLines(lines, seen, strings, shapes, slow, flush, interval) shares the writer's containers: lines (the
- * index file's pending lines), seen (the (step, name) pairs written), strings (text -> its JSON text), shapes
- * (shape tuple -> its JSON text). Its add() takes CaptureWriter.add's arguments and does what it does for the
- * usual record: no payload, a name of printable ASCII without quotes or backslashes, int fields, and role, slot,
- * dtype and shape whose JSON texts are cached. Anything else (a payload, a name to escape, a text not cached yet,
- * a repeated name, a closed writer) goes to slow, the writer's Python add, which handles it or raises, and hands
- * its record's cells back with row(); the texts it makes are cached, so the next such record stays here. Every
- * `interval` seconds (CLOCK_MONOTONIC, the clock of time.monotonic) add() calls flush(), as the Python add does.
+ * IndexLines(seen, strings, shapes, slow, flush, interval) shares the writer's containers: seen (the (step, name)
+ * pairs written), strings (text -> its JSON text), shapes (shape tuple -> its JSON text). Its add() takes
+ * CaptureWriter.add's arguments and does what it does for the usual record: no payload, a name of printable ASCII
+ * without quotes or backslashes, int fields, and role, slot, dtype and shape whose JSON texts are cached. Anything
+ * else (a payload, a name to escape, a text not cached yet, a repeated name, a closed writer) goes to slow, the
+ * writer's Python add, which handles it or raises, and hands the record back with row(); the texts it makes are
+ * cached, so the next such record stays here. Every `interval` seconds (CLOCK_MONOTONIC, the clock of
+ * time.monotonic) add() calls flush(), as the Python add does, which writes what take() gives.
  *
- * The column cache's cells of every record are appended to its columns as the record is added (its texts are in
- * the processor's caches then), and columns() joins them at close: the close of a MiniLM training step's capture
- * no longer walks 1,448 records' objects (column_cache(rows, names), for a tensor-mode capture's rows, gives the
- * same bytes).
+ * A record's index line is appended to the pending bytes, and its column-cache cells to their columns, as it is
+ * added (its texts are in the processor's caches then): no str object per line, no list of them to join and
+ * encode at the flush, no records' objects walked at close, where columns() joins the columns (column_cache(rows,
+ * names), for a tensor-mode capture's rows, gives the same bytes). A record is kept whole or not at all.
  *
  * The line is the Python add's, byte for byte (the tests compare the two writers' files):
  *   {"name":N,"step":S,"rank":R,"order":O,<op fragment>,"role":..,"slot":..,"dtype":..,"shape":..,
@@ -40,7 +40,6 @@ enum { ROW_SIZE = 12, OP_FIELDS = 6, STAT_FIELDS = 9, MAX_COLUMNS = 1 + 3 + OP_F
 
 typedef struct {
     PyObject_HEAD
-    PyObject *lines;
     PyObject *seen;
     PyObject *strings;
     PyObject *shapes;
@@ -49,9 +48,9 @@ typedef struct {
     double interval;
     double last;
     int closed;
+    Buffer pending;           /* the index lines not handed to the file yet (UTF-8) */
     Buffer cols[MAX_COLUMNS]; /* the column cache's columns so far, each cell's text after a comma but the first */
     Py_ssize_t count;         /* records in them */
-    int broken;               /* a cell failed to be written (out of memory): the columns are not whole */
 } IndexLines;
 
 static PyObject *s_fragment; /* "fragment", interned */
@@ -66,7 +65,6 @@ static double monotonic(void)
 
 static int lines_traverse(IndexLines *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->lines);
     Py_VISIT(self->seen);
     Py_VISIT(self->strings);
     Py_VISIT(self->shapes);
@@ -77,7 +75,6 @@ static int lines_traverse(IndexLines *self, visitproc visit, void *arg)
 
 static int lines_clear(IndexLines *self)
 {
-    Py_CLEAR(self->lines);
     Py_CLEAR(self->seen);
     Py_CLEAR(self->strings);
     Py_CLEAR(self->shapes);
@@ -86,30 +83,32 @@ static int lines_clear(IndexLines *self)
     return 0;
 }
 
-static void free_columns(IndexLines *self)
+static void free_buffers(IndexLines *self)
 {
     for (int c = 0; c < MAX_COLUMNS; c++) PyMem_Free(self->cols[c].data);
     memset(self->cols, 0, sizeof self->cols);
-    self->count = 0, self->broken = 0;
+    PyMem_Free(self->pending.data);
+    memset(&self->pending, 0, sizeof self->pending);
+    self->count = 0;
 }
 
 static void lines_dealloc(IndexLines *self)
 {
     PyObject_GC_UnTrack(self);
     lines_clear(self);
-    free_columns(self);
+    free_buffers(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int lines_init(IndexLines *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *lines, *seen, *strings, *shapes, *slow, *flush;
+    PyObject *seen, *strings, *shapes, *slow, *flush;
     double interval;
     if (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) {
         PyErr_SetString(PyExc_TypeError, "IndexLines takes positional arguments only");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OOd:IndexLines", &PyList_Type, &lines, &PySet_Type, &seen, &PyDict_Type, &strings, &PyDict_Type, &shapes, &slow, &flush,
+    if (!PyArg_ParseTuple(args, "O!O!O!OOd:IndexLines", &PySet_Type, &seen, &PyDict_Type, &strings, &PyDict_Type, &shapes, &slow, &flush,
                           &interval))
         return -1;
     if (!PyCallable_Check(slow) || !PyCallable_Check(flush)) {
@@ -117,9 +116,7 @@ static int lines_init(IndexLines *self, PyObject *args, PyObject *kwargs)
         return -1;
     }
     lines_clear(self);
-    free_columns(self);
-    Py_INCREF(lines);
-    self->lines = lines;
+    free_buffers(self);
     Py_INCREF(seen);
     self->seen = seen;
     Py_INCREF(strings);
@@ -240,11 +237,12 @@ static int put_fields(Buffer *cols, Py_ssize_t *k, PyObject *encoded, Py_ssize_t
 
 
 /* One record's cells (ROW_SIZE of them, see above) appended to the columns from cols[0] on; the file cell only
-   when with_file. TypeError for cells of another form. */
+   when with_file; a NULL name cell when the caller wrote the name's. TypeError for cells of another form. */
 static int put_record(Buffer *cols, PyObject *const *cells, int first, int with_file)
 {
-    Py_ssize_t k = 0, c;
-    for (c = 0; c < 4; c++)
+    Py_ssize_t k = 0, c = 0;
+    if (cells[0] == NULL) k = c = 1;
+    for (; c < 4; c++)
         if (put_cell(&cols[k++], cells[c], first) < 0) return -1;
     if (put_fields(cols, &k, cells[4], OP_FIELDS, first) < 0) return -1;
     for (c = 5; c < 10; c++)
@@ -289,19 +287,30 @@ static int check_names(PyObject *names)
     return 0;
 }
 
-/* A record's cells into the twin's own columns (a cell that fails leaves them broken: columns() refuses). */
-static int keep_record(IndexLines *self, PyObject *const *cells)
+/* The lengths of the twin's buffers before a record, to take back what a record that failed halfway wrote: a
+   record is kept whole (its line, its cells, its (step, name)) or not at all. */
+typedef struct {
+    Py_ssize_t pending, cols[MAX_COLUMNS];
+} Marks;
+
+static void mark(const IndexLines *self, Marks *m)
 {
-    if (self->broken) {
-        PyErr_SetString(PyExc_RuntimeError, "IndexLines: an earlier record could not be kept");
-        return -1;
-    }
-    if (put_record(self->cols, cells, self->count == 0, 1) < 0) {
-        self->broken = 1;
-        return -1;
-    }
-    self->count++;
-    return 0;
+    m->pending = self->pending.len;
+    for (int c = 0; c < MAX_COLUMNS; c++) m->cols[c] = self->cols[c].len;
+}
+
+static void undo(IndexLines *self, const Marks *m)
+{
+    self->pending.len = m->pending;
+    for (int c = 0; c < MAX_COLUMNS; c++) self->cols[c].len = m->cols[c];
+}
+
+/* A str's UTF-8 bytes appended to b. */
+static int put_text(Buffer *b, PyObject *text)
+{
+    Py_ssize_t n;
+    const char *data = PyUnicode_AsUTF8AndSize(text, &n);
+    return data == NULL ? -1 : buf_put(b, data, n);
 }
 
 enum { N_ARGS = 11 }; /* add()'s arguments up to stats */
@@ -346,96 +355,46 @@ static PyObject *lines_add(IndexLines *self, PyObject *const *args, Py_ssize_t n
         goto slow;
     }
 
-    /* the name's JSON text: the name between quotes (it needs no escapes) */
-    Py_ssize_t name_len = PyUnicode_GET_LENGTH(name);
-    PyObject *name_text = PyUnicode_New(name_len + 2, 127);
-    PyObject *line = NULL;
-    if (name_text == NULL) goto error;
-    {
-        Py_UCS1 *d = PyUnicode_1BYTE_DATA(name_text);
-        d[0] = '"';
-        memcpy(d + 1, PyUnicode_1BYTE_DATA(name), (size_t)name_len);
-        d[name_len + 1] = '"';
-    }
-
-    /* the line: ASCII pieces copied into one string; otherwise (a module path outside ASCII) joined */
+    /* the line, into the pending bytes; the name's cell, the name between quotes (it needs no escapes) */
     {
         static const char *const fixed[] = {
-            "{\"name\":", ",\"step\":", ",\"rank\":", ",\"order\":", ",", ",\"role\":", ",\"slot\":",
-            ",\"dtype\":", ",\"shape\":", ",\"numel\":", ",", "}\n",
+            "{\"name\":\"", "\",\"step\":", ",\"rank\":", ",\"order\":", ",", ",\"role\":", ",\"slot\":",
+            ",\"dtype\":", ",\"shape\":", ",\"numel\":", ",",
         };
-        PyObject *texts[] = {name_text, NULL, NULL, NULL, op_fragment, role_text, slot_text, dtype_text,
+        PyObject *texts[] = {NULL, NULL, NULL, NULL, op_fragment, role_text, slot_text, dtype_text,
                              shape_text, NULL, stats_fragment};
         int num_at[] = {-1, 0, 1, 2, -1, -1, -1, -1, -1, 3, -1};
-        int ascii = 1;
-        Py_ssize_t total = 0;
-        for (int i = 0; i < 11; i++) {
-            total += (Py_ssize_t)strlen(fixed[i]);
-            if (num_at[i] >= 0) {
-                total += num_len[num_at[i]];
-            } else {
-                if (!PyUnicode_IS_ASCII(texts[i])) ascii = 0;
-                total += PyUnicode_GET_LENGTH(texts[i]);
-            }
+        const char *name_data = (const char *)PyUnicode_1BYTE_DATA(name);
+        Py_ssize_t name_len = PyUnicode_GET_LENGTH(name);
+        Buffer *line = &self->pending, *names = &self->cols[0];
+        PyObject *cells[ROW_SIZE] = {NULL, step, rank, order, op, role_text, slot_text, dtype_text, shape_text,
+                                     numel, stats, Py_None};
+        Marks m;
+        mark(self, &m);
+        int failed = 0;
+        for (int i = 0; i < 11 && !failed; i++) {
+            failed = buf_put(line, fixed[i], (Py_ssize_t)strlen(fixed[i])) < 0;
+            if (failed) break;
+            if (i == 0)
+                failed = buf_put(line, name_data, name_len) < 0;
+            else if (num_at[i] >= 0)
+                failed = buf_put(line, nums[num_at[i]], num_len[num_at[i]]) < 0;
+            else if (texts[i] != NULL)
+                failed = put_text(line, texts[i]) < 0;
         }
-        total += 2;
-        if (ascii) {
-            line = PyUnicode_New(total, 127);
-            if (line == NULL) goto error;
-            char *d = (char *)PyUnicode_1BYTE_DATA(line);
-            for (int i = 0; i < 11; i++) {
-                size_t k = strlen(fixed[i]);
-                memcpy(d, fixed[i], k);
-                d += k;
-                if (num_at[i] >= 0) {
-                    memcpy(d, nums[num_at[i]], (size_t)num_len[num_at[i]]);
-                    d += num_len[num_at[i]];
-                } else {
-                    Py_ssize_t m = PyUnicode_GET_LENGTH(texts[i]);
-                    memcpy(d, PyUnicode_1BYTE_DATA(texts[i]), (size_t)m);
-                    d += m;
-                }
-            }
-            memcpy(d, "}\n", 2);
-        } else {
-            PyObject *pieces = PyList_New(0);
-            if (pieces == NULL) goto error;
-            for (int i = 0; i < 12; i++) {
-                PyObject *part = PyUnicode_FromString(fixed[i]);
-                if (part == NULL || PyList_Append(pieces, part) < 0) {
-                    Py_XDECREF(part);
-                    Py_DECREF(pieces);
-                    goto error;
-                }
-                Py_DECREF(part);
-                if (i == 11) break;
-                part = num_at[i] >= 0 ? PyUnicode_FromStringAndSize(nums[num_at[i]], num_len[num_at[i]])
-                                      : (Py_INCREF(texts[i]), texts[i]);
-                if (part == NULL || PyList_Append(pieces, part) < 0) {
-                    Py_XDECREF(part);
-                    Py_DECREF(pieces);
-                    goto error;
-                }
-                Py_DECREF(part);
-            }
-            PyObject *empty = PyUnicode_FromStringAndSize(NULL, 0);
-            line = empty ? PyUnicode_Join(empty, pieces) : NULL;
-            Py_XDECREF(empty);
-            Py_DECREF(pieces);
-            if (line == NULL) goto error;
+        failed = failed || buf_put(line, "}\n", 2) < 0 || (self->count && buf_put(names, ",", 1) < 0) ||
+                 buf_put(names, "\"", 1) < 0 || buf_put(names, name_data, name_len) < 0 ||
+                 buf_put(names, "\"", 1) < 0 || put_record(self->cols, cells, self->count == 0, 1) < 0 ||
+                 PySet_Add(self->seen, key) < 0;
+        Py_DECREF(key);
+        Py_DECREF(op_fragment);
+        Py_DECREF(stats_fragment);
+        if (failed) {
+            undo(self, &m);
+            return NULL;
         }
+        self->count++;
     }
-    {
-        PyObject *cells[ROW_SIZE] = {name_text, step,       rank,  order, op,   role_text, slot_text, dtype_text,
-                                     shape_text, numel, stats, Py_None};
-        if (PyList_Append(self->lines, line) < 0 || PySet_Add(self->seen, key) < 0 || keep_record(self, cells) < 0)
-            goto error;
-    }
-    Py_DECREF(line);
-    Py_DECREF(name_text);
-    Py_DECREF(key);
-    Py_DECREF(op_fragment);
-    Py_DECREF(stats_fragment);
 
     double now = monotonic();
     if (now - self->last >= self->interval) {
@@ -445,14 +404,6 @@ static PyObject *lines_add(IndexLines *self, PyObject *const *args, Py_ssize_t n
         Py_DECREF(r);
     }
     Py_RETURN_NONE;
-
-error:
-    Py_XDECREF(line);
-    Py_XDECREF(name_text);
-    Py_DECREF(key);
-    Py_DECREF(op_fragment);
-    Py_DECREF(stats_fragment);
-    return NULL;
 
 slow:
     return PyObject_Vectorcall(self->slow, args, (size_t)nargs, kwnames);
@@ -465,23 +416,35 @@ static PyObject *lines_close(IndexLines *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *lines_row(IndexLines *self, PyObject *cells)
+static PyObject *lines_row(IndexLines *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!PyTuple_CheckExact(cells) || PyTuple_GET_SIZE(cells) != ROW_SIZE) {
-        PyErr_SetString(PyExc_TypeError, "IndexLines.row: cells is not a tuple of 12");
+    if (nargs != 2 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != ROW_SIZE ||
+        !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "IndexLines.row(cells: a tuple of 12, line: str)");
         return NULL;
     }
-    if (keep_record(self, &PyTuple_GET_ITEM(cells, 0)) < 0) return NULL;
+    Marks m;
+    mark(self, &m);
+    if (put_text(&self->pending, args[1]) < 0 ||
+        put_record(self->cols, &PyTuple_GET_ITEM(args[0], 0), self->count == 0, 1) < 0) {
+        undo(self, &m);
+        return NULL;
+    }
+    self->count++;
     Py_RETURN_NONE;
+}
+
+static PyObject *lines_take(IndexLines *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *data = PyBytes_FromStringAndSize(self->pending.data, self->pending.len);
+    if (data != NULL) self->pending.len = 0;
+    return data;
 }
 
 static PyObject *lines_columns(IndexLines *self, PyObject *names)
 {
     if (!check_names(names)) return NULL;
-    if (self->broken) {
-        PyErr_SetString(PyExc_RuntimeError, "IndexLines: a record could not be kept; the columns are not whole");
-        return NULL;
-    }
     if (self->count == 0) return PyBytes_FromStringAndSize(NULL, 0);
     return join_columns(self->cols, names);
 }
@@ -502,9 +465,12 @@ static PyMethodDef lines_methods[] = {
      "add(name, step, rank, order, op, role, slot, dtype, shape, numel, stats, payload=None, owned=False, "
      "same_as=None): CaptureWriter.add, in C for the usual statistics record (see nbprec/capture/_indexlines.c)."},
     {"close", (PyCFunction)lines_close, METH_NOARGS, "Send every later add() to slow (the writer closed)."},
-    {"row", (PyCFunction)lines_row, METH_O,
-     "row(cells): keep a record the Python add wrote, its 12 cells (name text, step, rank, order, EncodedOp, role, "
-     "slot, dtype and shape texts, numel, EncodedStats, file text or None), in the column cache after the others."},
+    {"row", (PyCFunction)(void (*)(void))lines_row, METH_FASTCALL,
+     "row(cells, line): keep a record the Python add wrote, after the others: its index line and its 12 cells "
+     "(name text, step, rank, order, EncodedOp, role, slot, dtype and shape texts, numel, EncodedStats, file text "
+     "or None); all of it, or nothing when it fails."},
+    {"take", (PyCFunction)lines_take, METH_NOARGS,
+     "take() -> bytes: the index lines kept since the last take (UTF-8), for the file; they are not kept after."},
     {"columns", (PyCFunction)lines_columns, METH_O,
      "columns(names) -> bytes: the column cache's members of every record kept, as column_cache(rows, names) "
      "gives them; empty without records."},

@@ -10,9 +10,9 @@ record and column cache) with a faster path for the records a capture makes by t
   (:class:`~nbprec.capture.lines.RecordLines`, compiled where it can be);
 - in mode ``"statistics"``, the usual record is appended by the C twin of :meth:`CaptureWriter.add`
   (``nbprec/capture/_indexlines.c``), which hands anything else to the Python method and keeps every record's
-  column-cache cells in its columns as it comes (the Python method hands its records' cells back); at close the
-  columns are joined (0.2 ms of a MiniLM step's close; joined from the kept records, as a tensor-mode capture's
-  are, 1.7-3 ms);
+  index line (as bytes, written by :meth:`~CaptureWriter.flush`) and column-cache cells as it comes, whole or not
+  at all (the Python method hands its records back); at close the columns are joined (0.2 ms of a MiniLM step's
+  close; joined from the kept records, as a tensor-mode capture's are, 1.7-3 ms);
 - lines of every file are collected and handed to the operating system every ``FLUSH_INTERVAL`` seconds in
   one write per file (a killed process loses at most that interval's records, as with the base writer);
 - payloads (mode ``"tensor"``) are copied when the op is recorded and written by a background thread, with a
@@ -68,7 +68,6 @@ class CaptureWriter(NativeDumpWriter):
         if IndexLines is not None and self._payloads is None:  # the usual record in C; the rest to the method
             slow = CaptureWriter.add.__get__(self)
             self._fast = self._kept = IndexLines(
-                self._lines[INDEX_FILE],
                 self._seen,
                 self._strings,
                 self._shapes,
@@ -128,30 +127,18 @@ class CaptureWriter(NativeDumpWriter):
                 self._payloads.save(file_name, payload, owned)
             file_text = json_string(f"{TENSOR_DIR}/{file_name}")
             self._has_files = True
-        self._lines[INDEX_FILE].append(
+        line = (
             f'{{"name":{name_text},"step":{step},"rank":{rank},"order":{order},{op.fragment},"role":{role_text},'
             f'"slot":{slot_text},"dtype":{dtype_text},"shape":{shape_text},"numel":{numel},{stats.fragment}'
             + ("}\n" if file_text is None else f',"file":{file_text}}}\n')
         )
-        seen.add(key)
-        cells = (
-            name_text,
-            step,
-            rank,
-            order,
-            op,
-            role_text,
-            slot_text,
-            dtype_text,
-            shape_text,
-            numel,
-            stats,
-            file_text,
-        )
+        cells = (name_text, step, rank, order, op, role_text, slot_text, dtype_text, shape_text, numel, stats)
         if self._kept is None:
-            self._rows.append(cells)
-        else:
-            self._kept.row(cells)
+            self._lines[INDEX_FILE].append(line)
+            self._rows.append((*cells, file_text))
+        else:  # the C twin keeps the lines and cells of all records, in order
+            self._kept.row((*cells, file_text), line)
+        seen.add(key)
         now = time.monotonic()
         if now - self._last_flush >= FLUSH_INTERVAL:
             self._last_flush = now
@@ -185,6 +172,10 @@ class CaptureWriter(NativeDumpWriter):
     def flush(self) -> None:
         """Hand every collected line to the operating system now (also done every FLUSH_INTERVAL seconds)."""
         with self._io(self._path):
+            if self._kept is not None and (data := self._kept.take()):  # the index's lines, kept in C as bytes
+                raw = self._files[INDEX_FILE].buffer  # (nothing is written to the index through its text layer)
+                raw.write(data)
+                raw.flush()
             for name, lines in self._lines.items():
                 if lines:
                     handle = self._files[name]

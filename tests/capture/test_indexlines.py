@@ -30,9 +30,9 @@ RECORDS = [
 ]
 
 
-def _write(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], bytes, list[int]]:
-    """Write RECORDS through one path; returns the index lines, the column cache's members and the count after each
-    record."""
+def _write(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, bytes, list[int]]:
+    """Write RECORDS through one path; returns the index lines pending before the close, the column cache's members
+    and the count after each record."""
     monkeypatch.setattr(writer_module, "IndexLines", _indexlines.IndexLines if fast else None)
     w = CaptureWriter(path, mode="statistics")
     assert (w._fast is not None) is fast
@@ -45,7 +45,9 @@ def _write(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[lis
     for k, (name, step, rank, order, role, slot, dtype, shape, numel) in enumerate(RECORDS):
         w.add(name, step, rank, order, ops[k % 2], role, slot, dtype, shape, numel, stats[k % 2])
         counts.append(w.count)
-    lines = list(w._lines["index.jsonl"])
+    lines = w._kept.take() if fast else "".join(w._lines["index.jsonl"]).encode()
+    if fast:  # (taken: handed back as the flush would, for the file)
+        w._files["index.jsonl"].buffer.write(lines)
     names = writer_module._CACHE_COLUMNS[:-1]
     columns = w._kept.columns(names) if fast else w._columns_text(w._rows).encode()
     w.close()
@@ -74,9 +76,7 @@ def _counted(w: CaptureWriter, interval: float = 0.2) -> list[int]:
         handed[0] += 1
         return python_add(*args, **kwargs)
 
-    w._fast = w._kept = _indexlines.IndexLines(
-        w._lines["index.jsonl"], w._seen, w._strings, w._shapes, slow, w.flush, interval
-    )
+    w._fast = w._kept = _indexlines.IndexLines(w._seen, w._strings, w._shapes, slow, w.flush, interval)
     w.add = w._fast.add
     return handed
 
@@ -118,33 +118,39 @@ def test_the_pending_lines_are_flushed_on_time(tmp_path: Path) -> None:
 
 def test_arguments_are_checked() -> None:
     with pytest.raises(TypeError):
-        _indexlines.IndexLines([], set(), {}, {}, None, print, 0.2)
+        _indexlines.IndexLines(set(), {}, {}, None, print, 0.2)
     with pytest.raises(TypeError):
-        _indexlines.IndexLines([], {}, {}, {}, print, print, 0.2)
-    sink = _indexlines.IndexLines([], set(), {}, {}, lambda *a, **k: ("slow", a, k), print, 0.2)
+        _indexlines.IndexLines({}, {}, {}, print, print, 0.2)
+    sink = _indexlines.IndexLines(set(), {}, {}, lambda *a, **k: ("slow", a, k), print, 0.2)
     assert sink.add("x", payload=None) == ("slow", ("x",), {"payload": None})  # keywords: to the Python method
     assert sink.add(*range(11))[0] == "slow"  # a name that is not a str
 
 
-def test_the_kept_columns_take_records_of_their_form_only(tmp_path: Path) -> None:
-    """``row`` (a record the Python add wrote) and ``columns``: cells of another form are a TypeError, and after a
-    record that could not be kept the columns are refused rather than written with a record missing."""
+def test_the_twin_keeps_a_record_whole_or_not_at_all(tmp_path: Path) -> None:
+    """``row`` (a record the Python add wrote: its cells and its line), ``take`` and ``columns``: arguments of another
+    form are a TypeError, and a record that fails halfway leaves nothing of itself behind: neither its line nor any
+    of its cells."""
     names = writer_module._CACHE_COLUMNS[:-1]
-    twin = _indexlines.IndexLines([], set(), {}, {}, print, print, 0.2)
-    assert twin.count == 0 and twin.columns(names) == b""
+    twin = _indexlines.IndexLines(set(), {}, {}, print, print, 0.2)
+    assert twin.count == 0 and twin.columns(names) == b"" and twin.take() == b""
     with pytest.raises(TypeError, match="tuple of 12"):
-        twin.row(("too", "short"))
+        twin.row(("too", "short"), "line")
+    with pytest.raises(TypeError, match="tuple of 12"):
+        twin.row((None,) * 12)
     with pytest.raises(TypeError, match="24 or 25"):
         twin.columns(("too", "few"))
     w = CaptureWriter(tmp_path / "run", mode="statistics")
     op = w.lines.encode_op("Functional.relu.0.forward", "relu", "Functional.relu", 0, "", "forward")
     w.close()
     stats = encode_stats(None)
-    twin.row(('"a"', 0, 0, 0, op, '"input"', '"0"', '"float32"', "[2]", 2, stats, None))
-    assert twin.count == 1 and twin.columns(names).startswith(b'"name":["a"],"step":[0]')
-    with pytest.raises(AttributeError):  # an op that is not an EncodedOp
-        twin.row(('"b"', 0, 0, 1, "not encoded", '"input"', '"0"', '"float32"', "[2]", 2, stats, None))
-    with pytest.raises(RuntimeError, match="not whole"):
-        twin.columns(names)
-    with pytest.raises(RuntimeError, match="could not be kept"):
-        twin.row(('"c"', 0, 0, 2, op, '"input"', '"0"', '"float32"', "[2]", 2, stats, None))
+    twin.row(('"a"', 0, 0, 0, op, '"input"', '"0"', '"float32"', "[2]", 2, stats, None), "line a\n")
+    whole = twin.columns(names)
+    assert twin.count == 1 and whole.startswith(b'"name":["a"],"step":[0]')
+    with pytest.raises(AttributeError):  # an op that is not an EncodedOp: found after the line and 4 cells
+        twin.row(('"b"', 0, 0, 1, "not encoded", '"input"', '"0"', '"float32"', "[2]", 2, stats, None), "line b\n")
+    with pytest.raises(UnicodeEncodeError):  # a line that is not UTF-8
+        twin.row(('"c"', 0, 0, 2, op, '"input"', '"0"', '"float32"', "[2]", 2, stats, None), "line \udcff\n")
+    assert twin.count == 1 and twin.columns(names) == whole
+    twin.row(('"d"', 0, 0, 3, op, '"input"', '"0"', '"float32"', "[2]", 2, stats, None), "line d\n")
+    assert twin.count == 2 and twin.columns(names).startswith(b'"name":["a","d"],"step":[0,0],"rank":[0,0]')
+    assert twin.take() == b"line a\nline d\n" and twin.take() == b""

@@ -145,6 +145,11 @@ def execute_notebook(nb: Any, *, cwd: str | os.PathLike[str] | None = None, time
     timeout
         Seconds a cell may run.
 
+    The kernel process's own standard error (its log: what the cells write there is in their outputs too) goes
+    to a file, shown on this process's standard error only when the run fails: a kernel shutting down can log a
+    traceback of its own (ipykernel 7.4, now and then: ``ZMQError: Socket operation on non-socket`` from a
+    control reply sent as its sockets close) that says nothing about the notebook.
+
     Raises
     ------
     ReportError
@@ -167,11 +172,30 @@ def execute_notebook(nb: Any, *, cwd: str | os.PathLike[str] | None = None, time
             config=config,
             resources={"metadata": {"path": str(cwd or tmp)}},
         )
-        try:
-            client.execute(env={**os.environ, "PYTHONSAFEPATH": "1"})
-        except nbclient.exceptions.CellExecutionError as exc:
-            raise ReportError(f"the report notebook failed{_failed_cell(nb)}: {cell_error_text(exc)}") from exc
+        log_path = os.path.join(tmp, "kernel.log")
+        with open(log_path, "wb") as log:
+            try:
+                client.execute(env={**os.environ, "PYTHONSAFEPATH": "1"}, stderr=log)
+            except BaseException as exc:
+                _show_kernel_log(log_path)
+                if isinstance(exc, nbclient.exceptions.CellExecutionError):
+                    raise ReportError(f"the report notebook failed{_failed_cell(nb)}: {cell_error_text(exc)}") from exc
+                raise
     return nb
+
+
+def _show_kernel_log(path: str) -> None:
+    """The kernel's log (its process's standard error) on this process's standard error, after a failed run."""
+    import sys
+
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return
+    if text:
+        sys.stderr.write(f"the report kernel's log:\n{text}\n")
+        sys.stderr.flush()
 
 
 #: ANSI terminal escape sequences (colours, cursor moves), as IPython's tracebacks carry them

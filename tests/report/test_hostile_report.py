@@ -75,3 +75,25 @@ def test_a_failing_cell_is_reported_in_plain_text(tmp_path):
     message = str(err.value)
     assert "\x1b" not in message  # IPython colours its tracebacks; nbprec's messages carry none of it
     assert "AttributeError" in message and "no_such_thing" in message and "cell 2" in message
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_kernels_own_log_is_shown_only_when_the_run_fails(capfd, fails: bool):
+    """What the kernel process logs on its standard error (a shutdown traceback of its own, say) is not printed by a
+    report run that succeeds, and is by one that fails, after nbprec's message."""
+    import nbformat
+
+    from nbprec.report import ReportError, execute_notebook
+
+    v4 = nbformat.v4
+    code = "get_ipython().kernel.log.error('the kernel logs this')" + ("\nraise ValueError('stop')" if fails else "")
+    nb = v4.new_notebook(cells=[v4.new_code_cell(code)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    if fails:
+        with pytest.raises(ReportError, match="ValueError: stop"):
+            execute_notebook(nb)
+    else:
+        execute_notebook(nb)
+    err = capfd.readouterr().err
+    assert ("the kernel logs this" in err) is fails
+    assert ("the report kernel's log:" in err) is fails

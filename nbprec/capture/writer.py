@@ -64,7 +64,7 @@ class CaptureWriter(NativeDumpWriter):
         self._has_files = False
         self._links = links
         self._fast: Any = None  # the C twin of add, while it takes records
-        self._kept: Any = None  # the C twin holding the column cache's cells of every record (else self._rows)
+        self._kept: Any = None  # the C twin holding every record's index line and cells (else _lines and _rows)
         if IndexLines is not None and self._payloads is None:  # the usual record in C; the rest to the method
             slow = CaptureWriter.add.__get__(self)
             self._fast = self._kept = IndexLines(

@@ -176,7 +176,7 @@ def execute_notebook(nb: Any, *, cwd: str | os.PathLike[str] | None = None, time
         with open(log_path, "wb") as log:
             try:
                 client.execute(env={**os.environ, "PYTHONSAFEPATH": "1"}, stderr=log)
-            except BaseException as exc:
+            except Exception as exc:
                 _show_kernel_log(log_path)
                 if isinstance(exc, nbclient.exceptions.CellExecutionError):
                     raise ReportError(f"the report notebook failed{_failed_cell(nb)}: {cell_error_text(exc)}") from exc
@@ -184,17 +184,25 @@ def execute_notebook(nb: Any, *, cwd: str | os.PathLike[str] | None = None, time
     return nb
 
 
+#: the most of the kernel's log shown after a failed run (its end: a cell that wrote much to stderr fills it)
+KERNEL_LOG_SHOWN = 20_000
+
+
 def _show_kernel_log(path: str) -> None:
-    """The kernel's log (its process's standard error) on this process's standard error, after a failed run."""
+    """The end of the kernel's log (its process's standard error) on this process's standard error, after a failed
+    run (at most :data:`KERNEL_LOG_SHOWN` bytes)."""
     import sys
 
     try:
         with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - KERNEL_LOG_SHOWN))
             text = handle.read().decode("utf-8", "replace").strip()
     except OSError:
         return
     if text:
-        sys.stderr.write(f"the report kernel's log:\n{text}\n")
+        cut = f" (its last {KERNEL_LOG_SHOWN:,} bytes of {size:,})" if size > KERNEL_LOG_SHOWN else ""
+        sys.stderr.write(f"the report kernel's log{cut}:\n{text}\n")
         sys.stderr.flush()
 
 

@@ -97,3 +97,22 @@ def test_the_kernels_own_log_is_shown_only_when_the_run_fails(capfd, fails: bool
     err = capfd.readouterr().err
     assert ("the kernel logs this" in err) is fails
     assert ("the report kernel's log:" in err) is fails
+
+
+def test_a_long_kernel_log_is_shown_by_its_end(capfd):
+    """A failed run whose kernel wrote much on its standard error (ipykernel copies a cell's stderr there too)
+    shows the log's last KERNEL_LOG_SHOWN bytes, and says so."""
+    import nbformat
+
+    from nbprec.report import ReportError, execute_notebook
+    from nbprec.report.notebook import KERNEL_LOG_SHOWN
+
+    v4 = nbformat.v4
+    code = "import os\nfor k in range(3000): os.write(2, b'line %05d of the kernel log\\n' % k)\nraise ValueError('x')"
+    nb = v4.new_notebook(cells=[v4.new_code_cell(code)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    with pytest.raises(ReportError, match="ValueError"):
+        execute_notebook(nb)
+    err = capfd.readouterr().err
+    assert f"(its last {KERNEL_LOG_SHOWN:,} bytes of" in err
+    assert "line 02999 of the kernel log" in err and "line 00000 of" not in err

@@ -108,8 +108,8 @@ static int lines_init(IndexLines *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_TypeError, "IndexLines takes positional arguments only");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "O!O!O!OOd:IndexLines", &PySet_Type, &seen, &PyDict_Type, &strings, &PyDict_Type, &shapes, &slow, &flush,
-                          &interval))
+    if (!PyArg_ParseTuple(args, "O!O!O!OOd:IndexLines", &PySet_Type, &seen, &PyDict_Type, &strings, &PyDict_Type,
+                          &shapes, &slow, &flush, &interval))
         return -1;
     if (!PyCallable_Check(slow) || !PyCallable_Check(flush)) {
         PyErr_SetString(PyExc_TypeError, "IndexLines: slow and flush must be callables");
@@ -178,8 +178,7 @@ static int int_text(PyObject *v, char *buf, Py_ssize_t *len)
     return 1;
 }
 
-/* -- the column cache ----------------------------------------------------------------------------------- */
-
+/* -- the buffers: index lines and the column cache's columns --------------------------------------------- */
 
 static int buf_put(Buffer *b, const char *text, Py_ssize_t n)
 {
@@ -234,7 +233,6 @@ static int put_fields(Buffer *cols, Py_ssize_t *k, PyObject *encoded, Py_ssize_t
     Py_DECREF(fields);
     return r;
 }
-
 
 /* One record's cells (ROW_SIZE of them, see above) appended to the columns from cols[0] on; the file cell only
    when with_file; a NULL name cell when the caller wrote the name's. TypeError for cells of another form. */
@@ -373,9 +371,9 @@ static PyObject *lines_add(IndexLines *self, PyObject *const *args, Py_ssize_t n
         mark(self, &m);
         int failed = 0;
         for (int i = 0; i < 11 && !failed; i++) {
-            failed = buf_put(line, fixed[i], (Py_ssize_t)strlen(fixed[i])) < 0;
-            if (failed) break;
-            if (i == 0)
+            if (buf_put(line, fixed[i], (Py_ssize_t)strlen(fixed[i])) < 0)
+                failed = 1;
+            else if (i == 0)
                 failed = buf_put(line, name_data, name_len) < 0;
             else if (num_at[i] >= 0)
                 failed = buf_put(line, nums[num_at[i]], num_len[num_at[i]]) < 0;

@@ -209,7 +209,6 @@ class CaptureWriter(NativeDumpWriter):
     def _write_columns(self) -> None:
         """The column cache of the base writer, joined from the records' encoded pieces (in C where built)."""
         rows = self._rows
-        count = len(rows) if self._kept is None else self._kept.count
         names = _CACHE_COLUMNS if self._has_files else _CACHE_COLUMNS[:-1]
         if self._kept is not None:  # collected as the records came
             body = self._kept.columns(names)
@@ -218,7 +217,7 @@ class CaptureWriter(NativeDumpWriter):
         else:
             body = self._columns_text(rows).encode("utf-8")
         index_bytes = (self._path / INDEX_FILE).stat().st_size
-        head = f'{{"rows":{count},"index_bytes":{index_bytes},"columns":{{'.encode()
+        head = f'{{"rows":{self.count},"index_bytes":{index_bytes},"columns":{{'.encode()
         tmp = self._path / (COLUMNS_FILE + ".tmp")
         try:
             tmp.write_bytes(head + body + b"}}")

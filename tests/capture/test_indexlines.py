@@ -154,3 +154,32 @@ def test_the_twin_keeps_a_record_whole_or_not_at_all(tmp_path: Path) -> None:
     twin.row(('"d"', 0, 0, 3, op, '"input"', '"0"', '"float32"', "[2]", 2, stats, None), "line d\n")
     assert twin.count == 2 and twin.columns(names).startswith(b'"name":["a","d"],"step":[0,0],"rank":[0,0]')
     assert twin.take() == b"line a\nline d\n" and twin.take() == b""
+
+
+def test_a_record_failing_halfway_in_c_leaves_nothing(tmp_path: Path) -> None:
+    """A record the C path takes (its texts cached, its name plain) whose op fails after the line, the name's cell
+    and the first cells were written: the add raises, and neither its line, its cells nor its (step, name) are
+    kept, so the same record added right is written once, and the files match the Python writer's."""
+    from types import SimpleNamespace
+
+    w = CaptureWriter(tmp_path / "run", mode="statistics")
+    handed = _counted(w)
+    op = w.lines.encode_op("Functional.relu.0.forward", "relu", "Functional.relu", 0, "", "forward")
+    stats = encode_stats(None)
+    w.add("Functional.relu.0.forward.input.0", 0, 0, 0, op, "input", "0", "float32", (2,), 2, stats)
+    assert handed == [1]  # (its texts were not cached yet)
+    first = w._kept.take()  # (handed to the file as the flush would)
+    w._files["index.jsonl"].buffer.write(first)
+    count = w.count
+    half = SimpleNamespace(fragment=op.fragment)  # an op with a fragment but no encoded fields
+    with pytest.raises(AttributeError):
+        w.add("Functional.relu.0.forward.input.0", 1, 0, 0, half, "input", "0", "float32", (2,), 2, stats)
+    assert handed == [1] and w.count == count == 1 and w._kept.take() == b"" and first.count(b"\n") == 1
+    w.add("Functional.relu.0.forward.input.0", 1, 0, 0, op, "input", "0", "float32", (2,), 2, stats)
+    assert handed == [1] and w.count == 2  # in C, once: its name was not taken by the failed add
+    w.close()
+    read = [json.loads(line) for line in (tmp_path / "run" / "index.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [(r["step"], r["name"]) for r in read] == [(0, "Functional.relu.0.forward.input.0"), (1, read[0]["name"])]
+    columns = json.loads((tmp_path / "run" / "index.columns.json").read_text(encoding="utf-8"))
+    assert columns["rows"] == 2 and columns["columns"]["name"] == [r["name"] for r in read]
+    assert all(len(values) == 2 for values in columns["columns"].values())

@@ -148,14 +148,21 @@ def module_browser() -> Iterator[Any]:
         browser.close()
 
 
-def write_notebook(path: Path, cells: list[str]) -> Path:
-    """A notebook of code ``cells`` with the python3 kernel, written at ``path`` (for :func:`serve_voila`)."""
+def code_notebook(cells: list[str]) -> Any:
+    """A notebook (``nbformat``) of code ``cells`` with the python3 kernel."""
     import nbformat
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, path)
+    return nb
+
+
+def write_notebook(path: Path, cells: list[str]) -> Path:
+    """A notebook of code ``cells`` with the python3 kernel, written at ``path`` (for :func:`serve_voila`)."""
+    import nbformat
+
+    nbformat.write(code_notebook(cells), path)
     return path
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -191,8 +192,6 @@ KERNEL_LOG_SHOWN = 20_000
 def _show_kernel_log(path: str) -> None:
     """The end of the kernel's log (its process's standard error) on this process's standard error, after a failed
     run (at most :data:`KERNEL_LOG_SHOWN` bytes)."""
-    import sys
-
     try:
         with open(path, "rb") as handle:
             size = handle.seek(0, os.SEEK_END)

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from browser_support import code_notebook
 from hostile_names import hostile_pair
 
 pytest.importorskip("nbclient")
@@ -63,15 +64,10 @@ def test_names_that_are_not_utf8_show_as_visible_escapes(home_report):
 
 
 def test_a_failing_cell_is_reported_in_plain_text(tmp_path):
-    import nbformat
-
     from nbprec.report import ReportError, execute_notebook
 
-    v4 = nbformat.v4
-    nb = v4.new_notebook(cells=[v4.new_code_cell("x = 1"), v4.new_code_cell("import nbprec\nnbprec.no_such_thing")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     with pytest.raises(ReportError) as err:
-        execute_notebook(nb)
+        execute_notebook(code_notebook(["x = 1", "import nbprec\nnbprec.no_such_thing"]))
     message = str(err.value)
     assert "\x1b" not in message  # IPython colours its tracebacks; nbprec's messages carry none of it
     assert "AttributeError" in message and "no_such_thing" in message and "cell 2" in message
@@ -81,14 +77,10 @@ def test_a_failing_cell_is_reported_in_plain_text(tmp_path):
 def test_the_kernels_own_log_is_shown_only_when_the_run_fails(capfd, fails: bool):
     """What the kernel process logs on its standard error (a shutdown traceback of its own, say) is not printed by a
     report run that succeeds, and is by one that fails, after nbprec's message."""
-    import nbformat
-
     from nbprec.report import ReportError, execute_notebook
 
-    v4 = nbformat.v4
     code = "get_ipython().kernel.log.error('the kernel logs this')" + ("\nraise ValueError('stop')" if fails else "")
-    nb = v4.new_notebook(cells=[v4.new_code_cell(code)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb = code_notebook([code])
     if fails:
         with pytest.raises(ReportError, match="ValueError: stop"):
             execute_notebook(nb)
@@ -102,17 +94,12 @@ def test_the_kernels_own_log_is_shown_only_when_the_run_fails(capfd, fails: bool
 def test_a_long_kernel_log_is_shown_by_its_end(capfd):
     """A failed run whose kernel wrote much on its standard error (ipykernel copies a cell's stderr there too)
     shows the log's last KERNEL_LOG_SHOWN bytes, and says so."""
-    import nbformat
-
     from nbprec.report import ReportError, execute_notebook
     from nbprec.report.notebook import KERNEL_LOG_SHOWN
 
-    v4 = nbformat.v4
     code = "import os\nfor k in range(3000): os.write(2, b'line %05d of the kernel log\\n' % k)\nraise ValueError('x')"
-    nb = v4.new_notebook(cells=[v4.new_code_cell(code)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     with pytest.raises(ReportError, match="ValueError"):
-        execute_notebook(nb)
+        execute_notebook(code_notebook([code]))
     err = capfd.readouterr().err
     assert f"(its last {KERNEL_LOG_SHOWN:,} bytes of" in err
     assert "line 02999 of the kernel log" in err and "line 00000 of" not in err

@@ -6,6 +6,9 @@
 - ``nbprec.formats._msprobescan``: the usual msprobe ``dump.json`` read into its index columns in C, and what
   its op keys and shapes say (without it, or for anything unusual, by the Python reader of
   ``nbprec/formats/msprobe_index.py``);
+- ``nbprec.formats._columnscan``: the column cache of nbprec's own dump format (``index.columns.json``) read into
+  typed columns in C (without it, or for anything unusual, by the Python reader of
+  ``nbprec/formats/native_columns.py``);
 - ``nbprec.capture._stats``: the capture's one-pass tensor statistics (without it the capture computes
   them with numpy, slower);
 - ``nbprec.capture._npyio`` (POSIX): the capture's payload files, written by C threads that never wait for
@@ -25,7 +28,7 @@
 - ``nbprec.graph._textformat``: GE graphs in protobuf text format parsed in C (without it, by the Python
   tokeniser of ``nbprec/graph/ge_parse.py``, which also gives every error).
 
-All twelve are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
+All thirteen are optional: where they cannot be compiled (no C compiler), the install goes on without them, and
 ``nbprec.compare.metrics.KERNEL`` says ``"numpy"``.
 
 The capture's per-record Python (``nbprec/capture/``: ``backward.py``, ``gradients.py``, ``memo.py``,
@@ -179,6 +182,13 @@ setup(
                 "nbprec/formats/_msprobescan_keys.c",
                 "nbprec/formats/_msprobescan_columns.c",
             ],
+            depends=["nbprec/formats/_jsontokens.h", "nbprec/formats/_pow5.h"],
+            optional=True,
+        ),
+        Extension(
+            "nbprec.formats._columnscan",
+            ["nbprec/formats/_columnscan.c"],
+            depends=["nbprec/formats/_jsontokens.h", "nbprec/formats/_pow5.h"],
             optional=True,
         ),
         # dlopen/dlsym (the OpenMP runtime torch loaded): in libdl before glibc 2.34

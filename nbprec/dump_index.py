@@ -128,7 +128,7 @@ def _index_of(values_of: Callable[[str], list], n: int, run: str) -> Columns:
         elif column == "run":
             columns[column] = _object_array([v if v is not None and v == v and v != "" else run for v in values])
         elif column in _INT_COLUMNS:
-            columns[column] = np.array([default if v is None or v != v else v for v in values], dtype=np.int64)
+            columns[column] = ints(values, default)
         elif column in STAT_COLUMNS:
             columns[column] = _floats(values)
         elif column == "has_data":
@@ -167,6 +167,24 @@ def _number(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError, OverflowError):
         return float("nan")
+
+
+def ints(values: list, default: int) -> np.ndarray:
+    """int64 values, as ``np.array`` makes them; None, NaN and anything no int64 holds (text that is not an integer,
+    an integer beyond 64 bits, an infinity: a damaged or hostile record) ``default``."""
+    cells = [default if v is None or v != v else v for v in values]
+    try:
+        return np.array(cells, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return np.array([_int_or(v, default) for v in cells], dtype=np.int64)
+
+
+def _int_or(value: Any, default: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return number if -(1 << 63) <= number < (1 << 63) else default
 
 
 def _floats(values: Any) -> np.ndarray:

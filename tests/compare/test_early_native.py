@@ -185,6 +185,19 @@ def test_the_worker_reads_native_dumps_without_numpy(runs):
     assert count > 100 and not numpy_loaded
 
 
+def test_the_worker_indexes_a_cache_alike_with_the_scanner_and_the_json_module(runs, monkeypatch):
+    """The worker's index of each side, from the C scanner's columns and from the json module's decoding."""
+    if early_native._scanned(b'{"rows": 0, "index_bytes": 0, "columns": {}}') is None:
+        pytest.skip("nbprec.formats._columnscan is not built")
+    for name in ("tiny_bf16", "tiny_fp16", "tiny_fp32"):
+        root = str(runs[name])
+        scanned = early_native._index(root)
+        with monkeypatch.context() as patch:
+            patch.setattr(early_native, "_scanned", lambda data: None)
+            decoded = early_native._index(root)
+        assert scanned == decoded and len(scanned) > 100, name
+
+
 def test_the_workers_names_are_the_readers():
     """The worker's copies of the native format's names (kept out of modules that import numpy) and the storage
     of each kernel dtype agree with the reader's."""

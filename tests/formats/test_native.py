@@ -309,3 +309,22 @@ def test_records_reach_the_disk_within_the_flush_interval(tmp_path: Path, monkey
     # no close(): as if the process were killed right now
     assert [r["name"] for r in map(json.loads, (tmp_path / "run" / INDEX_FILE).read_text().splitlines())] == ["t0"]
     writer.close()
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_integers_no_int64_holds_are_the_default(tmp_path: Path, cache: bool) -> None:
+    """A damaged or hostile record's order (beyond 64 bits, text, an infinity) opens as unknown (-1), not a crash."""
+    _write(tmp_path / "run", {"a": np.ones(2), "b": np.ones(3), "c": np.ones(4), "d": np.ones(5)})
+    index_file = tmp_path / "run" / INDEX_FILE
+    records = [json.loads(line) for line in index_file.read_text().splitlines()]
+    for record, order in zip(records, [10**19, "x", -(10**30), "Infinity"], strict=True):
+        record["order"] = order
+    index_file.write_text("".join(json.dumps(r) + "\n" for r in records))
+    columns = json.loads((tmp_path / "run" / COLUMNS_FILE).read_text())
+    columns["index_bytes"] = index_file.stat().st_size
+    columns["columns"]["order"] = [r["order"] for r in records]
+    (tmp_path / "run" / COLUMNS_FILE).write_text(json.dumps(columns))
+    if not cache:
+        (tmp_path / "run" / COLUMNS_FILE).unlink()
+    dump = nbprec.open(tmp_path / "run")
+    assert dump.index["order"].tolist() == [-1, -1, -1, -1] and dump.index["numel"].tolist() == [2, 3, 4, 5]

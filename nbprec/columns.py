@@ -29,6 +29,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+try:
+    from nbprec._csvjoin import shape_texts as _shape_texts
+except ImportError:  # built without a C compiler
+    _shape_texts = None
+
 T = TypeVar("T")
 
 
@@ -301,6 +306,21 @@ def cell_texts(values: np.ndarray) -> list[str]:
 def texts_of_objects(values: list[Any], text: Callable[[Any], str]) -> list[str]:
     """``text(v)`` of each of ``values``, made once per distinct object (:func:`once_per_object`)."""
     return once_per_object(values, text)
+
+
+def shape_cells(values: list[Any], text: Callable[[Any], str]) -> list[str]:
+    """``text(v)`` of each shape of ``values``, where ``text`` writes a tuple of ints as ``[2, 8]`` (as ``str`` of
+    its list and ``json.dumps`` do): those in C where it is built (``nbprec._csvjoin.shape_texts``, each distinct
+    shape once; a comparison of many shapes spent more time on them than on the rest of its CSV files), the other
+    values (None, tuples of floats) and all of them without C through ``text``, once per object."""
+    if _shape_texts is None:
+        return texts_of_objects(values, text)
+    cells = _shape_texts(values)
+    others = [i for i, cell in enumerate(cells) if cell is None]
+    if others:
+        for i, cell in zip(others, texts_of_objects([values[i] for i in others], text), strict=True):
+            cells[i] = cell
+    return cells
 
 
 def factorize(values: Any) -> tuple[np.ndarray, list]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nbprec.columns import Columns, texts_of_objects
+from nbprec.columns import Columns, shape_cells
 from nbprec.compare.msprobe_judge import verdicts
 from nbprec.compare.msprobe_stats import NA as _NA
 from nbprec.compare.msprobe_stats import NAN as _NAN
@@ -54,7 +54,8 @@ def shape_text(value: Any) -> str:
 
 def shape_texts(values: list[Any]) -> list[str]:
     """:func:`shape_text` of each shape, each distinct shape formatted once (a model's tensors share a few): once
-    per tuple object, and once per shape of plain integers however many objects hold it."""
+    per tuple object, and once per shape of plain integers however many objects hold it (in C where built:
+    :func:`~nbprec.columns.shape_cells`)."""
     equal: dict[tuple, str] = {}
 
     def text(value: Any) -> str:
@@ -65,7 +66,7 @@ def shape_texts(values: list[Any]) -> list[str]:
             return found
         return shape_text(value)
 
-    return texts_of_objects(values, text)
+    return shape_cells(values, text)
 
 
 def msprobe_mode(comparison: Comparison) -> str:

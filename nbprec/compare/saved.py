@@ -16,7 +16,7 @@ import numpy as np
 from nbprec._output import rewriting
 from nbprec._record import asdict
 from nbprec._version import __version__
-from nbprec.columns import Columns, texts_of_objects
+from nbprec.columns import Columns, shape_cells
 from nbprec.compare.rules import Rule, Threshold
 from nbprec.errors import ComparisonError
 from nbprec.safe_text import restore_frame, write_table_csv
@@ -35,7 +35,7 @@ def write_saved(folder: Path, table: Columns, unmatched: Columns, meta: dict[str
     table = table.copy()
     texts: dict[Any, str] = {}  # shapes recur: each one's JSON made once (and looked up once per tuple object)
     for column in SHAPE_COLUMNS:
-        cells = texts_of_objects(table[column].tolist(), lambda shape: shape_json(shape, texts))
+        cells = shape_cells(table[column].tolist(), lambda shape: shape_json(shape, texts))
         table[column] = np.array(cells, dtype=object)
     write_table_csv(table, folder / "tensors.csv", exact=True)  # names kept byte for byte, spreadsheet-safe
     unmatched = unmatched.copy()

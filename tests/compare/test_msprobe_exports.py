@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -313,15 +314,25 @@ def test_data_name_cells_are_str_of_the_file_pair(names):
     assert _data_names(["x"], [None], [False], [True]) == [str(["x.pt", "N/A"])]  # (no bench name at all)
 
 
-def test_shape_texts_are_shape_text_each():
+@pytest.mark.parametrize("c", [True, False], ids=["C", "Python"])
+def test_shape_texts_are_shape_text_each(monkeypatch, c):
+    from nbprec import columns
     from nbprec.compare.msprobe_layout import shape_text, shape_texts
 
-    shapes = [(2, 8), (2, 8), None, (), [3], (1,), (2, 8), [3], (2.0, 8), (2, 8)]
+    if not c:
+        monkeypatch.setattr(columns, "_shape_texts", None)
+    elif columns._shape_texts is None:
+        pytest.skip("nbprec._csvjoin is not built")
+    shapes = [(2, 8), (2, 8), None, (), [3], (1,), (2, 8), [3], (2.0, 8), (2, 8), (True, 2), (2**70, 1), (-1, 0)]
+    shapes += [tuple(range(40)), (np.int64(3),), "x", (2, 8)]
     assert (
         shape_texts(shapes)
         == [shape_text(s) for s in shapes]
-        == ["[2, 8]", "[2, 8]", "", "[]", "[3]", "[1]", "[2, 8]", "[3]", "[2.0, 8]", "[2, 8]"]
+        == ["[2, 8]", "[2, 8]", "", "[]", "[3]", "[1]", "[2, 8]", "[3]", "[2.0, 8]", "[2, 8]", "[True, 2]"]
+        + ["[1180591620717411303424, 1]", "[-1, 0]", str(list(range(40))), str([np.int64(3)]), "['x']", "[2, 8]"]
     )  # (2.0, 8) equals (2, 8) but is written as it is
+    many = [(i % 97, i % 13) for i in range(5000)]  # distinct tuple objects, equal ones among them
+    assert shape_texts(many) == [shape_text(s) for s in many]
     shared = (4, 4)
     assert shape_texts([shared] * 3 + [(4, 4)]) == ["[4, 4]"] * 4  # (one object many times, and an equal one)
 
@@ -368,3 +379,24 @@ def test_statistic_diffs_of_a_column_are_each_rows_diff():
     floats_only = stat_diffs(npu[:4000], bench[:4000])
     assert floats_only[:2] == (diffs[:4000], relatives[:4000])
     np.testing.assert_array_equal(floats_only[2], read_back[:4000])
+
+
+def test_exports_write_the_same_shapes_without_c(tmp_path, monkeypatch, make_mlp_dump):
+    """Every file that writes shapes (the three CSV layouts and a saved comparison) is the same, byte for byte,
+    whether its shape cells come from C (``nbprec._csvjoin.shape_texts``) or from Python."""
+    from nbprec import columns, compare
+
+    if columns._shape_texts is None:
+        pytest.skip("nbprec._csvjoin is not built")
+    comp = compare(make_mlp_dump(name="t", dtype=np.float16, fault_at=3), make_mlp_dump(name="b"))
+    written = {}
+    for way in ("C", "Python"):
+        if way == "Python":
+            monkeypatch.setattr(columns, "_shape_texts", None)
+        out = tmp_path / way
+        files = [comp.to_csv(out / f"{layout}.csv", layout=layout) for layout in ("nbprec", "msaccucmp", "msprobe")]
+        files += sorted(comp.save(out / "saved").glob("*.csv"))
+        written[way] = [file.read_bytes() for file in files]
+    assert written["C"] == written["Python"]
+    shaped = [text for text in written["C"] if re.search(rb'"\[\d+(, \d+)+\]"', text)]
+    assert len(shaped) == 3  # msaccucmp's, msprobe's and the saved tensors.csv

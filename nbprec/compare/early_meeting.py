@@ -186,9 +186,12 @@ def _same(a: float, b: float) -> bool:
 def _reads_as_is(known: dict[tuple, bool], loader: Any, rows: _Rows, i: int) -> bool:
     """Whether the dump's loader reads row ``i``'s payload whole (``reads_whole``) or maps it for one kernel call
     (``reads_mapped``, msprobe's loader only), as the worker does; asked once per side, dtype, size and folder
-    (the worker reads payloads of a folder by their names alone, never through a subfolder)."""
+    (the worker reads payloads of a folder by their names alone, never through a subfolder), or once per side,
+    dtype and folder of a loader whose answer does not depend on the size (``reads_whole_any_size``: nbprec's own,
+    whose dumps may hold as many sizes as tensors)."""
     file = rows.file[i]
-    key = (id(rows), rows.dtype[i], rows.numel[i], file[: file.rfind(os.sep)])
+    size = -1 if getattr(loader, "reads_whole_any_size", False) else rows.numel[i]
+    key = (id(rows), rows.dtype[i], size, file[: file.rfind(os.sep)])
     answer = known.get(key)
     if answer is None:
         row = {"dtype": rows.dtype[i], "numel": rows.numel[i], "file": file}

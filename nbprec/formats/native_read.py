@@ -292,6 +292,8 @@ class PayloadLoader:
 
     #: What :meth:`reads_whole` accepts: plain ``.npy`` files (the engine's small-pair path for them).
     small_payloads = "npy"
+    #: :meth:`reads_whole` answers by dtype and folder alone, whatever the payload's size.
+    reads_whole_any_size = True
 
     def __init__(self, path: Path) -> None:
         self.tensor_dir = os.path.realpath(path / TENSOR_DIR) + os.sep

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from early_support import assert_same, compare_fresh, needs_two_cores, pair_records_alone
 
+import nbprec
 from nbprec.compare import early, early_native
 from nbprec.demo import tiny_runs
 from nbprec.formats import _npyfile, native_read
@@ -196,6 +197,20 @@ def test_the_worker_indexes_a_cache_alike_with_the_scanner_and_the_json_module(r
             patch.setattr(early_native, "_scanned", lambda data: None)
             decoded = early_native._index(root)
         assert scanned == decoded and len(scanned) > 100, name
+
+
+def test_the_native_loader_reads_whole_whatever_the_size(runs):
+    """The meeting asks nbprec's loader once per dtype and folder (``reads_whole_any_size``): its answer is the
+    same for any size."""
+    dump = nbprec.open(runs["tiny_bf16"])
+    loader = dump._loader
+    assert loader.reads_whole_any_size
+    rows = [dump.row(i) for i in range(len(dump.index))]
+    assert any(loader.reads_whole(row) for row in rows)
+    for row in rows:
+        answer = loader.reads_whole(row)
+        for numel in (0, 1, 1 << 40):
+            assert loader.reads_whole({**row, "numel": numel}) == answer
 
 
 def test_the_workers_names_are_the_readers():

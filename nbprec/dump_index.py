@@ -9,6 +9,7 @@ themselves; :func:`index_columns` turns any of those into the index every dump h
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -88,11 +89,21 @@ def index_frame(columns: Columns) -> Any:
     return columns.to_frame(text=_TEXT_INFERRED)
 
 
+#: Called with (column, record position, value) for each integer a record holds that no int64 holds (text, an
+#: integer beyond 64 bits, an infinity), which the index reads as the column's default (unknown, -1).
+Unreadable = Callable[[str, int, Any], None]
+
+
 def index_columns(
-    records: Iterable[Mapping[str, Any]] | Any | Mapping[str, Any], run: str = "", *, typed: bool = False
+    records: Iterable[Mapping[str, Any]] | Any | Mapping[str, Any],
+    run: str = "",
+    *,
+    typed: bool = False,
+    unreadable: Unreadable | None = None,
 ) -> Columns:
     """:func:`make_index` as :class:`~nbprec.columns.Columns` (no pandas): records, a DataFrame, or with
-    ``typed`` a mapping of typed columns (see :func:`make_index`)."""
+    ``typed`` a mapping of typed columns (see :func:`make_index`). ``unreadable`` hears of each integer read as
+    unknown (a reader records it as a problem)."""
     if typed:
         return _typed_columns(records, run)
     if hasattr(records, "columns") and hasattr(records, "iloc"):  # a pandas DataFrame of index columns
@@ -100,20 +111,20 @@ def index_columns(
     rows = list(records)
     by_column = _transpose(rows)
     if by_column or not rows:
-        return list_columns(by_column, len(rows), run)
-    return _index_of(lambda column: [row.get(column) for row in rows], len(rows), run)
+        return list_columns(by_column, len(rows), run, unreadable)
+    return _index_of(lambda column: [row.get(column) for row in rows], len(rows), run, unreadable)
 
 
-def list_columns(values: Mapping[str, list], n: int, run: str = "") -> Columns:
+def list_columns(values: Mapping[str, list], n: int, run: str = "", unreadable: Unreadable | None = None) -> Columns:
     """:func:`index_columns` of records a reader collected column by column: ``values`` maps a column to the
     list of its ``n`` values, as raw as records hold them (a column it lacks is all missing). A reader of many
     small records does better so: a dict per record, transposed at the end, reads each record's memory once a
     column (about a third of a 100,000-tensor CANN dump's open went there)."""
     missing = [None] * n
-    return _index_of(lambda column: values.get(column, missing), n, run)
+    return _index_of(lambda column: values.get(column, missing), n, run, unreadable)
 
 
-def _index_of(values_of: Callable[[str], list], n: int, run: str) -> Columns:
+def _index_of(values_of: Callable[[str], list], n: int, run: str, unreadable: Unreadable | None = None) -> Columns:
     """The index columns of ``n`` records, ``values_of(column)`` giving the list of a column's raw values."""
     columns = Columns(n=n)
     for column in INDEX_COLUMNS:
@@ -128,7 +139,7 @@ def _index_of(values_of: Callable[[str], list], n: int, run: str) -> Columns:
         elif column == "run":
             columns[column] = _object_array([v if v is not None and v == v and v != "" else run for v in values])
         elif column in _INT_COLUMNS:
-            columns[column] = ints(values, default)
+            columns[column] = ints(values, default, None if unreadable is None else partial(unreadable, column))
         elif column in STAT_COLUMNS:
             columns[column] = _floats(values)
         elif column == "has_data":
@@ -169,22 +180,41 @@ def _number(value: Any) -> float:
         return float("nan")
 
 
-def ints(values: list, default: int) -> np.ndarray:
-    """int64 values, as ``np.array`` makes them; None, NaN and anything no int64 holds (text that is not an integer,
-    an integer beyond 64 bits, an infinity: a damaged or hostile record) ``default``."""
+def ints(values: list, default: int, bad: Callable[[int, Any], None] | None = None) -> np.ndarray:
+    """int64 values, as ``np.array`` makes them; None and NaN ``default``, and so is anything no int64 holds (text
+    that is not an integer, an integer beyond 64 bits, an infinity: a damaged or hostile record), of which ``bad``
+    hears (its position, its value)."""
     cells = [default if v is None or v != v else v for v in values]
     try:
         return np.array(cells, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
-        return np.array([_int_or(v, default) for v in cells], dtype=np.int64)
+        pass
+    out = []
+    for position, value in enumerate(cells):
+        number = _int64(value)
+        if number is None:
+            number = default
+            if bad is not None:
+                bad(position, value)
+        out.append(number)
+    return np.array(out, dtype=np.int64)
 
 
-def _int_or(value: Any, default: int) -> int:
+def _int64(value: Any) -> int | None:
+    """``int(value)`` when an int64 holds it, else None."""
     try:
         number = int(value)
     except (TypeError, ValueError, OverflowError):
-        return default
-    return number if -(1 << 63) <= number < (1 << 63) else default
+        return None
+    return number if -(1 << 63) <= number < (1 << 63) else None
+
+
+def value_text(value: Any, limit: int = 60) -> str:
+    """A short, printable description of a record's value for a problem's text (a huge integer by its size)."""
+    if type(value) is int:  # (str() of an integer of thousands of digits raises)
+        return f"an integer of {value.bit_length()} bits" if value.bit_length() > 128 else str(value)
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _floats(values: Any) -> np.ndarray:

@@ -19,7 +19,7 @@ import numpy as np
 
 from nbprec.columns import missing_mask
 from nbprec.dump import Problem
-from nbprec.dump_index import _DEFAULTS, _INT_COLUMNS, INDEX_COLUMNS, _floats, ints
+from nbprec.dump_index import _DEFAULTS, _INT_COLUMNS, INDEX_COLUMNS, _floats, ints, value_text
 from nbprec.errors import DumpFormatError
 from nbprec.formats._files import MAX_SIDE_FILE, read_regular
 from nbprec.formats._jsonstream import JsonObjectStream
@@ -103,7 +103,7 @@ def _read(file: Path, index_bytes: int, problems: list[Problem]) -> dict[str, An
                     if not isinstance(values, list) or len(values) != head.get("rows"):
                         return _malformed(file, problems)
                     if column in INDEX_COLUMNS:
-                        columns[column] = typed_column(column, values)
+                        columns[column] = typed_column(column, values, _unreadable(file, column, problems))
                     del values
                 continue
             head[key] = stream.value()
@@ -137,10 +137,21 @@ def _malformed(file: Path, problems: list[Problem]) -> None:
     problems.append(Problem(str(file), f"malformed column cache ignored, {INDEX_FILE} read instead"))
 
 
-def typed_column(column: str, values: list) -> np.ndarray:
+def _unreadable(file: Path, column: str, problems: list[Problem]) -> Any:
+    """What records an integer of the cache's ``column`` that no int64 holds, read as unknown, as a problem."""
+
+    def bad(position: int, value: Any) -> None:
+        why = f"{column} {value_text(value)}: not a 64-bit integer, read as unknown ({_DEFAULTS[column]})"
+        problems.append(Problem(str(file), why, f"row {position}"))
+
+    return bad
+
+
+def typed_column(column: str, values: list, bad: Any = None) -> np.ndarray:
     """One index column from its cached JSON values, with the index's type and defaults (as ``make_index``
     fills them): integers as int64, statistics as float64 (``"NaN"``/``"Infinity"`` and null included), shapes
-    as tuples, text as objects with each repeated value held once."""
+    as tuples, text as objects with each repeated value held once. ``bad(position, value)`` hears of each integer
+    no int64 holds, read as unknown."""
     default = _DEFAULTS.get(column)
     if column in STAT_COLUMNS:
         try:
@@ -151,7 +162,7 @@ def typed_column(column: str, values: list) -> np.ndarray:
         try:
             return np.array(values, dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
-            return ints(values, default)
+            return ints(values, default, bad)
     if column == "shape":  # tuples, each distinct shape held once; anything but a list: ()
         shapes = [tuple(v) if type(v) is list else () for v in values]
         held_shapes: dict[tuple, tuple] = {}

@@ -22,7 +22,7 @@ import numpy as np
 from nbprec.columns import group_codes
 from nbprec.dtypes import numpy_dtype
 from nbprec.dump import Dump, Problem
-from nbprec.dump_index import index_columns
+from nbprec.dump_index import _DEFAULTS, index_columns, value_text
 from nbprec.errors import DumpFormatError, EmptyDumpError, NbprecError
 from nbprec.formats._files import PayloadFolder, open_regular, read_regular, real_folder
 from nbprec.formats._npyfile import KERNEL_DESCRS, header_span, parse_header
@@ -368,6 +368,15 @@ def _check_payload_files(path: Path, files: list[str], names: list[str], problem
     return ok
 
 
+def _unreadable_integer(
+    problems: list[Problem], index_file: Path, lines: list[dict] | None, column: str, position: int, value: Any
+) -> None:
+    """The problem of an integer of ``index.jsonl``'s record ``position`` that no int64 holds, read as unknown."""
+    name = lines[position].get("name") if lines is not None else None
+    why = f"{column} {value_text(value)}: not a 64-bit integer, read as unknown ({_DEFAULTS[column]})"
+    problems.append(Problem(str(index_file), why, str(name) if name is not None else f"row {position}"))
+
+
 def read_native_dump(path: Path) -> Dump:
     """Open the nbprec run folder ``path``: header, index, edges, module hierarchy, lazy stacks."""
     header = read_header(path)
@@ -387,9 +396,13 @@ def read_native_dump(path: Path) -> Dump:
             )
         raise EmptyDumpError(index_file, "no tensor records: the run wrote no tensors (or its index is missing)")
     complete = _read_complete(path, problems)
+
     try:
-        index = index_columns(records, run=str(header.get("run") or path.name), typed=columns is not None)
-        del records, columns
+        run = str(header.get("run") or path.name)
+        lines = records if columns is None else None  # (index.jsonl's records; the cache says its own problems)
+        unreadable = functools.partial(_unreadable_integer, problems, index_file, lines)
+        index = index_columns(records, run=run, typed=columns is not None, unreadable=unreadable)
+        del records, columns, lines, unreadable
     except (TypeError, ValueError) as exc:
         raise DumpFormatError(index_file, f"a record holds a value of the wrong type: {exc}") from exc
     names = index["name"].tolist()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import nbprec
+from nbprec.dump_index import make_index, value_text
 from nbprec.errors import CaptureError, DumpFormatError, EmptyDumpError, TensorDataUnavailableError
 from nbprec.formats.native import COLUMNS_FILE, INDEX_FILE, NativeDumpReader, NativeDumpWriter
 from nbprec.stats import STAT_COLUMNS, tensor_stats
@@ -328,3 +329,17 @@ def test_integers_no_int64_holds_are_the_default(tmp_path: Path, cache: bool) ->
         (tmp_path / "run" / COLUMNS_FILE).unlink()
     dump = nbprec.open(tmp_path / "run")
     assert dump.index["order"].tolist() == [-1, -1, -1, -1] and dump.index["numel"].tolist() == [2, 3, 4, 5]
+    problems = dump.problems
+    where = tmp_path / "run" / (COLUMNS_FILE if cache else INDEX_FILE)
+    assert len(problems) == 4 and set(problems["file"]) == {str(where)}
+    texts = problems["problem"].tolist()
+    assert texts[:3] == [
+        "order 10000000000000000000: not a 64-bit integer, read as unknown (-1)",
+        "order 'x': not a 64-bit integer, read as unknown (-1)",
+        "order -1000000000000000000000000000000: not a 64-bit integer, read as unknown (-1)",
+    ]
+    huge = {"name": "h", "order": 10**3000}
+    assert make_index([huge])["order"].tolist() == [-1]  # (without a reader to tell: unknown all the same)
+    assert value_text(10**3000) == "an integer of 9966 bits" and value_text("y" * 100) == "'" + "y" * 56 + "..."
+    rows = ["row 0", "row 1", "row 2", "row 3"] if cache else [r["name"] for r in records]
+    assert problems["record"].tolist() == rows

@@ -354,9 +354,11 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*O!:scan", &view, &PyDict_Type, &kinds)) return NULL;
     while (PyDict_Next(kinds, &pos, &key, &spec)) { /* (kind, default), kind one of the letters above */
         PyObject *kind = PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) == 2 ? PyTuple_GET_ITEM(spec, 0) : NULL;
-        if (!PyUnicode_Check(key) || kind == NULL || !PyUnicode_Check(kind) || PyUnicode_GET_LENGTH(kind) != 1 ||
-            !strchr("fibsrt", (int)PyUnicode_READ_CHAR(kind, 0)) ||
-            (PyUnicode_READ_CHAR(kind, 0) == 'i' && !PyLong_Check(PyTuple_GET_ITEM(spec, 1)))) {
+        Py_UCS4 letter = kind != NULL && PyUnicode_Check(kind) && PyUnicode_GET_LENGTH(kind) == 1
+                             ? PyUnicode_READ_CHAR(kind, 0)
+                             : 0;
+        if (!PyUnicode_Check(key) || letter == 0 || letter > 127 || !strchr("fibsrt", (int)letter) ||
+            (letter == 'i' && !PyLong_Check(PyTuple_GET_ITEM(spec, 1)))) {
             PyBuffer_Release(&view);
             return PyErr_Format(PyExc_ValueError, "kinds: a column name -> (kind, default), kind one of f i b s r t");
         }

@@ -205,7 +205,8 @@ def test_a_dump_opens_the_same_with_and_without_the_scanner(runs, monkeypatch):
 
 def test_bad_kinds_are_refused():
     data = b'{"rows": 0, "index_bytes": 0, "columns": {}}'
-    for kinds in ({"name": ("x", None)}, {"name": "t"}, {"step": ("i", None)}, {1: ("t", None)}):
+    refused = ({"name": ("x", None)}, {"name": "t"}, {"step": ("i", None)}, {1: ("t", None)}, {"name": ("\x00", None)})
+    for kinds in (*refused, {"name": ("\u0166", None)}, {"name": ("tt", None)}, {"name": ("t",)}):
         with pytest.raises(ValueError, match="kind one of"):
             scan(data, kinds)
     assert scan(data, {}) == (0, 0, {})

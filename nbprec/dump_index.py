@@ -16,6 +16,7 @@ import numpy as np
 
 from nbprec.columns import Columns, missing_mask
 from nbprec.dtypes import canonical_dtype
+from nbprec.formats._files import shown
 from nbprec.stats import STAT_COLUMNS
 
 #: Columns of every dump index, in order, with their meaning.
@@ -209,12 +210,9 @@ def _int64(value: Any) -> int | None:
     return number if -(1 << 63) <= number < (1 << 63) else None
 
 
-def value_text(value: Any, limit: int = 60) -> str:
-    """A short, printable description of a record's value for a problem's text (a huge integer by its size)."""
-    if type(value) is int:  # (str() of an integer of thousands of digits raises)
-        return f"an integer of {value.bit_length()} bits" if value.bit_length() > 128 else str(value)
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def unreadable_integer(column: str, value: Any) -> str:
+    """Why ``value``, read from the index's integer ``column``, was read as unknown: no int64 holds it."""
+    return f"{column} {shown(value, 60)}: not a 64-bit integer, read as unknown ({_DEFAULTS[column]})"
 
 
 def _floats(values: Any) -> np.ndarray:

@@ -19,6 +19,7 @@ from nbprec._version import __version__
 from nbprec.columns import Columns, shape_cells
 from nbprec.compare.rules import Rule, Threshold
 from nbprec.errors import ComparisonError
+from nbprec.formats._jsonstream import long_number
 from nbprec.safe_text import restore_frame, write_table_csv
 
 SAVE_FORMAT = "nbprec-comparison"
@@ -57,6 +58,8 @@ def read_saved(folder: Path) -> tuple[Any, Any, Rule, dict[str, Any] | None]:
         header = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise ComparisonError(f"{folder / 'comparison.json'}: not a saved nbprec comparison ({exc})") from exc
+    except ValueError as exc:
+        raise ComparisonError(f"{folder / 'comparison.json'}: not read: it holds {long_number()}") from exc
     if header.get("format") != SAVE_FORMAT:
         raise ComparisonError(f"{folder / 'comparison.json'}: format is {header.get('format')!r}, not {SAVE_FORMAT}")
     for name in ("tensors.csv", "unmatched_bench.csv"):

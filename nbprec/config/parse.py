@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbprec.config.findings import Finding
+from nbprec.formats._jsonstream import long_number
 
 ASCEND_PARAMS: dict[str, type] = {
     "enable_dump": bool,
@@ -377,6 +378,8 @@ def read_json(text: str) -> list[AscendConfig | MsprobeConfig] | Finding:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         return Finding("error", f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", "", "syntax")
+    except ValueError:
+        return Finding("error", f"not read: the JSON holds {long_number()}", "", "syntax")
     return read_mapping(data)
 
 

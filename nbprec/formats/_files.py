@@ -68,6 +68,23 @@ def printable(text: object) -> str:
     return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def shown(value: object, limit: int = 120) -> str:
+    """``repr(value)`` for a problem's sentence, cut to ``limit`` characters (a hostile value may be huge); an
+    integer of over 128 bits by its size, and a value whose ``repr`` refuses (one holding an integer of
+    thousands of digits) by its type.
+
+    >>> shown(10**3000), shown("y" * 20, 10)
+    ('an integer of 9966 bits', "'yyyyyy...")
+    """
+    if type(value) is int and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except ValueError:  # (int's str() refuses over sys.get_int_max_str_digits() digits)
+        return f"a {type(value).__name__} too large to write out"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def file_kind(mode: int) -> str:
     """What a file of mode ``mode`` is, in words (``"a FIFO"``, ``"a character device"``, ...)."""
     if stat.S_ISFIFO(mode):

@@ -25,6 +25,7 @@ import codecs
 import json
 import os
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
@@ -43,6 +44,32 @@ _TYPE_OF_FIRST = {"[": "list", '"': "str", "t": "bool", "f": "bool", "n": "NoneT
 # first member of an object, and the next ones (after a comma)
 _FIRST_MEMBER = re.compile(r'[ \t\n\r]*"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*')
 _NEXT_MEMBER = re.compile(r'[ \t\n\r]*,[ \t\n\r]*"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*')
+
+
+def long_number() -> str:
+    """What the ``ValueError`` that is not a ``JSONDecodeError`` means: the ``json`` module lets ``int()``'s refusal of
+    an integer of thousands of digits (a guard against quadratic conversion) through, without a position."""
+    return f"a number of over {sys.get_int_max_str_digits()} digits, more than Python converts"
+
+
+def int_or_float(text: str) -> int | float:
+    """A JSON integer's value: an ``int``, or when it has too many digits for ``int()`` (see :func:`long_number`),
+    its ``float`` (infinite: it is over 10**308), as the same number written with an exponent is read."""
+    return int(text) if len(text) < sys.get_int_max_str_digits() else float(text)
+
+
+#: Decodes what the plain decoder refuses for a too long integer (slower: a Python call per integer).
+LENIENT = json.JSONDecoder(parse_int=int_or_float)
+
+
+def loads(text: str) -> Any:
+    """``json.loads(text)``, an integer too long for ``int()`` read as a float (:func:`int_or_float`)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:
+        return LENIENT.decode(text)
 
 
 class JsonObjectStream:
@@ -168,9 +195,10 @@ class JsonObjectStream:
         """Decode the value that starts here, whole."""
         self.peek()
         want = _CHUNK
+        decode = self._decoder.raw_decode
         while True:
             try:
-                value, end = self._decoder.raw_decode(self._buf, self._pos)
+                value, end = decode(self._buf, self._pos)
             except json.JSONDecodeError as exc:
                 # the value may go on past the buffer (an unterminated string or an error at its very end)
                 incomplete = exc.msg.startswith("Unterminated string") or exc.pos >= len(self._buf) - 6
@@ -181,6 +209,9 @@ class JsonObjectStream:
                 raise self.error(exc.msg, exc.pos, truncated=truncated or self._at_end(exc.pos)) from None
             except RecursionError:
                 raise self.error("nested too deeply to parse") from None
+            except ValueError:  # an integer too long for int() in this value: read as a float
+                decode = LENIENT.raw_decode
+                continue
             if end >= len(self._buf) and self._fill(want):  # a number may go on in the next chunk
                 want *= 2
                 continue
@@ -204,7 +235,7 @@ class JsonObjectStream:
             if match is not None and match.end() < len(self._buf):
                 try:
                     value, end = decode(self._buf, match.end())
-                except (json.JSONDecodeError, RecursionError):
+                except (ValueError, RecursionError):  # (the general way below words the error)
                     end = len(self._buf)
                 if end < len(self._buf):  # whole (a number ending at the buffer's end may go on)
                     self._first[-1] = False

@@ -17,7 +17,7 @@ from nbprec._record import Record
 from nbprec.dump import Problem
 from nbprec.errors import DumpFormatError
 from nbprec.formats._files import not_regular, read_regular
-from nbprec.formats._jsonstream import JsonObjectStream
+from nbprec.formats._jsonstream import JsonObjectStream, loads
 
 STEP_RE = re.compile(r"^step(\d*)$")
 RANK_RE = re.compile(r"^rank(\d*)$")
@@ -60,7 +60,7 @@ def read_json_file(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         raise DumpFormatError(path, f"not UTF-8 text: undecodable byte at offset {exc.start}") from exc
     try:
-        return json.loads(text)
+        return loads(text)
     except json.JSONDecodeError as exc:
         at_end = exc.pos >= len(text.rstrip())
         open_string = exc.msg.startswith("Unterminated string") and '"' not in text[exc.pos + 1 :]

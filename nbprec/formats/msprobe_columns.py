@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from nbprec.dtypes import DTYPE_NAMES, canonical_dtype
+from nbprec.formats._files import shown
 
 #: Tensor entries whose columns are taken at once.
 BATCH = 1 << 12
@@ -64,12 +65,6 @@ def shape_of(value: Any) -> tuple[int, ...] | None:
         if type(d) is not int or d < 0 or d > _MAX_NUMEL:  # type(), not isinstance(): bool is not a size
             return None
     return tuple(value)
-
-
-def shown(value: Any) -> str:
-    """``repr(value)`` for a problem's sentence, cut to 120 characters (a hostile value may be huge)."""
-    text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def file_name_problem(data_name: str) -> str:
@@ -324,4 +319,4 @@ class TensorColumns:
         return out
 
 
-__all__ = ["BATCH", "ROLES", "SLOTS", "TensorColumns", "file_name_problem", "shape_of", "shown", "to_float"]
+__all__ = ["BATCH", "ROLES", "SLOTS", "TensorColumns", "file_name_problem", "shape_of", "to_float"]

@@ -19,7 +19,7 @@ import numpy as np
 
 from nbprec.columns import missing_mask
 from nbprec.dump import Problem
-from nbprec.dump_index import _DEFAULTS, _INT_COLUMNS, INDEX_COLUMNS, _floats, ints, value_text
+from nbprec.dump_index import _DEFAULTS, _INT_COLUMNS, INDEX_COLUMNS, _floats, ints, unreadable_integer
 from nbprec.errors import DumpFormatError
 from nbprec.formats._files import MAX_SIDE_FILE, read_regular
 from nbprec.formats._jsonstream import JsonObjectStream
@@ -141,8 +141,7 @@ def _unreadable(file: Path, column: str, problems: list[Problem]) -> Any:
     """What records an integer of the cache's ``column`` that no int64 holds, read as unknown, as a problem."""
 
     def bad(position: int, value: Any) -> None:
-        why = f"{column} {value_text(value)}: not a 64-bit integer, read as unknown ({_DEFAULTS[column]})"
-        problems.append(Problem(str(file), why, f"row {position}"))
+        problems.append(Problem(str(file), unreadable_integer(column, value), f"row {position}"))
 
     return bad
 

@@ -22,9 +22,10 @@ import numpy as np
 from nbprec.columns import group_codes
 from nbprec.dtypes import numpy_dtype
 from nbprec.dump import Dump, Problem
-from nbprec.dump_index import _DEFAULTS, index_columns, value_text
+from nbprec.dump_index import index_columns, unreadable_integer
 from nbprec.errors import DumpFormatError, EmptyDumpError, NbprecError
 from nbprec.formats._files import PayloadFolder, open_regular, read_regular, real_folder
+from nbprec.formats._jsonstream import int_or_float
 from nbprec.formats._npyfile import KERNEL_DESCRS, header_span, parse_header
 from nbprec.formats._payload import MAP_FROM, NPY_HEADER_ERRORS, payload_array
 from nbprec.formats.base import DumpReader
@@ -105,7 +106,7 @@ def _parse_lines(
         if not line.strip():
             continue
         try:
-            obj = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+            obj = json.loads(line.decode("utf-8"), parse_constant=_reject_constant, parse_int=int_or_float)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             last = final and number == first_line + len(lines) - 1
             what = "truncated last line (the run stopped while writing it)" if last else f"invalid JSON: {exc}"
@@ -174,7 +175,9 @@ def read_header(path: Path) -> dict[str, Any]:
     file = path / HEADER_FILE
     try:
         header = json.loads(
-            read_regular(file, limit=MAX_HEADER, what="header").decode("utf-8"), parse_constant=_reject_constant
+            read_regular(file, limit=MAX_HEADER, what="header").decode("utf-8"),
+            parse_constant=_reject_constant,
+            parse_int=int_or_float,
         )
     except FileNotFoundError:
         raise DumpFormatError(file, "missing: not an nbprec dump folder") from None
@@ -195,7 +198,8 @@ def read_header(path: Path) -> dict[str, Any]:
 def _read_complete(path: Path, problems: list[Problem]) -> dict[str, Any]:
     file = path / COMPLETE_FILE
     try:
-        record = json.loads(read_regular(file, limit=MAX_HEADER, what="complete marker").decode("utf-8"))
+        text = read_regular(file, limit=MAX_HEADER, what="complete marker").decode("utf-8")
+        record = json.loads(text, parse_int=int_or_float)
     except FileNotFoundError:
         problems.append(
             Problem(str(file), "the run did not finish (no complete marker): it crashed or is still being written")
@@ -373,8 +377,8 @@ def _unreadable_integer(
 ) -> None:
     """The problem of an integer of ``index.jsonl``'s record ``position`` that no int64 holds, read as unknown."""
     name = lines[position].get("name") if lines is not None else None
-    why = f"{column} {value_text(value)}: not a 64-bit integer, read as unknown ({_DEFAULTS[column]})"
-    problems.append(Problem(str(index_file), why, str(name) if name is not None else f"row {position}"))
+    record = str(name) if name is not None else f"row {position}"
+    problems.append(Problem(str(index_file), unreadable_integer(column, value), record))
 
 
 def read_native_dump(path: Path) -> Dump:

@@ -54,6 +54,7 @@ from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._files import open_regular, read_regular
+from nbprec.formats._jsonstream import loads
 from nbprec.formats._payload import NPY_HEADER_ERRORS
 from nbprec.formats._probe import find_first_file
 from nbprec.formats.base import DumpReader, take_run_option
@@ -239,7 +240,7 @@ class _Collector:
                 continue
             record = f"line {number}"
             try:
-                item = json.loads(line.decode("utf-8"))
+                item = loads(line.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
                 self.problems.append(Problem(str(pkl), f"not a JSON array: {exc}", record))
                 continue
@@ -376,8 +377,8 @@ def _looks_like_ptdbg_pkl(path: Path) -> bool:
     if not first.startswith(b'["'):
         return False
     try:
-        item = json.loads(first)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        item = loads(first)
+    except (ValueError, RecursionError):  # (bad JSON or bytes)
         return False
     return isinstance(item, list) and len(item) in (2, 5, 6) and isinstance(item[0], str)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nbprec._gc import paused_gc
+from nbprec.formats._jsonstream import long_number
 from nbprec.graph.ge_convert import convert_model
 from nbprec.graph.ge_data import GeGraph, GeInput, GeModel, GeOp, GeTensorDesc, ge_dtype
 from nbprec.graph.ge_parse import GeGraphError, line_col, read_message
@@ -230,6 +231,11 @@ def _json_objects(text: str, path: Path) -> Iterable[Any]:
         except RecursionError:
             line, col = line_col(text, pos)
             raise GeGraphError(f"{path}: line {line}, column {col}: JSON nested too deeply") from None
+        except ValueError:
+            line, col = line_col(text, pos)
+            raise GeGraphError(
+                f"{path}: line {line}, column {col}: not read: the value holds {long_number()}"
+            ) from None
         yield obj
 
 

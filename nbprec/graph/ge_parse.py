@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nbprec._gc import paused_gc
+from nbprec.formats._jsonstream import long_number
 from nbprec.graph.model import GraphError
 
 try:
@@ -399,6 +400,8 @@ def load_json(text: str, path: str | Path = "<json>") -> dict[str, list[Any]]:
         raise GeGraphError(f"{path}: line {exc.lineno}, column {exc.colno}: not valid JSON: {exc.msg}") from None
     except RecursionError:
         raise GeGraphError(f"{path}: JSON nested too deeply to be a GE graph") from None
+    except ValueError:
+        raise GeGraphError(f"{path}: not read: it holds {long_number()}") from None
     if isinstance(obj, list):
         if not all(isinstance(g, dict) for g in obj):
             raise GeGraphError(f"{path}: a JSON list must hold graph objects (GraphDef), found other values")

@@ -190,7 +190,7 @@ def _from_text(text: str) -> Remedy:
     for block in _PATHS.findall(text):
         try:
             modules += [str(m) for m in json.loads(block)]
-        except json.JSONDecodeError:
+        except ValueError:  # (a JSONDecodeError, or a number of thousands of digits)
             raise RemedyError(f"could not read the module list {block!r}") from None
     scale = _SCALE.search(text)
     bound = float(scale.group(1)) if scale else None

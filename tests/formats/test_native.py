@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import nbprec
-from nbprec.dump_index import make_index, value_text
+from nbprec.dump_index import make_index, unreadable_integer
 from nbprec.errors import CaptureError, DumpFormatError, EmptyDumpError, TensorDataUnavailableError
 from nbprec.formats.native import COLUMNS_FILE, INDEX_FILE, NativeDumpReader, NativeDumpWriter
 from nbprec.stats import STAT_COLUMNS, tensor_stats
@@ -340,6 +340,12 @@ def test_integers_no_int64_holds_are_the_default(tmp_path: Path, cache: bool) ->
     ]
     huge = {"name": "h", "order": 10**3000}
     assert make_index([huge])["order"].tolist() == [-1]  # (without a reader to tell: unknown all the same)
-    assert value_text(10**3000) == "an integer of 9966 bits" and value_text("y" * 100) == "'" + "y" * 56 + "..."
+    assert (
+        unreadable_integer("order", 10**3000)
+        == "order an integer of 9966 bits: not a 64-bit integer, read as unknown (-1)"
+    )
+    assert (
+        unreadable_integer("step", "y" * 100) == "step '" + "y" * 56 + "...: not a 64-bit integer, read as unknown (-1)"
+    )
     rows = ["row 0", "row 1", "row 2", "row 3"] if cache else [r["name"] for r in records]
     assert problems["record"].tolist() == rows

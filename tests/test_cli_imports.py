@@ -60,8 +60,8 @@ def _pair(root: Path) -> tuple[Path, Path]:
 
 
 def _compare_loaded(target: Path, bench: Path, out: Path, *options: str) -> dict:
-    """``nbprec compare TARGET BENCH -o OUT [OPTIONS]`` in a fresh interpreter: its status, what it printed, and
-    the heavy packages it loaded."""
+    """``nbprec compare TARGET BENCH -o OUT [OPTIONS]`` in a fresh interpreter: its status, what it printed, the
+    heavy packages it loaded, and the modules of the graph package it loaded."""
     arguments = ["compare", str(target), str(bench), "-o", str(out), "--no-progress", *options]
     code = (
         "import contextlib, io, json, sys\n"
@@ -69,7 +69,8 @@ def _compare_loaded(target: Path, bench: Path, out: Path, *options: str) -> dict
         "with contextlib.redirect_stdout(io.StringIO()) as text:\n"
         f"    status = main({arguments!r})\n"
         f"{_HEAVY}\n"
-        "print(json.dumps({'status': status, 'heavy': heavy, 'text': text.getvalue()}))\n"
+        "graph = sorted(m for m in sys.modules if m.startswith('nbprec.graph.'))\n"
+        "print(json.dumps({'status': status, 'heavy': heavy, 'graph': graph, 'text': text.getvalue()}))\n"
     )
     return _loaded(code)
 
@@ -118,6 +119,9 @@ def test_comparing_an_npu_dump_with_its_graph_needs_no_pandas(tmp_path):
     result = _compare_loaded(case.npu, case.tf, tmp_path / "cli", "--graph", str(case.graph))
     assert [m for m in result["heavy"] if not m.startswith("nbprec.graph")] == []
     assert result["status"] == 0 and case.faulty_op in result["text"]
+    # of the graph package, the GE reader alone (the package's other modules: 10 ms of start-up)
+    assert {"nbprec.graph.ge", "nbprec.graph.ge_convert"} <= set(result["graph"])
+    assert {"nbprec.graph.model_explorer", "nbprec.graph.info", "nbprec.graph.subgraph"}.isdisjoint(result["graph"])
 
 
 def test_describing_a_dump_needs_no_pandas_and_says_what_pandas_would():

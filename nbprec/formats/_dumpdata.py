@@ -2,8 +2,8 @@
 
 The schema lives in ``dumpdata.proto`` beside this module, written from the field numbers CANN documents.
 It is compiled here at first use, without protoc: the few ``message { [repeated] type name = number; }``
-lines are read into a ``FileDescriptorProto`` and added to a private descriptor pool (so another package that
-registers ``toolkit.dumpdata`` in protobuf's default pool, as msprobe does, cannot clash with it).
+lines are written as a serialized ``FileDescriptorProto`` and added to a private descriptor pool (so another
+package that registers ``toolkit.dumpdata`` in protobuf's default pool, as msprobe does, cannot clash with it).
 
 Examples
 --------
@@ -63,6 +63,7 @@ _COMMENT = re.compile(r"//[^\n]*")
 _SCALARS = MappingProxyType(
     {"double": 1, "float": 2, "int64": 3, "uint64": 4, "int32": 5, "bool": 8, "string": 9, "bytes": 12, "uint32": 13}
 )
+_TYPE_MESSAGE, _OPTIONAL, _REPEATED = 11, 1, 3  # FieldDescriptorProto's TYPE_MESSAGE, LABEL_OPTIONAL, LABEL_REPEATED
 
 
 def _protobuf(module: str) -> Any:
@@ -76,26 +77,45 @@ def _protobuf(module: str) -> Any:
         ) from exc
 
 
-def _file_descriptor(text: str) -> Any:
-    """A ``FileDescriptorProto`` for the messages of ``text`` (a proto3 file of plain messages and fields)."""
-    descriptor_pb2 = _protobuf("descriptor_pb2")
-    field_types = descriptor_pb2.FieldDescriptorProto
-    package = re.search(r"^package\s+([\w.]+)\s*;", text, re.MULTILINE)
-    proto = descriptor_pb2.FileDescriptorProto(
-        name="nbprec/" + PROTO_FILE.name, package=package[1] if package else "", syntax="proto3"
-    )
-    body = _COMMENT.sub("", text)
-    for name, fields in _MESSAGE.findall(body):
-        message = proto.message_type.add(name=name)
+def _file_descriptor(text: str) -> bytes:
+    """The serialized ``FileDescriptorProto`` of the messages of ``text`` (a proto3 file of plain messages and
+    fields), written here field by field: protobuf's ``descriptor_pb2``, which could build it, costs a command
+    reading a CANN dump about 10 ms to import."""
+    package_match = re.search(r"^package\s+([\w.]+)\s*;", text, re.MULTILINE)
+    package = package_match[1] if package_match else ""
+    messages = []
+    for name, fields in _MESSAGE.findall(_COMMENT.sub("", text)):
+        parts = [_wire(1, name)]  # DescriptorProto: name = 1, field = 2
         for repeated, kind, field_name, number in _FIELD.findall(fields):
-            field = message.field.add(name=field_name, number=int(number), json_name=field_name)
-            field.label = field_types.LABEL_REPEATED if repeated else field_types.LABEL_OPTIONAL
+            # FieldDescriptorProto: name = 1, number = 3, label = 4, type = 5, type_name = 6, json_name = 10
+            field = [_wire(1, field_name), _wire(3, int(number)), _wire(4, _REPEATED if repeated else _OPTIONAL)]
             if kind in _SCALARS:
-                field.type = _SCALARS[kind]
+                field.append(_wire(5, _SCALARS[kind]))
             else:
-                field.type = field_types.TYPE_MESSAGE
-                field.type_name = f".{proto.package}.{kind}"
-    return proto
+                field += [_wire(5, _TYPE_MESSAGE), _wire(6, f".{package}.{kind}")]
+            field.append(_wire(10, field_name))
+            parts.append(_wire(2, b"".join(field)))
+        messages.append(_wire(4, b"".join(parts)))
+    # FileDescriptorProto: name = 1, package = 2, message_type = 4, syntax = 12
+    return b"".join([_wire(1, "nbprec/" + PROTO_FILE.name), _wire(2, package), *messages, _wire(12, "proto3")])
+
+
+def _wire(number: int, value: int | str | bytes) -> bytes:
+    """Field ``number`` of a protobuf message in its wire encoding: an integer as a varint, text and bytes
+    length-delimited."""
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    data = value.encode("utf-8") if isinstance(value, str) else value
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 @functools.lru_cache(maxsize=1)
@@ -103,9 +123,8 @@ def dump_data_class() -> type:
     """The generated message class of ``toolkit.dumpdata.DumpData`` (built once per process)."""
     descriptor_pool, message_factory = _protobuf("descriptor_pool"), _protobuf("message_factory")
     pool = descriptor_pool.DescriptorPool()
-    file_proto = _file_descriptor(PROTO_FILE.read_text(encoding="utf-8"))
-    pool.Add(file_proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{file_proto.package}.DumpData"))
+    file = pool.AddSerializedFile(_file_descriptor(PROTO_FILE.read_text(encoding="utf-8")))
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{file.package}.DumpData"))
 
 
 def parse_header(raw: bytes, path: str) -> Any:

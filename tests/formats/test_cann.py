@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from cann_raw import dump_file, int_field, tensor_entry
+from fresh_python import run_python
 
 import nbprec
 from nbprec.errors import DumpFormatError, EmptyDumpError
@@ -339,3 +340,37 @@ def _bad_layouts(folder: Path) -> Path:
         )
         dump_file(step / f"Relu.t_r{i}.{i + 10}.0.{1700000000000100 + i}", op_name=f"t/r{i}", outputs=[entry])
     return folder
+
+
+def test_the_header_schema_written_by_hand_is_the_one_descriptor_pb2_builds() -> None:
+    """``_dumpdata`` writes the schema's FileDescriptorProto field by field (no descriptor_pb2 import when a
+    dump is read): byte for byte what protobuf's own classes serialize for the same dumpdata.proto."""
+    from google.protobuf import descriptor_pb2
+
+    from nbprec.formats import _dumpdata
+
+    text = _dumpdata.PROTO_FILE.read_text(encoding="utf-8")
+    types = descriptor_pb2.FieldDescriptorProto
+    expected = descriptor_pb2.FileDescriptorProto(
+        name="nbprec/dumpdata.proto", package="toolkit.dumpdata", syntax="proto3"
+    )
+    for name, fields in _dumpdata._MESSAGE.findall(_dumpdata._COMMENT.sub("", text)):
+        message = expected.message_type.add(name=name)
+        for repeated, kind, field_name, number in _dumpdata._FIELD.findall(fields):
+            field = message.field.add(name=field_name, number=int(number), json_name=field_name)
+            field.label = types.LABEL_REPEATED if repeated else types.LABEL_OPTIONAL
+            if kind in _dumpdata._SCALARS:
+                field.type = _dumpdata._SCALARS[kind]
+            else:
+                field.type, field.type_name = types.TYPE_MESSAGE, f".toolkit.dumpdata.{kind}"
+    assert len(expected.message_type) == 6 and sum(len(m.field) for m in expected.message_type) == 29
+    assert _dumpdata._file_descriptor(text) == expected.SerializeToString(deterministic=True)
+
+
+def test_reading_a_cann_dump_does_not_import_descriptor_pb2(tmp_path: Path) -> None:
+    write_dump_file(dump_folder(tmp_path / "npu"), "fc/MatMul", "MatMul", inputs=[np.ones((2, 3), np.float16)])
+    loaded = run_python(
+        f"import sys, nbprec; dump = nbprec.open({str(tmp_path / 'npu')!r}); dump.tensor(0)\n"
+        "print(' '.join(m for m in sys.modules if m.startswith('google.protobuf')))"
+    ).split()
+    assert "google.protobuf.descriptor_pool" in loaded and "google.protobuf.descriptor_pb2" not in loaded

@@ -6,6 +6,8 @@ the package's numpy-free modules (:mod:`nbprec.compare.early`, :mod:`nbprec.comp
 
 from __future__ import annotations
 
+from nbprec._lazy import lazy_names
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nbprec.compare.comparison import Comparison
@@ -23,15 +25,7 @@ _FROM = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _FROM.get(name)
-    if module is None:
-        raise AttributeError(f"module 'nbprec.compare' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # found once
-    return value
+__getattr__ = lazy_names(__name__, _FROM, globals())
 
 
 __all__ = ["Comparison", "Rule", "Threshold", "compare", "get_rule", "preset_names"]

@@ -14,6 +14,8 @@ The names below are imported on first use, so that a module of the package (:mod
 
 from __future__ import annotations
 
+from nbprec._lazy import lazy_names
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nbprec.graph.info import NodeInfo, TensorInfo, node_info
@@ -30,15 +32,7 @@ _FROM = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _FROM.get(name)
-    if module is None:
-        raise AttributeError(f"module 'nbprec.graph' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # found once
-    return value
+__getattr__ = lazy_names(__name__, _FROM, globals())
 
 
 __all__ = [

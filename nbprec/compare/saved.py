@@ -19,7 +19,7 @@ from nbprec._version import __version__
 from nbprec.columns import Columns, shape_cells
 from nbprec.compare.rules import Rule, Threshold
 from nbprec.errors import ComparisonError
-from nbprec.formats._jsonstream import long_number
+from nbprec.formats._files import long_number
 from nbprec.safe_text import restore_frame, write_table_csv
 
 SAVE_FORMAT = "nbprec-comparison"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbprec.config.findings import Finding
-from nbprec.formats._jsonstream import long_number
+from nbprec.formats._files import long_number
 
 ASCEND_PARAMS: dict[str, type] = {
     "enable_dump": bool,

@@ -29,6 +29,7 @@ import _thread
 import errno
 import os
 import stat
+import sys
 from collections.abc import Iterable
 
 from nbprec.errors import DumpFormatError
@@ -66,6 +67,19 @@ def printable(text: object) -> str:
     'op\\\\udcff'
     """
     return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def long_number() -> str:
+    """Python's refusal to convert a decimal integer of thousands of digits (a guard against conversions whose time
+    grows with the square of the length: ``sys.get_int_max_str_digits()``), in a user's terms."""
+    return f"a number of over {sys.get_int_max_str_digits()} digits, more than Python converts"
+
+
+def error_text(exc: BaseException) -> str:
+    """``str(exc)`` for a problem's sentence, :func:`long_number` for the ``ValueError`` of an integer too long to
+    convert (whose own text tells a programmer how to lift the limit)."""
+    text = str(exc)
+    return long_number() if isinstance(exc, ValueError) and "integer string conversion" in text else text
 
 
 def shown(value: object, limit: int = 120) -> str:

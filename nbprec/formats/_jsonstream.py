@@ -46,15 +46,10 @@ _FIRST_MEMBER = re.compile(r'[ \t\n\r]*"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*
 _NEXT_MEMBER = re.compile(r'[ \t\n\r]*,[ \t\n\r]*"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*')
 
 
-def long_number() -> str:
-    """What the ``ValueError`` that is not a ``JSONDecodeError`` means: the ``json`` module lets ``int()``'s refusal of
-    an integer of thousands of digits (a guard against quadratic conversion) through, without a position."""
-    return f"a number of over {sys.get_int_max_str_digits()} digits, more than Python converts"
-
-
 def int_or_float(text: str) -> int | float:
-    """A JSON integer's value: an ``int``, or when it has too many digits for ``int()`` (see :func:`long_number`),
-    its ``float`` (infinite: it is over 10**308), as the same number written with an exponent is read."""
+    """A JSON integer's value: an ``int``, or when it has too many digits for ``int()``
+    (:func:`~nbprec.formats._files.long_number`), its ``float`` (infinite: it is over 10**308), as the same number
+    written with an exponent is read."""
     return int(text) if len(text) < sys.get_int_max_str_digits() else float(text)
 
 

@@ -24,7 +24,7 @@ from nbprec.dtypes import numpy_dtype
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns, unreadable_integer
 from nbprec.errors import DumpFormatError, EmptyDumpError, NbprecError
-from nbprec.formats._files import PayloadFolder, open_regular, read_regular, real_folder
+from nbprec.formats._files import PayloadFolder, error_text, open_regular, read_regular, real_folder
 from nbprec.formats._jsonstream import int_or_float
 from nbprec.formats._npyfile import KERNEL_DESCRS, header_span, parse_header
 from nbprec.formats._payload import MAP_FROM, NPY_HEADER_ERRORS, payload_array
@@ -341,7 +341,7 @@ class PayloadLoader:
                 raise DumpFormatError(
                     file, "holds Python objects (a pickle); nbprec never unpickles files", name
                 ) from exc
-            raise DumpFormatError(file, f"cannot read the .npy payload: {exc}", name) from exc
+            raise DumpFormatError(file, f"cannot read the .npy payload: {error_text(exc)}", name) from exc
         finally:
             os.close(fd)
 

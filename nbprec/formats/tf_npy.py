@@ -29,7 +29,7 @@ from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
-from nbprec.formats._files import ConfinedFiles, inside, open_regular, printable, real_folder
+from nbprec.formats._files import ConfinedFiles, error_text, inside, open_regular, printable, real_folder
 from nbprec.formats._payload import NPY_HEADER_ERRORS, payload_array
 from nbprec.formats.base import DumpReader
 
@@ -97,7 +97,7 @@ def read_npy_layout(
         except NpyHeaderError:
             raise
         except NPY_HEADER_ERRORS as exc:  # numpy's, for odd headers
-            raise NpyHeaderError(f"unreadable header: {exc}") from None
+            raise NpyHeaderError(f"unreadable header: {error_text(exc)}") from None
         if cache is not None:
             cache[raw] = parsed
     dtype, shape, fortran, expected = parsed
@@ -137,7 +137,7 @@ def _numpy_header(file: str, major: int) -> tuple[np.dtype, tuple[int, ...], boo
             else:
                 raise NpyHeaderError(f"unsupported .npy format version {version[0]}.{version[1]}")
         except NPY_HEADER_ERRORS as exc:  # numpy's errors for a malformed header
-            raise NpyHeaderError(f"unreadable header: {exc}") from exc
+            raise NpyHeaderError(f"unreadable header: {error_text(exc)}") from exc
     return dtype, tuple(shape), fortran
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nbprec._gc import paused_gc
-from nbprec.formats._jsonstream import long_number
+from nbprec.formats._files import long_number
 from nbprec.graph.ge_convert import convert_model
 from nbprec.graph.ge_data import GeGraph, GeInput, GeModel, GeOp, GeTensorDesc, ge_dtype
 from nbprec.graph.ge_parse import GeGraphError, line_col, read_message

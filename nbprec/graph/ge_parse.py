@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nbprec._gc import paused_gc
-from nbprec.formats._jsonstream import long_number
+from nbprec.formats._files import long_number
 from nbprec.graph.model import GraphError
 
 try:

@@ -24,7 +24,7 @@ import pytest
 import nbprec
 from nbprec.config import validate
 from nbprec.errors import ComparisonError, NbprecError
-from nbprec.formats._files import shown
+from nbprec.formats._files import long_number, shown
 from nbprec.formats.native import NativeDumpWriter
 from nbprec.graph.ge import read_fusion_result, read_ge_model
 from nbprec.graph.ge_parse import GeGraphError
@@ -161,3 +161,29 @@ def test_graphs_configurations_and_saved_results_refuse_a_long_number_naming_the
     header.write_text(header.read_text().replace("{", '{"x": ' + LONG + ", ", 1))
     with pytest.raises(ComparisonError, match=r"comparison\.json: not read: it holds a number of over 4300 digits"):
         nbprec.Comparison.load(folder)
+
+
+def _long_npy_shape(path: Path) -> None:
+    """``path``'s .npy header with its first size written with 5,000 digits (the header padded as numpy pads)."""
+    data = path.read_bytes()
+    length = int.from_bytes(data[8:10], "little")
+    header = re.sub(r"'shape': \((\d+)", "'shape': (" + LONG, data[10 : 10 + length].decode("latin1"), count=1)
+    body = header.rstrip("\n").encode("latin1")
+    body += b" " * ((64 - (10 + len(body) + 1) % 64) % 64) + b"\n"
+    path.write_bytes(data[:8] + len(body).to_bytes(2, "little") + body + data[10 + length :])
+
+
+def test_a_long_size_in_a_payload_header_is_said_in_a_users_terms(bases, tmp_path):
+    native = tmp_path / "native"
+    shutil.copytree(bases["native"], native)
+    _long_npy_shape(sorted((native / "tensors").rglob("*.npy"))[0])
+    tf = tmp_path / "tf"
+    tf.mkdir()
+    for i, name in enumerate(("a", "b")):
+        np.save(tf / f"scope_{name}.0.{1675157077176648 + i}.npy", np.ones(4, np.float32))
+    _long_npy_shape(tf / "scope_b.0.1675157077176649.npy")
+    with pytest.raises(NbprecError, match=r"000000-mlp\.fc0.*cannot read the \.npy payload: a number of over 4300 d"):
+        nbprec.open(native).tensor(0)
+    problems = nbprec.open(tf).problems["problem"].tolist()
+    assert problems == ["unreadable .npy header: unreadable header: " + long_number()]
+    assert "set_int_max_str_digits" not in long_number()

@@ -151,6 +151,20 @@ def numpy_dtype(name: str, *, path: str = "", record: str | None = None) -> np.d
     return np.dtype(canonical)
 
 
+def dtype_of(name: str) -> np.dtype:
+    """The numpy dtype of a canonical dtype name numpy can hold (one of :data:`DTYPE_NAMES`), for the loaders of
+    payloads: :func:`numpy_dtype` once per name, then a dict lookup; ``ml_dtypes`` loaded for its own dtypes only."""
+    found = _DTYPE_OF.get(name)
+    if found is None:
+        if name not in DTYPE_NAMES:
+            raise NbprecError(f"unknown dtype {name!r}; nbprec knows {', '.join(sorted(DTYPE_NAMES))}")
+        found = _DTYPE_OF[name] = numpy_dtype(name)
+    return found
+
+
+_DTYPE_OF: dict[str, np.dtype] = {}
+
+
 def is_float(name: str) -> bool:
     """Whether a canonical dtype name is a floating-point type (of any width)."""
     return canonical_dtype(name) in FLOAT_DTYPES

@@ -61,7 +61,7 @@ def _pair(root: Path) -> tuple[Path, Path]:
 
 def _compare_loaded(target: Path, bench: Path, out: Path, *options: str) -> dict:
     """``nbprec compare TARGET BENCH -o OUT [OPTIONS]`` in a fresh interpreter: its status, what it printed, the
-    heavy packages it loaded, and the modules of the graph package it loaded."""
+    heavy packages it loaded, the modules of the graph package it loaded, and whether it loaded ml_dtypes."""
     arguments = ["compare", str(target), str(bench), "-o", str(out), "--no-progress", *options]
     code = (
         "import contextlib, io, json, sys\n"
@@ -70,7 +70,8 @@ def _compare_loaded(target: Path, bench: Path, out: Path, *options: str) -> dict
         f"    status = main({arguments!r})\n"
         f"{_HEAVY}\n"
         "graph = sorted(m for m in sys.modules if m.startswith('nbprec.graph.'))\n"
-        "print(json.dumps({'status': status, 'heavy': heavy, 'graph': graph, 'text': text.getvalue()}))\n"
+        "found = {'heavy': heavy, 'graph': graph, 'ml_dtypes': 'ml_dtypes' in sys.modules}\n"
+        "print(json.dumps({'status': status, 'text': text.getvalue(), **found}))\n"
     )
     return _loaded(code)
 
@@ -122,6 +123,7 @@ def test_comparing_an_npu_dump_with_its_graph_needs_no_pandas(tmp_path):
     # of the graph package, the GE reader alone (the package's other modules: 10 ms of start-up)
     assert {"nbprec.graph.ge", "nbprec.graph.ge_convert"} <= set(result["graph"])
     assert {"nbprec.graph.model_explorer", "nbprec.graph.info", "nbprec.graph.subgraph"}.isdisjoint(result["graph"])
+    assert not result["ml_dtypes"]  # (float16 and float32 tensors: 6 ms of imports not needed)
 
 
 def test_describing_a_dump_needs_no_pandas_and_says_what_pandas_would():

@@ -12,7 +12,7 @@ import pytest
 
 import nbprec
 from nbprec._optional import require
-from nbprec.dtypes import canonical_dtype, numpy_dtype
+from nbprec.dtypes import canonical_dtype, dtype_of, numpy_dtype
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import INDEX_COLUMNS, index_frame, list_columns, make_index
 from nbprec.errors import (
@@ -96,6 +96,31 @@ def test_the_dtype_names_load_neither_numpy_nor_ml_dtypes():
 def test_unknown_dtype_error_names_file_and_record():
     with pytest.raises(NbprecError, match=r"dump\.json: unknown dtype 'complex32' \(record op\.0\)"):
         numpy_dtype("complex32", path="dump.json", record="op.0")
+
+
+def test_dtype_of_gives_numpys_dtypes_and_loads_ml_dtypes_for_its_own_only():
+    code = (
+        "import sys\n"
+        "from nbprec.dtypes import DTYPE_NAMES, dtype_of\n"
+        "plain = [str(dtype_of(n)) for n in ('float16', 'float32', 'int64', 'bool', 'complex64')]\n"
+        "print(*plain, 'ml_dtypes' in sys.modules, dtype_of('bfloat16'), 'ml_dtypes' in sys.modules)\n"
+        "print(dtype_of('float16') is dtype_of('float16'), all(dtype_of(n).itemsize > 0 for n in DTYPE_NAMES))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [
+        "float16",
+        "float32",
+        "int64",
+        "bool",
+        "complex64",
+        "False",
+        "bfloat16",
+        "True",
+        "True",
+        "True",
+    ]
+    with pytest.raises(NbprecError, match=r"unknown dtype 'torch\.float16'; nbprec knows bfloat16, bool, "):
+        dtype_of("torch.float16")  # (canonical names only: the loaders' rows hold them)
 
 
 def test_tensor_stats_float64_and_nonfinite_counts():

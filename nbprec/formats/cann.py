@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from nbprec.columns import Columns
-from nbprec.dtypes import NUMPY_DTYPES
+from nbprec.dtypes import DTYPE_NAMES, ITEMSIZES, dtype_of
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import list_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
@@ -164,14 +164,14 @@ def _add_tensors(
         plan: TensorLayout | None = plans.get(key)
         if plan is None:
             plan = plans[key] = plan_layout(tensor, dtype, origin, hint, keep_storage=layout == "storage")
-        has_data = dtype in NUMPY_DTYPES
+        has_data = dtype in DTYPE_NAMES
         note = plan.problem
         if not has_data:
             note = f"dtype {dtype} has no numpy equivalent: indexed, payload not loadable"
-        elif plan.storage_numel is not None and plan.storage_numel * NUMPY_DTYPES[dtype].itemsize != nbytes:
+        elif plan.storage_numel is not None and plan.storage_numel * ITEMSIZES[dtype] != nbytes:
             note = (
                 f"declared size {nbytes} bytes does not match shape {list(plan.storage_shape)} x {dtype} "
-                f"({plan.storage_numel * NUMPY_DTYPES[dtype].itemsize} bytes): payload not loadable"
+                f"({plan.storage_numel * ITEMSIZES[dtype]} bytes): payload not loadable"
             )
             has_data = False
         if note:
@@ -207,7 +207,7 @@ def load_tensor(row: Mapping[str, Any]) -> np.ndarray:
     from nbprec.formats.cann_layout import to_row_layout
 
     file = str(row["file"])
-    dtype = NUMPY_DTYPES[row["dtype"]]
+    dtype = dtype_of(row["dtype"])  # (ml_dtypes imported for its own dtypes only)
     nbytes = int(row["nbytes"])
     count = nbytes // dtype.itemsize
     fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))

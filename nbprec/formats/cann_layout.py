@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from nbprec.dtypes import NUMPY_DTYPES
+from nbprec.dtypes import ITEMSIZES
 from nbprec.formats.storage import (
     ORIGIN_LAYOUTS,
     StorageFormatError,
@@ -54,7 +54,7 @@ class TensorLayout:
 def _stored_shape(tensor: Any, dtype: str) -> tuple[int, ...]:
     """The stored shape; a header with no dims but a payload of several items is a 1-D array of them."""
     shape = tuple(int(d) for d in tensor.shape.dim)
-    itemsize = NUMPY_DTYPES[dtype].itemsize if dtype in NUMPY_DTYPES else 0
+    itemsize = ITEMSIZES.get(dtype, 0)
     if not shape and itemsize and int(tensor.size) > itemsize:
         return (int(tensor.size) // itemsize,)
     return shape

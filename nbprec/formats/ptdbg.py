@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from nbprec.dtypes import LOW_PRECISION_FLOATS, NUMPY_DTYPES, canonical_dtype
+from nbprec.dtypes import DTYPE_NAMES, LOW_PRECISION_FLOATS, canonical_dtype, dtype_of
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
@@ -287,7 +287,7 @@ class _Collector:
             info = {"op": name, "api": name, "op_type": name, "module": "", "call": -1, "direction": ""}
             info.update(role="output", slot="0")
         dtype = canonical_dtype(raw_dtype) if isinstance(raw_dtype, str) and raw_dtype else ""
-        if dtype not in NUMPY_DTYPES:
+        if dtype not in DTYPE_NAMES:
             self._problem(pkl, f"unknown dtype {raw_dtype!r} for {name}; kept as written", record)
         shape_ok = isinstance(raw_shape, list) and all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in raw_shape
@@ -360,8 +360,8 @@ def load_npy_tensor(row: Mapping[str, Any]) -> np.ndarray:
     if not isinstance(array, np.ndarray):
         raise DumpFormatError(path, f"holds a {type(array).__name__}, expected one .npy array", row["name"])
     recorded = row["dtype"]
-    if recorded in LOW_PRECISION_FLOATS and recorded in NUMPY_DTYPES and array.dtype.kind == "f":
-        target = NUMPY_DTYPES[recorded]
+    if recorded in LOW_PRECISION_FLOATS and recorded in DTYPE_NAMES and array.dtype.kind == "f":
+        target = dtype_of(recorded)
         if array.dtype != target:
             array = np.asarray(array).astype(target)
     return array

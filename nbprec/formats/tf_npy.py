@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from nbprec.dtypes import NUMPY_DTYPES, canonical_dtype
+from nbprec.dtypes import DTYPE_NAMES, canonical_dtype, dtype_of
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
@@ -40,7 +40,6 @@ _MAGIC = b"\x93NUMPY"
 _HEADER = re.compile(r"\{'descr': '([^']+)', 'fortran_order': (True|False), 'shape': \(([0-9, ]*)\), \} *\n?")
 _MAX_HEADER = 1 << 20
 _GUESS_SAMPLE = 32
-BFLOAT16 = NUMPY_DTYPES["bfloat16"]
 
 Occurrence = str | int
 
@@ -115,7 +114,7 @@ def _parse_header(file: str, raw: bytes, major: int, start: int) -> tuple[np.dty
     else:
         dtype, shape, fortran = _numpy_header(file, major)
     if is_raw_bfloat16(dtype):
-        dtype = BFLOAT16
+        dtype = dtype_of("bfloat16")
     expected = len(raw) + (0 if dtype.hasobject else math.prod(shape) * dtype.itemsize)
     return dtype, shape, fortran, expected
 
@@ -192,9 +191,7 @@ def _make_loader(root: str) -> Callable[[Mapping[str, Any]], np.ndarray]:
             offset = int(row.get("offset", -1))
             if offset >= 0:  # a C-order payload of a native dtype at a known offset: read it directly
                 shape = tuple(row["shape"])
-                return payload_array(fd, file, NUMPY_DTYPES[row["dtype"]], offset, math.prod(shape), size).reshape(
-                    shape
-                )
+                return payload_array(fd, file, dtype_of(row["dtype"]), offset, math.prod(shape), size).reshape(shape)
         finally:
             os.close(fd)
         try:
@@ -206,7 +203,8 @@ def _make_loader(root: str) -> Callable[[Mapping[str, Any]], np.ndarray]:
             raise DumpFormatError(file, f"cannot read the .npy file: {exc}", name) from exc
         except (*NPY_HEADER_ERRORS, OSError) as exc:
             raise DumpFormatError(file, f"cannot read the .npy file: {exc}", name) from exc
-        return array.view(BFLOAT16) if row["dtype"] == "bfloat16" and is_raw_bfloat16(array.dtype) else array
+        raw = row["dtype"] == "bfloat16" and is_raw_bfloat16(array.dtype)
+        return array.view(dtype_of("bfloat16")) if raw else array
 
     return load
 
@@ -355,7 +353,7 @@ class TfNpyDumpReader(DumpReader):
                 problems.append(
                     Problem(file, "object array (a pickle): indexed, but its payload will not be loaded", name_of)
                 )
-            elif dtype.kind == "V" and canon not in NUMPY_DTYPES:
+            elif dtype.kind == "V" and canon not in DTYPE_NAMES:
                 has_data = False
                 problems.append(
                     Problem(
@@ -378,10 +376,10 @@ class TfNpyDumpReader(DumpReader):
                     "numel": math.prod(shape),
                     "file": file,
                     "has_data": has_data,
-                    "raw_bfloat16": dtype == BFLOAT16 and canon == "bfloat16",
+                    "raw_bfloat16": canon == "bfloat16" and dtype == dtype_of("bfloat16"),
                     # where the payload starts, for a direct read; -1: np.load decides (Fortran order,
                     # another byte order, a dtype without a canonical name)
-                    "offset": offset if not fortran and dtype.isnative and canon in NUMPY_DTYPES else -1,
+                    "offset": offset if not fortran and dtype.isnative and canon in DTYPE_NAMES else -1,
                 }
             )
             order[step] += 1

@@ -73,9 +73,12 @@ def guess_format(path: str | os.PathLike[str]) -> str:
     from nbprec.formats._probe import shared_listings
 
     p = check_dump_path(path)
+    from nbprec.formats.probes import PROBES
+
     with shared_listings():  # the readers' probes list each folder once between them
         for name in READERS:
-            if reader_class(name).guess_can_open(p):
+            probe = PROBES.get(name)  # (a reader costly to import is not imported to be told no)
+            if probe(p) if probe is not None else reader_class(name).guess_can_open(p):
                 return name
     raise UnknownFormatError(
         path,

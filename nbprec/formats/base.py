@@ -14,7 +14,9 @@ class DumpReader(ABC):
 
     Subclasses set :attr:`name` and :attr:`description`, implement :meth:`guess_can_open` (cheap:
     look at names and at most a few bytes, never payloads) and :meth:`open` (build the index from
-    metadata; give the Dump a loader that reads one payload on demand).
+    metadata; give the Dump a loader that reads one payload on demand). A reader probed before others whose
+    module is costly to import keeps its guess in :mod:`nbprec.formats.probes` (listed in its ``PROBES``), so that
+    telling the others' dumps does not import it.
     """
 
     name: ClassVar[str]

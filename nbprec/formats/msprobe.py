@@ -50,17 +50,15 @@ from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats import _payload
-from nbprec.formats._files import ConfinedFiles, open_regular, real_folder
+from nbprec.formats._files import ConfinedFiles, real_folder
 from nbprec.formats._layout import STEP_RE, find_dump_files, is_rank_folder, read_json_file, run_name
 from nbprec.formats._payload import MAP_FROM
-from nbprec.formats._probe import find_first_file
 from nbprec.formats._pt import read_pt_open, read_small_pt
 from nbprec.formats._torch import torch_to_numpy
 from nbprec.formats.base import DumpReader, take_run_option
 from nbprec.formats.msprobe_index import DumpSourceReader
 from nbprec.formats.msprobe_keys import parse_op_key
-
-_PROBE_BYTES = 8192
+from nbprec.formats.probes import msprobe_dump
 
 
 def _load_stacks(files: tuple[Path, ...]) -> dict[str, list[str]]:
@@ -218,18 +216,7 @@ class MsprobeDumpReader(DumpReader):
     @classmethod
     def guess_can_open(cls, path: Path) -> bool:
         """Whether ``path`` is, or holds at depth <= 2, a ``dump.json`` whose first bytes name a ``data`` key."""
-        try:
-            if path.is_file():
-                return path.suffix == ".json" and _looks_like_dump_json(path)
-            # ./, rank*/ or proc*/, step*/rank*/ or step*/proc*/ (the patterns only narrow the search)
-            for depth, folders in ((0, "*"), (1, "[rp][ar]*"), (2, "[srp][tar]*")):
-                candidate = find_first_file(
-                    path, lambda name: name == "dump.json", max_depth=depth, dir_pattern=folders
-                )
-                if candidate is not None:
-                    return _looks_like_dump_json(candidate)
-        except (OSError, RuntimeError):
-            return False
+        return msprobe_dump(path)
         return False
 
     def open(self, path: Path, **options: Any) -> Dump:
@@ -290,20 +277,6 @@ class MsprobeDumpReader(DumpReader):
             stacks=stacks,
             calls=calls,
         )
-
-
-def _looks_like_dump_json(path: Path) -> bool:
-    try:
-        fd, _size = open_regular(path)
-    except (OSError, DumpFormatError):
-        return False
-    try:
-        head = os.pread(fd, _PROBE_BYTES, 0)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return head.lstrip().startswith(b"{") and b'"data"' in head
 
 
 __all__ = ["MsprobeDumpReader", "PayloadLoader", "dump_folder", "load_pt_tensor", "parse_op_key"]

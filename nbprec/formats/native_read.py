@@ -30,10 +30,10 @@ from nbprec.formats._npyfile import KERNEL_DESCRS, header_span, parse_header
 from nbprec.formats._payload import MAP_FROM, NPY_HEADER_ERRORS, payload_array
 from nbprec.formats.base import DumpReader
 from nbprec.formats.native_columns import COLUMNS_FILE, INDEX_FILE, read_columns
+from nbprec.formats.probes import HEADER_FILE, is_run_tree, nbprec_dump
 
 FORMAT_NAME = "nbprec-dump"
 FORMAT_VERSION = 1
-HEADER_FILE = "nbprec-dump.json"
 EDGES_FILE = "edges.jsonl"
 MODULES_FILE = "modules.jsonl"
 STACKS_FILE = "stacks.jsonl"
@@ -64,16 +64,11 @@ class NativeDumpReader(DumpReader):
     @classmethod
     def guess_can_open(cls, path: Path) -> bool:
         """A folder holding ``nbprec-dump.json``, or run folders named ``rank{M}`` / ``step{N}/rank{M}``."""
-        from nbprec.formats.native_tree import is_run_tree
-
-        try:
-            return Path(path).is_dir() and ((Path(path) / HEADER_FILE).is_file() or is_run_tree(Path(path)))
-        except OSError:
-            return False
+        return nbprec_dump(path)
 
     def open(self, path: Path, **options: Any) -> Dump:
         """Read the header and index of the run folder ``path`` (never the payloads)."""
-        from nbprec.formats.native_tree import is_run_tree, read_run_tree
+        from nbprec.formats.native_tree import read_run_tree
 
         if not (Path(path) / HEADER_FILE).is_file() and is_run_tree(Path(path)):
             return read_run_tree(Path(path))  # one capture folder per rank (and step): docs/capture.md

@@ -12,8 +12,6 @@ from the folder's, the folder's is used and a problem says so), and each payload
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,50 +21,8 @@ import numpy as np
 from nbprec.columns import Columns
 from nbprec.dump import Dump, Problem
 from nbprec.errors import DumpFormatError
-from nbprec.formats.native_read import HEADER_FILE, read_native_dump
-
-_RANK = re.compile(r"rank(\d+)")
-_STEP = re.compile(r"step(\d+)")
-MAX_RUNS = 65536  # run folders read at most (ranks x steps)
-
-
-def _is_run(path: Path) -> bool:
-    try:
-        return (path / HEADER_FILE).is_file()
-    except OSError:
-        return False
-
-
-def _subfolders(path: Path, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
-    """Subfolders named ``{prefix}{N}``, with their numbers, in number order."""
-    try:  # names first: a flat folder of many files makes no Path objects
-        with os.scandir(path) as entries:
-            named = [(int(m.group(1)), e.name) for e in entries if (m := pattern.fullmatch(e.name)) and e.is_dir()]
-    except OSError:
-        return []
-    found = [(number, path / name) for number, name in named]
-    return sorted(found, key=lambda item: (item[0], item[1].name))
-
-
-def find_run_folders(path: Path) -> list[tuple[int | None, int, Path]]:
-    """``(step, rank, folder)`` of each run folder under ``path``: ``rank{M}/`` or ``step{N}/rank{M}/``
-    (``step`` is None for the first form); empty when ``path`` is not such a tree."""
-    if _is_run(path):
-        return []
-    runs: list[tuple[int | None, int, Path]] = [(None, r, p) for r, p in _subfolders(path, _RANK) if _is_run(p)]
-    for step, folder in _subfolders(path, _STEP):
-        runs += [(step, r, p) for r, p in _subfolders(folder, _RANK) if _is_run(p)]
-        if len(runs) > MAX_RUNS:
-            break
-    return runs
-
-
-def is_run_tree(path: Path) -> bool:
-    """Whether ``path`` is a folder of nbprec run folders named by rank (and step)."""
-    try:
-        return path.is_dir() and bool(find_run_folders(path))
-    except OSError:
-        return False
+from nbprec.formats.native_read import read_native_dump
+from nbprec.formats.probes import MAX_RUNS, find_run_folders, is_run_tree
 
 
 def read_run_tree(path: Path) -> Dump:

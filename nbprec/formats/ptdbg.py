@@ -56,8 +56,8 @@ from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._files import open_regular, read_regular
 from nbprec.formats._jsonstream import loads
 from nbprec.formats._payload import NPY_HEADER_ERRORS
-from nbprec.formats._probe import find_first_file
 from nbprec.formats.base import DumpReader, take_run_option
+from nbprec.formats.probes import ptdbg_dump
 
 PREFIXES = ("Tensor", "Torch", "Functional", "NPU", "VF", "Aten", "Distributed")
 OVERFLOW_STEP = 101
@@ -70,7 +70,6 @@ _RANK_RE = re.compile(r"^rank(\d+)$")
 _STACK_SUFFIX = "_stack_info"
 _MAX_FILE_NAME = 255
 _MAX_DEPTH = 6
-_PROBE_BYTES = 65536
 
 
 def parse_tensor_name(name: str) -> dict[str, Any] | None:
@@ -367,22 +366,6 @@ def load_npy_tensor(row: Mapping[str, Any]) -> np.ndarray:
     return array
 
 
-def _looks_like_ptdbg_pkl(path: Path) -> bool:
-    try:
-        with path.open("rb") as f:
-            head = f.read(_PROBE_BYTES)
-    except OSError:
-        return False
-    first = head.split(b"\n", 1)[0].strip()
-    if not first.startswith(b'["'):
-        return False
-    try:
-        item = loads(first)
-    except (ValueError, RecursionError):  # (bad JSON or bytes)
-        return False
-    return isinstance(item, list) and len(item) in (2, 5, 6) and isinstance(item[0], str)
-
-
 class PtdbgDumpReader(DumpReader):
     """Reads ptdbg_ascend dumps (``dump.pkl`` JSON lines, overflow files and ``.npy`` folders).
 
@@ -401,14 +384,7 @@ class PtdbgDumpReader(DumpReader):
     @classmethod
     def guess_can_open(cls, path: Path) -> bool:
         """Whether ``path`` is, or holds within three folder levels, a ``.pkl`` whose first line is ptdbg's."""
-        try:
-            if path.is_file():
-                return path.suffix == ".pkl" and _looks_like_ptdbg_pkl(path)
-            candidate = find_first_file(path, lambda name: name.endswith(".pkl"), max_depth=3)
-            if candidate is not None:
-                return _looks_like_ptdbg_pkl(candidate)
-        except (OSError, RuntimeError):
-            return False
+        return ptdbg_dump(path)
         return False
 
     def open(self, path: Path, **options: Any) -> Dump:

@@ -49,8 +49,9 @@ _NEXT_MEMBER = re.compile(r'[ \t\n\r]*,[ \t\n\r]*"([^"\\\x00-\x1f]*)"[ \t\n\r]*:
 def int_or_float(text: str) -> int | float:
     """A JSON integer's value: an ``int``, or when it has too many digits for ``int()``
     (:func:`~nbprec.formats._files.long_number`), its ``float`` (infinite: it is over 10**308), as the same number
-    written with an exponent is read."""
-    return int(text) if len(text) < sys.get_int_max_str_digits() else float(text)
+    written with an exponent is read. (No limit, ``sys.set_int_max_str_digits(0)``: always an ``int``.)"""
+    limit = sys.get_int_max_str_digits()
+    return int(text) if not limit or len(text) <= limit else float(text)
 
 
 #: Decodes what the plain decoder refuses for a too long integer (slower: a Python call per integer).
@@ -204,7 +205,9 @@ class JsonObjectStream:
                 raise self.error(exc.msg, exc.pos, truncated=truncated or self._at_end(exc.pos)) from None
             except RecursionError:
                 raise self.error("nested too deeply to parse") from None
-            except ValueError:  # an integer too long for int() in this value: read as a float
+            except ValueError as exc:  # an integer too long for int() in this value: read as a float
+                if decode == LENIENT.raw_decode:  # (no other ValueError is known: never a loop)
+                    raise self.error(str(exc)) from None
                 decode = LENIENT.raw_decode
                 continue
             if end >= len(self._buf) and self._fill(want):  # a number may go on in the next chunk

@@ -217,7 +217,6 @@ class MsprobeDumpReader(DumpReader):
     def guess_can_open(cls, path: Path) -> bool:
         """Whether ``path`` is, or holds at depth <= 2, a ``dump.json`` whose first bytes name a ``data`` key."""
         return msprobe_dump(path)
-        return False
 
     def open(self, path: Path, **options: Any) -> Dump:
         """Read the index of the msprobe dump at ``path``; see the module docstring for the conventions."""

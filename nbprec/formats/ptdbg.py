@@ -385,7 +385,6 @@ class PtdbgDumpReader(DumpReader):
     def guess_can_open(cls, path: Path) -> bool:
         """Whether ``path`` is, or holds within three folder levels, a ``.pkl`` whose first line is ptdbg's."""
         return ptdbg_dump(path)
-        return False
 
     def open(self, path: Path, **options: Any) -> Dump:
         """Read the index of the ptdbg dump at ``path`` (a folder or one ``.pkl``)."""

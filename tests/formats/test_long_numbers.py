@@ -25,6 +25,7 @@ import nbprec
 from nbprec.config import validate
 from nbprec.errors import ComparisonError, NbprecError
 from nbprec.formats._files import long_number, shown
+from nbprec.formats._jsonstream import int_or_float
 from nbprec.formats.native import NativeDumpWriter
 from nbprec.graph.ge import read_fusion_result, read_ge_model
 from nbprec.graph.ge_parse import GeGraphError
@@ -187,3 +188,38 @@ def test_a_long_size_in_a_payload_header_is_said_in_a_users_terms(bases, tmp_pat
     problems = nbprec.open(tf).problems["problem"].tolist()
     assert problems == ["unreadable .npy header: unreadable header: " + long_number()]
     assert "set_int_max_str_digits" not in long_number()
+
+
+def test_a_python_without_the_digits_limit_reads_every_integer_as_an_integer(bases):
+    """``PYTHONINTMAXSTRDIGITS=0`` (``sys.set_int_max_str_digits(0)``) lifts the limit: every integer stays an int,
+    and nbprec's own dumps, whose header and marker are read with :func:`int_or_float`, open as before."""
+    assert int_or_float("12") == 12 and type(int_or_float("-7")) is int
+    assert int_or_float(LONG) == np.inf and int_or_float("-" + LONG) == -np.inf
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        assert int_or_float(LONG) == int(LONG) and type(int_or_float("12")) is int
+        dump = nbprec.open(bases["native"])
+    finally:
+        sys.set_int_max_str_digits(before)
+    assert len(dump) == 4 and dump.problems.empty
+
+
+def test_the_stream_never_loops_when_its_lenient_decoder_refuses_too(tmp_path, monkeypatch):
+    """No ValueError but the too-long integer's is known to come out of the decoders; were the lenient one to raise
+    another, the value is an error naming the file, not a second try forever."""
+    import json
+
+    from nbprec.errors import DumpFormatError
+    from nbprec.formats import _jsonstream
+    from nbprec.formats._layout import read_json_file
+
+    def refuse(text: str) -> int:
+        raise ValueError(f"refused {len(text)} digits")
+
+    path = tmp_path / "stack.json"
+    path.write_text('{"a": [1, 2], "b": ' + LONG + "}")
+    assert read_json_file(path) == {"a": [1, 2], "b": np.inf}
+    monkeypatch.setattr(_jsonstream, "LENIENT", json.JSONDecoder(parse_int=refuse))
+    with pytest.raises(DumpFormatError, match=r"stack\.json: invalid JSON at line 1, column 20 .*refused 5000 digits"):
+        read_json_file(path)

@@ -343,7 +343,7 @@ class TfNpyDumpReader(DumpReader):
                 dtype, shape, fortran, offset = read_npy_layout(file, headers)
             except (OSError, NpyHeaderError) as exc:
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-                problems.append(Problem(file, f"unreadable .npy header: {why}", name_of))
+                problems.append(Problem(file, f".npy file not read: {why}", name_of))
                 continue
             canon = dtypes.get(dtype)
             if canon is None:

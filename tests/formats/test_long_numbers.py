@@ -186,7 +186,7 @@ def test_a_long_size_in_a_payload_header_is_said_in_a_users_terms(bases, tmp_pat
     with pytest.raises(NbprecError, match=r"000000-mlp\.fc0.*cannot read the \.npy payload: a number of over 4300 d"):
         nbprec.open(native).tensor(0)
     problems = nbprec.open(tf).problems["problem"].tolist()
-    assert problems == ["unreadable .npy header: unreadable header: " + long_number()]
+    assert problems == [".npy file not read: unreadable header: " + long_number()]
     assert "set_int_max_str_digits" not in long_number()
 
 

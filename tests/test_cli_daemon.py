@@ -74,6 +74,49 @@ def test_the_second_command_runs_beside_the_daemon_with_the_same_outputs(env, tm
     assert _files(tmp_path / "b") == _files(tmp_path / "a")
 
 
+@pytest.mark.parametrize(
+    ("argv", "started"),
+    [
+        (["compare", str(TARGET), str(BENCH), "-o", "OUT"], True),
+        (["compare", str(TARGET), str(BENCH), "--mode", "tensor"], True),
+        (["compare", str(FIXTURES / "bf16_statistics_mix"), str(FIXTURES / "fp32_statistics_mix")], False),
+        (["compare", str(FIXTURES / "bf16_md5_L1"), str(FIXTURES / "fp32_md5_L1"), "-o", "OUT"], False),
+        (["compare", str(TARGET), str(BENCH), "--mode", "statistics"], False),  # no payloads compared
+        (["compare", str(TARGET), str(FIXTURES / "fp32_statistics_mix")], False),
+    ],
+    ids=["tensors", "tensor-mode", "statistics", "md5", "statistics-mode", "one-side-statistics"],
+)
+def test_a_served_compare_starts_the_early_worker_where_it_has_pairs(monkeypatch, argv, started):
+    """The process the daemon forks for a ``compare`` starts the early worker, as the command's own process does,
+    but only for dumps with pairs it measures (a fork of that large process is not free): it then measures while
+    the dumps are opened and matched."""
+    from nbprec import cli
+    from nbprec.compare import early
+
+    calls, heaps = [], []
+    monkeypatch.setattr(early, "start", lambda target, bench: calls.append((target, bench)))
+    monkeypatch.setattr(cli, "compare_heap", heaps.append)
+    daemon_process.prepare_compare(argv)
+    assert heaps == [early.compare_paths(argv)]  # (the heap as before: marked unless nothing is read)
+    assert calls == ([(argv[1], argv[2])] if started else [])
+
+
+def test_a_served_compare_of_a_pair_with_payloads_is_the_commands_own(env, tmp_path):
+    """Served with the early worker beside it: the same outputs as the command's own process without one."""
+    own = {**env, "NBPREC_DAEMON": "off", "NBPREC_EARLY": "off"}
+    args = ["compare", str(FIXTURES / "fp16_tensor_mix"), str(BENCH), "--no-progress", "-o"]
+    alone = _run([*args, str(tmp_path / "alone")], own)
+    assert alone.returncode == 0, alone.stderr
+    assert _run(["info", str(TARGET)], env).returncode == 0  # (starts the daemon)
+    _wait_for_daemon(env)
+    served = _run([*args, str(tmp_path / "served")], env)
+    assert served.returncode == 0, served.stderr
+    assert _served(env) == 1
+    said = {how: run.stdout.replace(str(tmp_path / how), "OUT") for how, run in (("alone", alone), ("served", served))}
+    assert said["served"] == said["alone"]
+    assert _files(tmp_path / "served") == _files(tmp_path / "alone")
+
+
 def test_errors_usage_and_statuses_are_the_commands_own(env, tmp_path):
     assert _run(["info", str(TARGET)], env).returncode == 0
     _wait_for_daemon(env)

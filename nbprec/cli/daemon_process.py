@@ -116,13 +116,10 @@ def _run_command(conn: socket.socket, request: dict, fds: list[int]) -> None:
         os.environ.update(request["env"])
         _reopen_streams(request["encoding"])
         sys.argv = ["nbprec", *request["argv"]]
-        from nbprec.cli import compare_heap, main
+        from nbprec.cli import main
 
-        if request["argv"][:1] == ["compare"]:  # as the command's own process does (nbprec.cli.run)
-            from nbprec.compare.early import compare_paths
-
-            compare_heap(compare_paths(request["argv"]))
-
+        if request["argv"][:1] == ["compare"]:
+            prepare_compare(request["argv"])
         status = main(request["argv"])
     except SystemExit as exc:  # argparse: usage errors (2) and --help (0)
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -131,12 +128,30 @@ def _run_command(conn: socket.socket, request: dict, fds: list[int]) -> None:
 
         traceback.print_exc()
     finally:
+        started = sys.modules.get("nbprec.compare.early")
+        if started is not None:
+            started.discard()  # (a command that stopped before comparing: its results are not wanted)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
         with contextlib.suppress(OSError):
             conn.sendall(_status_message(status))
         os._exit(status)
+
+
+def prepare_compare(argv: list[str]) -> None:
+    """Set up the process of a served ``nbprec compare`` (``argv`` after the program name) as the command's own
+    process is set up (:func:`nbprec.cli.run`): its heap marked for huge pages, and the early worker started
+    (:mod:`nbprec.compare.early`) when it has pairs to measure in the dumps: here it measures while the dumps
+    are opened and matched (there are no imports to cover); for dumps without payloads, or of other formats,
+    the fork of this large process would only cost."""
+    from nbprec.cli import compare_heap
+    from nbprec.compare import early
+
+    paths = early.compare_paths(argv)
+    compare_heap(paths)
+    if paths is not None and early.has_pairs(*paths):
+        early.start(*paths)
 
 
 def _receive_request(conn: socket.socket, max_fds: int = 4) -> tuple[dict | None, list[int]]:

@@ -24,8 +24,10 @@ The dump.json files the worker scans go to the command's process too, which then
 scanning them again (:class:`~nbprec.compare.early_msprobe.ShippedScans`; 7 ms a side for a dump.json of 1,766
 ops).
 
-It lives only in the command's process: the library and the daemon never start it. ``NBPREC_EARLY=off`` turns
-it off.
+It lives only in a command's process: the command's own (:func:`nbprec.cli.run`), or the one the command daemon
+forks for a client, where it covers the opening and matching of the dumps rather than the imports, and is started
+only for dumps it has pairs to measure in (:func:`has_pairs`). The library and the daemon itself never start it.
+``NBPREC_EARLY=off`` turns it off.
 """
 
 from __future__ import annotations
@@ -162,6 +164,19 @@ def _quiet() -> None:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
+
+
+def has_pairs(target: str, bench: str) -> bool:
+    """Whether the worker has pairs to measure for ``target`` and ``bench`` (paths as given), as far as a look
+    at their folders tells: both nbprec's own dumps, or both msprobe dumps with a payload folder (not statistics
+    or md5 dumps, whose comparison reads no payload). The command's own process starts the worker without asking
+    (forked before numpy is imported, it costs little, and it scans msprobe's dump.json files for the command);
+    a process forked from the command daemon asks first, as its fork copies a large process."""
+    from nbprec.compare import early_msprobe, early_native
+
+    if early_native.is_native(target) and early_native.is_native(bench):
+        return True
+    return early_msprobe.with_payloads(target, bench)
 
 
 def current() -> Worker | None:

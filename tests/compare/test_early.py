@@ -143,6 +143,18 @@ def test_off_starts_nothing(monkeypatch):
     assert early._worker is None
 
 
+def test_the_worker_has_pairs_in_msprobe_dumps_with_payloads_on_both_sides(tmp_path):
+    stats, md5 = FIXTURES / "bf16_statistics_mix", FIXTURES / "bf16_md5_L1"
+    assert early.has_pairs(str(BF16), str(FP32))
+    assert early.has_pairs(str(BF16 / "step0" / "rank0" / "dump.json"), str(FP32))  # (a dump.json as the path)
+    assert not early.has_pairs(str(stats), str(FIXTURES / "fp32_statistics_mix"))  # nothing to read
+    assert not early.has_pairs(str(md5), str(FIXTURES / "fp32_md5_L1"))
+    assert not early.has_pairs(str(BF16), str(stats))  # payloads on one side only
+    assert not early.has_pairs(str(stats), str(FP32))
+    assert not early.has_pairs(str(BF16), str(tmp_path))  # no dump.json found on one side
+    assert not early.has_pairs(str(tmp_path / "missing"), str(FP32))
+
+
 @needs_two_cores
 def test_the_command_writes_the_same_files_with_and_without_the_worker(tmp_path):
     outputs = {}

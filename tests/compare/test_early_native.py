@@ -39,6 +39,14 @@ def test_the_worker_gives_the_comparison_without_it(runs, target):
     assert_same(plain, compare_fresh(runs[target], runs["tiny_fp32"], "early", wait=0.0))
 
 
+def test_the_worker_has_pairs_in_two_native_dumps(runs, tmp_path):
+    msprobe = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe" / "fp32_tensor_mix"
+    assert early.has_pairs(str(runs["tiny_bf16"]), str(runs["tiny_fp32"]))
+    assert not early.has_pairs(str(runs["tiny_bf16"]), str(msprobe))  # one of each: not the worker's pairs
+    assert not early.has_pairs(str(msprobe), str(runs["tiny_fp32"]))
+    assert not early.has_pairs(str(runs["tiny_bf16"]), str(tmp_path))
+
+
 def _payloads(run: Path, dtype: str) -> list[Path]:
     """The run's payload files of index dtype ``dtype``, in index order."""
     rows = [json.loads(line) for line in (run / "index.jsonl").read_text().splitlines()]

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from nbprec.formats._files import error_text, shown
 from nbprec.remedy.kinds import CASTS, MOVES_VALUES
 from nbprec.remedy.setup import RemedyError
 
@@ -190,8 +191,8 @@ def _from_text(text: str) -> Remedy:
     for block in _PATHS.findall(text):
         try:
             modules += [str(m) for m in json.loads(block)]
-        except ValueError:  # (a JSONDecodeError, or a number of thousands of digits)
-            raise RemedyError(f"could not read the module list {block!r}") from None
+        except ValueError as exc:  # (a JSONDecodeError, or a number of thousands of digits)
+            raise RemedyError(f"could not read the module list {shown(block)}: {error_text(exc)}") from None
     scale = _SCALE.search(text)
     bound = float(scale.group(1)) if scale else None
     if not names and not modules and bound is None:

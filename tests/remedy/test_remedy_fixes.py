@@ -86,6 +86,21 @@ def test_bad_remedies_say_what_is_expected():
         Remedy.of(3)
 
 
+@pytest.mark.parametrize(
+    ("block", "why"),
+    [
+        ("[" + "9" * 5000 + "]", "a number of over 4300 digits"),  # (int() refuses it: a ValueError, not JSON's)
+        ("['layers.1']", "Expecting value"),  # (Python's quotes, not JSON's)
+    ],
+    ids=["long-integer", "not-json"],
+)
+def test_an_unreadable_module_list_is_named_and_cut_short(block, why):
+    text = f"# keep the blamed ops in float32\nfor path in {block}:\n    promote(model, path)\n"
+    with pytest.raises(RemedyError, match=f"could not read the module list .*: {why}") as raised:
+        Remedy.of(text)
+    assert len(str(raised.value)) < 300  # the list cut short, not written out whole
+
+
 def test_the_fix_without_a_model_names_the_ascend_op_types():
     fix = emit_fix(["Functional.gelu.1.forward", "Tensor.mul.0.forward", "Torch.weird_op.0.forward"])
     assert fix.op_types == ["Gelu", "Mul"] and fix.unmapped == ["weird_op"]

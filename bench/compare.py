@@ -181,9 +181,10 @@ def run_child(target: Path, bench: Path, out: Path, workers: int | None) -> dict
 
 NBPREC_BIN = str(Path(sys.executable).parent / "nbprec")
 # The command in its own process (no command daemon), and the command as a user's second one runs: a client of
-# the daemon the first one started (nbprec.cli.daemon), in a socket folder of this run's own.
+# the daemon the first one started (nbprec.cli.daemon), in a socket folder of this run's own (made by
+# start_daemon, removed by stop_daemon: not when the module is loaded, as every child process and test loads it).
 OWN_PROCESS_ENV = {**USER_ENV, "NBPREC_DAEMON": "off"}
-DAEMON_ENV = {**USER_ENV, "NBPREC_DAEMON": "on", "NBPREC_DAEMON_DIR": tempfile.mkdtemp(prefix="nbd-bench-", dir="/tmp")}
+DAEMON_ENV = {**USER_ENV, "NBPREC_DAEMON": "on"}
 
 
 def nbprec_cli(target: Path, bench: Path, out: Path, env: dict | None = None) -> float:
@@ -195,6 +196,8 @@ def nbprec_cli(target: Path, bench: Path, out: Path, env: dict | None = None) ->
 
 def start_daemon(target: Path, bench: Path, out: Path) -> None:
     """Run the command once with :data:`DAEMON_ENV` (it starts the daemon) and wait until the daemon answers."""
+    if "NBPREC_DAEMON_DIR" not in DAEMON_ENV:
+        DAEMON_ENV["NBPREC_DAEMON_DIR"] = tempfile.mkdtemp(prefix="nbd-bench-", dir="/tmp")
     nbprec_cli(target, bench, out, DAEMON_ENV)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -206,8 +209,17 @@ def start_daemon(target: Path, bench: Path, out: Path) -> None:
 
 
 def stop_daemon() -> None:
-    subprocess.run([NBPREC_BIN, "daemon", "stop"], env=DAEMON_ENV, capture_output=True, check=False)
-    shutil.rmtree(DAEMON_ENV["NBPREC_DAEMON_DIR"], ignore_errors=True)
+    """Stop the daemon :func:`start_daemon` started, and remove its socket folder (nothing when none was)."""
+    folder = DAEMON_ENV.pop("NBPREC_DAEMON_DIR", None)
+    if folder is None:
+        return
+    subprocess.run(
+        [NBPREC_BIN, "daemon", "stop"],
+        env={**DAEMON_ENV, "NBPREC_DAEMON_DIR": folder},
+        capture_output=True,
+        check=False,
+    )
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _proc_status_kib(key: str) -> int:

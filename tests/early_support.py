@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 # A comparison in a fresh interpreter, with the worker started first (argv[3] == "early"; "slow": both processes
-# taking 8 ms a small pair; "dies": the worker gone after 20 pairs) or not ("plain"); argv[5], when not
+# taking 8 ms a small pair; "dies": the worker gone after 20 pairs), or by nbprec.compare itself ("call": the
+# library's own start, nbprec.compare.early_meeting.start_for_call), or not at all ("plain"); argv[5], when not
 # empty, is an msprobe dump.json changed after the worker's window (its first recorded Max raised by 1). It prints
 # the table (every column, as text), the problems, how many pairs the worker measured (and of the jobs left when
 # the dumps were open, how many it took and how many this process measured: nbprec.compare.early_meeting), and the
@@ -32,7 +33,7 @@ if how in ("slow", "dies"):  # 8 ms a small pair (the worker gone after 20 in "d
         time.sleep(0.008)
         return pair(*args, **kwargs)
     small_pairs.small_pair = slow_pair
-if how != "plain":
+if how not in ("plain", "call"):
     early.start(target, bench)
     time.sleep(wait)  # (the worker's window: 0 stops it wherever it is)
 if changed:
@@ -79,7 +80,7 @@ print(json.dumps({
 
 
 def compare_fresh(target: Path, bench: Path, how: str, wait: float = 0.0, changed: Path | None = None) -> dict:
-    env = {**os.environ, "NBPREC_EARLY": "on"}
+    env = {**os.environ, "NBPREC_EARLY": "off" if how == "plain" else "on"}
     done = subprocess.run(
         [sys.executable, "-c", _RUN, str(target), str(bench), how, str(wait), str(changed or "")],
         capture_output=True,

@@ -24,10 +24,11 @@ The dump.json files the worker scans go to the command's process too, which then
 scanning them again (:class:`~nbprec.compare.early_msprobe.ShippedScans`; 7 ms a side for a dump.json of 1,766
 ops).
 
-It lives only in a command's process: the command's own (:func:`nbprec.cli.run`), or the one the command daemon
-forks for a client, where it covers the opening and matching of the dumps rather than the imports, and is started
-only for dumps it has pairs to measure in (:func:`has_pairs`). The library and the daemon itself never start it.
-``NBPREC_EARLY=off`` turns it off.
+The command's own process starts it (:func:`nbprec.cli.run`). So do the process the command daemon forks for a
+client and a library call of :func:`nbprec.compare` that would fork a process to measure anyway
+(:func:`nbprec.compare.early_meeting.start_for_call`): there it covers the opening and matching of the dumps rather
+than the imports, and is started only for dumps it has pairs to measure in (:func:`has_pairs`). The daemon itself
+never starts it. ``NBPREC_EARLY=off`` turns it off.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ meeting, here or on a forked process when they are many (:func:`nbprec.compare.e
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any
@@ -28,6 +30,31 @@ import numpy as np
 from nbprec.compare import early
 from nbprec.compare.executors import BatchRun, BatchTask, Executor, local_executor
 from nbprec.compare.workers import JOB_COST, TAIL_ELEMENTS, Job, Result, batches
+
+
+def start_for_call(target: Any, bench: Any, mode: str, parallel: str, workers: int | None, run_on: Any) -> bool:
+    """Start the early worker for a library call of :func:`nbprec.compare` on the paths ``target`` and ``bench``,
+    where the call would fork a process to measure beside it anyway (``parallel`` ``"auto"`` in a single-threaded
+    process, or ``"processes"``; two workers; no executor or Dask client; tensor or auto mode; Linux) and the
+    worker has pairs to measure (:func:`~nbprec.compare.early.has_pairs`). It then measures while the dumps are
+    opened and matched, and the call meets it (:class:`MeetingExecutor`) instead of forking: the same results,
+    one fork as before, made earlier. Whether it was started (not when a command's process started one already:
+    that one serves this call)."""
+    if run_on is not None or mode not in ("auto", "tensor") or workers not in (None, 2):
+        return False
+    if parallel not in ("auto", "processes") or early.current() is not None:
+        return False
+    if not all(isinstance(path, (str, os.PathLike)) for path in (target, bench)):
+        return False
+    if not hasattr(os, "fork") or sys.platform == "darwin":  # (as workers.fork_pays)
+        return False
+    if parallel == "auto" and threading.active_count() > 1:  # (forking a threaded process can copy a held lock)
+        return False
+    paths = os.fspath(target), os.fspath(bench)
+    if not early.has_pairs(*paths):
+        return False
+    early.start(*paths)
+    return early.current() is not None
 
 
 def measured(
@@ -282,4 +309,4 @@ class MeetingExecutor(Executor):
             self._after.wait()
 
 
-__all__ = ["CHUNK_ELEMENTS", "CHUNK_JOBS", "Beside", "MeetingExecutor", "measured"]
+__all__ = ["CHUNK_ELEMENTS", "CHUNK_JOBS", "Beside", "MeetingExecutor", "measured", "start_for_call"]

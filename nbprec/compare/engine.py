@@ -12,9 +12,10 @@ from typing import Any, Literal
 import numpy as np
 
 from nbprec._progress import ProgressCallback
+from nbprec.compare import early
 from nbprec.compare.comparison import Comparison
 from nbprec.compare.culprit import random_calls
-from nbprec.compare.early_meeting import MeetingExecutor, measured
+from nbprec.compare.early_meeting import MeetingExecutor, measured, start_for_call
 from nbprec.compare.executors import Executor, Results, ThreadExecutor, local_executor, requested_executor
 from nbprec.compare.fusion import FusionMatcher, automatic_fusion, benchmark_key, read_graph_model
 from nbprec.compare.matching import FusionHook, match_tensors, read_mapping
@@ -337,7 +338,8 @@ def compare(
         measures a pair, so they run in parallel (with the numpy kernel they contend for the GIL).
         ``"processes"``: this process and ``workers - 1`` forked ones, which inherit the opened dumps (Linux;
         elsewhere this thread). Processes also run the per-pair Python in parallel, so they win on many small
-        tensors.
+        tensors. For two msprobe dumps with payloads, or two nbprec dumps, given as paths, the other process is
+        forked as the call starts, to measure while the dumps are opened (:mod:`nbprec.compare.early`).
         ``"auto"`` (default): processes when the pairs are worth it (about 0.05 s of work or more) and this
         process runs a single thread (forking a threaded process can copy a held lock: in a notebook, threads);
         otherwise threads with the compiled kernel (:data:`nbprec.compare.metrics.KERNEL`), else this thread.
@@ -365,122 +367,133 @@ def compare(
     if mode not in MODES:
         raise ComparisonError(f"unknown mode {mode!r}; use auto, tensor, statistics or checksum")
     run_on = requested_executor(executor, client, parallel)
-    graph_model = read_graph_model(graph)
-    t_dump = _as_dump(target, step, rank, graph_model)
-    b_dump = _as_dump(bench, step, rank)
-    if isinstance(mapping, (str, os.PathLike)):
-        mapping = read_mapping(Path(mapping))
-    fusion_notes: list[str] = []
-    if fusion is None:
-        fusion = automatic_fusion(t_dump, b_dump, graph_model, fusion_notes)
-    t_idx, b_idx = t_dump.columns, b_dump.columns
-    matched = match_tensors(t_idx, b_idx, mapping=mapping, fusion=fusion, by_order=by_order)
-    pairs = matched.pairs
-    n_rows = len(t_idx)
+    started = start_for_call(target, bench, mode, parallel, workers, run_on)  # measuring while the dumps open
+    try:
+        graph_model = read_graph_model(graph)
+        t_dump = _as_dump(target, step, rank, graph_model)
+        b_dump = _as_dump(bench, step, rank)
+        if isinstance(mapping, (str, os.PathLike)):
+            mapping = read_mapping(Path(mapping))
+        fusion_notes: list[str] = []
+        if fusion is None:
+            fusion = automatic_fusion(t_dump, b_dump, graph_model, fusion_notes)
+        t_idx, b_idx = t_dump.columns, b_dump.columns
+        matched = match_tensors(t_idx, b_idx, mapping=mapping, fusion=fusion, by_order=by_order)
+        pairs = matched.pairs
+        n_rows = len(t_idx)
 
-    b_positions = pairs["b"]
-    modes, reasons = choose_modes(mode, t_idx, b_idx, b_positions)
-    recorded_problems(reasons, modes, t_dump, "target")
-    mode_of, b_of = modes.tolist(), b_positions.tolist()
-    jobs = [(i, mode_of[i], i, b_of[i]) for i in np.flatnonzero(modes != "none").tolist()]
+        b_positions = pairs["b"]
+        modes, reasons = choose_modes(mode, t_idx, b_idx, b_positions)
+        recorded_problems(reasons, modes, t_dump, "target")
+        mode_of, b_of = modes.tolist(), b_positions.tolist()
+        jobs = [(i, mode_of[i], i, b_of[i]) for i in np.flatnonzero(modes != "none").tolist()]
 
-    # pairs the command measured while it started; unless told how to measure, its worker measures on beside
-    # this process (no other process forked): see nbprec.compare.early_meeting
-    go_on = run_on is None and parallel != "threads" and workers in (None, 2)
-    early_done, jobs, beside = measured(jobs, t_dump, b_dump, go_on=go_on)
-    stats_done, jobs = statistics_pairs(jobs, t_idx, b_idx)  # pairs without payloads, all at once
-    sums_done, jobs = checksum_pairs(jobs, t_idx, b_idx)
+        # pairs the early worker (the command's, or this call's) measured while the dumps opened; unless told how
+        # to measure, it measures on beside this process (no other process forked): see early_meeting
+        go_on = run_on is None and parallel != "threads" and workers in (None, 2)
+        early_done, jobs, beside = measured(jobs, t_dump, b_dump, go_on=go_on)
+        stats_done, jobs = statistics_pairs(jobs, t_idx, b_idx)  # pairs without payloads, all at once
+        sums_done, jobs = checksum_pairs(jobs, t_idx, b_idx)
 
-    numel = np.nan_to_num(column(t_idx, "numel", np.float64), nan=0.0)
-    if beside is not None:
-        run_on = MeetingExecutor(beside, numel, parallel)
-    elif run_on is None:
-        run_on = local_executor(parallel, workers if workers is not None else default_workers(), jobs, numel)
-    if progress is True:
-        progress = run_on.progress_bar("comparing")
-    done = len(early_done) + len(stats_done[0]) + len(sums_done[0])
-    if progress and done:
-        progress = _counting_from(progress, done)
-        progress(0, len(jobs))
-    # the workers (threads, processes, a cluster) start measuring here; the table is built meanwhile
-    # threads take a batch's small pairs together (see _measure_batch); a forked process, which holds no GIL to
-    # hand over, reads and measures them one by one (reading a whole batch first costs it more page faults)
-    task = PairTask(
-        _measure,
-        t_dump,
-        b_dump,
-        measure_batch=_measure_batch if isinstance(run_on, ThreadExecutor) else _measure_cached_first,
-    )
-    results = _start(jobs, task, numel, run_on, progress or None)
+        numel = np.nan_to_num(column(t_idx, "numel", np.float64), nan=0.0)
+        if beside is not None:
+            run_on = MeetingExecutor(beside, numel, parallel)
+        elif run_on is None:
+            run_on = local_executor(parallel, workers if workers is not None else default_workers(), jobs, numel)
+        if progress is True:
+            progress = run_on.progress_bar("comparing")
+        done = len(early_done) + len(stats_done[0]) + len(sums_done[0])
+        if progress and done:
+            progress = _counting_from(progress, done)
+            progress(0, len(jobs))
+        # the workers (threads, processes, a cluster) start measuring here; the table is built meanwhile
+        # threads take a batch's small pairs together (see _measure_batch); a forked process, which holds no GIL to
+        # hand over, reads and measures them one by one (reading a whole batch first costs it more page faults)
+        task = PairTask(
+            _measure,
+            t_dump,
+            b_dump,
+            measure_batch=_measure_batch if isinstance(run_on, ThreadExecutor) else _measure_cached_first,
+        )
+        results = _start(jobs, task, numel, run_on, progress or None)
 
-    try:  # while the workers measure: everything that does not need a metric
-        table = pair_table(t_idx, b_idx, pairs)
-        table["precision"] = running_precision(table)
-        # the module call enclosing each op (the target's hierarchy): modules that enclose a failure are told
-        # from the op inside them that caused it
-        hierarchy = t_dump.hierarchy
-        ops_column = table["op"].tolist()
-        table["parent"] = np.array([hierarchy.get(op) or "" for op in ops_column] if hierarchy else [""] * n_rows,
-                                   dtype=object)  # fmt: skip
-        calls = t_dump.calls
-        if calls:  # a dropout that was on (or off) by its arguments: random (or not) whatever its type says
-            table["random_call"] = random_calls(ops_column, table["op_type"].tolist(), calls)
-        table["op_input_scale"] = op_input_scale(table)
-        unmatched_bench = b_idx.take(matched.unmatched_bench)
-        meta = {
-            "problems": {side: _problem_summary(d) for side, d in (("target", t_dump), ("bench", b_dump))},
-            "target": str(t_dump.path),
-            "bench": str(b_dump.path),
-            "target_format": t_dump.format,
-            "bench_format": b_dump.format,
-            "mode": mode,
-            "coverage": matched.coverage(),
-        }
-        if isinstance(fusion, FusionMatcher):
-            ops_array = table["op"].astype(object)
-            table["ground_truth"] = np.asarray(fusion.ground_truth(ops_array), dtype=object)
-            table["relation"] = np.asarray(fusion.relations(ops_array), dtype=object)
-            table["fusion_pass"] = np.asarray(fusion.passes(ops_array), dtype=object)
-            absorbed = {benchmark_key(k): v for k, v in fusion.absorbed.items()}
-            fused_away = {
-                str(name): absorbed[key]
-                for name, key in zip(
-                    unmatched_bench["name"].tolist(), map(benchmark_key, unmatched_bench["op"].tolist()), strict=True
-                )
-                if key in absorbed
+        try:  # while the workers measure: everything that does not need a metric
+            table = pair_table(t_idx, b_idx, pairs)
+            table["precision"] = running_precision(table)
+            # the module call enclosing each op (the target's hierarchy): modules that enclose a failure are told
+            # from the op inside them that caused it
+            hierarchy = t_dump.hierarchy
+            ops_column = table["op"].tolist()
+            table["parent"] = np.array([hierarchy.get(op) or "" for op in ops_column] if hierarchy else [""] * n_rows,
+                                       dtype=object)  # fmt: skip
+            calls = t_dump.calls
+            if calls:  # a dropout that was on (or off) by its arguments: random (or not) whatever its type says
+                table["random_call"] = random_calls(ops_column, table["op_type"].tolist(), calls)
+            table["op_input_scale"] = op_input_scale(table)
+            unmatched_bench = b_idx.take(matched.unmatched_bench)
+            meta = {
+                "problems": {side: _problem_summary(d) for side, d in (("target", t_dump), ("bench", b_dump))},
+                "target": str(t_dump.path),
+                "bench": str(b_dump.path),
+                "target_format": t_dump.format,
+                "bench_format": b_dump.format,
+                "mode": mode,
+                "coverage": matched.coverage(),
             }
-            meta["fusion"] = {"graph": fusion.source, "notes": fusion_notes + fusion.notes, "fused_away": fused_away}
-        measured_columns = (*METRIC_COLUMNS, *STAT_METRIC_COLUMNS, "target_nonfinite", "bench_nonfinite")
-        values: dict[str, np.ndarray] = {c: np.full(n_rows, np.nan) for c in measured_columns}
-        checksum_match = np.full(n_rows, None, dtype=object)
-        held: list[tuple[int, dict[str, Any]]] = []  # results not yet in the columns (a bounded batch)
-        for i, result, reason in itertools.chain(early_done, results):
-            held.append((i, result))
-            if len(held) >= _RESULT_BATCH:
-                _fill(values, checksum_match, held)
-            if reason:
-                reasons[i] = reason
-                if reason.startswith(("could not", "element count")):
-                    modes[i] = "none" if not result else modes[i]
-        _fill(values, checksum_match, held)
-        fill_statistics(values, reasons, stats_done)
-        fill_checksums(checksum_match, reasons, sums_done)
-    finally:
-        results.close()
-        RECENT.clear()  # (the payloads kept for pairs that repeat another's bytes: see small_pairs)
+            if isinstance(fusion, FusionMatcher):
+                ops_array = table["op"].astype(object)
+                table["ground_truth"] = np.asarray(fusion.ground_truth(ops_array), dtype=object)
+                table["relation"] = np.asarray(fusion.relations(ops_array), dtype=object)
+                table["fusion_pass"] = np.asarray(fusion.passes(ops_array), dtype=object)
+                absorbed = {benchmark_key(k): v for k, v in fusion.absorbed.items()}
+                fused_away = {
+                    str(name): absorbed[key]
+                    for name, key in zip(
+                        unmatched_bench["name"].tolist(),
+                        map(benchmark_key, unmatched_bench["op"].tolist()),
+                        strict=True,
+                    )
+                    if key in absorbed
+                }
+                meta["fusion"] = {
+                    "graph": fusion.source,
+                    "notes": fusion_notes + fusion.notes,
+                    "fused_away": fused_away,
+                }
+            measured_columns = (*METRIC_COLUMNS, *STAT_METRIC_COLUMNS, "target_nonfinite", "bench_nonfinite")
+            values: dict[str, np.ndarray] = {c: np.full(n_rows, np.nan) for c in measured_columns}
+            checksum_match = np.full(n_rows, None, dtype=object)
+            held: list[tuple[int, dict[str, Any]]] = []  # results not yet in the columns (a bounded batch)
+            for i, result, reason in itertools.chain(early_done, results):
+                held.append((i, result))
+                if len(held) >= _RESULT_BATCH:
+                    _fill(values, checksum_match, held)
+                if reason:
+                    reasons[i] = reason
+                    if reason.startswith(("could not", "element count")):
+                        modes[i] = "none" if not result else modes[i]
+            _fill(values, checksum_match, held)
+            fill_statistics(values, reasons, stats_done)
+            fill_checksums(checksum_match, reasons, sums_done)
+        finally:
+            results.close()
+            RECENT.clear()  # (the payloads kept for pairs that repeat another's bytes: see small_pairs)
 
-    try:  # forked workers exit (results.wait() waits for them) while the table is assembled and judged
-        recorded_nonfinite = {side: table[f"{side}_nonfinite"].copy() for side in ("target", "bench")}
-        table["compare_mode"] = modes
-        for name, arr in values.items():
-            if name in table:  # target_mean/bench_mean: keep the index statistics where no payload was read
-                table[name] = np.where(np.isnan(arr), table[name], arr)
-            elif not np.isnan(arr).all() or name in METRIC_COLUMNS:
-                table[name] = arr
-        table["checksum_match"] = checksum_match
-        nonfinite_reasons(reasons, table, b_positions)
-        contradicted_statistics(reasons, table, recorded_nonfinite)
-        table["reason"] = reasons
-        return Comparison(table, unmatched_bench=unmatched_bench, rule=the_rule, meta=meta)
+        try:  # forked workers exit (results.wait() waits for them) while the table is assembled and judged
+            recorded_nonfinite = {side: table[f"{side}_nonfinite"].copy() for side in ("target", "bench")}
+            table["compare_mode"] = modes
+            for name, arr in values.items():
+                if name in table:  # target_mean/bench_mean: keep the index statistics where no payload was read
+                    table[name] = np.where(np.isnan(arr), table[name], arr)
+                elif not np.isnan(arr).all() or name in METRIC_COLUMNS:
+                    table[name] = arr
+            table["checksum_match"] = checksum_match
+            nonfinite_reasons(reasons, table, b_positions)
+            contradicted_statistics(reasons, table, recorded_nonfinite)
+            table["reason"] = reasons
+            return Comparison(table, unmatched_bench=unmatched_bench, rule=the_rule, meta=meta)
+        finally:
+            results.wait()
     finally:
-        results.wait()
+        if started:
+            early.discard()  # (a call that failed before it met the worker)

@@ -11,12 +11,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from damaged_msprobe import DAMAGES, damaged_copy
 from early_support import assert_same, compare_fresh, multicore, needs_two_cores, pair_records_alone
 
-from nbprec.compare import early, early_msprobe
+from nbprec.compare import early, early_meeting, early_msprobe
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
 BF16, FP32, FP16 = FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix", FIXTURES / "fp16_tensor_mix"
@@ -141,6 +142,46 @@ def test_off_starts_nothing(monkeypatch):
     monkeypatch.setenv("NBPREC_EARLY", "off")
     early.start(str(BF16), str(FP32))
     assert early._worker is None
+
+
+@needs_two_cores
+@pytest.mark.parametrize(("target", "bench"), [(BF16, FP32), (FP16, FP32)], ids=["bf16", "fp16"])
+def test_a_library_call_starts_its_own_worker_and_gives_the_same_comparison(target, bench):
+    plain = compare_fresh(target, bench, "plain")
+    call = compare_fresh(target, bench, "call")
+    assert plain["met"] == [] and plain["taken"][0][0] == 0  # (NBPREC_EARLY=off: no worker)
+    # the call met the worker it started, or took every pair it measured (it was done before the dumps were open)
+    assert len(call["met"]) == 1 or call["taken"][0][0] > 0
+    assert_same(plain, call)
+
+
+def _starts(monkeypatch, target=BF16, bench=FP32, mode="auto", parallel="auto", workers=None, run_on=None, threads=1):
+    """The worker starts :func:`early_meeting.start_for_call` asks for (none made) in a process running
+    ``threads`` threads."""
+    calls: list = []
+    monkeypatch.setattr(early, "start", lambda t, b: calls.append((t, b)))
+    monkeypatch.setattr(early_meeting, "threading", SimpleNamespace(active_count=lambda: threads))
+    early_meeting.start_for_call(target, bench, mode, parallel, workers, run_on)
+    return calls
+
+
+def test_a_library_call_starts_the_worker_only_where_it_would_fork(monkeypatch):
+    from nbprec import open as open_dump
+
+    assert _starts(monkeypatch) == [(str(BF16), str(FP32))]
+    assert _starts(monkeypatch, mode="tensor", workers=2, parallel="processes") == [(str(BF16), str(FP32))]
+    assert _starts(monkeypatch, mode="statistics") == []
+    assert _starts(monkeypatch, mode="checksum") == []
+    assert _starts(monkeypatch, parallel="threads") == []
+    assert _starts(monkeypatch, workers=1) == []
+    assert _starts(monkeypatch, workers=4) == []
+    assert _starts(monkeypatch, run_on=object()) == []  # an executor or a Dask client measures
+    assert _starts(monkeypatch, target=open_dump(BF16)) == []  # a dump opened already: nothing to overlap
+    assert _starts(monkeypatch, target=FIXTURES / "bf16_statistics_mix", bench=FIXTURES / "fp32_statistics_mix") == []
+    assert _starts(monkeypatch, threads=3) == []  # a threaded process (a notebook's kernel) forks only when asked to
+    assert _starts(monkeypatch, threads=3, parallel="processes") == [(str(BF16), str(FP32))]
+    monkeypatch.setattr(early, "_worker", object())  # the command's process started one: it serves this call
+    assert _starts(monkeypatch) == []
 
 
 def test_the_worker_has_pairs_in_msprobe_dumps_with_payloads_on_both_sides(tmp_path):

@@ -11,6 +11,10 @@ processes.
   ``--same-output`` into the same folder each run, over the files of the run before (as a user re-running the
   command, and as ``bench/compare.py`` runs it).
 
+- with ``--served`` too: the same command as a user's next one runs it, the client of a command daemon
+  (``nbprec.cli.daemon``) each side's first run starts (in a socket folder of its own; stopped at the end): the
+  client's wall clock, which ends when the process forked from the daemon has written every file.
+
 - with ``--quick DUMP``: the commands a user expects at once, each in its own process (no command daemon):
   ``nbprec --version``, ``nbprec --help``, ``nbprec info DUMP`` and ``nbprec overflow DUMP``, and beside them the
   interpreter's own start (``python -c pass``, the floor every command pays), all interleaved in the same rounds.
@@ -31,13 +35,14 @@ is timed against the default (``--baseline-env NBPREC_EARLY=off``: the command w
 Usage::
 
     .venv/bin/python bench/commands.py [--repeat 6] [--baseline DIR] [--baseline-env NAME=VALUE] [--compare T B]
-        [--compare-only] [--same-output] [--quick DUMP] [--quick-only] [--overflow DUMP [--headroom]]
+        [--compare-only] [--same-output] [--served] [--quick DUMP] [--quick-only] [--overflow DUMP [--headroom]]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -78,6 +83,39 @@ def compare_seconds(tree: Side, target: Path, bench: Path, out: Path) -> float:
     """Wall seconds of ``nbprec compare T B -o OUT`` run from ``tree`` in its own process (no command daemon)."""
     cmd = [sys.executable, "-m", "nbprec", "compare", str(target), str(bench), "-o", str(out), "--no-progress"]
     env = {**_env(tree), "NBPREC_DAEMON": "off"}
+    return timing.whole_process(cmd, ok=(0, 1), env=env, cwd=NEUTRAL)  # 1: failing ops found
+
+
+class Daemons:
+    """A command daemon per side for ``--served``, each in a socket folder of its own, started by a first run of
+    the command and stopped (its folder removed) by :meth:`close`."""
+
+    def __init__(self) -> None:
+        self.envs: dict[str, dict[str, str]] = {}
+
+    def start(self, name: str, side: Side, target: Path, bench: Path, out: Path) -> None:
+        folder = tempfile.mkdtemp(prefix="nbd-cmd-", dir="/tmp")  # (short: a socket path holds 107 bytes at most)
+        env = self.envs[name] = {**_env(side), "NBPREC_DAEMON": "on", "NBPREC_DAEMON_DIR": folder}
+        served_seconds(env, target, bench, out)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            status = [sys.executable, "-m", "nbprec", "daemon", "status"]
+            if subprocess.run(status, env=env, cwd=NEUTRAL, capture_output=True, check=False).returncode == 0:
+                return
+            time.sleep(0.2)
+        raise SystemExit(f"the command daemon of {name} did not start")
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            stop = [sys.executable, "-m", "nbprec", "daemon", "stop"]
+            subprocess.run(stop, env=env, cwd=NEUTRAL, capture_output=True, check=False)
+            shutil.rmtree(env["NBPREC_DAEMON_DIR"], ignore_errors=True)
+        self.envs.clear()
+
+
+def served_seconds(env: dict[str, str], target: Path, bench: Path, out: Path) -> float:
+    """Wall seconds of ``nbprec compare T B -o OUT`` as the client of the daemon of ``env``."""
+    cmd = [sys.executable, "-m", "nbprec", "compare", str(target), str(bench), "-o", str(out), "--no-progress"]
     return timing.whole_process(cmd, ok=(0, 1), env=env, cwd=NEUTRAL)  # 1: failing ops found
 
 
@@ -128,6 +166,9 @@ def main() -> None:
     parser.add_argument(
         "--same-output", action="store_true", help="with --compare: each tree writes into one folder, run after run"
     )
+    parser.add_argument(
+        "--served", action="store_true", help="with --compare: also as the client of a command daemon per side"
+    )
     parser.add_argument("--quick", type=Path, metavar="DUMP", help="also time --version, --help, info and overflow")
     parser.add_argument("--quick-only", action="store_true", help="with --quick: nothing else but --overflow")
     parser.add_argument("--overflow", type=Path, metavar="DUMP", help="also time nbprec overflow DUMP")
@@ -173,11 +214,24 @@ def main() -> None:
                 rounds, "nbprec compare, ")  # fmt: skip
             for n in trees:
                 times[n]["compare"] = compared[n]
+            if args.served:
+                daemons = Daemons()
+                try:
+                    for n, t in trees.items():
+                        daemons.start(n, t, *args.compare, folder(n))
+                    served = timing.interleave(
+                        {n: lambda n=n: served_seconds(daemons.envs[n], *args.compare, folder(n)) for n in trees},
+                        rounds, "nbprec compare, served, ")  # fmt: skip
+                finally:
+                    daemons.close()
+                for n in trees:
+                    times[n]["served"] = served[n]
         if not (args.compare_only or args.quick_only):
             _notebook_commands(trees, rounds, Path(tmp), times)
     names = list(trees)
     print(f"\nmachine: {timing.machine()}")
-    labels = {"compare": "nbprec compare -o OUT (own process)", "report": "nbprec report (whole command)",
+    labels = {"compare": "nbprec compare -o OUT (own process)", "served": "nbprec compare -o OUT (daemon client)",
+              "report": "nbprec report (whole command)",
               "url": "nbprec serve to its URL", "ready": "nbprec serve to dashboard ready",
               "overflow": "nbprec overflow D (payloads read)", "headroom": "nbprec overflow D --headroom",
               **{f"quick {k}": f"nbprec {' '.join(a).replace('DUMP', 'D')}" for k, a in QUICK.items()}}  # fmt: skip

@@ -27,8 +27,8 @@ ops).
 The command's own process starts it (:func:`nbprec.cli.run`). So do the process the command daemon forks for a
 client and a library call of :func:`nbprec.compare` that would fork a process to measure anyway
 (:func:`nbprec.compare.early_meeting.start_for_call`): there it covers the opening and matching of the dumps rather
-than the imports, and is started only for dumps it has pairs to measure in (:func:`has_pairs`). The daemon itself
-never starts it. ``NBPREC_EARLY=off`` turns it off.
+than the imports, and is started only for dumps it has pairs to measure in (:func:`has_pairs`; the daemon's own
+warm-up comparison, of two small nbprec dumps, is such a call). ``NBPREC_EARLY=off`` turns it off.
 """
 
 from __future__ import annotations

@@ -15,6 +15,11 @@ processes.
   (``nbprec.cli.daemon``) each side's first run starts (in a socket folder of its own; stopped at the end): the
   client's wall clock, which ends when the process forked from the daemon has written every file.
 
+- with ``--in-process`` too: ``nbprec.compare(T, B)`` called in a fresh process of each side, which imports the
+  modules the call uses and waits 0.5 s (as ``bench/timing.py`` describes) before it times its own call; a
+  ``--baseline-env`` variable is set in the baseline's process (``NBPREC_EARLY=off``: the call without the early
+  worker it starts).
+
 - with ``--quick DUMP``: the commands a user expects at once, each in its own process (no command daemon):
   ``nbprec --version``, ``nbprec --help``, ``nbprec info DUMP`` and ``nbprec overflow DUMP``, and beside them the
   interpreter's own start (``python -c pass``, the floor every command pays), all interleaved in the same rounds.
@@ -35,7 +40,8 @@ is timed against the default (``--baseline-env NBPREC_EARLY=off``: the command w
 Usage::
 
     .venv/bin/python bench/commands.py [--repeat 6] [--baseline DIR] [--baseline-env NAME=VALUE] [--compare T B]
-        [--compare-only] [--same-output] [--served] [--quick DUMP] [--quick-only] [--overflow DUMP [--headroom]]
+        [--compare-only] [--same-output] [--served] [--in-process] [--quick DUMP] [--quick-only]
+        [--overflow DUMP [--headroom]]
 """
 
 from __future__ import annotations
@@ -119,6 +125,24 @@ def served_seconds(env: dict[str, str], target: Path, bench: Path, out: Path) ->
     return timing.whole_process(cmd, ok=(0, 1), env=env, cwd=NEUTRAL)  # 1: failing ops found
 
 
+#: ``--in-process``: a child that imports what ``nbprec.compare`` uses, lets the imports' background work end, and
+#: times its own call.
+_CALL = """
+import json, sys, time
+import nbprec
+import nbprec.compare.engine  # (nbprec.compare's modules load on first use: before the clock)
+time.sleep(0.5)
+start = time.perf_counter()
+nbprec.compare(sys.argv[1], sys.argv[2])
+print("RESULT " + json.dumps({"seconds": time.perf_counter() - start}))
+"""
+
+
+def call_seconds(side: Side, target: Path, bench: Path) -> float:
+    """Seconds of ``nbprec.compare(T, B)`` in a fresh process of ``side``, after its imports (run from NEUTRAL)."""
+    return timing.child(_CALL, str(target), str(bench), env=_env(side), cwd=NEUTRAL)["seconds"]
+
+
 #: The quick commands of ``--quick`` (DUMP stands for the dump given), each run as ``python -m nbprec ...``.
 QUICK = {
     "--version": ["--version"],
@@ -169,6 +193,9 @@ def main() -> None:
     parser.add_argument(
         "--served", action="store_true", help="with --compare: also as the client of a command daemon per side"
     )
+    parser.add_argument(
+        "--in-process", action="store_true", help="with --compare: also nbprec.compare(T, B) in a fresh process"
+    )
     parser.add_argument("--quick", type=Path, metavar="DUMP", help="also time --version, --help, info and overflow")
     parser.add_argument("--quick-only", action="store_true", help="with --quick: nothing else but --overflow")
     parser.add_argument("--overflow", type=Path, metavar="DUMP", help="also time nbprec overflow DUMP")
@@ -214,6 +241,12 @@ def main() -> None:
                 rounds, "nbprec compare, ")  # fmt: skip
             for n in trees:
                 times[n]["compare"] = compared[n]
+            if args.in_process:
+                called = timing.interleave(
+                    {n: lambda t=t: call_seconds(t, *args.compare) for n, t in trees.items()},
+                    rounds, "nbprec.compare, ")  # fmt: skip
+                for n in trees:
+                    times[n]["call"] = called[n]
             if args.served:
                 daemons = Daemons()
                 try:
@@ -231,6 +264,7 @@ def main() -> None:
     names = list(trees)
     print(f"\nmachine: {timing.machine()}")
     labels = {"compare": "nbprec compare -o OUT (own process)", "served": "nbprec compare -o OUT (daemon client)",
+              "call": "nbprec.compare(T, B) (in-process)",
               "report": "nbprec report (whole command)",
               "url": "nbprec serve to its URL", "ready": "nbprec serve to dashboard ready",
               "overflow": "nbprec overflow D (payloads read)", "headroom": "nbprec overflow D --headroom",

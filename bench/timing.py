@@ -63,12 +63,13 @@ def read_files(files: Sequence[str | Path], buf: bytearray | None = None) -> int
     return total
 
 
-def child(code: str, *args: str, python: str | None = None, env: dict | None = None) -> dict:
-    """Run ``code`` in a fresh interpreter (``python``, default this one); return the JSON it printed after
-    ``RESULT``, plus ``process_seconds``: the parent's wall time around the whole process."""
+def child(code: str, *args: str, python: str | None = None, env: dict | None = None, cwd: str | None = None) -> dict:
+    """Run ``code`` in a fresh interpreter (``python``, default this one; in folder ``cwd``, default this one);
+    return the JSON it printed after ``RESULT``, plus ``process_seconds``: the parent's wall time around the whole
+    process."""
     cmd = [python or sys.executable, "-c", textwrap.dedent(code), *args]
     start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env, cwd=cwd)
     process_seconds = time.perf_counter() - start
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not lines:

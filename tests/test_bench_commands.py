@@ -54,17 +54,20 @@ def test_headroom_without_a_dump_is_refused():
     assert proc.returncode == 2 and "give the dump with --overflow D" in proc.stderr, proc.stderr
 
 
-def test_the_served_command_is_timed_on_a_daemon_per_side_and_the_daemons_are_stopped():
+def test_the_served_command_and_the_call_are_timed_per_side_and_the_daemons_are_stopped():
     """``--served`` times the comparison as a daemon's client too, each side (here the tree, and the tree without
-    the early worker) on a daemon of its own, in a socket folder that is gone afterwards."""
+    the early worker) on a daemon of its own, in a socket folder that is gone afterwards; ``--in-process`` times
+    ``nbprec.compare`` in a fresh process of each side."""
     fixtures = Path(__file__).parent / "fixtures" / "msprobe"
     before = set(Path("/tmp").glob("nbd-cmd-*"))
     cmd = [sys.executable, str(BENCH / "commands.py"), "--compare", str(fixtures / "bf16_tensor_mix")]
-    cmd += [str(fixtures / "fp32_tensor_mix"), "--compare-only", "--served", "--baseline-env", "NBPREC_EARLY=off"]
-    proc = subprocess.run([*cmd, "--repeat", "5"], capture_output=True, text=True, timeout=600, check=False)
+    cmd += [str(fixtures / "fp32_tensor_mix"), "--compare-only", "--served", "--in-process"]
+    cmd += ["--baseline-env", "NBPREC_EARLY=off", "--repeat", "5"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = proc.stdout.split("machine:")[-1]
-    for label in ("nbprec compare -o OUT (own process)", "nbprec compare -o OUT (daemon client)"):
+    labels = ("nbprec compare -o OUT (own process)", "nbprec compare -o OUT (daemon client)", "(in-process)")
+    for label in labels:
         line = next(text for text in summary.splitlines() if label in text)
         assert "this tree" in line and "baseline" in line and "paired ratio" in line, line
     assert set(Path("/tmp").glob("nbd-cmd-*")) == before  # (every daemon stopped, its folder removed)

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -92,30 +91,25 @@ def compare_seconds(tree: Side, target: Path, bench: Path, out: Path) -> float:
     return timing.whole_process(cmd, ok=(0, 1), env=env, cwd=NEUTRAL)  # 1: failing ops found
 
 
+#: The command as the benchmark runs it (from NEUTRAL): the daemon serves that interpreter and ``sys.path``.
+NBPREC = [sys.executable, "-m", "nbprec"]
+
+
 class Daemons:
-    """A command daemon per side for ``--served``, each in a socket folder of its own, started by a first run of
-    the command and stopped (its folder removed) by :meth:`close`."""
+    """A command daemon per side for ``--served``, each in a socket folder of its own (``timing.daemon_env``),
+    started by a first run of the command and stopped (its folder removed) by :meth:`close`."""
 
     def __init__(self) -> None:
         self.envs: dict[str, dict[str, str]] = {}
 
     def start(self, name: str, side: Side, target: Path, bench: Path, out: Path) -> None:
-        folder = tempfile.mkdtemp(prefix="nbd-cmd-", dir="/tmp")  # (short: a socket path holds 107 bytes at most)
-        env = self.envs[name] = {**_env(side), "NBPREC_DAEMON": "on", "NBPREC_DAEMON_DIR": folder}
+        env = self.envs[name] = timing.daemon_env(_env(side), prefix="nbd-cmd-")
         served_seconds(env, target, bench, out)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            status = [sys.executable, "-m", "nbprec", "daemon", "status"]
-            if subprocess.run(status, env=env, cwd=NEUTRAL, capture_output=True, check=False).returncode == 0:
-                return
-            time.sleep(0.2)
-        raise SystemExit(f"the command daemon of {name} did not start")
+        timing.wait_for_daemon(NBPREC, env, name)
 
     def close(self) -> None:
         for env in self.envs.values():
-            stop = [sys.executable, "-m", "nbprec", "daemon", "stop"]
-            subprocess.run(stop, env=env, cwd=NEUTRAL, capture_output=True, check=False)
-            shutil.rmtree(env["NBPREC_DAEMON_DIR"], ignore_errors=True)
+            timing.stop_daemon(NBPREC, env)
         self.envs.clear()
 
 

@@ -196,30 +196,16 @@ def nbprec_cli(target: Path, bench: Path, out: Path, env: dict | None = None) ->
 
 def start_daemon(target: Path, bench: Path, out: Path) -> None:
     """Run the command once with :data:`DAEMON_ENV` (it starts the daemon) and wait until the daemon answers."""
-    if "NBPREC_DAEMON_DIR" not in DAEMON_ENV:
-        DAEMON_ENV["NBPREC_DAEMON_DIR"] = tempfile.mkdtemp(prefix="nbd-bench-", dir="/tmp")
+    DAEMON_ENV.update(timing.daemon_env({}))
     nbprec_cli(target, bench, out, DAEMON_ENV)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        status = [NBPREC_BIN, "daemon", "status"]
-        if subprocess.run(status, env=DAEMON_ENV, capture_output=True, check=False).returncode == 0:
-            return
-        time.sleep(0.2)
-    raise SystemExit("the nbprec command daemon did not start")
+    timing.wait_for_daemon([NBPREC_BIN], DAEMON_ENV, "this run")
 
 
 def stop_daemon() -> None:
     """Stop the daemon :func:`start_daemon` started, and remove its socket folder (nothing when none was)."""
-    folder = DAEMON_ENV.pop("NBPREC_DAEMON_DIR", None)
-    if folder is None:
-        return
-    subprocess.run(
-        [NBPREC_BIN, "daemon", "stop"],
-        env={**DAEMON_ENV, "NBPREC_DAEMON_DIR": folder},
-        capture_output=True,
-        check=False,
-    )
-    shutil.rmtree(folder, ignore_errors=True)
+    if "NBPREC_DAEMON_DIR" in DAEMON_ENV:
+        timing.stop_daemon([NBPREC_BIN], DAEMON_ENV)
+        del DAEMON_ENV["NBPREC_DAEMON_DIR"]
 
 
 def _proc_status_kib(key: str) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -123,6 +124,31 @@ def whole_process(
     if done.returncode not in ok:
         raise SystemExit(f"{cmd[0]} failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     return seconds
+
+
+def daemon_env(env: dict[str, str], prefix: str = "nbd-bench-") -> dict[str, str]:
+    """``env`` for commands served by a command daemon of their own: ``NBPREC_DAEMON=on`` and a new socket folder
+    under /tmp (short: a socket path holds 107 bytes at most). :func:`stop_daemon` removes it."""
+    return {**env, "NBPREC_DAEMON": "on", "NBPREC_DAEMON_DIR": tempfile.mkdtemp(prefix=prefix, dir="/tmp")}
+
+
+def wait_for_daemon(nbprec: list[str], env: dict[str, str], what: str, seconds: float = 60.0) -> None:
+    """Wait until the daemon of ``env`` (started by a first command) answers ``nbprec daemon status``, run as the
+    commands were (``nbprec``: the console script, or ``python -m nbprec``: the daemon serves one interpreter and
+    ``sys.path``, which differ between the two)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        status = [*nbprec, "daemon", "status"]
+        if subprocess.run(status, env=env, cwd="/", capture_output=True, check=False).returncode == 0:
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"the command daemon of {what} did not start")
+
+
+def stop_daemon(nbprec: list[str], env: dict[str, str]) -> None:
+    """Stop the daemon of ``env`` (``nbprec`` as for :func:`wait_for_daemon`) and remove its socket folder."""
+    subprocess.run([*nbprec, "daemon", "stop"], env=env, cwd="/", capture_output=True, check=False)
+    shutil.rmtree(env["NBPREC_DAEMON_DIR"], ignore_errors=True)
 
 
 def interleave(runners: dict[str, Callable[[], float]], runs: int, label: str = "") -> dict[str, list[float]]:

@@ -18,9 +18,8 @@ meeting, here or on a forked process when they are many (:func:`nbprec.compare.e
 
 from __future__ import annotations
 
+import math
 import os
-import sys
-import threading
 from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any
@@ -29,7 +28,7 @@ import numpy as np
 
 from nbprec.compare import early
 from nbprec.compare.executors import BatchRun, BatchTask, Executor, local_executor
-from nbprec.compare.workers import JOB_COST, TAIL_ELEMENTS, Job, Result, batches
+from nbprec.compare.workers import JOB_COST, TAIL_ELEMENTS, Job, Result, batches, default_workers, fork_pays
 
 
 def start_for_call(target: Any, bench: Any, mode: str, parallel: str, workers: int | None, run_on: Any) -> bool:
@@ -42,14 +41,10 @@ def start_for_call(target: Any, bench: Any, mode: str, parallel: str, workers: i
     that one serves this call)."""
     if run_on is not None or mode not in ("auto", "tensor") or workers not in (None, 2):
         return False
-    if parallel not in ("auto", "processes") or early.current() is not None:
+    if early.current() is not None or not all(isinstance(path, (str, os.PathLike)) for path in (target, bench)):
         return False
-    if not all(isinstance(path, (str, os.PathLike)) for path in (target, bench)):
-        return False
-    if not hasattr(os, "fork") or sys.platform == "darwin":  # (as workers.fork_pays)
-        return False
-    if parallel == "auto" and threading.active_count() > 1:  # (forking a threaded process can copy a held lock)
-        return False
+    if not fork_pays(parallel, default_workers() if workers is None else workers, 2, math.inf):
+        return False  # (threads asked for, one core, no fork here, or a threaded process and "auto")
     paths = os.fspath(target), os.fspath(bench)
     if not early.has_pairs(*paths):
         return False

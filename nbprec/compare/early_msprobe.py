@@ -97,24 +97,26 @@ def without_payloads(target: str, bench: str) -> bool:
     """Whether ``target`` and ``bench`` are both msprobe dumps (their dump.json files found as the worker finds
     them) with no payload folder beside any dump.json: statistics and md5 dumps, whose comparison reads no
     payload. False for anything else (another format, a path that is not there: the reader says what it is)."""
-    return _payload_folders(target, bench) == 0
+    return _payload_folders(target, bench) == (0, 0)
 
 
 def with_payloads(target: str, bench: str) -> bool:
     """Whether ``target`` and ``bench`` are both msprobe dumps with a payload folder beside a dump.json of each
     side: the pairs the worker measures. False for anything else."""
-    found = _payload_folders(target, bench, each=True)
-    return found is not None and found > 0
+    found = _payload_folders(target, bench)
+    return found is not None and all(found)
 
 
-def _payload_folders(target: str, bench: str, each: bool = False) -> int | None:
-    """How many of the two msprobe dumps' dump.json files have a payload folder beside them (``each``: 0 unless
-    both sides have one); None when either side has no dump.json the worker finds."""
+def _payload_folders(target: str, bench: str) -> tuple[int, int] | None:
+    """How many of each side's dump.json files (found as the worker finds them) have a payload folder beside
+    them; None when either side has none the worker finds."""
     found = [list(_dump_jsons(root).values()) for root in (target, bench)]
     if not found[0] or not found[1]:
         return None
-    counts = [sum(os.path.lexists(os.path.join(os.path.dirname(j), _TENSOR_DIR)) for j in side) for side in found]
-    return (counts[0] + counts[1]) if not each or all(counts) else 0
+    t_count, b_count = (
+        sum(os.path.lexists(os.path.join(os.path.dirname(j), _TENSOR_DIR)) for j in side) for side in found
+    )
+    return t_count, b_count
 
 
 def _paired_dump_jsons(target: str, bench: str) -> list[tuple[str, str]]:

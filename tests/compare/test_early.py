@@ -11,13 +11,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from damaged_msprobe import DAMAGES, damaged_copy
 from early_support import assert_same, compare_fresh, multicore, needs_two_cores, pair_records_alone
 
 from nbprec.compare import early, early_meeting, early_msprobe
+from nbprec.compare import workers as compare_workers
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
 BF16, FP32, FP16 = FIXTURES / "bf16_tensor_mix", FIXTURES / "fp32_tensor_mix", FIXTURES / "fp16_tensor_mix"
@@ -160,7 +160,8 @@ def _starts(monkeypatch, target=BF16, bench=FP32, mode="auto", parallel="auto", 
     ``threads`` threads."""
     calls: list = []
     monkeypatch.setattr(early, "start", lambda t, b: calls.append((t, b)))
-    monkeypatch.setattr(early_meeting, "threading", SimpleNamespace(active_count=lambda: threads))
+    monkeypatch.setattr(compare_workers.threading, "active_count", lambda: threads)
+    monkeypatch.setattr(compare_workers, "usable_cores", lambda: 2)  # (default_workers: 2 on any machine)
     early_meeting.start_for_call(target, bench, mode, parallel, workers, run_on)
     return calls
 
@@ -180,6 +181,11 @@ def test_a_library_call_starts_the_worker_only_where_it_would_fork(monkeypatch):
     assert _starts(monkeypatch, target=FIXTURES / "bf16_statistics_mix", bench=FIXTURES / "fp32_statistics_mix") == []
     assert _starts(monkeypatch, threads=3) == []  # a threaded process (a notebook's kernel) forks only when asked to
     assert _starts(monkeypatch, threads=3, parallel="processes") == [(str(BF16), str(FP32))]
+    monkeypatch.setattr(compare_workers, "usable_cores", lambda: 1)
+    calls: list = []
+    monkeypatch.setattr(early, "start", lambda t, b: calls.append((t, b)))
+    early_meeting.start_for_call(BF16, FP32, "auto", "auto", None, None)
+    assert calls == []  # one usable core: nothing to measure beside the call
     monkeypatch.setattr(early, "_worker", object())  # the command's process started one: it serves this call
     assert _starts(monkeypatch) == []
 

@@ -1,6 +1,7 @@
 """Work beside the process (:mod:`nbprec._beside`): a forked child writes while the body runs; its failure is
-reported with its message; a failing body stops it; without a safe fork the work runs in this process; and the
-``nbprec compare -o`` files are the same either way."""
+reported with its message; a failing body stops it; the work left to either side runs once, on the side free
+first; without a safe fork the work runs in this process; and the ``nbprec compare -o`` files are the same either
+way."""
 
 from __future__ import annotations
 
@@ -70,6 +71,68 @@ def test_a_failing_body_stops_the_child_and_its_error_goes_on(tmp_path, forkable
     assert not marker.exists()  # killed, not left running
 
 
+def _note_pid(path: Path) -> None:
+    with open(path, "a") as fh:
+        fh.write(f"{os.getpid()}\n")
+
+
+def test_the_shared_work_runs_once_in_the_child_when_the_body_is_still_busy(tmp_path, forkable):
+    ran = tmp_path / "either"
+    with beside(lambda: None, "w", either=lambda: _note_pid(ran)):
+        assert _wait_for(ran), "the child did not take the shared work while the body ran"  # (the body waits)
+    pids = ran.read_text().split()
+    assert len(pids) == 1 and int(pids[0]) != os.getpid()
+
+
+def test_the_shared_work_runs_once_here_when_the_child_is_still_busy(tmp_path, forkable):
+    ran = tmp_path / "either"
+    # the child's own work ends only once the shared work has run: it can only have run here
+    with beside(lambda: _wait_for(ran), "w", either=lambda: _note_pid(ran)):
+        pass
+    assert ran.read_text().split() == [str(os.getpid())]
+
+
+def test_a_failure_of_the_shared_work_here_is_told_after_the_child_is_done(tmp_path, forkable):
+    started, done = tmp_path / "shared work started", tmp_path / "child done"
+
+    def fail() -> None:
+        started.write_text("")
+        raise OSError(28, "No space left on device", str(tmp_path / "b.csv"))
+
+    # the child's own work ends only once the shared work has started: it is taken here, and fails
+    with (
+        pytest.raises(NbprecError, match=r"^writing: .*No space left on device.*b\.csv"),
+        beside(lambda: _wait_for(started) and done.write_text(""), "writing", either=fail),
+    ):
+        pass
+    assert done.exists()  # waited for, not killed
+
+
+def test_failures_of_the_child_and_of_the_shared_work_are_both_told(tmp_path, forkable):
+    started = tmp_path / "shared work started"
+
+    def child() -> None:
+        _wait_for(started)  # (the shared work is taken here meanwhile)
+        raise ValueError("the child's")
+
+    def shared() -> None:
+        started.write_text("")
+        raise ValueError("the shared work's")
+
+    with (
+        pytest.raises(NbprecError, match=r"^w: ValueError: the child's; ValueError: the shared work's$"),
+        beside(child, "w", either=shared),
+    ):
+        pass
+
+
+def _raises(exc: Exception):
+    def run() -> None:
+        raise exc
+
+    return run
+
+
 def test_with_other_threads_the_work_runs_here_after_the_body(tmp_path):
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
@@ -80,6 +143,15 @@ def test_with_other_threads_the_work_runs_here_after_the_body(tmp_path):
         with beside(lambda: order.append(("work", os.getpid())), "w") as forked:
             order.append(("body", os.getpid()))
         assert not forked and order == [("body", os.getpid()), ("work", os.getpid())]
+        order.clear()
+        with beside(lambda: order.append("work"), "w", either=lambda: order.append("either")) as forked:
+            order.append("body")
+        assert not forked and order == ["body", "work", "either"]
+        with (
+            pytest.raises(NbprecError, match=r"^w: OSError: one; ValueError: two$"),
+            beside(_raises(OSError("one")), "w", either=_raises(ValueError("two"))),
+        ):
+            pass
     finally:
         stop.set()
         thread.join()
@@ -113,11 +185,17 @@ def test_compare_writes_the_same_files_forked_or_not(tmp_path, monkeypatch, caps
     assert (tmp_path / "forked" / "comparison.json").read_text() == (tmp_path / "here" / "comparison.json").read_text()
 
 
-def test_compare_reports_a_layout_it_could_not_write(tmp_path, capsys, forkable):
+@pytest.mark.parametrize("taken", ["compare_msaccucmp.csv", "compare_msprobe.csv"])
+@pytest.mark.parametrize("fork", [True, False])
+def test_compare_reports_either_interop_layout_it_could_not_write_and_writes_the_other(
+    tmp_path, capsys, monkeypatch, taken, fork
+):
+    monkeypatch.setattr(_beside, "can_fork", lambda: fork)
     target, bench = _pair(tmp_path)
     out = tmp_path / "out"
-    (out / "compare_msprobe.csv").mkdir(parents=True)  # a folder where the file goes
+    (out / taken).mkdir(parents=True)  # a folder where the file goes: whichever process writes it fails
     assert main(["compare", str(target), str(bench), "-o", str(out), "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert "writing compare_msaccucmp.csv and compare_msprobe.csv" in err and "Is a directory" in err
-    assert (out / "tensors.csv").exists() and (out / "compare_msaccucmp.csv").exists()  # the rest was written
+    other = {"compare_msaccucmp.csv", "compare_msprobe.csv"} - {taken}
+    assert (out / other.pop()).is_file() and (out / "tensors.csv").is_file()

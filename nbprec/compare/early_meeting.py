@@ -139,9 +139,7 @@ class _Matcher:
     """Matches the worker's records to the engine's jobs, as :func:`measured` describes."""
 
     def __init__(self, t_dump: Any, b_dump: Any, loaders: tuple) -> None:
-        self.t_rows, self.b_rows = _Rows(t_dump.columns), _Rows(b_dump.columns)
-        self.t_loader, self.b_loader = loaders
-        self.whole: dict[tuple, bool] = {}  # (side, dtype, numel, folder) -> its loader reads such payloads as-is
+        self.t_rows, self.b_rows = _Rows(t_dump.columns, loaders[0]), _Rows(b_dump.columns, loaders[1])
 
     def __call__(
         self, jobs: list[tuple], records: list[tuple], columns: tuple[str, ...] | None
@@ -149,13 +147,13 @@ class _Matcher:
         if columns is None or not records:  # (the header is the first message: records come after it)
             return [], jobs
         by_files = {(record[0], record[1]): record for record in records}
-        t_file, b_file = self.t_rows.file, self.b_rows.file
+        t_file, b_file, fit = self.t_rows.file, self.b_rows.file, self.result
         done: list[tuple[int, dict, str]] = []
         left: list[tuple] = []
         for job in jobs:
             _i, mode, t_pos, b_pos = job
             record = by_files.get((t_file[t_pos], b_file[b_pos])) if mode == "tensor" else None
-            result = None if record is None else self.result(job, record, columns)
+            result = None if record is None else fit(job, record, columns)
             if result is None:
                 left.append(job)
             else:
@@ -168,12 +166,9 @@ class _Matcher:
         recorded extremes, or payloads the dump's loader does not read as the worker read them)."""
         i, _mode, t_pos, b_pos = job
         _t_file, _b_file, t_dtype, b_dtype, shape, hints, values, reason, counts = record
-        t_rows, b_rows = self.t_rows, self.b_rows
         if not (
-            t_rows.matches(t_pos, t_dtype, shape, hints[:2])
-            and b_rows.matches(b_pos, b_dtype, shape, hints[2:])
-            and _reads_as_is(self.whole, self.t_loader, t_rows, t_pos)
-            and _reads_as_is(self.whole, self.b_loader, b_rows, b_pos)
+            self.t_rows.fits(t_pos, t_dtype, shape, hints[0], hints[1])
+            and self.b_rows.fits(b_pos, b_dtype, shape, hints[2], hints[3])
         ):
             return None
         result = dict(zip(columns, values, strict=True))
@@ -182,44 +177,42 @@ class _Matcher:
 
 
 class _Rows:
-    """The index columns :func:`measured` reads, as lists (a row of the index is slow to make, one by one)."""
+    """One side's index columns that :func:`measured` reads, as lists (a row of the index is slow to make, one by
+    one), and its dump's loader."""
 
-    def __init__(self, columns: Any) -> None:
+    def __init__(self, columns: Any, loader: Any) -> None:
         self.file, self.dtype, self.shape, self.numel, self.min, self.max, self.has_data = (
             columns[name].tolist() for name in ("file", "dtype", "shape", "numel", "min", "max", "has_data")
         )
+        self.loader = loader
+        #: the loader's answer does not depend on the payload's size (``reads_whole_any_size``: nbprec's own)
+        self.any_size = bool(getattr(loader, "reads_whole_any_size", False))
+        self.as_is: dict[tuple, bool] = {}  # (dtype, numel or -1, folder) -> whether the loader reads it as-is
 
-    def matches(self, i: int, dtype: str, shape: tuple[int, ...], extremes: tuple[float, float]) -> bool:
-        """Whether row ``i`` has a payload of this dtype and shape, and these recorded extremes."""
-        return (
-            self.has_data[i]
-            and self.dtype[i] == dtype
-            and tuple(self.shape[i]) == shape
-            and _same(self.min[i], extremes[0])
-            and _same(self.max[i], extremes[1])
-        )
+    def fits(self, i: int, dtype: str, shape: tuple[int, ...], low: float, high: float) -> bool:
+        """Whether row ``i`` has a payload of this dtype and shape and these recorded extremes (equal, or both NaN),
+        one the dump's loader reads as the worker did (:meth:`reads_as_is`)."""
+        if not self.has_data[i] or self.dtype[i] != dtype or tuple(self.shape[i]) != shape:
+            return False
+        a, b = self.min[i], self.max[i]
+        if not ((a == low or (a != a and low != low)) and (b == high or (b != b and high != high))):
+            return False
+        file = self.file[i]
+        answer = self.as_is.get((dtype, -1 if self.any_size else self.numel[i], file[: file.rfind(os.sep)]))
+        return self.reads_as_is(i) if answer is None else answer
 
-
-def _same(a: float, b: float) -> bool:
-    """Whether two recorded statistics are the same: equal, or both NaN (a side that holds a NaN)."""
-    return a == b or (a != a and b != b)
-
-
-def _reads_as_is(known: dict[tuple, bool], loader: Any, rows: _Rows, i: int) -> bool:
-    """Whether the dump's loader reads row ``i``'s payload whole (``reads_whole``) or maps it for one kernel call
-    (``reads_mapped``, msprobe's loader only), as the worker does; asked once per side, dtype, size and folder
-    (the worker reads payloads of a folder by their names alone, never through a subfolder), or once per side,
-    dtype and folder of a loader whose answer does not depend on the size (``reads_whole_any_size``: nbprec's own,
-    whose dumps may hold as many sizes as tensors)."""
-    file = rows.file[i]
-    size = -1 if getattr(loader, "reads_whole_any_size", False) else rows.numel[i]
-    key = (id(rows), rows.dtype[i], size, file[: file.rfind(os.sep)])
-    answer = known.get(key)
-    if answer is None:
-        row = {"dtype": rows.dtype[i], "numel": rows.numel[i], "file": file}
-        mapped = getattr(loader, "reads_mapped", None)
-        answer = known[key] = bool(loader.reads_whole(row) or (mapped is not None and mapped(row)))
-    return answer
+    def reads_as_is(self, i: int) -> bool:
+        """Whether the dump's loader reads row ``i``'s payload whole (``reads_whole``) or maps it for one kernel
+        call (``reads_mapped``, msprobe's loader only), as the worker does; asked once per dtype, size and folder
+        (the worker reads payloads of a folder by their names alone, never through a subfolder), or once per dtype
+        and folder of a loader whose answer does not depend on the size (``reads_whole_any_size``: nbprec's own,
+        whose dumps may hold as many sizes as tensors)."""
+        file, dtype, numel = self.file[i], self.dtype[i], self.numel[i]
+        row = {"dtype": dtype, "numel": numel, "file": file}
+        mapped = getattr(self.loader, "reads_mapped", None)
+        answer = bool(self.loader.reads_whole(row) or (mapped is not None and mapped(row)))
+        self.as_is[(dtype, -1 if self.any_size else numel, file[: file.rfind(os.sep)])] = answer
+        return answer
 
 
 #: Jobs the command measures between two looks at the worker's records, at the most ...

@@ -78,21 +78,27 @@ def _env(side: Side) -> dict[str, str]:
 NEUTRAL = "/"
 
 
+#: The command as the benchmark runs it (from NEUTRAL): a command daemon serves that interpreter and ``sys.path``.
+NBPREC = [sys.executable, "-m", "nbprec"]
+
+
 def report_seconds(tree: Side, target: Path, bench: Path, out: Path) -> float:
     """Wall seconds of ``nbprec report`` run from ``tree``."""
-    cmd = [sys.executable, "-m", "nbprec", "report", str(target), str(bench), "-o", str(out)]
+    cmd = [*NBPREC, "report", str(target), str(bench), "-o", str(out)]
     return timing.whole_process(cmd, env=_env(tree), cwd=NEUTRAL)
 
 
-def compare_seconds(tree: Side, target: Path, bench: Path, out: Path) -> float:
-    """Wall seconds of ``nbprec compare T B -o OUT`` run from ``tree`` in its own process (no command daemon)."""
-    cmd = [sys.executable, "-m", "nbprec", "compare", str(target), str(bench), "-o", str(out), "--no-progress"]
-    env = {**_env(tree), "NBPREC_DAEMON": "off"}
+def compare_seconds(env: dict[str, str], target: Path, bench: Path, out: Path) -> float:
+    """Wall seconds of ``nbprec compare T B -o OUT`` with ``env``: :func:`own_process_env`'s (no command daemon),
+    or a daemon's (:class:`Daemons`: the client's wall clock, which ends when the served process has written
+    every file)."""
+    cmd = [*NBPREC, "compare", str(target), str(bench), "-o", str(out), "--no-progress"]
     return timing.whole_process(cmd, ok=(0, 1), env=env, cwd=NEUTRAL)  # 1: failing ops found
 
 
-#: The command as the benchmark runs it (from NEUTRAL): the daemon serves that interpreter and ``sys.path``.
-NBPREC = [sys.executable, "-m", "nbprec"]
+def own_process_env(tree: Side) -> dict[str, str]:
+    """``tree``'s variables for a command in its own process (no command daemon)."""
+    return {**_env(tree), "NBPREC_DAEMON": "off"}
 
 
 class Daemons:
@@ -104,19 +110,13 @@ class Daemons:
 
     def start(self, name: str, side: Side, target: Path, bench: Path, out: Path) -> None:
         env = self.envs[name] = timing.daemon_env(_env(side), prefix="nbd-cmd-")
-        served_seconds(env, target, bench, out)
+        compare_seconds(env, target, bench, out)
         timing.wait_for_daemon(NBPREC, env, name)
 
     def close(self) -> None:
         for env in self.envs.values():
             timing.stop_daemon(NBPREC, env)
         self.envs.clear()
-
-
-def served_seconds(env: dict[str, str], target: Path, bench: Path, out: Path) -> float:
-    """Wall seconds of ``nbprec compare T B -o OUT`` as the client of the daemon of ``env``."""
-    cmd = [sys.executable, "-m", "nbprec", "compare", str(target), str(bench), "-o", str(out), "--no-progress"]
-    return timing.whole_process(cmd, ok=(0, 1), env=env, cwd=NEUTRAL)  # 1: failing ops found
 
 
 #: ``--in-process``: a child that imports what ``nbprec.compare`` uses, lets the imports' background work end, and
@@ -151,7 +151,7 @@ def quick_seconds(tree: Side | None, arguments: list[str], dump: Path) -> float:
     ``tree`` None, of ``python -c pass``."""
     if tree is None:
         return timing.whole_process([sys.executable, "-c", "pass"], cwd=NEUTRAL)
-    cmd = [sys.executable, "-m", "nbprec", *(str(dump) if a == "DUMP" else a for a in arguments)]
+    cmd = [*NBPREC, *(str(dump) if a == "DUMP" else a for a in arguments)]
     return timing.whole_process(cmd, env={**_env(tree), "NBPREC_DAEMON": "off"}, cwd=NEUTRAL)
 
 
@@ -159,7 +159,7 @@ def serve_seconds(tree: Side, target: Path, bench: Path) -> tuple[float, float]:
     """Seconds from ``nbprec serve``'s start (run from ``tree``) to its URL line and to ``dashboard ready``."""
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nbprec", "serve", str(target), str(bench)],
+        [*NBPREC, "serve", str(target), str(bench)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tree), cwd=NEUTRAL,
     )  # fmt: skip
     try:
@@ -231,7 +231,8 @@ def main() -> None:
                 return Path(tmp) / (f"compare {name}" if args.same_output else f"compare{next(outs)}")
 
             compared = timing.interleave(
-                {n: lambda n=n, t=t: compare_seconds(t, *args.compare, folder(n)) for n, t in trees.items()},
+                {n: lambda n=n, t=t: compare_seconds(own_process_env(t), *args.compare, folder(n))
+                 for n, t in trees.items()},
                 rounds, "nbprec compare, ")  # fmt: skip
             for n in trees:
                 times[n]["compare"] = compared[n]
@@ -247,7 +248,7 @@ def main() -> None:
                     for n, t in trees.items():
                         daemons.start(n, t, *args.compare, folder(n))
                     served = timing.interleave(
-                        {n: lambda n=n: served_seconds(daemons.envs[n], *args.compare, folder(n)) for n in trees},
+                        {n: lambda n=n: compare_seconds(daemons.envs[n], *args.compare, folder(n)) for n in trees},
                         rounds, "nbprec compare, served, ")  # fmt: skip
                 finally:
                     daemons.close()

@@ -126,6 +126,18 @@ def test_failures_of_the_child_and_of_the_shared_work_are_both_told(tmp_path, fo
         pass
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files in /proc")
+def test_a_fork_that_fails_is_raised_and_leaves_no_pipe_open(monkeypatch, forkable):
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(_beside.os, "fork", no_fork)
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(BlockingIOError), beside(lambda: None, "w", either=lambda: None):
+        pass
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
 def _raises(exc: Exception):
     def run() -> None:
         raise exc

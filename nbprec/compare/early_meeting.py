@@ -197,22 +197,21 @@ class _Rows:
         a, b = self.min[i], self.max[i]
         if not ((a == low or (a != a and low != low)) and (b == high or (b != b and high != high))):
             return False
-        file = self.file[i]
-        answer = self.as_is.get((dtype, -1 if self.any_size else self.numel[i], file[: file.rfind(os.sep)]))
-        return self.reads_as_is(i) if answer is None else answer
-
-    def reads_as_is(self, i: int) -> bool:
-        """Whether the dump's loader reads row ``i``'s payload whole (``reads_whole``) or maps it for one kernel
-        call (``reads_mapped``, msprobe's loader only), as the worker does; asked once per dtype, size and folder
-        (the worker reads payloads of a folder by their names alone, never through a subfolder), or once per dtype
-        and folder of a loader whose answer does not depend on the size (``reads_whole_any_size``: nbprec's own,
-        whose dumps may hold as many sizes as tensors)."""
-        file, dtype, numel = self.file[i], self.dtype[i], self.numel[i]
-        row = {"dtype": dtype, "numel": numel, "file": file}
-        mapped = getattr(self.loader, "reads_mapped", None)
-        answer = bool(self.loader.reads_whole(row) or (mapped is not None and mapped(row)))
-        self.as_is[(dtype, -1 if self.any_size else numel, file[: file.rfind(os.sep)])] = answer
+        file, numel = self.file[i], self.numel[i]
+        key = (dtype, -1 if self.any_size else numel, file[: file.rfind(os.sep)])
+        answer = self.as_is.get(key)
+        if answer is None:
+            answer = self.as_is[key] = self.reads_as_is({"dtype": dtype, "numel": numel, "file": file})
         return answer
+
+    def reads_as_is(self, row: dict[str, Any]) -> bool:
+        """Whether the dump's loader reads ``row``'s payload whole (``reads_whole``) or maps it for one kernel call
+        (``reads_mapped``, msprobe's loader only), as the worker does. :meth:`fits` asks once per dtype, size and
+        folder (the worker reads payloads of a folder by their names alone, never through a subfolder), or once per
+        dtype and folder of a loader whose answer does not depend on the size (``reads_whole_any_size``: nbprec's
+        own, whose dumps may hold as many sizes as tensors)."""
+        mapped = getattr(self.loader, "reads_mapped", None)
+        return bool(self.loader.reads_whole(row) or (mapped is not None and mapped(row)))
 
 
 #: Jobs the command measures between two looks at the worker's records, at the most ...

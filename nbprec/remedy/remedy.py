@@ -192,7 +192,10 @@ def _from_text(text: str) -> Remedy:
         try:
             modules += [str(m) for m in json.loads(block)]
         except ValueError as exc:  # (a JSONDecodeError, or a number of thousands of digits)
-            raise RemedyError(f"could not read the module list {shown(block)}: {error_text(exc)}") from None
+            raise RemedyError(
+                f"could not read the module list {shown(block)}: {error_text(exc)}; give it as nbprec overflow "
+                'printed it, a list of quoted module paths (for path in ["encoder.layer.0", ...])'
+            ) from None
     scale = _SCALE.search(text)
     bound = float(scale.group(1)) if scale else None
     if not names and not modules and bound is None:

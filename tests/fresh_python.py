@@ -12,3 +12,21 @@ def run_python(script: str, timeout: float = 120) -> str:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
+
+
+#: The end of a script run in a fresh interpreter that runs ``nbprec compare`` (``argv``, the command's arguments) as
+#: ``entry`` runs it: ``"run"``, in a process of its own (nbprec.cli.run); else as the command daemon's served
+#: process runs it (daemon_process._run_command), its streams on /dev/null. Both end the process (os._exit).
+RUN_COMMAND_AS = r"""
+import os, socket, sys
+if entry == "run":
+    import nbprec.cli
+    sys.argv = ["nbprec", *argv]
+    nbprec.cli.run()
+else:
+    from nbprec.cli import daemon_process
+    mine, theirs = socket.socketpair()
+    streams = [os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY), os.open(os.devnull, os.O_WRONLY)]
+    request = {"argv": argv, "cwd": os.getcwd(), "umask": 0o022, "env": dict(os.environ), "encoding": "utf-8"}
+    daemon_process._run_command(theirs, request, streams)
+"""

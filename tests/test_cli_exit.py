@@ -53,15 +53,18 @@ def test_the_command_sets_up_its_process_before_numpy(monkeypatch):
     measure on) unless the user said otherwise, and ends with main's status; importing nbprec's command line
     loads no numpy, so the setting is in time."""
     import nbprec.cli as cli
+    from nbprec import _gc
 
     code = "import sys, nbprec.cli; print('numpy' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
     ended = []
     monkeypatch.setattr(cli, "main", lambda: 3)
     monkeypatch.setattr(cli.os, "_exit", ended.append)
+    monkeypatch.setattr(_gc, "_SPARED", None)  # (run() says the process frees nothing: this one goes on)
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     cli.run()
     assert ended == [3] and os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    assert _gc._SPARED == []  # (spare keeps what it is given from now on)
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
     cli.run()
     assert os.environ["OPENBLAS_NUM_THREADS"] == "4"

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fresh_python import RUN_COMMAND_AS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "msprobe"
 NBPREC = Path(sys.executable).with_name("nbprec")
@@ -121,8 +122,9 @@ def test_the_command_writes_the_same_files_with_and_without_huge_pages(tmp_path)
 
 #: Run in a fresh interpreter: a compare command, the way ``entry`` runs it (its own process, nbprec.cli.run; or the
 #: daemon's served process, daemon_process._run_command), huge_heap wrapped to write what it did to ``record``.
-CALL_SITE = r"""
-import json, os, socket, sys
+CALL_SITE = (
+    r"""
+import json, sys
 import nbprec.cli
 entry, record, target, bench, out = sys.argv[1:6]
 real = nbprec.cli.huge_heap
@@ -137,16 +139,9 @@ FORKS = [0]
 sys.addaudithook(lambda event, args: FORKS.__setitem__(0, FORKS[0] + 1) if event == "os.fork" else None)
 nbprec.cli.huge_heap = recorded
 argv = ["compare", target, bench, "-o", out, "--no-progress"]
-if entry == "run":
-    sys.argv = ["nbprec", *argv]
-    nbprec.cli.run()
-else:
-    from nbprec.cli import daemon_process
-    mine, theirs = socket.socketpair()
-    streams = [os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY), os.open(os.devnull, os.O_WRONLY)]
-    request = {"argv": argv, "cwd": os.getcwd(), "umask": 0o022, "env": dict(os.environ), "encoding": "utf-8"}
-    daemon_process._run_command(theirs, request, streams)
 """
+    + RUN_COMMAND_AS
+)
 
 
 @pytest.mark.parametrize("entry", ["run", "served"])

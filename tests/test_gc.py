@@ -1,15 +1,21 @@
 """The collector helpers: paused_gc restores the collector's state, and what a large block keeps skips the
 young collections' scan without escaping full collections; rarer_collections raises the young threshold for a
-block and gives the program's back."""
+block and gives the program's back; spare keeps what the command's process would free on its way out, and only
+there."""
 
 from __future__ import annotations
 
 import gc
+import json
+import os
+import subprocess
+import sys
 import weakref
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fresh_python import RUN_COMMAND_AS, run_python
 
 from nbprec._gc import PROMOTE_FROM, frozen_heap, paused_gc, rarer_collections
 from nbprec.errors import DumpFormatError
@@ -167,3 +173,68 @@ def test_every_reader_indexes_with_the_collector_paused(collector_on, make, monk
     with pytest.raises(DumpFormatError):
         nbprec.open(bad, format="msprobe")
     assert gc.isenabled()
+
+
+def test_spare_keeps_objects_only_in_a_process_that_ends_without_freeing():
+    """Before spare_until_exit, spare changes nothing (the object goes with its last reference); after it, what
+    spare was given stays (the process frees nothing on its way out)."""
+    out = run_python(
+        "import weakref\n"
+        "from nbprec import _gc\n"
+        "class Thing: pass\n"
+        "a = Thing(); ra = weakref.ref(a); _gc.spare(a); del a\n"
+        "_gc.spare_until_exit()\n"
+        "b = Thing(); rb = weakref.ref(b); _gc.spare(b); del b\n"
+        "print(ra() is None, rb() is not None)\n"
+    )
+    assert out == "True True"
+
+
+#: Run in a fresh interpreter: ``nbprec compare`` as ``entry`` runs it (its own process, nbprec.cli.run; or the
+#: daemon's served process), nbprec._gc.spare wrapped to write to ``record`` whether it kept what it was given.
+SPARING = (
+    r"""
+import json, sys
+from nbprec import _gc
+entry, record, target, bench, out = sys.argv[1:6]
+real = _gc.spare
+
+def recorded(*objects):
+    real(*objects)
+    with open(record, "w") as fh:
+        json.dump({"kept": _gc._SPARED is not None, "types": [type(o).__name__ for o in objects]}, fh)
+
+_gc.spare = recorded  # (before the engine imports it)
+argv = ["compare", target, bench, "-o", out, "--no-progress"]
+"""
+    + RUN_COMMAND_AS
+)
+
+
+@pytest.mark.parametrize("entry", ["run", "served"])
+def test_the_compare_command_keeps_the_opened_dumps_to_its_end(tmp_path, entry):
+    """Both places a command runs (its own process and the daemon's served one) end with os._exit: there the
+    comparison's opened dumps are not freed on the way (spared), and the command's files are all written."""
+    fixtures = Path(__file__).parent / "fixtures" / "msprobe"
+    record = tmp_path / "record.json"
+    env = {**os.environ, "NBPREC_DAEMON": "off"}
+    cmd = [sys.executable, "-c", SPARING, entry, str(record), str(fixtures / "bf16_tensor_mix"),
+           str(fixtures / "fp32_tensor_mix"), str(tmp_path / "out")]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    seen = json.loads(record.read_text())
+    assert seen["kept"] is True and seen["types"].count("Dump") == 2, seen
+    assert (tmp_path / "out" / "compare_msprobe.csv").read_text(encoding="utf-8").count("\n") == 1 + 279
+
+
+def test_a_library_comparison_frees_its_dumps(tmp_path):
+    """In a process that frees (any but the command's), the dumps a comparison opened go when it returns."""
+    fixtures = Path(__file__).parent / "fixtures" / "msprobe"
+    out = run_python(
+        "import gc, nbprec\n"
+        "from nbprec.dump import Dump\n"
+        f"comp = nbprec.compare({str(fixtures / 'bf16_tensor_mix')!r}, {str(fixtures / 'fp32_tensor_mix')!r})\n"
+        "gc.collect()\n"
+        "print(len(comp.columns), sum(isinstance(o, Dump) for o in gc.get_objects()))\n"
+    )
+    assert out == "279 0"

@@ -95,8 +95,10 @@ def run() -> None:
         compare_heap(paths)  # (before the worker is forked: it inherits the marked heap)
         if paths is not None:
             early.start(*paths)
+    from nbprec._gc import spare_until_exit
     from nbprec.cli import main  # (here, not at the top: a client of the daemon never builds the parser)
 
+    spare_until_exit()  # (this process ends with os._exit below)
     status = main()
     if early is not None:
         early.discard()  # (a command that stopped before comparing: its results are not wanted)

@@ -116,8 +116,10 @@ def _run_command(conn: socket.socket, request: dict, fds: list[int]) -> None:
         os.environ.update(request["env"])
         _reopen_streams(request["encoding"])
         sys.argv = ["nbprec", *request["argv"]]
+        from nbprec._gc import spare_until_exit
         from nbprec.cli import main
 
+        spare_until_exit()  # (this process ends with os._exit below)
         if request["argv"][:1] == ["compare"]:
             prepare_compare(request["argv"])
         status = main(request["argv"])

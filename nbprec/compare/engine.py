@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from nbprec._gc import spare
 from nbprec._progress import ProgressCallback
 from nbprec.compare import early
 from nbprec.compare.comparison import Comparison
@@ -19,11 +20,7 @@ from nbprec.compare.early_meeting import MeetingExecutor, measured, start_for_ca
 from nbprec.compare.executors import Executor, Results, ThreadExecutor, local_executor, requested_executor
 from nbprec.compare.fusion import FusionMatcher, automatic_fusion, benchmark_key, read_graph_model
 from nbprec.compare.matching import FusionHook, match_tensors, read_mapping
-from nbprec.compare.metrics import (
-    METRIC_COLUMNS,
-    STAT_METRIC_COLUMNS,
-    tensor_metrics,
-)
+from nbprec.compare.metrics import METRIC_COLUMNS, STAT_METRIC_COLUMNS, tensor_metrics
 from nbprec.compare.pair_table import (
     CompareMode,
     checksum_pairs,
@@ -491,6 +488,7 @@ def compare(
             nonfinite_reasons(reasons, table, b_positions)
             contradicted_statistics(reasons, table, recorded_nonfinite)
             table["reason"] = reasons
+            spare(task, results, t_dump, b_dump, early_done, jobs)  # (the command would free them on its way out)
             return Comparison(table, unmatched_bench=unmatched_bench, rule=the_rule, meta=meta)
         finally:
             results.wait()

@@ -164,10 +164,13 @@ class _Recent:
         self.lock = allocate_lock()
 
     def find(self, key: tuple, t: memoryview, b: memoryview) -> Measured | None:
-        """A copy of what the kept pair of ``key`` whose payloads hold the bytes ``t`` and ``b`` measured, or None."""
-        with self.lock:
-            kept = list(self.by_key.get(key, ()))
-        for t_seen, b_seen, measured in reversed(kept):
+        """A copy of what the kept pair of ``key`` whose payloads hold the bytes ``t`` and ``b`` measured, or None.
+        (No lock: a dict's ``get`` and a list's copy are each one step that another thread's :meth:`add` cannot
+        come between; most pairs find no key.)"""
+        kept = self.by_key.get(key)
+        if not kept:
+            return None
+        for t_seen, b_seen, measured in reversed(kept[:]):
             if same_pair(t, b, t_seen, b_seen):
                 self.reused += 1
                 return self.copy(measured)
@@ -193,17 +196,24 @@ class _Recent:
         size = len(t) + len(b)
         if size > self.BYTES // 4:
             return
-        kept = self.copy(measured)  # (the caller adds columns to its own)
+        values, reason, held, counts = measured
+        kept = (t, b, (dict(values), reason, held, counts))  # (the caller adds columns to its own dict)
+        by_key, order = self.by_key, self.order
         with self.lock:
-            self.by_key.setdefault(key, []).append((t, b, kept))
-            self.order.append((key, size))
+            pairs = by_key.get(key)
+            if pairs is None:
+                by_key[key] = [kept]
+            else:
+                pairs.append(kept)
+            order.append((key, size))
             self.nbytes += size
-            while len(self.order) > self.PAIRS or self.nbytes > self.BYTES:
-                old, old_size = self.order.popleft()
-                pairs = self.by_key[old]
-                pairs.pop(0)  # (a key's pairs are kept oldest first)
-                if not pairs:
-                    del self.by_key[old]
+            while len(order) > self.PAIRS or self.nbytes > self.BYTES:
+                old, old_size = order.popleft()
+                pairs = by_key[old]
+                if len(pairs) == 1:
+                    del by_key[old]
+                else:
+                    del pairs[0]  # (a key's pairs are kept oldest first)
                 self.nbytes -= old_size
 
 

@@ -28,7 +28,16 @@ import numpy as np
 
 from nbprec.compare import early
 from nbprec.compare.executors import BatchRun, BatchTask, Executor, local_executor
-from nbprec.compare.workers import JOB_COST, TAIL_ELEMENTS, Job, Result, batches, default_workers, fork_pays
+from nbprec.compare.workers import (
+    JOB_COST,
+    TAIL_ELEMENTS,
+    Job,
+    Result,
+    RowValues,
+    batches,
+    default_workers,
+    fork_pays,
+)
 
 
 def start_for_call(target: Any, bench: Any, mode: str, parallel: str, workers: int | None, run_on: Any) -> bool:
@@ -54,7 +63,7 @@ def start_for_call(target: Any, bench: Any, mode: str, parallel: str, workers: i
 
 def measured(
     jobs: list[tuple], t_dump: Any, b_dump: Any, go_on: bool = False
-) -> tuple[list[tuple[int, dict, str]], list[tuple], Beside | None]:
+) -> tuple[list[Result], list[tuple], Beside | None]:
     """The results of the ``jobs`` (engine jobs ``(table row, mode, target row, bench row)``) the worker measured,
     the jobs left to measure, and the worker going on beside this process (a :class:`Beside`, with ``go_on``) or
     None (stopped); every job is left when no worker ran for these dumps.
@@ -104,7 +113,7 @@ class Beside:
             (t_file[t_pos], b_file[b_pos]): k for k, (_i, mode, t_pos, b_pos) in enumerate(jobs) if mode == "tensor"
         }
 
-    def take(self, wait: bool = False) -> tuple[list[tuple[int, tuple[int, dict, str] | None]], bool]:
+    def take(self, wait: bool = False) -> tuple[list[tuple[int, Result | None]], bool]:
         """``([(job position, its result or None), ...], ended)``: the records sent since the last call (all the
         worker sends until it ends, stopping it first, with ``wait``), each with the position of the job it is
         for (those for no job left out) and its result, None when it does not fit the job (measured here then);
@@ -118,7 +127,7 @@ class Beside:
             data += early.stop(worker)
         records = self._messages.feed(data)
         columns = self._messages.columns
-        found: list[tuple[int, tuple[int, dict, str] | None]] = []
+        found: list[tuple[int, Result | None]] = []
         if columns is None:
             return found, ended
         positions, jobs, fit = self._positions, self._jobs, self._match.result
@@ -143,12 +152,12 @@ class _Matcher:
 
     def __call__(
         self, jobs: list[tuple], records: list[tuple], columns: tuple[str, ...] | None
-    ) -> tuple[list[tuple[int, dict, str]], list[tuple]]:
+    ) -> tuple[list[Result], list[tuple]]:
         if columns is None or not records:  # (the header is the first message: records come after it)
             return [], jobs
         by_files = {(record[0], record[1]): record for record in records}
         t_file, b_file, fit = self.t_rows.file, self.b_rows.file, self.result
-        done: list[tuple[int, dict, str]] = []
+        done: list[Result] = []
         left: list[tuple] = []
         for job in jobs:
             _i, mode, t_pos, b_pos = job
@@ -160,7 +169,7 @@ class _Matcher:
                 done.append(result)
         return done, left
 
-    def result(self, job: tuple, record: tuple, columns: tuple[str, ...]) -> tuple[int, dict, str] | None:
+    def result(self, job: tuple, record: tuple, columns: tuple[str, ...]) -> Result | None:
         """The engine's result ``(table row, values, reason)`` of a tensor ``job`` from the worker's record of its
         payload files, or None when the record does not fit the job's index rows (another dtype, shape or
         recorded extremes, or payloads the dump's loader does not read as the worker read them)."""
@@ -171,9 +180,7 @@ class _Matcher:
             and self.b_rows.fits(b_pos, b_dtype, shape, hints[2], hints[3])
         ):
             return None
-        result = dict(zip(columns, values, strict=True))
-        result["target_nonfinite"], result["bench_nonfinite"] = float(counts[0]), float(counts[1])
-        return i, result, reason
+        return i, RowValues(columns, values, counts), reason
 
 
 class _Rows:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Mapping
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +26,7 @@ from nbprec.compare.pair_table import (
     choose_modes,
     contradicted_statistics,
     fill_checksums,
+    fill_results,
     fill_statistics,
     nonfinite_reasons,
     op_input_scale,
@@ -65,26 +65,6 @@ def _as_dump(source: Dump | str | os.PathLike[str], step: int | None, rank: int 
 
 #: Results put into the table's columns at a time (a column each, rather than a value each).
 _RESULT_BATCH = 4096
-
-
-def _fill(values: dict[str, np.ndarray], checksum_match: np.ndarray, held: list[tuple[int, dict[str, Any]]]) -> None:
-    """Put the measured values of ``held`` (row, result) into their columns, a column at a time, and empty it."""
-    if not held:
-        return
-    rows = np.fromiter((i for i, _ in held), np.int64, len(held))
-    results = [result for _, result in held]
-    keys = set().union(*results)
-    for key in keys & values.keys():
-        try:  # the usual batch: every result has the key (pairs measured in the same mode)
-            values[key][rows] = list(map(itemgetter(key), results))
-        except KeyError:
-            picked = [(i, r[key]) for i, r in zip(rows.tolist(), results, strict=True) if key in r]
-            values[key][[i for i, _ in picked]] = [v for _, v in picked]
-    if "checksum_match" in keys:
-        for i, result in zip(rows.tolist(), results, strict=True):
-            if "checksum_match" in result:
-                checksum_match[i] = result["checksum_match"]
-    held.clear()
 
 
 #: How many of a dump's problems a comparison keeps as examples (all are counted).
@@ -464,12 +444,12 @@ def compare(
             for i, result, reason in itertools.chain(early_done, results):
                 held.append((i, result))
                 if len(held) >= _RESULT_BATCH:
-                    _fill(values, checksum_match, held)
+                    fill_results(values, checksum_match, held)
                 if reason:
                     reasons[i] = reason
                     if reason.startswith(("could not", "element count")):
                         modes[i] = "none" if not result else modes[i]
-            _fill(values, checksum_match, held)
+            fill_results(values, checksum_match, held)
             fill_statistics(values, reasons, stats_done)
             fill_checksums(checksum_match, reasons, sums_done)
         finally:

@@ -1,9 +1,10 @@
 """The table of matched pairs before anything is measured: both sides' columns side by side, how each pair
 will be compared (payloads, statistics or checksums) and, for a pair that is not, or whose dump contradicts
-itself, the reason the result gives."""
+itself, the reason the result gives; and the measured values put into its columns (:func:`fill_results`)."""
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Literal
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from nbprec.columns import Columns, group_codes, text_in
 from nbprec.compare.metrics import STAT_KEYS, checksum_equal, statistics_columns
 from nbprec.compare.rules import bench_magnitude, column, one_run
+from nbprec.compare.workers import RowValues
 from nbprec.dtypes import FLOAT_DTYPES
 from nbprec.dump import Dump
 
@@ -247,3 +249,58 @@ def recorded_problems(reasons: np.ndarray, modes: np.ndarray, dump: Dump, side: 
         problem = by_name.get(names[i])
         if problem is not None and reasons[i] != "no benchmark counterpart":
             reasons[i] = f"{side} tensor unreadable: {problem}"
+
+
+def fill_results(values: dict[str, np.ndarray], checksum_match: np.ndarray, held: list[tuple[int, Any]]) -> None:
+    """Put the measured values of ``held`` (table row, the values of a :data:`~nbprec.compare.workers.Result`: a
+    dict, or a :class:`~nbprec.compare.workers.RowValues`) into their columns, a column at a time, and empty it."""
+    if not held:
+        return
+    rows: list[int] = []
+    results: list[dict[str, Any]] = []
+    row_values: list[tuple[int, RowValues]] = []
+    for i, result in held:
+        if result.__class__ is RowValues:
+            row_values.append((i, result))
+        else:
+            rows.append(i)
+            results.append(result)
+    held.clear()
+    start = 0
+    while start < len(row_values):  # runs of rows whose values share their columns (all of them, as a rule)
+        columns = row_values[start][1].columns
+        end = start + 1
+        while end < len(row_values) and row_values[end][1].columns is columns:
+            end += 1
+        _fill_row_values(values, columns, row_values[start:end])
+        start = end
+    if not results:
+        return
+    at = np.array(rows, dtype=np.int64)
+    keys = set().union(*results)
+    for key in keys & values.keys():
+        try:  # the usual batch: every result has the key (pairs measured in the same mode)
+            values[key][at] = list(map(itemgetter(key), results))
+        except KeyError:
+            picked = [(i, r[key]) for i, r in zip(rows, results, strict=True) if key in r]
+            values[key][[i for i, _ in picked]] = [v for _, v in picked]
+    if "checksum_match" in keys:
+        for i, result in zip(rows, results, strict=True):
+            if "checksum_match" in result:
+                checksum_match[i] = result["checksum_match"]
+
+
+def _fill_row_values(
+    values: dict[str, np.ndarray], columns: tuple[str, ...], held: list[tuple[int, RowValues]]
+) -> None:
+    """:func:`fill_results` of rows whose values come in the order of ``columns``: a column at a time from one array
+    of all their values (the same float64 values a dict per row gives)."""
+    at = np.array([i for i, _ in held], dtype=np.int64)
+    table = np.array([r.values for _, r in held], dtype=np.float64).reshape(len(held), len(columns))
+    for j, name in enumerate(columns):
+        column = values.get(name)
+        if column is not None:
+            column[at] = table[:, j]
+    counts = np.array([r.counts for _, r in held], dtype=np.float64).reshape(len(held), 2)
+    values["target_nonfinite"][at] = counts[:, 0]
+    values["bench_nonfinite"][at] = counts[:, 1]

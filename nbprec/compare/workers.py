@@ -37,7 +37,22 @@ from nbprec._record import Record
 from nbprec.compare.metrics import KERNEL
 
 Job = tuple[int, str, Any, Any]  # (table row, mode, target row, bench row); rows as mappings or index positions
-Result = tuple[int, dict[str, Any], str]
+
+
+class RowValues:
+    """A pair's metric values as one tuple in the order of ``columns`` (shared by many rows), with each side's count
+    of NaN and infinities: a :data:`Result`'s values that :func:`nbprec.compare.pair_table.fill_results` puts into the
+    table's columns a batch of rows at a time, where a dict per row would be made, read key by key and freed. The
+    command's early worker sends its records so (:mod:`nbprec.compare.early_meeting`)."""
+
+    __slots__ = ("columns", "counts", "values")
+
+    def __init__(self, columns: tuple[str, ...], values: tuple[float, ...], counts: tuple[int, int]) -> None:
+        self.columns, self.values, self.counts = columns, values, counts
+
+
+#: (table row, metric values, why a value is missing or ''): the values a dict, or a :class:`RowValues`.
+Result = tuple[int, "dict[str, Any] | RowValues", str]
 BATCH_ELEMENTS = 1 << 22  # a process batch ends after this cost (elements; see batches) at the most ...
 BATCH_JOBS = 32  # ... or this many pairs
 TAIL_ELEMENTS = 1 << 18  # the smallest element budget of a batch, near the end

@@ -309,14 +309,17 @@ def tensor_metrics(
     n, chunk = x.size, max(1, int(chunk_size))
     eps_b = _eps_bench(y.dtype)
     fast = None  # the usual pair (contiguous, in memory or mapped, extremes known): one kernel call, no Flat
-    if kernel != "numpy" and FUSED is not None and extremes is not None:
-        pair = in_place_pair(x, y)
-        if pair is not None:
-            fast = direct_sums(pair, eps_b, extremes)
+    pair = in_place_pair(x, y) if kernel != "numpy" and FUSED is not None else None
+    if pair is not None and extremes is not None:
+        fast = direct_sums(pair, eps_b, extremes)
     if fast is not None:
         done = sums_result(*fast, n, reasons)
         if done is not None:
             return done  # (no bool here: the kernel reads floats only)
+    elif pair is not None and not reasons:  # no usable extremes (a dump that records none: CANN, TensorFlow)
+        measured = FUSED.pair_metrics(*pair, extremes, eps_b)  # each side's extremes found first, as fused_sums does
+        if measured is not None:
+            return MetricResult(*measured)
     fx, fy = flat_pair(x, y)  # the general way; no copy of either side, whatever its layout
     with np.errstate(all="ignore"):
         held = None

@@ -31,6 +31,15 @@
 #define ROWS 64 /* rows written at a time (see join_rows) */
 #define NAN_CELL 255 /* a number cell's length byte when the value is NaN (texts are at most 24 characters) */
 
+/* A cell's text into the row: most are short (names, dtypes, numbers), for nbprec_copy_short. */
+static inline void copy_cell(char *dst, const char *src, size_t n)
+{
+    if (n <= 32)
+        nbprec_copy_short(dst, src, n);
+    else
+        memcpy(dst, src, n);
+}
+
 PyDoc_STRVAR(join_rows_doc,
              "join_rows(columns, ending, specials) -> str | None\n\n"
              "The rows of `columns`, each row's cells separated by ',' and followed by `ending`, a cell holding one\n"
@@ -251,10 +260,10 @@ static PyObject *py_join_rows(PyObject *self, PyObject *args)
                 char *p = base + at[r];
                 if (col->kind != CELLS_TEXT) {
                     if (cell_info[r] == NAN_CELL) {
-                        memcpy(p, col->nan, (size_t)col->nan_len);
+                        copy_cell(p, col->nan, (size_t)col->nan_len);
                         p += col->nan_len;
                     } else {
-                        memcpy(p, col->texts + col->cursor, cell_info[r]);
+                        nbprec_copy_short(p, col->texts + col->cursor, cell_info[r]);
                         p += cell_info[r];
                         col->cursor += cell_info[r];
                     }
@@ -270,14 +279,14 @@ static PyObject *py_join_rows(PyObject *self, PyObject *args)
                         }
                         *p++ = '"';
                     } else {
-                        memcpy(p, text, (size_t)len);
+                        copy_cell(p, text, (size_t)len);
                         p += len;
                     }
                 }
                 if (c + 1 < n_cols) {
                     *p++ = ',';
                 } else {
-                    memcpy(p, PyUnicode_DATA(ending), (size_t)end_len);
+                    copy_cell(p, PyUnicode_DATA(ending), (size_t)end_len);
                     p += end_len;
                 }
                 at[r] = p - base;

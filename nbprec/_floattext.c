@@ -90,59 +90,109 @@ static const char DIGIT_PAIRS[] = "000102030405060708091011121314151617181920212
                                   "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
                                   "8081828384858687888990919293949596979899";
 
+/* Two digits of v < 100 at p. */
+#define PUT_PAIR(p, v) memcpy((p), DIGIT_PAIRS + 2 * (v), 2)
+
+/* The eight digits of v < 10^8 at p, leading zeros included: four pairs, each from its own quotient (no chain of
+   divisions through the digits). */
+static void put_eight(char *p, uint32_t v)
+{
+    uint32_t a = v / 10000, b = v % 10000;
+    PUT_PAIR(p, a / 100);
+    PUT_PAIR(p + 2, a % 100);
+    PUT_PAIR(p + 4, b / 100);
+    PUT_PAIR(p + 6, b % 100);
+}
+
+/* The decimal digits of 0 < d < 10^17 at the end of buf (20 bytes): returns where they start. */
+static char *put_digits(char *end, uint64_t d)
+{
+    char *p = end;
+    if (d >= 100000000) {
+        put_eight(p -= 8, (uint32_t)(d % 100000000));
+        d /= 100000000;
+        if (d >= 100000000) {
+            put_eight(p -= 8, (uint32_t)(d % 100000000));
+            d /= 100000000;
+        }
+    }
+    uint32_t v = (uint32_t)d;
+    while (v >= 100) {
+        PUT_PAIR(p -= 2, v % 100);
+        v /= 100;
+    }
+    if (v >= 10)
+        PUT_PAIR(p -= 2, v);
+    else
+        *--p = (char)('0' + v);
+    return p;
+}
+
 /* Write the text of a positive normal double into buf (at least 32 bytes); returns its length. */
 static int write_positive(char *buf, uint64_t c, int q, int closer)
 {
     uint64_t d;
-    int e, n = 0, i, point;
-    char digits[24];
+    int e, n, point;
+    char digits[24], *end = digits + sizeof digits, *first;
     shortest(c, q, closer, &d, &e);
-    while (d % 10 == 0) { /* d > 0: v is positive */
+    /* its trailing zeros off (d > 0: v is positive; at most 16 of them): a step for each bit of their count, not
+       a division for each zero (a value such as 0.125 has 15, which took half of its formatting one by one) */
+    while (d % 100000000 == 0) {
+        d /= 100000000;
+        e += 8;
+    }
+    if (d % 10000 == 0) {
+        d /= 10000;
+        e += 4;
+    }
+    if (d % 100 == 0) {
+        d /= 100;
+        e += 2;
+    }
+    if (d % 10 == 0) {
         d /= 10;
         e++;
     }
-    for (; d >= 100; d /= 100) { /* reversed, two digits at a time */
-        const char *pair = DIGIT_PAIRS + 2 * (d % 100);
-        digits[n++] = pair[1];
-        digits[n++] = pair[0];
-    }
-    if (d >= 10) {
-        digits[n++] = DIGIT_PAIRS[2 * d + 1];
-        digits[n++] = DIGIT_PAIRS[2 * d];
-    } else {
-        digits[n++] = (char)('0' + d);
-    }
+    first = put_digits(end, d);
+    n = (int)(end - first);
     point = n + e; /* the value is 0.DIGITS x 10^point */
     char *p = buf;
     if (point >= -3 && point <= 16) { /* decimal exponent point - 1 from -4 to 15: fixed notation */
         if (point <= 0) {
-            *p++ = '0';
-            *p++ = '.';
-            for (i = 0; i < -point; i++) *p++ = '0';
-            for (i = n - 1; i >= 0; i--) *p++ = digits[i];
+            nbprec_copy_short(p, "0.000", 2 - point);
+            p += 2 - point;
+            nbprec_copy_short(p, first, n);
+            p += n;
         } else if (point < n) {
-            for (i = n - 1; i >= n - point; i--) *p++ = digits[i];
-            *p++ = '.';
-            for (; i >= 0; i--) *p++ = digits[i];
+            nbprec_copy_short(p, first, point);
+            p[point] = '.';
+            nbprec_copy_short(p + point + 1, first + point, n - point);
+            p += n + 1;
         } else {
-            for (i = n - 1; i >= 0; i--) *p++ = digits[i];
-            for (i = 0; i < point - n; i++) *p++ = '0';
-            *p++ = '.';
-            *p++ = '0';
+            nbprec_copy_short(p, first, n);
+            p += n;
+            nbprec_copy_short(p, "000000000000000", point - n); /* (at most 15) */
+            p += point - n;
+            memcpy(p, ".0", 2);
+            p += 2;
         }
     } else {
         int x = point - 1;
-        *p++ = digits[n - 1];
+        *p++ = first[0];
         if (n > 1) {
             *p++ = '.';
-            for (i = n - 2; i >= 0; i--) *p++ = digits[i];
+            nbprec_copy_short(p, first + 1, n - 1);
+            p += n - 1;
         }
         *p++ = 'e';
         *p++ = x < 0 ? '-' : '+';
         if (x < 0) x = -x;
-        if (x >= 100) *p++ = (char)('0' + x / 100);
-        *p++ = (char)('0' + x / 10 % 10);
-        *p++ = (char)('0' + x % 10);
+        if (x >= 100) {
+            *p++ = (char)('0' + x / 100);
+            x %= 100;
+        }
+        PUT_PAIR(p, x);
+        p += 2;
     }
     return (int)(p - buf);
 }

@@ -57,6 +57,20 @@ def _last(msg: dict[str, list[Any]], name: str, default: Any = None) -> Any:
     return values[-1] if values else default
 
 
+#: Where a value is, as problems name it: a text, or the parts of one made into a text only when a problem is
+#: told (:func:`_place`), not for each of the thousands of values that have none.
+Place = str | tuple
+
+
+def _place(where: Place) -> str:
+    """The text of ``where``: ``(op's place, attribute key)`` or ``(op's place, field, index)``."""
+    if isinstance(where, str):
+        return where
+    if len(where) == 2:
+        return f"{_place(where[0])}, attr {where[1]!r}"
+    return f"{_place(where[0])} {where[1]} {where[2]}"
+
+
 def _int(value: Any) -> int:
     if isinstance(value, str):
         value = value.strip()
@@ -111,28 +125,33 @@ class _Converter:
         self.graphs: list[GeGraph | None] = []
 
     # -- values --------------------------------------------------------------------------------------
-    def _typed(self, convert: Any, value: Any, where: str) -> Any:
+    def _typed(self, convert: Any, value: Any, where: Place) -> Any:
         try:
             return convert(value)
         except (TypeError, ValueError, OverflowError):
-            self.problems.append(f"{where}: cannot read {value!r} as {convert.__name__.strip('_')}; kept as written")
+            self.problems.append(
+                f"{_place(where)}: cannot read {value!r} as {convert.__name__.strip('_')}; kept as written"
+            )
             return value
 
-    def attrs(self, msg: dict[str, list[Any]], where: str, op: str, depth: int) -> dict[str, Any]:
+    def attrs(self, msg: dict[str, list[Any]], where: Place, op: str, depth: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         entries = msg.get("attr")
         if not entries:
             return out
         for entry in entries:
             if not isinstance(entry, dict):
-                self.problems.append(f"{where}: an attribute entry is not a message ({entry!r}); left out")
+                self.problems.append(f"{_place(where)}: an attribute entry is not a message ({entry!r}); left out")
                 continue
-            key = str(_last(entry, "key", ""))
-            value = _last(entry, "value", {})
-            out[key] = self.value(value, f"{where}, attr {key!r}", op, key, depth) if isinstance(value, dict) else value
+            keys, values = entry.get("key"), entry.get("value")  # (each field's last value: _last, inline)
+            key = keys[-1] if keys else ""
+            if type(key) is not str:
+                key = str(key)
+            value = values[-1] if values else {}
+            out[key] = self.value(value, (where, key), op, key, depth) if isinstance(value, dict) else value
         return out
 
-    def value(self, av: dict[str, list[Any]], where: str, op: str, key: str, depth: int) -> Any:
+    def value(self, av: dict[str, list[Any]], where: Place, op: str, key: str, depth: int) -> Any:
         if len(av) == 1:  # the usual AttrDef: one field set
             kind, values = next(iter(av.items()))
             if kind not in _ATTR_ONEOF or not values:
@@ -156,10 +175,10 @@ class _Converter:
         if kind == "dt":
             return ge_dtype(raw)
         if not isinstance(raw, dict):
-            self.problems.append(f"{where}: {kind} should be a message, found {raw!r}; kept as written")
+            self.problems.append(f"{_place(where)}: {kind} should be a message, found {raw!r}; kept as written")
             return raw
         if depth >= MAX_NESTING:
-            self.problems.append(f"{where}: nested more than {MAX_NESTING} levels deep; not expanded")
+            self.problems.append(f"{_place(where)}: nested more than {MAX_NESTING} levels deep; not expanded")
             return "<nested too deeply>"
         if kind == "list":
             return self.list_value(raw, where, op, key, depth + 1)
@@ -169,7 +188,7 @@ class _Converter:
             return [[self._typed(_float, x, where) for x in r.get("list_f", ())] for r in raw.get("list_list_f", ())]
         return self.message(kind, raw, where, op, key, depth + 1)
 
-    def message(self, kind: str, raw: dict[str, list[Any]], where: str, op: str, key: str, depth: int) -> Any:
+    def message(self, kind: str, raw: dict[str, list[Any]], where: Place, op: str, key: str, depth: int) -> Any:
         if kind == "td":
             return self.desc_dict(self.desc(raw, where, op, depth))
         if kind == "t":
@@ -182,7 +201,7 @@ class _Converter:
             return {"name": str(_last(raw, "name", "")), "attrs": self.attrs(raw, where, op, depth)}
         return self.graph(raw, parent_op=op, parent_attr=key, depth=depth)  # "g": the graph's name
 
-    def list_value(self, lv: dict[str, list[Any]], where: str, op: str, key: str, depth: int) -> list[Any]:
+    def list_value(self, lv: dict[str, list[Any]], where: Place, op: str, key: str, depth: int) -> list[Any]:
         vt = _last(lv, "val_type")
         name = _LIST_BY_NUMBER.get(vt) if isinstance(vt, int) else _LIST_FIELDS.get(str(vt)) if vt else None
         if not name or not lv.get(name):  # no or wrong val_type: the field that has values
@@ -198,14 +217,20 @@ class _Converter:
         return [self.message(name, x, where, op, key, depth) if isinstance(x, dict) else x for x in items]
 
     # -- descriptors, ops, graphs ---------------------------------------------------------------------------
-    def desc(self, raw: dict[str, list[Any]], where: str, op: str, depth: int) -> GeTensorDesc:
-        shape_msg = _last(raw, "shape")
+    def desc(self, raw: dict[str, list[Any]], where: Place, op: str, depth: int) -> GeTensorDesc:
+        get = raw.get  # (each field's last value: _last, inline, a thousand descriptors a graph)
+        shape_msg, name, dtype, layout = get("shape"), get("name"), get("dtype"), get("layout")
+        shape_msg = shape_msg[-1] if shape_msg else None
         dims = shape_msg.get("dim", ()) if isinstance(shape_msg, dict) else ()
-        extra = {k: _plain(v[-1]) for k, v in raw.items() if k not in _DESC_FIELDS and v}
+        extra = (
+            {}
+            if raw.keys() <= _DESC_FIELDS
+            else {k: _plain(v[-1]) for k, v in raw.items() if k not in _DESC_FIELDS and v}
+        )
         return GeTensorDesc(
-            name=str(_last(raw, "name", "")),
-            dtype=_dtype(_last(raw, "dtype")),
-            layout=str(_last(raw, "layout", "")),
+            name=str(name[-1]) if name else "",
+            dtype=_dtype(dtype[-1] if dtype else None),
+            layout=str(layout[-1]) if layout else "",
             shape=tuple(dims)
             if all(type(d) is int for d in dims)
             else tuple(self._typed(_int, d, where) for d in dims),
@@ -213,8 +238,10 @@ class _Converter:
             extra=extra,
         )
 
-    def descs(self, raw: dict[str, list[Any]], field: str, where: str, op: str, depth: int) -> tuple[GeTensorDesc, ...]:
-        return tuple(self.desc(d, f"{where} {field} {i}", op, depth) for i, d in _msgs(raw, field))
+    def descs(
+        self, raw: dict[str, list[Any]], field: str, where: Place, op: str, depth: int
+    ) -> tuple[GeTensorDesc, ...]:
+        return tuple(self.desc(d, (where, field, i), op, depth) for i, d in _msgs(raw, field))
 
     @staticmethod
     def desc_dict(desc: GeTensorDesc) -> dict[str, Any]:
@@ -227,7 +254,8 @@ class _Converter:
         }
 
     def op(self, raw: dict[str, list[Any]], graph: str, position: int, depth: int) -> GeOp:
-        name = str(_last(raw, "name", ""))
+        names, types, op_ids = raw.get("name"), raw.get("type"), raw.get("id")  # (_last, inline)
+        name = str(names[-1]) if names else ""
         if not name:
             name = f"<op {position}>"
             self.problems.append(f"op {position} of graph {graph!r} has no name; called {name!r}")
@@ -246,11 +274,11 @@ class _Converter:
         for k, v in raw.items():
             if k not in _OP_FIELDS and v:
                 extra[k] = [_plain(x) for x in v] if k in _OP_REPEATED else _plain(v[-1])
-        op_id = _last(raw, "id")
+        op_id = op_ids[-1] if op_ids else None
         return GeOp(
             name=name,
-            type=str(_last(raw, "type", "")),
-            id=None if op_id is None else self._typed(_int, op_id, f"{where}, id"),
+            type=str(types[-1]) if types else "",
+            id=None if op_id is None else op_id if type(op_id) is int else self._typed(_int, op_id, f"{where}, id"),
             inputs=tuple(inputs),
             attrs=self.attrs(raw, where, name, depth),
             input_descs=self.descs(raw, "input_desc", where, name, depth),

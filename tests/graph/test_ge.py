@@ -791,6 +791,26 @@ def test_problems_are_recorded_not_dropped(tmp_path):
     assert not g.nx.has_edge("b", "a")  # the second 'a' is not in the graph, nor are its inputs
 
 
+def test_problems_name_the_descriptor_and_attribute_they_are_in(tmp_path):
+    """A value that cannot be read is named by where it is: an op's descriptor, an attribute of one, an attribute
+    list inside one, a descriptor inside an attribute (the texts the converter makes only when it tells one)."""
+    text = """graph { name: "g"
+      op { name: "e" type: "Add"
+           output_desc { dtype: DT_FLOAT shape { dim: "x" }
+                         attr { key: "k" value { i: "y" } }
+                         attr { key: "l" value { list { i: "z" val_type: VT_LIST_INT } } } }
+           input_desc { attr { key: "m" value { td { shape { dim: "w" } } } } } }
+    }"""
+    path = tmp_path / "g.txt"
+    path.write_text(text)
+    assert read_ge_model(path).problems == [
+        "op 'e' input_desc 0, attr 'm': cannot read 'w' as int; kept as written",
+        "op 'e' output_desc 0: cannot read 'x' as int; kept as written",
+        "op 'e' output_desc 0, attr 'k': cannot read 'y' as int; kept as written",
+        "op 'e' output_desc 0, attr 'l': cannot read 'z' as int; kept as written",
+    ]
+
+
 def test_folders(tmp_path):
     (tmp_path / "ge_proto_00000001_Build.txt").write_text(BUILD_GRAPH)
     (tmp_path / "ge_proto_00000001_PreRunBegin.txt").write_text('graph { op { name: "x" } }')

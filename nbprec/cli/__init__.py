@@ -94,7 +94,7 @@ def run() -> None:
         paths = early.compare_paths(args)
         compare_heap(paths)  # (before the worker is forked: it inherits the marked heap)
         if paths is not None:
-            early.start(*paths)
+            early.start(*paths, graph=early.graph_option(args))
     from nbprec._gc import spare_until_exit
     from nbprec.cli import main  # (here, not at the top: a client of the daemon never builds the parser)
 

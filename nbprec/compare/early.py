@@ -22,7 +22,9 @@ it cannot index (each source says which), or a single-core machine, and any fail
 
 The dump.json files the worker scans go to the command's process too, which then opens the dumps without
 scanning them again (:class:`~nbprec.compare.early_msprobe.ShippedScans`; 7 ms a side for a dump.json of 1,766
-ops).
+ops). So does the GE graph of ``--graph`` (:func:`graph_option`), which the worker reads and converts
+first (:func:`nbprec.graph.ge.shipped_record`): the command's opening of an NPU comparison then starts with the
+CANN dump.
 
 The command's own process starts it (:func:`nbprec.cli.run`). So do the process the command daemon forks for a
 client and a library call of :func:`nbprec.compare` that would fork a process to measure anyway
@@ -103,9 +105,25 @@ def compare_paths(args: list[str]) -> tuple[str, str] | None:
     return (paths[0], paths[1]) if len(paths) == 2 else None
 
 
-def start(target: str, bench: str) -> None:
+def graph_option(args: list[str]) -> str | None:
+    """The value of ``--graph`` in a ``nbprec compare`` command line (``args`` after the program name: the last
+    one given, as the parser takes it), or None."""
+    found = None
+    rest = iter(args[1:])
+    for arg in rest:
+        if arg == "--":
+            break
+        if arg == "--graph":
+            found = next(rest, None)
+        elif arg.startswith("--graph="):
+            found = arg[len("--graph=") :]
+    return found or None
+
+
+def start(target: str, bench: str, graph: str | None = None) -> None:
     """Fork the worker for the comparison of ``target`` with ``bench`` (paths as given), when it can help: a
-    machine with more than one core this process may use, and not turned off (``NBPREC_EARLY=off``)."""
+    machine with more than one core this process may use, and not turned off (``NBPREC_EARLY=off``). ``graph``:
+    the GE graph of ``--graph``, which the worker reads first and sends to the command's process."""
     global _worker
     if _worker is not None or switched_off("NBPREC_EARLY"):
         return
@@ -136,7 +154,7 @@ def start(target: str, bench: str) -> None:
             os.close(read_end)
             _quiet()
             ship = early_msprobe.Shipper(scans, flag) if scans is not None else None
-            _run_worker(roots, flag, write_end, ship)
+            _run_worker(roots, flag, write_end, ship, graph)
         except BaseException:
             status = 1
         finally:
@@ -296,14 +314,21 @@ def _drain(worker: Worker) -> list[bytes]:
 # -- the worker (a forked process without numpy) --------------------------------------------------------------
 
 
-def _run_worker(roots: tuple[str, str], flag: Any, out: int, ship: Any) -> None:
+def _run_worker(roots: tuple[str, str], flag: Any, out: int, ship: Any, graph: str | None = None) -> None:
     """Measure the pairs of the two dumps until ``flag`` is set (or the parent is gone), writing the records to
     ``out`` as it goes, :data:`_BATCH` at a time (marshalled, each message after its length); each dump.json
-    scanned goes to ``ship`` (an :class:`~nbprec.compare.early_msprobe.Shipper`, or None)."""
+    scanned goes to ``ship`` (an :class:`~nbprec.compare.early_msprobe.Shipper`, or None), and first the model of
+    the GE graph file ``graph``, if given: the command reads it before it opens the dumps."""
     import gc
     import marshal
 
     gc.disable()  # (a short-lived process, ended by os._exit: its scans make many objects and no cycle to collect)
+    if graph is not None and ship is not None:
+        from nbprec.graph.ge import shipped_record
+
+        record = shipped_record(graph)
+        if record is not None:
+            ship(*record)
 
     try:  # room for the records of the whole window: the parent reads none until it stops this worker
         import fcntl

@@ -18,11 +18,13 @@ Examples
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from nbprec._gc import paused_gc
+from nbprec.formats import _prescan
 from nbprec.formats._files import long_number
 from nbprec.graph.ge_convert import convert_model
 from nbprec.graph.ge_data import GeGraph, GeInput, GeModel, GeOp, GeTensorDesc, ge_dtype
@@ -99,14 +101,62 @@ def read_ge_model(path: str | Path) -> GeModel:
     >>> [(i.op, i.index) for i in model.op("relu").inputs]         # doctest: +SKIP
     [('conv1/Conv2D', 0), ('init', -1)]
     """
-    path = Path(path)
-    if path.is_dir():
-        path = find_graph_file(path)
-    elif not path.exists():
-        raise GeGraphError(f"{path}: no such file or folder")
+    path = _graph_file(path)
+    shipped = _shipped_model(path)
+    if shipped is not None:
+        return shipped
     with paused_gc():
         raw, fmt = read_message(path)
         return convert_model(raw, path=str(path), fmt=fmt)
+
+
+def _graph_file(path: str | Path) -> Path:
+    """The graph file ``path`` names: itself, or the one a folder holds (:func:`find_graph_file`)."""
+    path = Path(path)
+    if path.is_dir():
+        return find_graph_file(path)
+    if not path.exists():
+        raise GeGraphError(f"{path}: no such file or folder")
+    return path
+
+
+#: The kind of result (:mod:`nbprec.formats._prescan`) of a GE graph the command's early worker read.
+SHIPPED_KIND = "ge-model"
+
+
+def shipped_record(path: str | Path) -> tuple[tuple, bytes] | None:
+    """In ``nbprec compare``'s early worker (:mod:`nbprec.compare.early`), while the command imports numpy: the
+    graph of ``--graph`` read as :func:`read_ge_model` reads it, as (its key in :mod:`nbprec.formats._prescan`:
+    the file's identity before it was read, the model pickled). None when it does not read: the command then reads
+    it and tells why."""
+    import pickle
+
+    try:
+        file = _graph_file(path)
+        status = os.stat(file)
+        with paused_gc():
+            raw, fmt = read_message(file)
+            model = convert_model(raw, path=str(file), fmt=fmt)
+        return _prescan.key(status, SHIPPED_KIND), pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return None
+
+
+def _shipped_model(file: Path) -> GeModel | None:
+    """The model the command's early worker read of the graph ``file`` as it is now (:func:`shipped_record`), if
+    it did. The bytes are those the worker's own ``pickle.dumps`` wrote to a memory file this process made and
+    only the worker inherited (:func:`nbprec.compare.early_msprobe.scan_file`): no file of the user's is
+    unpickled."""
+    found = _prescan.take(file, SHIPPED_KIND)
+    if not isinstance(found, bytes):
+        return None
+    import pickle
+
+    try:
+        model = pickle.loads(found)
+    except Exception:  # (the worker's own bytes, whole: never expected)
+        return None
+    return model if isinstance(model, GeModel) else None
 
 
 def _scopes(name: str) -> list[str]:

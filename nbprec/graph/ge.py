@@ -103,11 +103,14 @@ def read_ge_model(path: str | Path) -> GeModel:
     """
     path = _graph_file(path)
     shipped = _shipped_model(path)
-    if shipped is not None:
-        return shipped
+    return shipped if shipped is not None else _read_file(path)
+
+
+def _read_file(file: Path) -> GeModel:
+    """The model of the graph file ``file``, parsed and converted."""
     with paused_gc():
-        raw, fmt = read_message(path)
-        return convert_model(raw, path=str(path), fmt=fmt)
+        raw, fmt = read_message(file)
+        return convert_model(raw, path=str(file), fmt=fmt)
 
 
 def _graph_file(path: str | Path) -> Path:
@@ -134,9 +137,7 @@ def shipped_record(path: str | Path) -> tuple[tuple, bytes] | None:
     try:
         file = _graph_file(path)
         status = os.stat(file)
-        with paused_gc():
-            raw, fmt = read_message(file)
-            model = convert_model(raw, path=str(file), fmt=fmt)
+        model = _read_file(file)
         return _prescan.key(status, SHIPPED_KIND), pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return None

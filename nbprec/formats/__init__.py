@@ -60,7 +60,8 @@ def check_dump_path(path: str | os.PathLike[str]) -> Path:
         raise DumpFormatError(p, f"cannot resolve path: {exc.strerror or exc}") from exc
     if resolved.is_dir():
         try:
-            next(resolved.iterdir())
+            with os.scandir(resolved) as entries:  # (the first entry: not a list of the whole folder)
+                next(entries)
         except StopIteration:
             raise EmptyDumpError(p, "the folder is empty: there is no dump in it") from None
         except PermissionError as exc:

@@ -403,9 +403,13 @@ class _GraphHints:
 
 
 def _dump_or_mapping(name: str) -> bool:
+    if name == "mapping.csv":
+        return True
+    if not name.rstrip("\n")[-1:].isdigit():  # (the naming rule ends with a number: a folder of other files,
+        return False  # a TensorFlow dump's .npy files say, is looked through without the parser)
     from nbprec.formats.cann_tree import parse_file_name
 
-    return name == "mapping.csv" or not isinstance(parse_file_name(name), str)  # Opdebug files are dump files too
+    return not isinstance(parse_file_name(name), str)  # Opdebug files are dump files too
 
 
 def _plausible(file: Path) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nbprec.errors import DumpFormatError
 from nbprec.formats._files import open_regular
-from nbprec.formats._probe import find_first_file
+from nbprec.formats._probe import find_first_file, subfolders
 
 #: The header of an nbprec run folder (:mod:`nbprec.formats.native_read`).
 HEADER_FILE = "nbprec-dump.json"
@@ -37,7 +37,7 @@ def msprobe_dump(path: Path) -> bool:
     """Whether ``path`` is, or holds at depth <= 2, a ``dump.json`` whose first bytes name a ``data`` key."""
     # ./, rank*/ or proc*/, step*/rank*/ or step*/proc*/ (the patterns only narrow the search)
     searches = ((0, "*"), (1, "[rp][ar]*"), (2, "[srp][tar]*"))
-    return _file_or_found(path, ".json", lambda name: name == "dump.json", searches, _looks_like_dump_json)
+    return _file_or_found(path, ".json", "dump.json", searches, _looks_like_dump_json)
 
 
 def ptdbg_dump(path: Path) -> bool:
@@ -48,11 +48,12 @@ def ptdbg_dump(path: Path) -> bool:
 def _file_or_found(
     path: Path,
     suffix: str,
-    wanted: Callable[[str], bool],
+    wanted: Callable[[str], bool] | str,
     searches: tuple[tuple[int, str], ...],
     looks_right: Callable[[Path], bool],
 ) -> bool:
-    """Whether ``path`` is a file of ``suffix`` that ``looks_right``, or the first ``wanted`` file found under it
+    """Whether ``path`` is a file of ``suffix`` that ``looks_right``, or the first ``wanted`` file (a name, or a
+    test of names) found under it
     (each search: the depth and the folders entered, :func:`~nbprec.formats._probe.find_first_file`) does."""
     try:
         if path.is_file():
@@ -107,10 +108,9 @@ def _is_run(path: Path) -> bool:
 
 
 def _subfolders(path: Path, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
-    """Subfolders named ``{prefix}{N}``, with their numbers, in number order."""
-    try:  # names first: a flat folder of many files makes no Path objects
-        with os.scandir(path) as entries:
-            named = [(int(m.group(1)), e.name) for e in entries if (m := pattern.fullmatch(e.name)) and e.is_dir()]
+    """Subfolders named ``{prefix}{N}`` (links to folders too), with their numbers, in number order."""
+    try:  # the folder's listing, shared with the other guesses: a flat folder's files are not looked at
+        named = [(int(m.group(1)), name) for name, _path in subfolders(path) if (m := pattern.fullmatch(name))]
     except OSError:
         return []
     found = [(number, path / name) for number, name in named]

@@ -53,8 +53,8 @@ def _file_or_found(
     looks_right: Callable[[Path], bool],
 ) -> bool:
     """Whether ``path`` is a file of ``suffix`` that ``looks_right``, or the first ``wanted`` file (a name, or a
-    test of names) found under it
-    (each search: the depth and the folders entered, :func:`~nbprec.formats._probe.find_first_file`) does."""
+    test of names) found under it (each search: the depth and the folders entered,
+    :func:`~nbprec.formats._probe.find_first_file`) does."""
     try:
         if path.is_file():
             return path.suffix == suffix and looks_right(path)

@@ -80,9 +80,28 @@ def compare_paths(args: list[str]) -> tuple[str, str] | None:
     it is not one the worker serves: not two paths, or an option in :data:`_NOT_HERE`, or ``--mode`` other than
     auto or tensor. A misread line only costs the worker's work: :func:`nbprec.compare.early_meeting.measured`
     checks every result."""
+    line = _read_line(args)
+    if line is None:
+        return None
+    paths, options = line
+    if options.get("--mode", "auto") not in ("auto", "tensor"):
+        return None
+    return (paths[0], paths[1]) if len(paths) == 2 else None
+
+
+def graph_option(args: list[str]) -> str | None:
+    """The value of ``--graph`` in a ``nbprec compare`` command line (``args`` after the program name), or None."""
+    line = _read_line(args)
+    return (line[1].get("--graph") or None) if line is not None else None
+
+
+def _read_line(args: list[str]) -> tuple[list[str], dict[str, str]] | None:
+    """The paths of a ``nbprec compare`` command line and the values of its long options (the last one given of
+    each, as the parser takes it); None when it is not one, or holds an option in :data:`_NOT_HERE`."""
     if not args or args[0] != "compare":
         return None
     paths: list[str] = []
+    options: dict[str, str] = {}
     rest = iter(args[1:])
     for arg in rest:
         if arg == "--":
@@ -98,26 +117,8 @@ def compare_paths(args: list[str]) -> tuple[str, str] | None:
             continue
         if not inline and not arg.startswith("--") and len(arg) > 2:  # -oDIR
             continue
-        if not inline:
-            value = next(rest, "")
-        if name == "--mode" and value not in ("auto", "tensor"):
-            return None
-    return (paths[0], paths[1]) if len(paths) == 2 else None
-
-
-def graph_option(args: list[str]) -> str | None:
-    """The value of ``--graph`` in a ``nbprec compare`` command line (``args`` after the program name: the last
-    one given, as the parser takes it), or None."""
-    found = None
-    rest = iter(args[1:])
-    for arg in rest:
-        if arg == "--":
-            break
-        if arg == "--graph":
-            found = next(rest, None)
-        elif arg.startswith("--graph="):
-            found = arg[len("--graph=") :]
-    return found or None
+        options[name] = value if inline else next(rest, "")
+    return paths, options
 
 
 def start(target: str, bench: str, graph: str | None = None) -> None:

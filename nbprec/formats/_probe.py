@@ -62,10 +62,11 @@ class Listing:
     def first_file(self, match: Callable[[str], bool] | str) -> str | None:
         """The path of the first file whose name is ``match`` (a str) or satisfies it (a predicate), or None."""
         files = self.files
-        if isinstance(match, str):
-            return self.file_paths[files.index(match)] if match in files else None
-        found = next(filter(match, files), None)
-        return None if found is None else self.file_paths[files.index(found)]
+        found = match if isinstance(match, str) else next(filter(match, files), None)
+        try:
+            return None if found is None else self.file_paths[files.index(found)]
+        except ValueError:  # (a name the folder does not hold)
+            return None
 
 
 def _scan(folder: Path) -> Listing:

@@ -89,6 +89,8 @@ def test_the_worker_runs_without_numpy():
         (["compare", "-oOUT", "T", "B"], ("T", "B")),
         (["compare", "T", "B", "--mode", "statistics"], None),
         (["compare", "T", "B", "--mode=checksum"], None),
+        (["compare", "T", "B", "--mode", "statistics", "--mode", "tensor"], ("T", "B")),  # (the last, as argparse)
+        (["compare", "T", "B", "--mode", "tensor", "--mode", "checksum"], None),
         (["compare", "T", "B", "--scheduler", "tcp://h:8786"], None),
         (["compare", "T", "B", "--help"], None),
         (["compare", "T"], None),

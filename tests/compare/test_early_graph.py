@@ -127,6 +127,8 @@ def test_the_command_compares_alike_with_the_workers_graph(case: NpuDemo, tmp_pa
         (["compare", "T", "B", "-o", "OUT"], None),
         (["compare", "T", "B", "--graph="], None),
         (["compare", "T", "B", "--", "--graph", "g.txt"], None),  # (paths after --)
+        (["info", "--graph", "g.txt"], None),  # (not a comparison)
+        (["compare", "T", "B", "--graph", "g.txt", "--scheduler", "tcp://h:8786"], None),  # (no worker: measured there)
     ],
 )
 def test_the_graph_option_is_read_from_the_command_line(args: list[str], graph: str | None) -> None:

@@ -13,37 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from nbprec._record import Record
 from nbprec.columns import Columns, distinct, factorize, group_codes, value_counts
 from nbprec.dtypes import ITEMSIZES
 from nbprec.dump_index import execution_order, index_frame
+from nbprec.dump_problems import PROBLEM_COLUMNS as PROBLEM_COLUMNS
+from nbprec.dump_problems import Problem as Problem
+from nbprec.dump_problems import problem_list as _problem_list
+from nbprec.dump_problems import problems_frame
 from nbprec.errors import DumpFormatError, NbprecError, TensorDataUnavailableError, TensorNotFoundError
 
-PROBLEM_COLUMNS = ("file", "record", "problem")
 #: Columns of :attr:`Dump.edges`.
 EDGE_COLUMNS = ["src", "dst_op", "dst_slot"]
-
-
-class Problem(Record):
-    """Something in a dump that could not be read or understood; kept, never silently dropped."""
-
-    file: str
-    problem: str
-    record: str = ""
-
-
-def problems_frame(problems: Iterable[Problem]) -> Any:
-    """A DataFrame of problems, with the columns :data:`PROBLEM_COLUMNS`."""
-    import pandas as pd
-
-    return pd.DataFrame([(p.file, p.record, p.problem) for p in problems], columns=list(PROBLEM_COLUMNS))
-
-
-def _problem_list(problems: Iterable[Problem] | Any) -> list[Problem]:
-    """Problems as a list of :class:`Problem` (from problems, or a DataFrame of :data:`PROBLEM_COLUMNS`)."""
-    if hasattr(problems, "itertuples"):
-        return [Problem(str(f), str(p), str(r)) for f, r, p in problems[list(PROBLEM_COLUMNS)].itertuples(index=False)]
-    return list(problems)
 
 
 TensorLoader = Callable[[Mapping[str, Any]], np.ndarray]

@@ -121,3 +121,20 @@ def pair_records_alone(target: Path, bench: Path) -> tuple[int, bool]:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     count, numpy_loaded = done.stdout.split()
     return int(count), numpy_loaded == "True"
+
+
+def command_with_and_without_worker(args: list[str], out: Path | None) -> dict[str, tuple]:
+    """``nbprec compare ARGS [-o OUT/on|off]`` in its own process (no daemon), with the early worker (``"on"``) and
+    without (``"off"``): each run's exit status, printout (the output folder written OUT), error output and files."""
+    outputs = {}
+    for how in ("on", "off"):
+        env = {**os.environ, "NBPREC_EARLY": how, "NBPREC_DAEMON": "off"}
+        command = [sys.executable, "-m", "nbprec", "compare", *args, "--no-progress"]
+        folder = out / how if out is not None else None
+        if folder is not None:
+            command += ["-o", str(folder)]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
+        files = {p.name: p.read_bytes() for p in sorted(folder.iterdir())} if folder and folder.is_dir() else {}
+        stdout = done.stdout.replace(str(folder), "OUT") if folder is not None else done.stdout
+        outputs[how] = (done.returncode, stdout, done.stderr, files)
+    return outputs

@@ -23,8 +23,9 @@ it cannot index (each source says which), or a single-core machine, and any fail
 The dump.json files the worker scans go to the command's process too, which then opens the dumps without
 scanning them again (:class:`~nbprec.compare.early_msprobe.ShippedScans`; 7 ms a side for a dump.json of 1,766
 ops). So does the GE graph of ``--graph`` (:func:`graph_option`), which the worker reads and converts
-first (:func:`nbprec.graph.ge.shipped_record`): the command's opening of an NPU comparison then starts with the
-CANN dump.
+first (:func:`nbprec.graph.ge.shipped_record`), and so do the index rows of a CANN target, which has no pairs for
+the worker to measure (:func:`nbprec.formats.cann_index.ship_rows`): the command's opening of an NPU comparison then
+starts with them made.
 
 The command's own process starts it (:func:`nbprec.cli.run`). So do the process the command daemon forks for a
 client and a library call of :func:`nbprec.compare` that would fork a process to measure anyway
@@ -135,7 +136,8 @@ def start(target: str, bench: str, graph: str | None = None) -> None:
         return
     import mmap
 
-    # shared with the child: the parent writes 1 to byte 0 to stop it; bytes 8-15 count the bytes of scans sent
+    # shared with the child: the parent writes 1 to byte 0 to stop it; bytes 8-15 count the bytes of scans sent;
+    # byte 1 is PREPARING while the worker makes a CANN target's index rows, and bytes 2-7 count its files done
     flag = mmap.mmap(-1, 16)
     from nbprec.compare import early_msprobe
 
@@ -155,7 +157,7 @@ def start(target: str, bench: str, graph: str | None = None) -> None:
             os.close(read_end)
             _quiet()
             ship = early_msprobe.Shipper(scans, flag) if scans is not None else None
-            _run_worker(roots, flag, write_end, ship, graph)
+            _run_worker(roots, flag, write_end, ship, graph, target)
         except BaseException:
             status = 1
         finally:
@@ -165,7 +167,7 @@ def start(target: str, bench: str, graph: str | None = None) -> None:
     if scans is not None:
         from nbprec.formats import _prescan
 
-        _prescan.provide(early_msprobe.ShippedScans(scans, flag))
+        _prescan.provide(early_msprobe.ShippedScans(scans, flag, pid))
 
 
 def _close_scans(worker: Worker) -> None:
@@ -315,21 +317,26 @@ def _drain(worker: Worker) -> list[bytes]:
 # -- the worker (a forked process without numpy) --------------------------------------------------------------
 
 
-def _run_worker(roots: tuple[str, str], flag: Any, out: int, ship: Any, graph: str | None = None) -> None:
+def _run_worker(
+    roots: tuple[str, str], flag: Any, out: int, ship: Any, graph: str | None = None, target: str | None = None
+) -> None:
     """Measure the pairs of the two dumps until ``flag`` is set (or the parent is gone), writing the records to
     ``out`` as it goes, :data:`_BATCH` at a time (marshalled, each message after its length); each dump.json
     scanned goes to ``ship`` (an :class:`~nbprec.compare.early_msprobe.Shipper`, or None), and first the model of
-    the GE graph file ``graph``, if given: the command reads it before it opens the dumps."""
+    the GE graph file ``graph``, if given: the command reads it before it opens the dumps. Dumps without pairs to
+    measure: the index rows of ``target`` (the path as given) when it is a CANN dump (:func:`_prepare_cann`)."""
     import gc
     import marshal
 
     gc.disable()  # (a short-lived process, ended by os._exit: its scans make many objects and no cycle to collect)
+    model = graph_key = None
     if graph is not None and ship is not None:
         from nbprec.graph.ge import shipped_record
 
-        record = shipped_record(graph)
-        if record is not None:
-            ship(*record)
+        shipped = shipped_record(graph)
+        if shipped is not None:
+            graph_key, pickled, model = shipped
+            ship(graph_key, pickled)
 
     try:  # room for the records of the whole window: the parent reads none until it stops this worker
         import fcntl
@@ -350,6 +357,8 @@ def _run_worker(roots: tuple[str, str], flag: Any, out: int, ship: Any, graph: s
         pairs = _pair_records(roots, flag, ship)
         header = next(pairs, None)
         if header is None:
+            if ship is not None and target is not None and (graph is None or model is not None):
+                _prepare_cann(target, model, graph_key, ship, flag)
             return
         send(header)
         elements = 0
@@ -368,6 +377,26 @@ def _run_worker(roots: tuple[str, str], flag: Any, out: int, ship: Any, graph: s
         if batch:
             send(batch)
         os.close(out)
+
+
+def _prepare_cann(target: str, model: Any, graph_key: tuple | None, ship: Any, flag: Any) -> None:
+    """Make and send the index rows of ``target`` when it is a CANN dump
+    (:func:`nbprec.formats.cann_index.ship_rows`), with ``flag``'s byte 1
+    :data:`~nbprec.compare.early_msprobe.PREPARING` meanwhile and its bytes 2-7 counting the files read (the
+    command waits for rows in the making while that count moves: :meth:`ShippedScans.wait
+    <nbprec.compare.early_msprobe.ShippedScans.wait>`)."""
+    from nbprec.compare.early_msprobe import PREPARING
+
+    flag[1] = PREPARING
+    try:
+        from nbprec.formats.cann_index import ship_rows
+
+        def beat(done: int, _total: int) -> None:
+            flag[2:8] = done.to_bytes(6, "little")
+
+        ship_rows(target, model, graph_key, ship, beat)
+    finally:
+        flag[1] = 0
 
 
 def _pair_records(roots: tuple[str, str], flag: Any, ship: Any = None) -> Any:

@@ -229,13 +229,44 @@ class Shipper:
         self.flag[8:16] = self.sent.to_bytes(8, "little")
 
 
+#: The worker's ``flag[1]`` while it makes a CANN target's index rows (``nbprec.compare.early._prepare_cann``).
+PREPARING = 1
+#: How long :meth:`ShippedScans.wait` waits for a worker whose count of files read does not move.
+STALL_SECONDS = 0.25
+
+
 class ShippedScans:
     """In the command's process: the scans the worker sent, by file identity, read from the shared file as the
-    reader asks for one (the :mod:`nbprec.formats._prescan` source while the worker runs); each is given once."""
+    reader asks for one (the :mod:`nbprec.formats._prescan` source while the worker runs); each is given once.
+    ``pid``: the worker's, to tell whether it is still there (:meth:`wait`)."""
 
-    def __init__(self, fd: int, flag: mmap) -> None:
-        self.fd, self.flag, self.read = fd, flag, 0
+    def __init__(self, fd: int, flag: mmap, pid: int | None = None) -> None:
+        self.fd, self.flag, self.read, self.pid = fd, flag, 0, pid
         self.scans: dict[tuple, object] = {}
+
+    def wait(self) -> None:
+        """Wait while the worker makes a CANN target's index rows (``flag[1]`` is :data:`PREPARING`), as long as
+        it goes on reading files: not once it is gone, nor once its count of files read (``flag[2:8]``) has not
+        moved for :data:`STALL_SECONDS`. The worker started on them before this process needed them: it is
+        ahead of this process's own reading, which would also take a core from it."""
+        import time
+
+        beat, since = None, time.monotonic()
+        while self.flag[1] == PREPARING:
+            now = time.monotonic()
+            if self.flag[2:8] != beat:
+                beat, since = self.flag[2:8], now
+            elif now - since > STALL_SECONDS or not self._alive():
+                return
+            time.sleep(0.0002)
+
+    def _alive(self) -> bool:
+        if self.pid is None:
+            return False
+        try:  # (WNOWAIT: the worker is reaped where it always was, when it is stopped)
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except (ChildProcessError, OSError, AttributeError):
+            return False
 
     def __call__(self, identity: tuple) -> object:
         import marshal
@@ -258,4 +289,4 @@ class ShippedScans:
         return self.scans.pop(identity, None)  # (taken once: a second reader of the file scans it itself)
 
 
-__all__ = ["ShippedScans", "Shipper", "candidates", "scan_file"]
+__all__ = ["PREPARING", "STALL_SECONDS", "ShippedScans", "Shipper", "candidates", "scan_file"]

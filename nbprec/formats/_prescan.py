@@ -5,7 +5,8 @@ side's ``dump.json`` with the C scanner to find the pairs it can measure early, 
 command's process. The reader (:func:`nbprec.formats.msprobe_scan.scan_dump_json`) then takes the scan of a file
 from here instead of reading and scanning the file again: 7 ms a side for a ``dump.json`` of 1,766 ops. The GE
 graph of ``--graph`` comes the same way, read and converted (:func:`nbprec.graph.ge.read_ge_model`: 25-40 ms of
-the command's opening of an NPU comparison, done while it imports numpy); each kind of result has its own ``kind``.
+the command's opening of an NPU comparison, done while it imports numpy), and so do the index rows of a CANN
+target (:mod:`nbprec.formats.cann_index`); each kind of result has its own ``kind``.
 
 A result is taken only for the very file it was made of: the same device, inode, size, modification and change
 times, as the worker saw them before it read the file. Any change to the file in between changes one of those,
@@ -49,6 +50,25 @@ def provide(source: Callable[[tuple], Any] | None) -> None:
     _source = source
 
 
+def active() -> bool:
+    """Whether a worker registered its results (a source is there to ask)."""
+    return _source is not None
+
+
+def take_key(key: tuple, wait: bool = False) -> Any:
+    """The result a registered source has under ``key`` (one not made of a single file: a dump tree's, whose
+    reader checks what it was made of itself), or None. ``wait``: when the source is still making results it was
+    started to make before this process needs them (``source.wait``), wait for it first."""
+    source = _source
+    if source is None:
+        return None
+    found = source(key)
+    if found is None and wait and hasattr(source, "wait"):
+        source.wait()
+        found = source(key)
+    return found
+
+
 def take(path: str | os.PathLike[str], kind: str = "") -> Any:
     """The ``kind`` of result (``""``: the scanner's) made of the regular file ``path`` as it is now, when a
     registered source has it; else None (the caller reads the file)."""
@@ -64,4 +84,4 @@ def take(path: str | os.PathLike[str], kind: str = "") -> Any:
     return source(key(status, kind))
 
 
-__all__ = ["identity", "key", "provide", "take"]
+__all__ = ["active", "identity", "key", "provide", "take", "take_key"]

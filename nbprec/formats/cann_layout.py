@@ -13,8 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from nbprec.dtypes import ITEMSIZES
 from nbprec.formats.storage import (
     ORIGIN_LAYOUTS,
@@ -23,6 +21,10 @@ from nbprec.formats.storage import (
     resolve_origin_format,
     to_origin,
 )
+
+TYPE_CHECKING = False  # (planning needs no numpy: the CANN index is built without it, see cann_index)
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbprec.dump import Problem
+from nbprec.dump_problems import Problem
 
 _UNSAFE = re.compile(r"[./\\ ]")
 _NAME = re.compile(r"^([A-Za-z0-9_-]+)\.([^.]+)((?:\.[0-9]+){2,7})$")
@@ -188,12 +188,16 @@ def read_name_mapping(folder: Path, problems: list[Problem]) -> dict[str, str]:
     return mapping
 
 
-def walk_dump_tree(root: Path, problems: list[Problem], *, steps: set[int] | None = None) -> DumpTree:
+def walk_dump_tree(
+    root: Path, problems: list[Problem], *, steps: set[int] | None = None, listed: list | None = None
+) -> DumpTree:
     """Every dump file, overflow debug file and GE graph under ``root`` (a folder or one file).
 
     Symlinked folders are not followed (a loop cannot hang the walk), the walk goes at most
     :data:`MAX_DEPTH` folders down, and anything that is not a regular file (a FIFO, a device) is reported,
-    never opened. Files that are neither dumps nor known companions are listed in ``problems``.
+    never opened. Files that are neither dumps nor known companions are listed in ``problems``. ``listed``,
+    when given, gets ``(path, identity)`` of each folder listed and each name mapping read, taken before (None
+    where there is none: :func:`nbprec.formats._prescan.identity`).
     """
     tree = DumpTree()
     if not root.is_dir():
@@ -203,6 +207,9 @@ def walk_dump_tree(root: Path, problems: list[Problem], *, steps: set[int] | Non
     while stack:
         folder, depth = stack.pop()
         position = tree_position(folder)
+        if listed is not None:
+            _note(listed, folder)
+            _note(listed, folder / _MAPPING)
         mapping = read_name_mapping(folder, problems)
         try:
             with os.scandir(folder) as it:
@@ -226,6 +233,15 @@ def walk_dump_tree(root: Path, problems: list[Problem], *, steps: set[int] | Non
     tree.files.sort(key=lambda f: (f.step, f.rank, f.timestamp, f.task_id, f.path.name))
     tree.opdebug.sort(key=lambda f: (f.step, f.rank, f.timestamp))
     return tree
+
+
+def _note(listed: list, path: Path) -> None:
+    from nbprec.formats._prescan import identity
+
+    try:
+        listed.append((str(path), identity(os.stat(path))))
+    except OSError:
+        listed.append((str(path), None))
 
 
 def _classify(

@@ -38,10 +38,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-import numpy as np
-
 from nbprec.errors import NbprecError
-from nbprec.formats.storage_copy import move
+
+TYPE_CHECKING = False  # (numpy on first conversion: planning a layout, as a CANN dump's index does, needs none)
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class StorageFormatError(NbprecError):
@@ -386,6 +387,10 @@ def to_origin(
         An unsupported format, ``data.size != prod(storage_shape)``, or an origin shape that does not fit
         into the storage shape (the message names the format, the shapes and the misfit).
     """
+    import numpy as np
+
+    from nbprec.formats.storage_copy import move
+
     fmt, storage, origin, origin_fmt = _arguments(storage_format, storage_shape, origin_shape, origin_format)
     data = np.asarray(data)
     if data.size != math.prod(storage):
@@ -475,6 +480,10 @@ def from_origin(
     >>> bool((to_origin(stored.ravel(), "NC1HWC0", stored.shape, x.shape) == x).all())
     True
     """
+    import numpy as np
+
+    from nbprec.formats.storage_copy import move
+
     array = np.asarray(array)
     shape = storage_shape(array.shape, storage_format, origin_format, itemsize=array.dtype.itemsize, c0=c0, ni=ni)
     fmt = _norm_format(storage_format) or ""

@@ -101,7 +101,7 @@ def read_ge_model(path: str | Path) -> GeModel:
     >>> [(i.op, i.index) for i in model.op("relu").inputs]         # doctest: +SKIP
     [('conv1/Conv2D', 0), ('init', -1)]
     """
-    path = _graph_file(path)
+    path = graph_file(path)
     shipped = _shipped_model(path)
     return shipped if shipped is not None else _read_file(path)
 
@@ -113,7 +113,7 @@ def _read_file(file: Path) -> GeModel:
         return convert_model(raw, path=str(file), fmt=fmt)
 
 
-def _graph_file(path: str | Path) -> Path:
+def graph_file(path: str | Path) -> Path:
     """The graph file ``path`` names: itself, or the one a folder holds (:func:`find_graph_file`)."""
     path = Path(path)
     if path.is_dir():
@@ -127,18 +127,18 @@ def _graph_file(path: str | Path) -> Path:
 SHIPPED_KIND = "ge-model"
 
 
-def shipped_record(path: str | Path) -> tuple[tuple, bytes] | None:
+def shipped_record(path: str | Path) -> tuple[tuple, bytes, GeModel] | None:
     """In ``nbprec compare``'s early worker (:mod:`nbprec.compare.early`), while the command imports numpy: the
     graph of ``--graph`` read as :func:`read_ge_model` reads it, as (its key in :mod:`nbprec.formats._prescan`:
-    the file's identity before it was read, the model pickled). None when it does not read: the command then reads
-    it and tells why."""
+    the file's identity before it was read, the model pickled, the model). None when it does not read: the command
+    then reads it and tells why."""
     import pickle
 
     try:
-        file = _graph_file(path)
+        file = graph_file(path)
         status = os.stat(file)
         model = _read_file(file)
-        return _prescan.key(status, SHIPPED_KIND), pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL)
+        return _prescan.key(status, SHIPPED_KIND), pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL), model
     except Exception:
         return None
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from early_support import needs_two_cores
+from early_support import command_with_and_without_worker, needs_two_cores
 
 from nbprec.compare import early
 from nbprec.demo.npu import NpuDemo, make_npu_demo
@@ -46,7 +46,7 @@ try:
 except ge.GeGraphError as exc:
     model = exc
 early.discard()
-file = ge._graph_file(graph) if not isinstance(model, Exception) else None
+file = ge.graph_file(graph) if not isinstance(model, Exception) else None
 if file is not None:
     raw, fmt = parse(file)
     plain = ge.convert_model(raw, path=str(file), fmt=fmt)
@@ -103,19 +103,10 @@ def test_a_graph_the_worker_cannot_read_fails_as_without_it(case: NpuDemo, tmp_p
 def test_the_command_compares_alike_with_the_workers_graph(case: NpuDemo, tmp_path: Path) -> None:
     """``nbprec compare NPU TF --graph G -o OUT`` in its own process, with the worker and without: the same
     printout and the same files."""
-    outputs = {}
-    for how in ("on", "off"):
-        out = tmp_path / how
-        env = {**os.environ, "NBPREC_EARLY": how, "NBPREC_DAEMON": "off"}
-        command = [sys.executable, "-m", "nbprec", "compare", str(case.npu), str(case.tf), "--graph", str(case.graph)]
-        done = subprocess.run(
-            [*command, "-o", str(out), "--no-progress"], capture_output=True, text=True, env=env, timeout=300
-        )
-        assert done.returncode in (0, 1), done.stderr[-3000:]
-        files = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
-        outputs[how] = (done.returncode, done.stdout.replace(str(out), "OUT"), files)
+    outputs = command_with_and_without_worker([str(case.npu), str(case.tf), "--graph", str(case.graph)], tmp_path)
+    assert outputs["on"][0] in (0, 1), outputs["on"][2][-3000:]
     assert outputs["on"] == outputs["off"]
-    assert "compare_msprobe.csv" in outputs["on"][2]
+    assert "compare_msprobe.csv" in outputs["on"][3]
 
 
 @pytest.mark.parametrize(

@@ -289,11 +289,11 @@ def test_layout_plans_shared_between_tensors_of_one_kind_change_nothing(tmp_path
     import pandas as pd
 
     from nbprec.demo.npu import make_npu_demo
-    from nbprec.formats import cann
+    from nbprec.formats import cann_index
 
     make_npu_demo(tmp_path / "demo")
     graph = tmp_path / "demo" / "ge_proto_00000001_Build.txt"
-    real_key, keys = cann.plan_key, []
+    real_key, keys = cann_index.plan_key, []
 
     def unshared_key(*args):  # every tensor planned on its own
         keys.append(real_key(*args))
@@ -305,9 +305,9 @@ def test_layout_plans_shared_between_tensors_of_one_kind_change_nothing(tmp_path
             options["graph"] = graph
         shared = nbprec.open(folder, **options)
         keys.clear()
-        monkeypatch.setattr(cann, "plan_key", unshared_key)
+        monkeypatch.setattr(cann_index, "plan_key", unshared_key)
         alone = nbprec.open(folder, **options)
-        monkeypatch.setattr(cann, "plan_key", real_key)
+        monkeypatch.setattr(cann_index, "plan_key", real_key)
         assert len(set(keys)) < len(keys)  # tensors of one kind were there to share a plan
         pd.testing.assert_frame_equal(shared.index, alone.index)
         pd.testing.assert_frame_equal(shared.problems, alone.problems)

@@ -136,7 +136,7 @@ def test_run_folders_reached_through_links_are_runs(tmp_path):
 def test_the_cann_guess_tells_names_as_the_name_parser_does():
     """The CANN reader's guess passes over names that cannot follow its naming rule (they do not end with a
     number) without the parser: every name the parser takes is still taken."""
-    from nbprec.formats.cann import _dump_or_mapping
+    from nbprec.formats.cann_index import dump_or_mapping
     from nbprec.formats.cann_tree import parse_file_name
 
     names = [
@@ -158,18 +158,18 @@ def test_the_cann_guess_tells_names_as_the_name_parser_does():
     ]
     for name in names:
         expected = name == "mapping.csv" or not isinstance(parse_file_name(name), str)
-        assert _dump_or_mapping(name) == expected, name
+        assert dump_or_mapping(name) == expected, name
 
 
 def test_a_flat_folder_of_other_files_is_told_without_parsing_each_name(tmp_path, monkeypatch):
     """Telling a TensorFlow dump (a flat folder of .npy files) parses none of its names as CANN dump names: at
     100,000 files, the readers' guesses took 0.46-0.53 s before, 0.10-0.18 s after (2026-12-07)."""
-    from nbprec.formats import cann_tree
+    from nbprec.formats import cann_index
 
     folder = _flat_npy_folder(tmp_path / "tf", 40)
     parsed = []
-    real = cann_tree.parse_file_name
-    monkeypatch.setattr(cann_tree, "parse_file_name", lambda name: parsed.append(name) or real(name))
+    real = cann_index.parse_file_name
+    monkeypatch.setattr(cann_index, "parse_file_name", lambda name: parsed.append(name) or real(name))
     assert guess_format(folder) == "tf_npy"
     assert parsed == []
     (folder / "Add.a.1.2.1700000000000003").write_bytes(b"\x00" * 8)  # one name of the rule: parsed, as before

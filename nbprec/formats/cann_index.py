@@ -295,9 +295,15 @@ class GraphHints:
 # -- guessing ----------------------------------------------------------------------------------------------------
 
 
+#: Dump files of a folder looked at when its first one does not start as a dump file does (:func:`looks_like_dump`).
+_GUESS_SAMPLE = 16
+
+
 def looks_like_dump(path: Path) -> bool:
     """A dump file, or a folder with one within six levels, whose name and first bytes look right
-    (:meth:`CannDumpReader.guess_can_open <nbprec.formats.cann.CannDumpReader.guess_can_open>`)."""
+    (:meth:`CannDumpReader.guess_can_open <nbprec.formats.cann.CannDumpReader.guess_can_open>`). When the first
+    such file found is cut short or damaged (a run stopped while dumping), the next few dump files of its folder
+    are looked at too: the dump is opened, and that file's problem recorded."""
     try:
         if path.is_file():
             return not isinstance(parse_file_name(path.name), str) and _plausible(path)
@@ -305,9 +311,21 @@ def looks_like_dump(path: Path) -> bool:
         if first is not None and first.name == "mapping.csv":  # long names were replaced by short ones
             mapped = read_name_mapping(first.parent, [])
             first = first.parent / next(iter(mapped)) if mapped else None
-        return first is not None and _plausible(first)
+        return first is not None and (_plausible(first) or any(_plausible(f) for f in _more_dump_files(first)))
     except OSError:
         return False
+
+
+def _more_dump_files(first: Path) -> list[Path]:
+    """Up to :data:`_GUESS_SAMPLE` other dump files of ``first``'s folder, in the folder's order."""
+    found: list[Path] = []
+    with os.scandir(first.parent) as entries:
+        for entry in entries:
+            if entry.name != first.name and entry.name != "mapping.csv" and dump_or_mapping(entry.name):
+                found.append(Path(entry.path))
+                if len(found) >= _GUESS_SAMPLE:
+                    break
+    return found
 
 
 def dump_or_mapping(name: str) -> bool:

@@ -228,6 +228,26 @@ def test_corrupt_files_give_clear_errors(tmp_path: Path, damage, message: str) -
         nbprec.open(bad, format="cann")
 
 
+def test_a_dump_whose_first_file_is_cut_short_is_still_told_and_opened(tmp_path: Path) -> None:
+    """The format guess looks at the first dump file it finds; when that one is cut short (a run stopped while
+    dumping), the next ones of its folder are looked at: the dump is told as CANN and opened, the file a problem.
+    Every file cut short: not told, as before."""
+    from nbprec.formats._probe import find_first_file
+    from nbprec.formats.cann_index import dump_or_mapping
+
+    for k in range(4):
+        write_dump_file(tmp_path, f"g/op{k}", "Add", outputs=[np.ones(8, np.float32)], task_id=k, timestamp=k)
+    first = find_first_file(tmp_path, dump_or_mapping, max_depth=6)
+    first.write_bytes(first.read_bytes()[:5])
+    assert guess_format(tmp_path) == "cann"
+    dump = nbprec.open(tmp_path)
+    assert len(dump.index) == 3 and dump.problems["file"].eq(str(first)).any()
+    for file in tmp_path.iterdir():
+        file.write_bytes(file.read_bytes()[:5])
+    with pytest.raises(DumpFormatError, match="not recognised"):
+        guess_format(tmp_path)
+
+
 def test_unknown_dtype_and_format_are_recorded(tmp_path: Path) -> None:
     payload = np.ones(6, np.float32).tobytes()
     entries = [

@@ -393,4 +393,33 @@ def test_reading_a_cann_dump_does_not_import_descriptor_pb2(tmp_path: Path) -> N
         f"import sys, nbprec; dump = nbprec.open({str(tmp_path / 'npu')!r}); dump.tensor(0)\n"
         "print(' '.join(m for m in sys.modules if m.startswith('google.protobuf')))"
     ).split()
-    assert "google.protobuf.descriptor_pool" in loaded and "google.protobuf.descriptor_pb2" not in loaded
+    assert "google.protobuf.message" in loaded and "google.protobuf.descriptor_pb2" not in loaded
+    from google.protobuf.internal import api_implementation
+
+    if api_implementation.Type() == "upb":  # (the class made directly: protobuf's pure-Python code is not loaded)
+        assert "google.protobuf.internal.python_message" not in loaded
+
+
+def test_the_header_class_made_on_upb_reads_as_the_public_one(tmp_path: Path) -> None:
+    """``dump_data_class`` makes the class on upb directly where protobuf runs on it; the class protobuf's public
+    ``message_factory`` makes parses every header of the NPU tutorial's dump to the same message."""
+    from google.protobuf import descriptor_pool, message_factory
+
+    from nbprec.demo.npu import make_npu_demo
+    from nbprec.formats import _dumpdata
+
+    case = make_npu_demo(tmp_path / "demo")
+    serialized = _dumpdata._file_descriptor(_dumpdata.PROTO_FILE.read_text(encoding="utf-8"))
+    pool = descriptor_pool.DescriptorPool()
+    public = message_factory.GetMessageClass(
+        pool.FindMessageTypeByName(f"{pool.AddSerializedFile(serialized).package}.DumpData")
+    )
+    made = _dumpdata.dump_data_class()
+    files = [Path(r, n) for r, _, names in os.walk(case.npu) for n in names if n[-1].isdigit()]
+    assert len(files) > 10
+    for file in files:
+        data = file.read_bytes()
+        raw = data[8 : 8 + int.from_bytes(data[:8], "little")]
+        ours, theirs = made.FromString(raw), public.FromString(raw)
+        assert str(ours) == str(theirs) and ours.SerializeToString() == theirs.SerializeToString()
+        assert ours.ListFields() and [f.name for f, _ in ours.ListFields()] == [f.name for f, _ in theirs.ListFields()]

@@ -7,7 +7,6 @@ are nbprec's canonical names (``"float16"``, ``"bfloat16"``). Built by :func:`nb
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -331,6 +330,8 @@ class GeModel:
         try:
             return self._index[name]
         except KeyError:
+            import difflib  # (here: the command's early worker and the readers load this module, and never need it)
+
             similar = difflib.get_close_matches(name, list(self._index), n=5, cutoff=0.7)
             hint = f"; similar: {similar}" if similar else ""
             raise OpNotFoundError(f"{self.path or self.name}: no op named {name!r} in the GE graph{hint}") from None

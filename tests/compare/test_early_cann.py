@@ -171,14 +171,15 @@ def live_pid():
 
 
 def test_the_command_waits_for_rows_while_the_worker_reads_on(live_pid: int) -> None:
-    """``ShippedScans.wait``: while the worker's count of files moves (a thread here, 20 files, one every 20
-    ms), then returns once it is done, well before a stall would have ended the wait."""
+    """``ShippedScans.wait``: while the worker's count of files moves (a thread here, a file every 50 ms for
+    longer than a stall), then returns once it is done."""
     flag = _flag(preparing=True)
     shipped = early_msprobe.ShippedScans(os.memfd_create("t"), flag, live_pid)
+    files = int((early_msprobe.STALL_SECONDS + 0.3) / 0.05)
 
     def worker() -> None:
-        for done in range(1, 21):
-            time.sleep(0.02)
+        for done in range(1, files + 1):
+            time.sleep(0.05)
             flag[2:8] = done.to_bytes(6, "little")
         flag[1] = 0
 
@@ -188,7 +189,7 @@ def test_the_command_waits_for_rows_while_the_worker_reads_on(live_pid: int) -> 
     shipped.wait()
     waited = time.monotonic() - start
     thread.join()
-    assert flag[1] == 0 and waited >= 0.35  # (it waited for the whole of the worker's 0.4 s, longer than a stall)
+    assert flag[1] == 0 and waited > early_msprobe.STALL_SECONDS + 0.2  # (the worker's whole time: beyond a stall)
 
 
 def test_the_command_does_not_wait_for_a_stalled_or_gone_worker(live_pid: int) -> None:

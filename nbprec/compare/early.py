@@ -353,11 +353,13 @@ def _run_worker(
 
     parent = os.getppid()
     batch: list[tuple] = []
+    shipped_before = ship.sent if ship is not None else 0
     try:
         pairs = _pair_records(roots, flag, ship)
         header = next(pairs, None)
         if header is None:
-            if ship is not None and target is not None and (graph is None or model is not None):
+            scanned = ship is not None and ship.sent > shipped_before  # (an msprobe dump.json: not a CANN dump)
+            if ship is not None and target is not None and not scanned and (graph is None or model is not None):
                 _prepare_cann(target, model, graph_key, ship, flag)
             return
         send(header)

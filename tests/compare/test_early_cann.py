@@ -135,6 +135,40 @@ def test_the_command_says_the_same_with_the_workers_rows(tmp_path: Path, damaged
         assert (b"too short" in outputs["on"][3]["comparison.json"]) == (damaged == "one")
 
 
+# The worker started for argv[1] and argv[2] with ship_rows patched to leave a mark (argv[3]) when called.
+_MARK = """
+import sys, time
+from nbprec.compare import early
+from nbprec.formats import cann_index
+def marking(*args, **kwargs):
+    open(sys.argv[3], "w").close()
+cann_index.ship_rows = marking
+early.start(sys.argv[1], sys.argv[2])
+time.sleep(1.0)
+early.discard()
+"""
+
+
+@needs_two_cores
+@pytest.mark.parametrize("kind", ["statistics", "md5", "cann"])
+def test_the_worker_makes_rows_for_a_target_that_is_not_msprobes(tmp_path: Path, kind: str) -> None:
+    """Dumps without pairs for the worker to measure: an msprobe statistics or md5 pair (whose dump.json files it
+    scanned) is not looked at as a CANN dump; a CANN target is."""
+    fixtures = Path(__file__).parents[1] / "fixtures" / "msprobe"
+    if kind == "cann":
+        case = make_npu_demo(tmp_path / "npu-demo")
+        target, bench = case.npu, case.tf
+    else:
+        suffix = "statistics_mix" if kind == "statistics" else "md5_L1"
+        target, bench = fixtures / f"bf16_{suffix}", fixtures / f"fp32_{suffix}"
+    mark = tmp_path / "made"
+    done = subprocess.run(
+        [sys.executable, "-c", _MARK, str(target), str(bench), str(mark)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert mark.exists() == (kind == "cann")
+
+
 def test_the_rows_are_made_without_numpy(tmp_path: Path) -> None:
     """What the worker runs, in a fresh interpreter: the rows are made and sent, and numpy is never imported."""
     case = make_npu_demo(tmp_path / "npu-demo")

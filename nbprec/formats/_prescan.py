@@ -37,6 +37,15 @@ def identity(status: os.stat_result) -> Identity:
     return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
 
 
+def identity_of(path: str | os.PathLike[str]) -> Identity | None:
+    """The identity of whatever ``path`` names now (a file or a folder, links followed), None when nothing
+    does: what a result made of several files and folders records of each, and checks again."""
+    try:
+        return identity(os.stat(path))
+    except (OSError, ValueError):
+        return None
+
+
 def key(status: os.stat_result, kind: str = "") -> tuple:
     """The key of a ``kind`` of result (``""``: a dump.json scan) made of the file whose ``os.stat`` result is
     ``status``: the worker sends each under it, the readers ask for it."""
@@ -84,4 +93,4 @@ def take(path: str | os.PathLike[str], kind: str = "") -> Any:
     return source(key(status, kind))
 
 
-__all__ = ["active", "identity", "key", "provide", "take", "take_key"]
+__all__ = ["active", "identity", "identity_of", "key", "provide", "take", "take_key"]

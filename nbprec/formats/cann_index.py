@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nbprec._record import Record
 from nbprec.dtypes import DTYPE_NAMES, ITEMSIZES
 from nbprec.dump_problems import Problem
 from nbprec.errors import DumpFormatError, EmptyDumpError
@@ -108,20 +109,16 @@ def read_header(path: str | Path) -> CannHeader:
     return header
 
 
-class IndexRows:
+class IndexRows(Record):
     """What opening a CANN dump reads: a row of :data:`COLUMNS` per tensor (as one list per column), the
     problems met, and the dump's models, overflow debug files (:meth:`DumpFile.as_record
     <nbprec.formats.cann_tree.DumpFile.as_record>` each) and GE graph files."""
 
-    def __init__(
-        self,
-        columns: dict[str, list],
-        problems: list[Problem],
-        models: list[str],
-        opdebug: list[dict[str, Any]],
-        graphs: list[str],
-    ) -> None:
-        self.columns, self.problems, self.models, self.opdebug, self.graphs = columns, problems, models, opdebug, graphs
+    columns: dict[str, list]
+    problems: list[Problem]
+    models: list[str]
+    opdebug: list[dict[str, Any]]
+    graphs: list[str]
 
 
 def index_rows(
@@ -164,11 +161,12 @@ def index_rows(
     if not rows and not tree.opdebug:
         raise EmptyDumpError(path, f"no readable CANN dump file ({len(problems)} files or folders could not be used)")
     # one list per column, transposed once here (a list per column, appended to per tensor, cost twice as much)
-    columns = (
-        {name: list(values) for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True)} if rows else {}
-    )
+    if rows:
+        columns = {name: list(values) for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True)}
+    else:
+        columns = {name: [] for name in COLUMNS}
     return IndexRows(
-        columns or {name: [] for name in COLUMNS},
+        columns,
         problems,
         sorted({f.model for f in files if f.model}),
         [f.as_record() for f in tree.opdebug],
@@ -393,13 +391,8 @@ def shipped_rows(path: Path, steps: set[int] | None, occurrence: str, layout: st
     if not isinstance(found, tuple) or len(found) != 6:
         return None
     seen, columns, problems, models, opdebug, graphs = found
-    for where, identity in seen:
-        try:
-            now = _prescan.identity(os.stat(where))
-        except OSError:
-            now = None
-        if now != (tuple(identity) if identity is not None else None):
-            return None
+    if any(_prescan.identity_of(where) != identity for where, identity in seen):  # (marshal keeps tuples)
+        return None
     return IndexRows(columns, [Problem(*p) for p in problems], models, opdebug, graphs)
 
 

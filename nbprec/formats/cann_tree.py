@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from nbprec.dump_problems import Problem
+from nbprec.formats._prescan import identity_of
 
 _UNSAFE = re.compile(r"[./\\ ]")
 _NAME = re.compile(r"^([A-Za-z0-9_-]+)\.([^.]+)((?:\.[0-9]+){2,7})$")
@@ -197,7 +198,7 @@ def walk_dump_tree(
     :data:`MAX_DEPTH` folders down, and anything that is not a regular file (a FIFO, a device) is reported,
     never opened. Files that are neither dumps nor known companions are listed in ``problems``. ``listed``,
     when given, gets ``(path, identity)`` of each folder listed and each name mapping read, taken before (None
-    where there is none: :func:`nbprec.formats._prescan.identity`).
+    where there is none: :func:`nbprec.formats._prescan.identity_of`).
     """
     tree = DumpTree()
     if not root.is_dir():
@@ -208,8 +209,7 @@ def walk_dump_tree(
         folder, depth = stack.pop()
         position = tree_position(folder)
         if listed is not None:
-            _note(listed, folder)
-            _note(listed, folder / _MAPPING)
+            listed += [(str(folder), identity_of(folder)), (str(folder / _MAPPING), identity_of(folder / _MAPPING))]
         mapping = read_name_mapping(folder, problems)
         try:
             with os.scandir(folder) as it:
@@ -233,15 +233,6 @@ def walk_dump_tree(
     tree.files.sort(key=lambda f: (f.step, f.rank, f.timestamp, f.task_id, f.path.name))
     tree.opdebug.sort(key=lambda f: (f.step, f.rank, f.timestamp))
     return tree
-
-
-def _note(listed: list, path: Path) -> None:
-    from nbprec.formats._prescan import identity
-
-    try:
-        listed.append((str(path), identity(os.stat(path))))
-    except OSError:
-        listed.append((str(path), None))
 
 
 def _classify(

@@ -2,7 +2,9 @@
 
 A dataclass writes the source of its ``__init__``, ``__repr__``, ``__eq__``, ``__hash__`` and frozen
 ``__setattr__`` and compiles it when its class is created: half a millisecond per class, and the comparison's
-command line creates a dozen before it reads a byte (6 ms of its start-up). :class:`Record` gives the same
+command line creates a dozen before it reads a byte (6 ms of its start-up), and importing :mod:`dataclasses` costs
+7 ms where nothing else has imported :mod:`inspect` (the early worker of ``nbprec compare``, which runs without
+numpy). :class:`Record` gives the same
 methods once, for every subclass, from the fields its annotations declare::
 
     class Problem(Record):
@@ -16,6 +18,9 @@ methods once, for every subclass, from the fields its annotations declare::
   of the same class, ``__hash__`` hashes them;
 - assigning or deleting an attribute raises :class:`FrozenInstanceError` (an ``AttributeError``), unless the
   class says ``frozen=False`` (``class BatchCall(Record, frozen=False)``, which is then unhashable);
+- fields a class names in ``uncompared`` (``class GeModel(Record, uncompared=("path",))``) are left out of
+  ``__eq__`` and ``__hash__`` (``field(compare=False)``); names that start with ``_`` are not fields (a class
+  keeps what it derives from its fields there, set in its own ``__init__``: ``field(init=False)``);
 - :func:`replace` and :func:`asdict` stand for :func:`dataclasses.replace` and :func:`dataclasses.asdict`.
 
 Records keep their values in the instance ``__dict__``: they pickle and copy as plain objects do, and
@@ -24,8 +29,6 @@ Records keep their values in the instance ``__dict__``: they pickle and copy as 
 """
 
 from __future__ import annotations
-
-import inspect
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,13 +60,18 @@ class Record:
 
     __slots__ = ()
     _fields: ClassVar[tuple[str, ...]] = ()
+    _compared: ClassVar[tuple[str, ...]] = ()  # (the fields __eq__ and __hash__ look at)
     _defaults: ClassVar[dict[str, Any]] = {}
     _frozen: ClassVar[bool] = True
 
-    def __init_subclass__(cls, frozen: bool = True, **kwargs: Any) -> None:
+    def __init_subclass__(cls, frozen: bool = True, uncompared: tuple[str, ...] = (), **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         fields, defaults = list(cls._fields), dict(cls._defaults)
-        for name, annotation in inspect.get_annotations(cls).items():  # (this class's own: strings, not evaluated)
+        left_out = set(cls._fields) - set(cls._compared) | set(uncompared)  # (a parent's, and this class's)
+        # (this class's own annotations, as ``inspect.get_annotations`` gives a class's, without importing inspect:
+        # strings, not evaluated)
+        own = cls.__dict__.get("__annotations__", {})  # noqa: RUF063
+        for name, annotation in own.items():
             if name.startswith("_") or str(annotation).startswith(("ClassVar", "typing.ClassVar")):
                 continue
             if name not in fields:
@@ -72,7 +80,11 @@ class Record:
                 defaults[name] = cls.__dict__[name]
             elif defaults and name not in defaults:
                 raise TypeError(f"{cls.__name__}: field {name!r} without a default follows one with a default")
+        unknown = set(uncompared) - set(fields)
+        if unknown:
+            raise TypeError(f"{cls.__name__}: uncompared names no field: {', '.join(sorted(unknown))}")
         cls._fields, cls._defaults, cls._frozen = tuple(fields), defaults, frozen
+        cls._compared = tuple(name for name in fields if name not in left_out)
         if not frozen and "__hash__" not in cls.__dict__:
             cls.__hash__ = None  # type: ignore[assignment]  # (mutable: as a dataclass with eq and not frozen)
 
@@ -81,24 +93,32 @@ class Record:
         if len(args) > len(fields):
             raise TypeError(f"{type(self).__name__}() takes {len(fields)} arguments but {len(args)} were given")
         values = self.__dict__
-        for name, value in zip(fields, args, strict=False):  # (fewer args than fields)
-            if name in kwargs:
-                raise TypeError(f"{type(self).__name__}() got multiple values for argument {name!r}")
-            values[name] = value
-        for name in fields[len(args) :]:
-            if name in kwargs:
-                values[name] = kwargs.pop(name)
-            elif name in self._defaults:
-                default = self._defaults[name]
+        values.update(zip(fields, args, strict=False))  # (fewer args than fields: the first ones)
+        given = len(args)
+        if kwargs:
+            for name in fields[:given]:
+                if name in kwargs:
+                    raise TypeError(f"{type(self).__name__}() got multiple values for argument {name!r}")
+            for name in fields[given:]:
+                if name in kwargs:
+                    values[name] = kwargs.pop(name)
+                    given += 1
+            if kwargs:  # (the fields' were taken out)
+                name = next(iter(kwargs))
+                raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {name!r}")
+        if given < len(fields):  # the defaults of the others
+            defaults = self._defaults
+            for name in fields[len(args) :]:
+                if name in values:
+                    continue
+                if name not in defaults:
+                    raise TypeError(f"{type(self).__name__}() missing required argument: {name!r}")
+                default = defaults[name]
                 values[name] = default.make() if isinstance(default, Factory) else default
-            else:
-                raise TypeError(f"{type(self).__name__}() missing required argument: {name!r}")
-        if kwargs:  # (the fields' were taken out)
-            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {next(iter(kwargs))!r}")
 
     def _values(self) -> tuple[Any, ...]:
         values = self.__dict__
-        return tuple(values[name] for name in self._fields)
+        return tuple(values[name] for name in self._compared)
 
     def __repr__(self) -> str:
         values = self.__dict__

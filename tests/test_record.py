@@ -11,6 +11,7 @@ import sys
 from typing import ClassVar
 
 import pytest
+from fresh_python import run_python
 
 from nbprec._record import Factory, FrozenInstanceError, Record, asdict, replace
 
@@ -143,3 +144,34 @@ def test_the_compare_command_line_creates_no_dataclass():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+class Located(Record, uncompared=("path",)):
+    name: str
+    path: str = ""
+
+
+class Relocated(Located):
+    size: int = 0
+
+
+def test_uncompared_fields_are_left_out_of_equality_and_hash_only():
+    a, b = Located("m", "/a"), Located("m", "/b")
+    assert a == b and hash(a) == hash(b) and a != Located("n", "/a")
+    assert repr(a) == "Located(name='m', path='/a')" and asdict(a) == {"name": "m", "path": "/a"}
+    assert Relocated("m", "/a", 1) == Relocated("m", "/b", 1) != Relocated("m", "/a", 2)  # a subclass keeps it
+    with pytest.raises(TypeError, match="uncompared names no field: size"):
+
+        class Bad(Record, uncompared=("size",)):
+            name: str
+
+
+def test_records_need_neither_dataclasses_nor_inspect():
+    """The early worker of ``nbprec compare`` runs without numpy (which imports :mod:`inspect`): the value classes
+    it makes (the GE graph's, the CANN index's) cost it no import of dataclasses (7 ms with inspect's)."""
+    loaded = run_python(
+        "import sys\n"
+        "import nbprec._record, nbprec.graph.ge, nbprec.formats.cann_index, nbprec.compare.early\n"
+        "print(sorted({'dataclasses', 'inspect', 'numpy'} & set(sys.modules)))\n"
+    )
+    assert loaded == "[]"

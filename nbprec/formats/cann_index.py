@@ -19,7 +19,6 @@ import math
 import os
 import re
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +52,7 @@ COLUMNS = (
 SHIPPED_KIND = "cann-index"
 
 
-@dataclass(frozen=True)
-class CannHeader:
+class CannHeader(Record):
     """A parsed dump file: its header message, where the payloads start, the file's size, and its identity as
     it was read (:func:`nbprec.formats._prescan.identity`)."""
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from nbprec._record import Record
 from nbprec.dtypes import ITEMSIZES
 from nbprec.formats.storage import (
     ORIGIN_LAYOUTS,
@@ -27,8 +27,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-@dataclass(frozen=True)
-class TensorLayout:
+class TensorLayout(Record):
     """How one tensor is stored and shown.
 
     Attributes

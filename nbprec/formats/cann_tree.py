@@ -17,13 +17,12 @@ Examples
 from __future__ import annotations
 
 import csv
-import dataclasses
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nbprec._record import Factory, Record, asdict, replace
 from nbprec.dump_problems import Problem
 from nbprec.formats._prescan import identity_of
 
@@ -39,8 +38,7 @@ _MAPPING_MAX = 100 << 20
 _NAMING_RULE = "does not follow the naming rule {op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}"
 
 
-@dataclass(frozen=True)
-class FileName:
+class FileName(Record):
     """The fields of a dump file's name (-1 for numbers the name does not carry)."""
 
     op_type: str
@@ -94,8 +92,7 @@ def parse_opdebug_name(name: str) -> FileName | None:
     return None if isinstance(numbers, str) else FileName("Opdebug", "Node_OpDebug", *numbers)
 
 
-@dataclass(frozen=True)
-class DumpFile:
+class DumpFile(Record):
     """A dump file found in the tree, with the step, device (rank) and model its folders name."""
 
     path: Path
@@ -131,7 +128,7 @@ class DumpFile:
 
     def renamed(self, k: int) -> DumpFile:
         """This file as the ``k``-th repeated dump of its op."""
-        return dataclasses.replace(self, suffix=f"#{k}")
+        return replace(self, suffix=f"#{k}")
 
     def as_record(self) -> dict[str, Any]:
         """Plain values: file, step, rank, model and the name's numbers."""
@@ -140,17 +137,16 @@ class DumpFile:
             "step": self.step,
             "rank": self.rank,
             "model": self.model,
-            **{k: v for k, v in dataclasses.asdict(self.name).items() if k not in ("op_type", "op_name")},
+            **{k: v for k, v in asdict(self.name).items() if k not in ("op_type", "op_name")},
         }
 
 
-@dataclass
-class DumpTree:
+class DumpTree(Record, frozen=False):
     """What a walk of a dump folder found."""
 
-    files: list[DumpFile] = field(default_factory=list)
-    opdebug: list[DumpFile] = field(default_factory=list)
-    graphs: list[Path] = field(default_factory=list)
+    files: list[DumpFile] = Factory(list)
+    opdebug: list[DumpFile] = Factory(list)
+    graphs: list[Path] = Factory(list)
 
 
 def tree_position(folder: Path) -> tuple[int, int, str]:

@@ -35,9 +35,9 @@ import functools
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 
+from nbprec._record import Record
 from nbprec.errors import NbprecError
 
 TYPE_CHECKING = False  # (numpy on first conversion: planning a layout, as a CANN dump's index does, needs none)
@@ -132,8 +132,7 @@ def format_id(format: str | int) -> int:
     raise StorageFormatError(f"unknown format name {format!r}; known formats: {', '.join(FORMAT_IDS)}")
 
 
-@dataclass(frozen=True)
-class _Plan:
+class _Plan(Record):
     """How expanded storage and origin arrays map: ``axes[j]`` is the storage axis of origin axis ``j``, or
     ``(outer, inner)`` for a blocked dimension; ``tight`` says every blocked dimension has minimal padding."""
 

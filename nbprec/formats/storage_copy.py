@@ -10,12 +10,13 @@ views of the two buffers.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from itertools import product
 from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+
+from nbprec._record import Record
 
 if TYPE_CHECKING:
     from nbprec.formats.storage import _Plan
@@ -28,8 +29,7 @@ def _split(view: np.ndarray, blocked: dict[int, int]) -> np.ndarray:
     return as_strided(view, shape=shape, strides=strides)
 
 
-@dataclass(frozen=True)
-class _Piece:
+class _Piece(Record):
     """One strided copy of a conversion: the same ``shape`` at a byte offset and strides of the flat origin
     array and of the flat storage array; ``run`` is the byte size of the elements copied (the values' own,
     or a whole contiguous run of them, see :func:`_pieces`)."""

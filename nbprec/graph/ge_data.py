@@ -8,10 +8,10 @@ are nbprec's canonical names (``"float16"``, ``"bfloat16"``). Built by :func:`nb
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from nbprec._record import Factory, Record
 from nbprec.dtypes import canonical_dtype
 from nbprec.graph.ge_parse import GeGraphError
 from nbprec.graph.model import OpNotFoundError
@@ -95,8 +95,7 @@ class GeInput(NamedTuple):
         return self.op if self.index is None else f"{self.op}:{self.index}"
 
 
-@dataclass(frozen=True, slots=True)
-class GeTensorDesc:
+class GeTensorDesc(Record):
     """An op input or output as GE describes it (``TensorDescriptor``).
 
     Attributes
@@ -119,8 +118,22 @@ class GeTensorDesc:
     dtype: str = "undefined"
     layout: str = ""
     shape: tuple[int, ...] = ()
-    attrs: dict[str, Any] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    attrs: dict[str, Any] = Factory(dict)
+    extra: dict[str, Any] = Factory(dict)
+
+    def __init__(
+        self,
+        name: str = "",
+        dtype: str = "undefined",
+        layout: str = "",
+        shape: tuple[int, ...] = (),
+        attrs: dict[str, Any] | None = None,  # (None: a new empty dict, as for extra)
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        # (the fields' __init__ written out: a graph makes a thousand descriptors, in half the time of Record's)
+        attrs = {} if attrs is None else attrs
+        extra = {} if extra is None else extra
+        self.__dict__.update(name=name, dtype=dtype, layout=layout, shape=shape, attrs=attrs, extra=extra)
 
     @property
     def origin_format(self) -> str:
@@ -156,8 +169,7 @@ def _as_list(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
-@dataclass(frozen=True, slots=True)
-class GeOp:
+class GeOp(Record):
     """One op (``OpDef``) of a GE graph.
 
     Attributes
@@ -185,12 +197,39 @@ class GeOp:
     type: str = ""
     id: int | None = None
     inputs: tuple[GeInput, ...] = ()
-    attrs: dict[str, Any] = field(default_factory=dict)
+    attrs: dict[str, Any] = Factory(dict)
     input_descs: tuple[GeTensorDesc, ...] = ()
     output_descs: tuple[GeTensorDesc, ...] = ()
     graph: str = ""
     subgraph_names: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = Factory(dict)
+
+    def __init__(
+        self,
+        name: str,
+        type: str = "",
+        id: int | None = None,
+        inputs: tuple[GeInput, ...] = (),
+        attrs: dict[str, Any] | None = None,  # (None: a new empty dict, as for extra)
+        input_descs: tuple[GeTensorDesc, ...] = (),
+        output_descs: tuple[GeTensorDesc, ...] = (),
+        graph: str = "",
+        subgraph_names: tuple[str, ...] = (),
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        # (written out, as GeTensorDesc's)
+        self.__dict__.update(
+            name=name,
+            type=type,
+            id=id,
+            inputs=inputs,
+            attrs={} if attrs is None else attrs,
+            input_descs=input_descs,
+            output_descs=output_descs,
+            graph=graph,
+            subgraph_names=subgraph_names,
+            extra={} if extra is None else extra,
+        )
 
     @property
     def data_inputs(self) -> list[tuple[int, GeInput]]:
@@ -236,8 +275,7 @@ class GeOp:
         return {"pass_name": self.pass_name, "original_ops": self.original_op_names}
 
 
-@dataclass(frozen=True, slots=True)
-class GeGraph:
+class GeGraph(Record):
     """One graph (``GraphDef``): its ops in file order.
 
     ``parent_op`` is the op whose subgraph this is ("" for a top-level graph); ``parent_attr`` the attribute
@@ -248,14 +286,17 @@ class GeGraph:
     ops: tuple[GeOp, ...] = ()
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
-    attrs: dict[str, Any] = field(default_factory=dict)
+    attrs: dict[str, Any] = Factory(dict)
     parent_op: str = ""
     parent_attr: str = ""
-    _index: dict[str, GeOp] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _index: dict[str, GeOp]
 
-    def __post_init__(self) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        Record.__init__(self, *args, **kwargs)
+        index: dict[str, GeOp] = {}  # (not a field: left out of the repr and of comparisons)
         for op in self.ops:
-            self._index.setdefault(op.name, op)
+            index.setdefault(op.name, op)
+        self.__dict__["_index"] = index
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -271,8 +312,7 @@ class GeGraph:
             raise OpNotFoundError(f"no op named {name!r} in GE graph {self.name!r} ({len(self.ops)} ops)") from None
 
 
-@dataclass(frozen=True, slots=True)
-class GeModel:
+class GeModel(Record, uncompared=("path", "format")):
     """A GE graph dump (``ModelDef``): its graphs, and what could not be resolved while reading it.
 
     Attributes
@@ -293,19 +333,21 @@ class GeModel:
 
     name: str
     graphs: tuple[GeGraph, ...] = ()
-    attrs: dict[str, Any] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-    path: str = field(default="", compare=False)
-    format: str = field(default="", compare=False)
-    extra: dict[str, Any] = field(default_factory=dict)
-    _ops: tuple[GeOp, ...] = field(default=(), init=False, repr=False, compare=False)
-    _index: dict[str, GeOp] = field(default_factory=dict, init=False, repr=False, compare=False)
+    attrs: dict[str, Any] = Factory(dict)
+    problems: list[str] = Factory(list)
+    path: str = ""
+    format: str = ""
+    extra: dict[str, Any] = Factory(dict)
+    _ops: tuple[GeOp, ...]
+    _index: dict[str, GeOp]
 
-    def __post_init__(self) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        Record.__init__(self, *args, **kwargs)
         ops = tuple(op for g in self.graphs for op in g.ops)
-        object.__setattr__(self, "_ops", ops)
+        index: dict[str, GeOp] = {}  # (neither is a field: left out of the repr and of comparisons)
         for op in ops:
-            self._index.setdefault(op.name, op)
+            index.setdefault(op.name, op)
+        self.__dict__.update(_ops=ops, _index=index)
 
     def __len__(self) -> int:
         return len(self._ops)

@@ -9,11 +9,14 @@ import math
 
 import pytest
 
+from nbprec._record import Factory
 from nbprec.graph import GraphError, OpGraph
 from nbprec.graph.ge import (
     GeGraphError,
     GeInput,
     GeModel,
+    GeOp,
+    GeTensorDesc,
     graph_from_ge,
     read_fusion_result,
     read_ge_model,
@@ -873,3 +876,29 @@ def test_read_fusion_result_errors(tmp_path):
     path.write_text("")
     with pytest.raises(GeGraphError, match="holds no JSON object"):
         read_fusion_result(path)
+
+
+@pytest.mark.parametrize("cls", [GeTensorDesc, GeOp])
+def test_written_out_inits_take_the_fields_in_order_with_their_defaults(cls):
+    """GeTensorDesc and GeOp write their ``__init__`` out (a graph makes thousands): it takes what the fields
+    declare, a dict field left out getting a new dict."""
+    import inspect
+
+    params = inspect.signature(cls).parameters
+    assert tuple(params) == cls._fields
+    for name, param in params.items():
+        default = cls._defaults.get(name, inspect.Parameter.empty)
+        assert param.default is None if isinstance(default, Factory) else param.default == default
+    made = cls(*(["op"] if cls is GeOp else []))
+    again = cls(*(["op"] if cls is GeOp else []))
+    assert made == again and made.attrs == {} and made.attrs is not again.attrs
+
+
+def test_models_pickle_with_their_lookups(model):
+    import pickle
+
+    again = pickle.loads(pickle.dumps(model))
+    assert again == model and again.path == model.path and len(again) == len(model)
+    assert [op.name for op in again.ops] == [op.name for op in model.ops]
+    assert again.op(model.ops[-1].name) == model.ops[-1] and dict(again.by_name) == dict(model.by_name)
+    assert "_index=" not in repr(again.graphs[0]) and "_ops=" not in repr(again)  # (not fields)

@@ -54,7 +54,9 @@ _LAZY: dict[str, str] = {
 
 # The functions `capture` and `compare` share their names with the subpackages that hold them: importing a
 # subpackage sets it as an attribute of this module, which would shadow the function. These names always
-# mean the functions (as `from nbprec.capture import capture` at import time used to make them).
+# mean the functions (as `from nbprec.capture import capture` at import time used to make them), and each
+# function answers for its package too (`nbprec.compare.rules`, `import nbprec.compare.engine as engine`,
+# `nbprec.compare.Rule`): :func:`_answer_for_package`.
 _FUNCTIONS_NAMED_AS_PACKAGES = frozenset({"capture", "compare"})
 
 
@@ -67,8 +69,40 @@ def __getattr__(name: str) -> Any:
     module_name, _, attr = target.partition(":")
     module = importlib.import_module(module_name)
     value = getattr(module, attr) if attr else module
+    if name in _FUNCTIONS_NAMED_AS_PACKAGES:
+        _answer_for_package(value, sys.modules[module_name])
     setattr(sys.modules[__name__], name, value)  # found once
     return value
+
+
+class _FunctionsPackage(types.ModuleType):
+    """The module type of ``nbprec.compare`` and ``nbprec.capture`` once their function is bound to ``nbprec``:
+    what the import system sets on the package (a submodule imported later) is set on the function too."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        function = self.__dict__.get("__function__")
+        if function is not None:
+            setattr(function, name, value)
+
+
+def _answer_for_package(function: Any, package: types.ModuleType) -> None:
+    """Give ``function`` (``nbprec.compare``, bound where its package would be) the package's attributes: its
+    public names and its submodules imported so far, then each one imported later. Python's ``import a.b.c as
+    x`` and ``a.b.c`` look ``b`` up on ``a`` and then ``c`` on what they find: the function. It stays the
+    function itself (its identity, signature and pickling unchanged); its ``__dict__`` holds the package's
+    names, as a function's attributes."""
+    if package.__dict__.get("__function__") is function:
+        return
+    for name in getattr(package, "__all__", ()):
+        if name != function.__name__:
+            setattr(function, name, getattr(package, name))
+    prefix = package.__name__ + "."
+    for name, value in list(vars(package).items()):
+        if isinstance(value, types.ModuleType) and value.__name__ == prefix + name:
+            setattr(function, name, value)
+    package.__dict__["__function__"] = function
+    package.__class__ = _FunctionsPackage
 
 
 class _Package(types.ModuleType):

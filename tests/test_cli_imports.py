@@ -179,6 +179,37 @@ def test_public_names_stay_the_functions_after_their_packages_are_imported():
     assert _loaded(code) == [True] * 5 + ["Comparison", "nbprec.capture.api", "nbprec.compare.engine"]
 
 
+def test_the_functions_answer_for_their_packages():
+    """``nbprec.compare`` is the function, and its package's names and submodules are found on it, however they
+    were imported: ``import a.b.c as x`` and ``a.b.c`` look ``b`` up on ``a`` (docs/compare.md names
+    ``nbprec.compare.rules.threshold_rule``)."""
+    code = (
+        "import json, pickle\n"
+        "import nbprec.compare.engine as engine\n"  # (before nbprec.compare was ever asked for)
+        "import nbprec.capture.select as select\n"
+        "import nbprec\n"
+        "import nbprec.compare.rules\n"
+        "rule = nbprec.compare.rules.threshold_rule('cosine', 0.98)\n"
+        "import nbprec.compare.isolate\n"  # (a submodule imported after the function was bound)
+        "print(json.dumps([engine.__name__, select.__name__, rule.name, nbprec.compare.isolate.__name__,\n"
+        "    nbprec.compare is engine.compare, nbprec.compare.Rule is nbprec.compare.rules.Rule,\n"
+        "    nbprec.capture.Selection is select.Selection,\n"
+        "    pickle.loads(pickle.dumps(nbprec.compare)) is engine.compare,\n"
+        "    hasattr(nbprec.compare, 'compare')]))\n"
+    )
+    assert _loaded(code) == [
+        "nbprec.compare.engine",
+        "nbprec.capture.select",
+        "cosine>=0.98",
+        "nbprec.compare.isolate",
+        True,
+        True,
+        True,
+        True,
+        False,
+    ]
+
+
 def test_comparing_msprobe_tensor_dumps_loads_no_ml_dtypes(tmp_path):
     """bfloat16 arrays need ml_dtypes (5 ms of the command's start-up); the command's comparison of msprobe's
     bfloat16 payloads reads them as bytes (the mapped ones too: tests/compare/test_early_mapped.py) and never loads

@@ -81,11 +81,23 @@ def guess_format(path: str | os.PathLike[str]) -> str:
             probe = PROBES.get(name)  # (a reader costly to import is not imported to be told no)
             if probe(p) if probe is not None else reader_class(name).guess_can_open(p):
                 return name
+    hints = [hint for hint in (_near_miss(name, p) for name in NEAR_MISSES) if hint]
     raise UnknownFormatError(
         path,
         "not recognised as any dump format nbprec reads "
-        f"({', '.join(READERS)}); pass format=... to choose a reader explicitly",
+        f"({', '.join(READERS)}){''.join(f': {hint}' for hint in hints)}; pass format=... to choose a reader "
+        "explicitly",
     )
+
+
+#: format name -> "module:function" telling why a path that format's probe turned down may still be one of its
+#: dumps (a sentence, or None), asked only when no reader recognised the path.
+NEAR_MISSES: dict[str, str] = {"cann": "nbprec.formats.cann_index:near_miss"}
+
+
+def _near_miss(format: str, path: Path) -> str | None:
+    module_name, _, function = NEAR_MISSES[format].partition(":")
+    return getattr(importlib.import_module(module_name), function)(path)
 
 
 def open_dump(path: str | os.PathLike[str], format: str | None = None, **options: Any) -> Dump:

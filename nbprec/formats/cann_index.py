@@ -157,7 +157,10 @@ def index_rows(
         if progress is not None:
             progress(done, len(files))
     if not rows and not tree.opdebug:
-        raise EmptyDumpError(path, f"no readable CANN dump file ({len(problems)} files or folders could not be used)")
+        first = f"; the first, {problems[0].file}: {problems[0].problem}" if problems else ""
+        raise EmptyDumpError(
+            path, f"no readable CANN dump file ({len(problems)} files or folders could not be used{first})"
+        )
     # one list per column, transposed once here (a list per column, appended to per tensor, cost twice as much)
     if rows:
         columns = {name: list(values) for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True)}
@@ -310,6 +313,25 @@ def looks_like_dump(path: Path) -> bool:
         return first is not None and (_plausible(first) or any(_plausible(f) for f in _more_dump_files(first)))
     except OSError:
         return False
+
+
+def near_miss(path: Path) -> str | None:
+    """Why ``path``, which :func:`looks_like_dump` turned down, may still be a CANN dump: a sentence naming a
+    file of it named as a dump file and what is wrong with it (every one looked at is cut short or damaged: a run
+    stopped while dumping, a copy cut off), or None when nothing in it is named as one."""
+    try:
+        first = path if path.is_file() else find_first_file(path, dump_or_mapping, max_depth=6)
+        if first is None or first.name == "mapping.csv" or isinstance(parse_file_name(first.name), str):
+            return None
+        read_header(first)
+    except DumpFormatError as exc:
+        return (
+            f"it holds files named as CANN dump files, but none of those looked at starts as one (the first, "
+            f"{first}: {exc.problem})"
+        )
+    except OSError:
+        return None
+    return None
 
 
 def _more_dump_files(first: Path) -> list[Path]:

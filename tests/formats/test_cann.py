@@ -231,7 +231,8 @@ def test_corrupt_files_give_clear_errors(tmp_path: Path, damage, message: str) -
 def test_a_dump_whose_first_file_is_cut_short_is_still_told_and_opened(tmp_path: Path) -> None:
     """The format guess looks at the first dump file it finds; when that one is cut short (a run stopped while
     dumping), the next ones of its folder are looked at: the dump is told as CANN and opened, the file a problem.
-    Every file cut short: not told, as before."""
+    Every file cut short: not told, but the error says that it holds files named as CANN dump files, and what is
+    wrong with the first."""
     from nbprec.formats._probe import find_first_file
     from nbprec.formats.cann_index import dump_or_mapping
 
@@ -244,8 +245,19 @@ def test_a_dump_whose_first_file_is_cut_short_is_still_told_and_opened(tmp_path:
     assert len(dump.index) == 3 and dump.problems["file"].eq(str(first)).any()
     for file in tmp_path.iterdir():
         file.write_bytes(file.read_bytes()[:5])
-    with pytest.raises(DumpFormatError, match="not recognised"):
+    told = "named as CANN dump files, but none of those looked at starts as one .the first, .*: too short"
+    with pytest.raises(DumpFormatError, match=f"not recognised as any dump format .*: it holds files {told}"):
         guess_format(tmp_path)
+    with pytest.raises(DumpFormatError, match=r"no readable CANN dump file \(4 files .*; the first, .*: too short"):
+        nbprec.open(tmp_path, format="cann")
+
+
+def test_a_folder_of_other_files_is_not_said_to_hold_cann_files(tmp_path: Path) -> None:
+    (tmp_path / "weights.v2.bin").write_bytes(b"\x01" * 40)  # (dotted, but not {op_type}.{op_name}.{numbers})
+    (tmp_path / "log.txt").write_text("hello", encoding="utf-8")
+    with pytest.raises(DumpFormatError, match="not recognised") as caught:
+        guess_format(tmp_path)
+    assert "CANN" not in str(caught.value)
 
 
 def test_unknown_dtype_and_format_are_recorded(tmp_path: Path) -> None:

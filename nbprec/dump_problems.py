@@ -24,6 +24,15 @@ class Problem(Record):
     record: str = ""
 
 
+def first_problem(problems: list[Problem]) -> str:
+    """The first of ``problems`` as the tail of a message that says nothing could be read (``"; the first, FILE:
+    PROBLEM"``), or "" when there is none: an error that names only a count leaves the user to guess why."""
+    if not problems:
+        return ""
+    first = problems[0]
+    return f"; the first, {first.file}: {first.problem}"
+
+
 def problems_frame(problems: Iterable[Problem]) -> Any:
     """A DataFrame of problems, with the columns :data:`PROBLEM_COLUMNS`."""
     import pandas as pd
@@ -38,4 +47,4 @@ def problem_list(problems: Iterable[Problem] | Any) -> list[Problem]:
     return list(problems)
 
 
-__all__ = ["PROBLEM_COLUMNS", "Problem", "problem_list", "problems_frame"]
+__all__ = ["PROBLEM_COLUMNS", "Problem", "first_problem", "problem_list", "problems_frame"]

@@ -255,3 +255,11 @@ def test_a_name_in_several_steps_is_ambiguous(tmp_path):
         dump.tensor("t")
     assert dump.select(step=1).tensor("t")[0] == 1
     assert dump.tensor(0)[0] == 0
+
+
+def test_an_error_that_nothing_could_be_read_names_the_first_problem():
+    from nbprec.dump_problems import Problem, first_problem
+
+    problems = [Problem("/d/a.npy", "truncated header"), Problem("/d/b.npy", "wrong magic bytes")]
+    assert first_problem(problems) == "; the first, /d/a.npy: truncated header"
+    assert first_problem([]) == ""

@@ -24,7 +24,7 @@ from typing import Any
 
 from nbprec._record import Record
 from nbprec.dtypes import DTYPE_NAMES, ITEMSIZES
-from nbprec.dump_problems import Problem
+from nbprec.dump_problems import Problem, first_problem
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats import _prescan
 from nbprec.formats._dumpdata import CANN_DTYPES, parse_header
@@ -143,6 +143,7 @@ def index_rows(
     files = select_occurrences(tree.files, occurrence, problems)
     rows: list[tuple] = []
     plans: dict[tuple, TensorLayout] = {}
+    listed = len(problems)  # (the walk's: names that break the naming rule, links out of the dump, ...)
     for done, found in enumerate(files, 1):
         try:
             header = read_header(found.path)
@@ -157,9 +158,10 @@ def index_rows(
         if progress is not None:
             progress(done, len(files))
     if not rows and not tree.opdebug:
-        first = f"; the first, {problems[0].file}: {problems[0].problem}" if problems else ""
         raise EmptyDumpError(
-            path, f"no readable CANN dump file ({len(problems)} files or folders could not be used{first})"
+            path,
+            f"no readable CANN dump file ({len(problems)} files or folders could not be used"
+            f"{first_problem(problems[listed:] or problems)})",  # (a dump file's problem tells more than a stray's)
         )
     # one list per column, transposed once here (a list per column, appended to per tensor, cost twice as much)
     if rows:

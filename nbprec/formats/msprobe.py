@@ -48,6 +48,7 @@ from nbprec._optional import require
 from nbprec.dtypes import ITEMSIZES
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
+from nbprec.dump_problems import first_problem
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats import _payload
 from nbprec.formats._files import ConfinedFiles, real_folder
@@ -248,7 +249,9 @@ class MsprobeDumpReader(DumpReader):
         del frames
         if not len(records["name"]):
             raise EmptyDumpError(
-                path, f"dump.json lists no tensors ({non_tensor} non-tensor values, {len(problems)} problems)"
+                path,
+                f"dump.json lists no tensors ({non_tensor} non-tensor values, {len(problems)} problems"
+                f"{first_problem(problems)})",
             )
         unknown_shape = records["numel"] < 0
         index = index_columns(records, run=run or run_name(path), typed=True)

@@ -52,6 +52,7 @@ import numpy as np
 from nbprec.dtypes import DTYPE_NAMES, LOW_PRECISION_FLOATS, canonical_dtype, dtype_of
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
+from nbprec.dump_problems import first_problem
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._files import open_regular, read_regular
 from nbprec.formats._jsonstream import loads
@@ -399,9 +400,10 @@ class PtdbgDumpReader(DumpReader):
         for pkl in pkls:
             collector.read_pkl(pkl)
         if not collector.rows:
-            first = f"; first problem: {collector.problems[0].problem}" if collector.problems else ""
             raise EmptyDumpError(
-                path, f"the .pkl files list no tensors ({len(pkls)} files, {len(collector.problems)} problems{first})"
+                path,
+                f"the .pkl files list no tensors ({len(pkls)} files, {len(collector.problems)} problems"
+                f"{first_problem(collector.problems)})",
             )
         unknown_shape = np.array([bool(r.pop("_shape_unknown")) for r in collector.rows], dtype=bool)
         index = index_columns(collector.rows, run=run or _run_name(path))  # Columns: no pandas frame to build

@@ -28,6 +28,7 @@ import numpy as np
 from nbprec.dtypes import DTYPE_NAMES, canonical_dtype, dtype_of
 from nbprec.dump import Dump, Problem
 from nbprec.dump_index import index_columns
+from nbprec.dump_problems import first_problem
 from nbprec.errors import DumpFormatError, EmptyDumpError
 from nbprec.formats._files import ConfinedFiles, error_text, inside, open_regular, printable, real_folder
 from nbprec.formats._payload import NPY_HEADER_ERRORS, payload_array
@@ -297,10 +298,14 @@ class TfNpyDumpReader(DumpReader):
                     )
                     continue
                 tensors[parsed[0], parsed[1]].append((parsed[2], entry.name))
+        listed = len(problems)  # (the listing's: names that break the naming rule, links out of the dump)
         records = self._records(path, tensors, occurrence, problems)
         if not records:
+            told = problems[listed:] or problems  # a file named as a dump file tells more than a stray readme
             raise EmptyDumpError(
-                path, f"no valid TensorFlow .npy dump file ({len(problems)} files or entries could not be used)"
+                path,
+                f"no valid TensorFlow .npy dump file ({len(problems)} files or entries could not be used"
+                f"{first_problem(told)})",
             )
         op_types = _capture_op_types(path / CAPTURE_INDEX, problems)
         if op_types:

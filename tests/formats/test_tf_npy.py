@@ -153,8 +153,8 @@ def test_empty_and_foreign_folders(tmp_path: Path) -> None:
     (tmp_path / "bad" / "readme.txt").write_text("hi")
     (tmp_path / "bad" / f"broken.0.{T0}.npy").write_bytes(b"garbage")
     assert not TfNpyDumpReader.guess_can_open(tmp_path / "bad" / "readme.txt")
-    with pytest.raises(EmptyDumpError, match="no valid TensorFlow"):
-        nbprec.open(tmp_path / "bad", format="tf_npy")
+    with pytest.raises(EmptyDumpError, match=r"no valid TensorFlow .*; the first, .*broken\.0\.\d+\.npy: "):
+        nbprec.open(tmp_path / "bad", format="tf_npy")  # (which file, and why: not a count alone)
 
 
 def test_large_payloads_are_memory_mapped_and_odd_layouts_still_load(tmp_path: Path) -> None:

@@ -24,12 +24,15 @@ class Problem(Record):
     record: str = ""
 
 
-def first_problem(problems: list[Problem]) -> str:
+def first_problem(problems: list[Problem], after: int = 0) -> str:
     """The first of ``problems`` as the tail of a message that says nothing could be read (``"; the first, FILE:
-    PROBLEM"``), or "" when there is none: an error that names only a count leaves the user to guess why."""
-    if not problems:
+    PROBLEM"``), or "" when there is none: an error that names only a count leaves the user to guess why. The
+    first from position ``after`` on is told when there is one (a reader's problems with the files named as dump
+    files, which tell more than those its listing found: a stray readme that breaks the naming rule)."""
+    told = problems[after:] or problems
+    if not told:
         return ""
-    first = problems[0]
+    first = told[0]
     return f"; the first, {first.file}: {first.problem}"
 
 

@@ -263,3 +263,5 @@ def test_an_error_that_nothing_could_be_read_names_the_first_problem():
     problems = [Problem("/d/a.npy", "truncated header"), Problem("/d/b.npy", "wrong magic bytes")]
     assert first_problem(problems) == "; the first, /d/a.npy: truncated header"
     assert first_problem([]) == ""
+    assert first_problem(problems, after=1) == "; the first, /d/b.npy: wrong magic bytes"  # (the reading's first)
+    assert first_problem(problems, after=2) == "; the first, /d/a.npy: truncated header"  # (none after: the first)

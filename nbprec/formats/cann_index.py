@@ -161,7 +161,7 @@ def index_rows(
         raise EmptyDumpError(
             path,
             f"no readable CANN dump file ({len(problems)} files or folders could not be used"
-            f"{first_problem(problems[listed:] or problems)})",  # (a dump file's problem tells more than a stray's)
+            f"{first_problem(problems, after=listed)})",
         )
     # one list per column, transposed once here (a list per column, appended to per tensor, cost twice as much)
     if rows:
@@ -306,15 +306,24 @@ def looks_like_dump(path: Path) -> bool:
     such file found is cut short or damaged (a run stopped while dumping), the next few dump files of its folder
     are looked at too: the dump is opened, and that file's problem recorded."""
     try:
-        if path.is_file():
-            return not isinstance(parse_file_name(path.name), str) and _plausible(path)
-        first = find_first_file(path, dump_or_mapping, max_depth=6)
-        if first is not None and first.name == "mapping.csv":  # long names were replaced by short ones
-            mapped = read_name_mapping(first.parent, [])
-            first = first.parent / next(iter(mapped)) if mapped else None
-        return first is not None and (_plausible(first) or any(_plausible(f) for f in _more_dump_files(first)))
+        first = _first_dump_file(path)
+        if first is None or path.is_file():
+            return first is not None and _plausible(first)
+        return _plausible(first) or any(_plausible(f) for f in _more_dump_files(first))
     except OSError:
         return False
+
+
+def _first_dump_file(path: Path) -> Path | None:
+    """``path`` itself when it is a file named as a dump file; in a folder, the first such file within six levels
+    (through a name mapping, when long names were replaced by short ones); None when there is none."""
+    if path.is_file():
+        return None if isinstance(parse_file_name(path.name), str) else path
+    first = find_first_file(path, dump_or_mapping, max_depth=6)
+    if first is not None and first.name == "mapping.csv":
+        mapped = read_name_mapping(first.parent, [])
+        first = first.parent / next(iter(mapped)) if mapped else None
+    return first
 
 
 def near_miss(path: Path) -> str | None:
@@ -322,14 +331,15 @@ def near_miss(path: Path) -> str | None:
     file of it named as a dump file and what is wrong with it (every one looked at is cut short or damaged: a run
     stopped while dumping, a copy cut off), or None when nothing in it is named as one."""
     try:
-        first = path if path.is_file() else find_first_file(path, dump_or_mapping, max_depth=6)
-        if first is None or first.name == "mapping.csv" or isinstance(parse_file_name(first.name), str):
+        first = _first_dump_file(path)
+        if first is None:
             return None
         read_header(first)
     except DumpFormatError as exc:
         return (
             f"it holds files named as CANN dump files, but none of those looked at starts as one (the first, "
-            f"{first}: {exc.problem})"
+            f"{first}: {exc.problem}); if it is a CANN dump, copy it again whole, or dump again (a run stopped "
+            "while dumping leaves files cut short)"
         )
     except OSError:
         return None

@@ -301,11 +301,10 @@ class TfNpyDumpReader(DumpReader):
         listed = len(problems)  # (the listing's: names that break the naming rule, links out of the dump)
         records = self._records(path, tensors, occurrence, problems)
         if not records:
-            told = problems[listed:] or problems  # a file named as a dump file tells more than a stray readme
             raise EmptyDumpError(
                 path,
                 f"no valid TensorFlow .npy dump file ({len(problems)} files or entries could not be used"
-                f"{first_problem(told)})",
+                f"{first_problem(problems, after=listed)})",
             )
         op_types = _capture_op_types(path / CAPTURE_INDEX, problems)
         if op_types:

@@ -164,6 +164,9 @@ def test_long_names_mapping_csv_and_missing_op_name(tmp_path: Path) -> None:
     dump = nbprec.open(tmp_path)
     assert list(dump.index["op"]) == ["very_long_scope_Add"]  # the header had no name: the file name's
     assert dump.index["op_type"].iloc[0] == "Add"
+    (tmp_path / "1234567").write_bytes(b"\x00" * 5)  # cut short: the mapped file is the one the error names
+    with pytest.raises(DumpFormatError, match=r"named as CANN dump files.*1234567: too short"):
+        guess_format(tmp_path)
 
 
 def test_bf16_without_recorded_original_shape_is_kept_as_stored(tmp_path: Path) -> None:
@@ -245,7 +248,7 @@ def test_a_dump_whose_first_file_is_cut_short_is_still_told_and_opened(tmp_path:
     assert len(dump.index) == 3 and dump.problems["file"].eq(str(first)).any()
     for file in tmp_path.iterdir():
         file.write_bytes(file.read_bytes()[:5])
-    told = "named as CANN dump files, but none of those looked at starts as one .the first, .*: too short"
+    told = "named as CANN dump files, but none of those looked at starts as one .the first, .*: too short.*dump again"
     with pytest.raises(DumpFormatError, match=f"not recognised as any dump format .*: it holds files {told}"):
         guess_format(tmp_path)
     with pytest.raises(DumpFormatError, match=r"no readable CANN dump file \(4 files .*; the first, .*: too short"):

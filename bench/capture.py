@@ -514,6 +514,9 @@ def main() -> None:
         "plain = the nbprec worker's uncaptured step",
         flush=True,
     )
+    import timing  # bench/timing.py (here: bench/msprobe_dump.py loads this script by path, without bench/ on sys.path)
+
+    print(f"machine: {timing.machine()}", flush=True)
     base = Path(args.dir) if args.dir else HERE / "out"
     base.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="capture-", dir=base))

@@ -190,15 +190,36 @@ def runs_text(values: Sequence[float]) -> str:
     return " ".join(f"{v:.3f}" for v in values)
 
 
+def cpu_text(cpuinfo: str) -> str:
+    """The CPU as /proc/cpuinfo's text ``cpuinfo`` names it: its model name, then, where the file gives them, its
+    family and model numbers and its widest vector instructions, e.g. ``AMD EPYC (family 25 model 17, AVX-512)``.
+    A model name alone does not tell machines apart: ``AMD EPYC`` is a Zen 3 without AVX-512 (family 25 model 1)
+    or a Zen 4 with it (model 17), and ``Intel(R) Xeon(R) Processor`` an Ice Lake (family 6 model 106) or a later
+    one (model 207); the figures of bench/README.md differ between them by up to 2x."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break  # the first processor's block is enough
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or platform.processor() or "?"
+    details = []
+    if fields.get("cpu family") and fields.get("model"):
+        details.append(f"family {fields['cpu family']} model {fields['model']}")
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())  # (Features: on Arm)
+    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "NEON" if "asimd" in flags else ""
+    if vector:
+        details.append(vector)
+    return f"{name} ({', '.join(details)})" if details else name
+
+
 def machine() -> str:
-    """nproc, CPU model, RAM and the load average now: the machine a figure was measured on."""
+    """nproc, the CPU (:func:`cpu_text`), RAM and the load average now: the machine a figure was measured on."""
     model = platform.processor() or "?"
     ram = "?"
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+        model = cpu_text(Path("/proc/cpuinfo").read_text())
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
                 ram = f"{int(line.split()[1]) / 2**20:.0f} GiB"

@@ -861,6 +861,7 @@ def main() -> None:
     timing.compile_tree()  # (the kernels the pages start import nbprec: from bytecode, as after an install)
     if args.baseline is not None:
         timing.compile_tree(args.baseline)
+    print(f"machine: {timing.machine()}", flush=True)
     if args.graph:
         graph_click_figures(args.ops, repeat=max(args.repeat, 3))
         return

@@ -64,6 +64,7 @@ def test_the_bench_times_the_held_out_models(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for name in ("cnn", "rnn"):
         assert re.search(rf"^{name}: medians of 1 interleaved rounds", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^machine: \d+ cores, ", proc.stdout, re.M), proc.stdout  # the figures say where they came from
     for label in ("nbprec statistics", "nbprec tensor"):
         line = next(line for line in proc.stdout.splitlines() if line.strip().startswith(label))
         assert re.search(r"[0-9.]+x plain .* \d+ ops +\d+ records +hook cost +[0-9.-]+ us/op", line), line

@@ -17,6 +17,7 @@ Examples
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Literal
@@ -332,12 +333,23 @@ class Rule(Record):
         Gradients that are mathematically zero (the key bias of attention, a cancelling sum) come out as
         rounding noise in both runs; their cosine and relative errors compare noise with noise. Such a row
         passes when its max abs error is within the tolerance times the op's largest input magnitude.
+
+        "~0" is what the benchmark's own rounding could leave there: a magnitude below :data:`NOISE_GROWTH`
+        times its dtype's epsilon times the op's input scale (and below the tolerance times it). A tensor that is
+        merely small next to its inputs (a mean's gradient, divided by the elements it averaged) carries its
+        inputs' signal, and its relative errors say how much of it the target kept: a float16 gradient that
+        fell to subnormal values loses precision there, and that op introduced the error.
         """
         if "op_input_scale" not in table or not ("max_abs_err" in table or "max_diff" in table):
             return status
         scale = column(table, "op_input_scale", np.float64)
         bench_abs = bench_magnitude(table)
         n = len(table)
+        noise = np.full(n, math.inf)  # (no benchmark dtype: the tolerance alone decides, as for other dtypes)
+        if "bench_dtype" in table:
+            codes, names = factorize(column(table, "bench_dtype", object))
+            per_dtype = [NOISE_GROWTH * _EPSILON.get(name, math.inf) for name in names]
+            noise = np.array([*per_dtype, math.inf], dtype=np.float64)[codes]  # (code -1, no dtype: the last)
         err = column(table, "max_abs_err", np.float64) if "max_abs_err" in table else np.full(n, np.nan)
         if "max_diff" in table:  # statistics only: the larger difference of the extremes stands in
             stat_err = np.fmax(
@@ -345,8 +357,16 @@ class Rule(Record):
             )
             err = np.where(np.isnan(err), stat_err, err)
         with np.errstate(invalid="ignore"):
-            negligible = (bench_abs < tol * scale) & (err <= tol * scale)
+            negligible = (bench_abs < np.fmin(tol, noise) * scale) & (err <= tol * scale)
         return np.where((status == STATUS_FAIL) & negligible, STATUS_PASS, status)
+
+
+#: How far above its dtype's epsilon (times its op's input scale) a benchmark tensor may be and still count as
+#: rounding noise (:meth:`Rule._apply_negligible_bench`): the noise of a sum of n rounded terms grows
+#: about as sqrt(n), and 2^12 covers n up to 2^24 (float32: 4.9e-4 of the input scale).
+NOISE_GROWTH = 2.0**12
+#: Machine epsilon of the float dtypes a benchmark holds (other dtypes: the tolerance alone decides).
+_EPSILON = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 
 
 def _dtype_red(table: Table, codes: PrecisionCodes | None = None) -> np.ndarray:

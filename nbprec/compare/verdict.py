@@ -29,6 +29,7 @@ import numpy as np
 
 from nbprec._record import Record
 from nbprec.columns import Columns, cell_texts, text_in
+from nbprec.compare.culprit import INHERIT_FACTOR
 from nbprec.compare.presence import BOTH, missing_by_kind, presence
 from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, column, get_rule
 from nbprec.compare.runs import first_failing_position, is_collective, op_at, where
@@ -417,9 +418,19 @@ def verdict(comp: Comparison) -> Verdict:
                     f"is unknown.{note}")  # fmt: skip
         return Verdict("failure", headline, f"nbprec ni {first['op']} --target T --bench B (see which inputs)",
                        findings)  # fmt: skip
+    in_cosine = _number(first.get("in_cosine", np.nan))
+    if first.get("in_status") == STATUS_PASS:  # its inputs were compared and passed, carrying most of its error
+        headline = (f"{first['op']} ({kind}) is the first op that fails, but it did not introduce the error: its "
+                    f"inputs, which pass, already carried most of it (input cosine {in_cosine}, RED "
+                    f"{_number(first.get('in_rel_euclidean', np.nan), 3)}; output RED "
+                    f"{_number(first.get('out_rel_euclidean', np.nan), 3)}, less than {INHERIT_FACTOR:g} times "
+                    "as much), and it took them over the rule's bounds. The difference built up over the ops "
+                    f"before it, which all pass: no one op is to blame under this rule.{note}")  # fmt: skip
+        return Verdict("failure", headline, "see where the error grows op by op: in_error and out_error in the "
+                       "ops table (ops.csv of nbprec compare -o OUT), or a stricter rule", findings)  # fmt: skip
     headline = (f"{first['op']} ({kind}) is the first op that fails, but its inputs already differ "
-                f"(input cosine {_number(first.get('in_cosine', np.nan))}): the error comes from before it, from "
-                f"inputs nbprec could not compare.{note}")  # fmt: skip
+                f"(input cosine {in_cosine}): the error comes from before it, from inputs nbprec could not "
+                f"compare.{note}")  # fmt: skip
     return Verdict("failure", headline, "look at its producers: nbprec ni OP --target T --bench B", findings)
 
 

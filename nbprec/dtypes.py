@@ -87,6 +87,17 @@ FINITE_MAX: dict[str, float] = {
     "float64": 1.7976931348623157e308,
 }
 
+# Machine epsilon of each floating dtype (2^(1-p), p the significand's bits): the gap above 1.0, the scale of one
+# rounding relative to a value. A test holds them to numpy's and ml_dtypes' finfo.
+EPSILON: dict[str, float] = {
+    "float16": 2.0**-10,
+    "bfloat16": 2.0**-7,
+    "float8_e4m3fn": 2.0**-3,
+    "float8_e5m2": 2.0**-2,
+    "float32": 2.0**-23,
+    "float64": 2.0**-52,
+}
+
 #: The element type codes of the one-pass C kernels (``nbprec/_elements.h``: the capture's statistics and the
 #: overflow scan's counts), by dtype name (numpy's names, which are also torch's dtype attribute names).
 ELEMENT_TYPE_CODES = {

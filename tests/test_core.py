@@ -75,6 +75,10 @@ def test_the_dtype_tables_agree_with_numpy_and_ml_dtypes():
     for name, fmax in dtypes.FINITE_MAX.items():
         info = np.finfo if name in ("float16", "float32", "float64") else ml_dtypes.finfo
         assert float(info(dtypes.NUMPY_DTYPES[name]).max) == fmax, name
+    assert set(dtypes.EPSILON) == set(dtypes.FINITE_MAX)
+    for name, eps in dtypes.EPSILON.items():
+        info = np.finfo if name in ("float16", "float32", "float64") else ml_dtypes.finfo
+        assert float(info(dtypes.NUMPY_DTYPES[name]).eps) == eps, name
     assert canonical_dtype(np.dtype(np.longdouble)) == np.dtype(np.longdouble).name  # (not one of the table's)
 
 

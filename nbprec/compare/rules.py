@@ -26,6 +26,7 @@ import numpy as np
 
 from nbprec._record import Record, replace
 from nbprec.columns import Columns, factorize, group_codes
+from nbprec.dtypes import EPSILON
 from nbprec.errors import ComparisonError
 
 #: A comparison table: :class:`~nbprec.columns.Columns`, or a pandas DataFrame of the same columns.
@@ -345,10 +346,10 @@ class Rule(Record):
         scale = column(table, "op_input_scale", np.float64)
         bench_abs = bench_magnitude(table)
         n = len(table)
-        noise = np.full(n, math.inf)  # (no benchmark dtype: the tolerance alone decides, as for other dtypes)
+        noise = np.full(n, math.inf)  # (no benchmark dtype, or not a float: the tolerance alone decides)
         if "bench_dtype" in table:
             codes, names = factorize(column(table, "bench_dtype", object))
-            per_dtype = [NOISE_GROWTH * _EPSILON.get(name, math.inf) for name in names]
+            per_dtype = [NOISE_GROWTH * EPSILON.get(name, math.inf) for name in names]
             noise = np.array([*per_dtype, math.inf], dtype=np.float64)[codes]  # (code -1, no dtype: the last)
         err = column(table, "max_abs_err", np.float64) if "max_abs_err" in table else np.full(n, np.nan)
         if "max_diff" in table:  # statistics only: the larger difference of the extremes stands in
@@ -365,8 +366,6 @@ class Rule(Record):
 #: rounding noise (:meth:`Rule._apply_negligible_bench`): the noise of a sum of n rounded terms grows
 #: about as sqrt(n), and 2^12 covers n up to 2^24 (float32: 4.9e-4 of the input scale).
 NOISE_GROWTH = 2.0**12
-#: Machine epsilon of the float dtypes a benchmark holds (other dtypes: the tolerance alone decides).
-_EPSILON = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 
 
 def _dtype_red(table: Table, codes: PrecisionCodes | None = None) -> np.ndarray:

@@ -19,7 +19,16 @@ from typing import Any
 import numpy as np
 
 from nbprec.columns import Columns, as_columns, distinct, group_codes, text_in
-from nbprec.compare.rules import STATUS_FAIL, STATUS_NA, STATUS_PASS, Table, column
+from nbprec.compare.rules import (
+    STATUS_FAIL,
+    STATUS_NA,
+    STATUS_PASS,
+    Table,
+    abs_error,
+    below_noise,
+    bench_magnitude,
+    column,
+)
 
 #: Op types whose outputs depend on a random generator (compared across runs they differ by design).
 RANDOM_OP_TYPES = frozenset(
@@ -190,6 +199,25 @@ def is_random_op(op_type: str) -> bool:
     return str(op_type).lower() in RANDOM_OP_TYPES
 
 
+#: The largest share of its op's input scale :func:`rounding_noise` takes for noise, whatever the benchmark's dtype
+#: (the default rule's RED tolerance: a float16 or bfloat16 benchmark's 2^12 epsilons would be several times it).
+NOISE_CEILING = 0.05
+
+
+def rounding_noise(table: Table) -> np.ndarray:
+    """Per row, whether an op's result is rounding noise on both sides: an output or gradient whose benchmark is
+    nonzero and :func:`~nbprec.compare.rules.below_noise` (at most :data:`NOISE_CEILING` of the op's input scale),
+    with a target within that of it. Such a tensor is mathematically zero (attention's key-bias gradient): its
+    cosine and relative errors compare noise with noise, so the op's roll-up leaves them out and the comparison's
+    reason says so. (An input is judged as the result of the op that made it.)"""
+    if "op_input_scale" not in table or not len(table):
+        return np.zeros(len(table), dtype=bool)
+    with np.errstate(invalid="ignore"):
+        err_ok = abs_error(table) <= NOISE_CEILING * column(table, "op_input_scale", np.float64)
+        result = text_in(column(table, "role", object), OUTPUT_ROLES)
+        return result & below_noise(table, NOISE_CEILING) & (bench_magnitude(table) > 0) & err_ok
+
+
 def relative_error(table: Table) -> np.ndarray:
     """Per row, the relative error used to follow errors through ops: RED, or the norms' relative difference.
 
@@ -253,12 +281,13 @@ class OpIndex:
         ops["bench_op"] = first_bench
         ops["tensors"] = np.bincount(self.codes, minlength=n_ops)
         error = relative_error(table)
+        noise = rounding_noise(table)  # (relative metrics of noise against noise: no measure of the op)
         for name, metric, roles, how in _ROLLUP:
             values = error if metric == "_error" else (column(table, metric, np.float64) if metric in table else None)
             if values is None:
                 ops[name] = np.full(n_ops, np.nan)
                 continue
-            mask = text_in(role, roles) & ~np.isnan(values)
+            mask = text_in(role, roles) & ~np.isnan(values) & (~noise if metric != "max_abs_err" else True)
             out = np.full(n_ops, np.inf if how == "min" else -np.inf)
             (np.minimum if how == "min" else np.maximum).at(out, self.codes[mask], values[mask])
             ops[name] = np.where(np.isinf(out) & (out > 0 if how == "min" else out < 0), np.nan, out)

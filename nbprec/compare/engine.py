@@ -28,6 +28,7 @@ from nbprec.compare.pair_table import (
     fill_checksums,
     fill_results,
     fill_statistics,
+    noise_reasons,
     nonfinite_reasons,
     op_input_scale,
     pair_table,
@@ -467,6 +468,7 @@ def compare(
             table["checksum_match"] = checksum_match
             nonfinite_reasons(reasons, table, b_positions)
             contradicted_statistics(reasons, table, recorded_nonfinite)
+            noise_reasons(reasons, table)
             table["reason"] = reasons
             spare(task, results, t_dump, b_dump, early_done, jobs)  # (the command would free them on its way out)
             return Comparison(table, unmatched_bench=unmatched_bench, rule=the_rule, meta=meta)

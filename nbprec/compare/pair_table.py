@@ -10,6 +10,7 @@ from typing import Any, Literal
 import numpy as np
 
 from nbprec.columns import Columns, group_codes, text_in
+from nbprec.compare.culprit import rounding_noise
 from nbprec.compare.metrics import STAT_KEYS, checksum_equal, statistics_columns
 from nbprec.compare.rules import bench_magnitude, column, one_run
 from nbprec.compare.workers import RowValues
@@ -101,6 +102,14 @@ def contradicted_statistics(reasons: np.ndarray, table: Columns, recorded: dict[
             reasons[i] = f"{reasons[i]}; {note}" if reasons[i] else note
 
 
+def noise_reasons(reasons: np.ndarray, table: Columns) -> None:
+    """Rows whose two sides are rounding noise next to their op (:func:`~nbprec.compare.culprit.rounding_noise`):
+    the reason says why their cosine and relative errors, however bad, say nothing of the op."""
+    note = "both sides are rounding noise next to the op's input scale: cosine and relative errors compare noise"
+    for i in np.flatnonzero(rounding_noise(table)):
+        reasons[i] = f"{reasons[i]}; {note}" if reasons[i] else note
+
+
 def pair_table(t_idx: Columns, b_idx: Columns, pairs: Columns) -> Columns:
     """Both sides' names, ops, dtypes, shapes and statistics, and the target's op fields, a row per pair."""
     target = _side(t_idx, pairs["t"], "target")
@@ -115,17 +124,30 @@ def pair_table(t_idx: Columns, b_idx: Columns, pairs: Columns) -> Columns:
 
 
 def op_input_scale(table: Columns) -> np.ndarray:
-    """Per row, the largest benchmark magnitude among its op's inputs (the scale rounding errors live at)."""
-    is_input = text_in(table["role"], ("input", "parameter"))
-    inputs = np.where(is_input, bench_magnitude(table), np.nan)
-    if not len(inputs):
-        return inputs
+    """Per row, the largest benchmark magnitude among its op's float inputs (the scale rounding errors live at:
+    integer inputs are indices and sizes, such as an embedding's token ids).
+
+    A parameter-gradient record (msprobe's ``parameters_grad``: gradients, no inputs of its own) takes its largest
+    gradient instead: the gradients of a module's parameters are made from the same gradient flowing back, so a
+    linear layer's bias gradient is judged next to its weight gradient (attention's key bias has a gradient that
+    is mathematically zero: rounding noise in both runs, which its relative errors cannot judge)."""
+    role = table["role"]
+    is_input = text_in(role, ("input", "parameter")) & text_in(table["bench_dtype"], FLOAT_DTYPES)
+    magnitude = bench_magnitude(table)
+    if not len(magnitude):
+        return magnitude
     if one_run(table):  # one step and rank: group by op
         codes, n_groups = group_codes(table["op"])
     else:
         codes, n_groups = group_codes(table["step"], table["rank"], table["op"])
     largest = np.full(n_groups, np.nan)
-    np.fmax.at(largest, codes, inputs)  # fmax: NaN (not an input) is skipped, as groupby's max skips it
+    np.fmax.at(largest, codes, np.where(is_input, magnitude, np.nan))  # fmax: NaN (not an input) is skipped
+    is_gradient = text_in(role, ("gradient",))
+    if is_gradient.any():
+        gradient_only = np.bincount(codes, weights=~is_gradient, minlength=n_groups) == 0
+        gradients = np.full(n_groups, np.nan)
+        np.fmax.at(gradients, codes, np.where(is_gradient, magnitude, np.nan))
+        largest = np.where(gradient_only, gradients, largest)
     return largest[codes]
 
 

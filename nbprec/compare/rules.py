@@ -25,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from nbprec._record import Record, replace
-from nbprec.columns import Columns, factorize, group_codes
+from nbprec.columns import Columns, factorize, group_codes, text_in
 from nbprec.dtypes import EPSILON
 from nbprec.errors import ComparisonError
 
@@ -329,43 +329,53 @@ class Rule(Record):
         return np.where(rows, judged, status)
 
     def _apply_negligible_bench(self, table: Table, status: np.ndarray, tol: np.ndarray) -> np.ndarray:
-        """A benchmark tensor that is ~0 next to its op's inputs is judged by absolute error.
-
-        Gradients that are mathematically zero (the key bias of attention, a cancelling sum) come out as
-        rounding noise in both runs; their cosine and relative errors compare noise with noise. Such a row
-        passes when its max abs error is within the tolerance times the op's largest input magnitude.
-
-        "~0" is what the benchmark's own rounding could leave there: a magnitude below :data:`NOISE_GROWTH`
-        times its dtype's epsilon times the op's input scale (and below the tolerance times it). A tensor that is
-        merely small next to its inputs (a mean's gradient, divided by the elements it averaged) carries its
-        inputs' signal, and its relative errors say how much of it the target kept: a float16 gradient that
-        fell to subnormal values loses precision there, and that op introduced the error.
+        """A benchmark tensor that is ~0 next to its op's inputs (:func:`below_noise`, at most the tolerance times
+        the op's input scale) is judged by absolute error: it passes when its max abs error is within the tolerance
+        times the op's input scale. Gradients that are mathematically zero (the key bias of attention, a cancelling
+        sum) come out as rounding noise in both runs; their cosine and relative errors compare noise with noise.
         """
         if "op_input_scale" not in table or not ("max_abs_err" in table or "max_diff" in table):
             return status
-        scale = column(table, "op_input_scale", np.float64)
-        bench_abs = bench_magnitude(table)
-        n = len(table)
-        noise = np.full(n, math.inf)  # (no benchmark dtype, or not a float: the tolerance alone decides)
-        if "bench_dtype" in table:
-            codes, names = factorize(column(table, "bench_dtype", object))
-            per_dtype = [NOISE_GROWTH * EPSILON.get(name, math.inf) for name in names]
-            noise = np.array([*per_dtype, math.inf], dtype=np.float64)[codes]  # (code -1, no dtype: the last)
-        err = column(table, "max_abs_err", np.float64) if "max_abs_err" in table else np.full(n, np.nan)
-        if "max_diff" in table:  # statistics only: the larger difference of the extremes stands in
-            stat_err = np.fmax(
-                np.abs(column(table, "max_diff", np.float64)), np.abs(column(table, "min_diff", np.float64))
-            )
-            err = np.where(np.isnan(err), stat_err, err)
         with np.errstate(invalid="ignore"):
-            negligible = (bench_abs < np.fmin(tol, noise) * scale) & (err <= tol * scale)
-        return np.where((status == STATUS_FAIL) & negligible, STATUS_PASS, status)
+            err_ok = abs_error(table) <= tol * column(table, "op_input_scale", np.float64)
+        return np.where((status == STATUS_FAIL) & below_noise(table, tol) & err_ok, STATUS_PASS, status)
 
 
 #: How far above its dtype's epsilon (times its op's input scale) a benchmark tensor may be and still count as
-#: rounding noise (:meth:`Rule._apply_negligible_bench`): the noise of a sum of n rounded terms grows
-#: about as sqrt(n), and 2^12 covers n up to 2^24 (float32: 4.9e-4 of the input scale).
+#: rounding noise (:func:`below_noise`): the noise of a sum of n rounded terms grows about as sqrt(n), and 2^12
+#: covers n up to 2^24 (float32: 4.9e-4 of the input scale).
 NOISE_GROWTH = 2.0**12
+
+
+def below_noise(table: Table, cap: float | np.ndarray) -> np.ndarray:
+    """Per row, whether its benchmark could be what rounding leaves of a mathematically zero result: all zeros, or
+    values of both signs (a cancelling sum's noise) below :data:`NOISE_GROWTH` epsilons of its dtype (at most
+    ``cap``) times its op's input scale (False where that scale is unknown, and for parameters: stored values).
+
+    A tensor that is merely small next to its op's inputs carries their signal, and its relative errors say how
+    much of it the target kept: a mean's gradient over many elements (one value, 1/n of the gradient it got),
+    which float16 holds as subnormal values that lose bits; a reciprocal square root of large values."""
+    n = len(table)
+    share = np.full(n, math.inf)
+    if "bench_dtype" in table:
+        codes, names = factorize(column(table, "bench_dtype", object))
+        per_dtype = [NOISE_GROWTH * EPSILON.get(name, math.inf) for name in names]
+        share = np.array([*per_dtype, math.inf], dtype=np.float64)[codes]  # (code -1, no dtype: the last)
+    low, high = column(table, "bench_min", np.float64), column(table, "bench_max", np.float64)
+    with np.errstate(invalid="ignore"):
+        small = np.fmax(np.abs(low), np.abs(high)) < np.fmin(share, cap) * column(table, "op_input_scale", np.float64)
+        noise = small & (((low < 0) & (high > 0)) | ((low == 0) & (high == 0)))
+    return noise & ~text_in(column(table, "role", object), ("parameter",)) if "role" in table else noise
+
+
+def abs_error(table: Table) -> np.ndarray:
+    """Per row, the max abs error; with statistics only, the larger difference of the extremes stands in."""
+    n = len(table)
+    err = column(table, "max_abs_err", np.float64) if "max_abs_err" in table else np.full(n, np.nan)
+    if "max_diff" in table:
+        stat_err = np.fmax(np.abs(column(table, "max_diff", np.float64)), np.abs(column(table, "min_diff", np.float64)))
+        err = np.where(np.isnan(err), stat_err, err)
+    return err
 
 
 def _dtype_red(table: Table, codes: PrecisionCodes | None = None) -> np.ndarray:

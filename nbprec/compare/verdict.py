@@ -418,6 +418,17 @@ def verdict(comp: Comparison) -> Verdict:
                     f"is unknown.{note}")  # fmt: skip
         return Verdict("failure", headline, f"nbprec ni {first['op']} --target T --bench B (see which inputs)",
                        findings)  # fmt: skip
+    if len(rows) and (_texts(table, "role")[rows] == "gradient").all():  # msprobe's parameters_grad: no inputs
+        module = str(first["op"]).rsplit(".parameters_grad", 1)[0]
+        cos, red = first.get("out_cosine", np.nan), first.get("out_rel_euclidean", np.nan)
+        fell = (f"its gradients fell to cosine {_number(cos, 4)} (RED {red:.3g})" if np.isfinite(cos) else
+                f"its gradients' statistics differ by {first.get('out_error', np.nan):.3g} (relative)")  # fmt: skip
+        headline = (f"{first['op']} ({kind}) is the first op that fails: {fell}. It records the "
+                    "gradients of its module's parameters, which have no inputs of their own: the module's backward "
+                    "pass made them from the gradient flowing back into it and the inputs of its forward call, so "
+                    f"the error arose there; {after} failing op(s) after it inherit it.{note}")  # fmt: skip
+        return Verdict("failure", headline, f"nbprec ni {module}.backward.0 --target T --bench B (and its forward "
+                       "call): which gradient or input differs first", findings)  # fmt: skip
     in_cosine = _number(first.get("in_cosine", np.nan))
     if first.get("in_status") == STATUS_PASS:  # its inputs were compared and passed, carrying most of its error
         headline = (f"{first['op']} ({kind}) is the first op that fails, but it did not introduce the error: its "

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+import pytest
 
 import nbprec
 from nbprec.formats.native import NativeDumpWriter
@@ -33,16 +34,16 @@ def _write(folder: Path, ops: list[tuple[str, dict[str, np.ndarray]]], direction
     return folder
 
 
-def _mean_backward_runs(tmp_path: Path) -> tuple[Path, Path]:
-    """A mean's backward (its input gradient divided by N over the averaged elements), then a pow's backward
-    (2 x times that gradient), in float16 and in float32."""
+def _mean_backward_runs(tmp_path: Path, n: int = N, size: float = 7.8e-5) -> tuple[Path, Path]:
+    """A mean's backward (its input gradient, about ``size``, divided by the ``n`` elements averaged), then a pow's
+    backward (2 x times that gradient), in float16 and in float32."""
     rng = np.random.default_rng(3)
-    grad = (7.8e-5 * (0.6 + 0.4 * rng.random((256, 1)))).astype(np.float32)  # a gradient reaching a norm's mean
-    x = rng.standard_normal((256, N)).astype(np.float32)
+    grad = (size * (0.6 + 0.4 * rng.random((256, 1)))).astype(np.float32)  # a gradient reaching a norm's mean
+    x = rng.standard_normal((256, n)).astype(np.float32)
     runs = []
     for dtype in (np.float16, np.float32):
         g = grad.astype(dtype)
-        spread = np.broadcast_to(g / dtype(N), (256, N)).copy()  # float16: about 2e-7, subnormal
+        spread = np.broadcast_to(g / dtype(n), (256, n)).copy()  # float16: 2e-7 to 5e-7, subnormal
         xs = x.astype(dtype)
         pow_grad = dtype(2) * xs * spread
         ops = [("Tensor.mean.0.backward", {"input.0": g, "output.0": spread}),
@@ -51,8 +52,11 @@ def _mean_backward_runs(tmp_path: Path) -> tuple[Path, Path]:
     return runs[0], runs[1]
 
 
-def test_a_small_gradient_that_lost_precision_is_blamed_on_the_op_that_made_it(tmp_path):
-    target, bench = _mean_backward_runs(tmp_path)
+@pytest.mark.parametrize(("n", "size"), [(N, 7.8e-5), (4096, 1e-3)], ids=["1/384", "1/4096"])
+def test_a_small_gradient_that_lost_precision_is_blamed_on_the_op_that_made_it(tmp_path, n, size):
+    """The mean's gradient is small next to its input (1/384, 1/4096 of it) but one value of one sign, not the
+    noise of a cancelling sum: its relative errors judge it (at 1/4096 it was taken for noise, and passed)."""
+    target, bench = _mean_backward_runs(tmp_path, n, size)
     comp = nbprec.compare(target, bench, progress=None)
     table = comp.table.set_index("target_name")
     out = table.loc["Tensor.mean.0.backward.output.0"]
@@ -106,3 +110,76 @@ def test_an_error_built_up_over_passing_ops_is_said_to_be_one(tmp_path):
     headline = comp.verdict().headline
     assert headline.startswith(f"{first['op']} (add) is the first op that fails, but it did not introduce the error")
     assert "inputs, which pass, already carried most of it" in headline and "could not compare" not in headline
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def _attention_key_gradients(dtype: str, loss_scale: float = 1.0) -> dict[str, np.ndarray]:
+    """The gradients of a single-head attention's key projection (torch, in ``dtype``): its bias gradient is
+    mathematically zero (softmax ignores a constant added to every key), so both runs hold rounding noise there."""
+    torch = _torch()
+    torch.manual_seed(0)
+    query, key, value = (torch.nn.Linear(64, 64) for _ in range(3))
+    x = torch.randn(4, 16, 64, generator=torch.Generator().manual_seed(1))
+    kind = getattr(torch, dtype)
+    for layer in (query, key, value):
+        layer.to(kind)
+    h = x.to(kind)
+    attention = (query(h) @ key(h).transpose(-1, -2) / 8).softmax(-1) @ value(h)
+    (attention.float().pow(2).mean() * loss_scale).backward()
+    return {"gradient.weight": key.weight.grad.float().numpy(), "gradient.bias": key.bias.grad.float().numpy()}
+
+
+def _key_gradient_runs(tmp_path: Path, loss_scale: float = 1.0) -> tuple[Path, Path]:
+    runs = []
+    for dtype, np_dtype in (("float16", np.float16), ("float32", np.float32)):
+        grads = _attention_key_gradients(dtype, loss_scale)
+        tensors = {k: v.astype(np_dtype) for k, v in grads.items()}
+        runs.append(_write(tmp_path / dtype, [("Module.attn.key.Linear.parameters_grad.0", tensors)]))
+    return runs[0], runs[1]
+
+
+def test_a_mathematically_zero_parameter_gradient_passes_as_noise(tmp_path):
+    """A parameter-gradient record has no inputs: its largest gradient (the weight's) sets the scale its bias
+    gradient's noise is judged at, the reason says why its cosine means nothing, and the op's roll-up leaves it
+    out (it was the comparison's worst op, at a cosine near 0, and failed with "inputs nbprec could not
+    compare": the float16 MiniLM run of issue 21)."""
+    comp = nbprec.compare(*_key_gradient_runs(tmp_path), progress=None)
+    bias = comp.table.set_index("target_name").loc["Module.attn.key.Linear.parameters_grad.0.gradient.bias"]
+    assert bias["cosine"] < 0.9 and bias["rel_euclidean"] > 1  # noise against noise
+    assert bias["status"] == "pass" and "rounding noise" in bias["reason"]
+    op = comp.ops.set_index("op").loc["Module.attn.key.Linear.parameters_grad.0"]
+    assert op["out_cosine"] > 0.999  # the weight gradient's
+    assert comp.first_failing_op() is None and comp.verdict().headline.startswith("No op fails")
+
+
+def test_a_parameter_gradient_that_fails_first_is_told_as_one(tmp_path):
+    """Gradients scaled down until float16 holds them as subnormal values: the parameter-gradient record is the
+    first op that fails, and the verdict sends the user to the module's backward pass, not to inputs it lacks."""
+    comp = nbprec.compare(*_key_gradient_runs(tmp_path, loss_scale=2.0**-22), progress=None)
+    first = comp.first_failing_op()
+    assert first is not None and first["op"] == "Module.attn.key.Linear.parameters_grad.0"
+    verdict = comp.verdict()
+    assert "It records the gradients of its module's parameters" in verdict.headline
+    assert "could not compare" not in verdict.headline and "its inputs" not in verdict.headline.split(":")[1]
+    assert verdict.next_step.startswith("nbprec ni Module.attn.key.Linear.backward.0")
+
+
+def test_token_ids_do_not_set_the_scale_an_embedding_is_judged_at(tmp_path):
+    """An embedding looked up with ids one off (a tokenizer mismatch): the ids, integers up to 30,000, are not
+    the scale its output's rounding lives at, so the output fails (it passed as "benchmark ~ 0" at 0.05 of 30,000)."""
+    torch = _torch()
+    weight = torch.randn(30_000, 32, generator=torch.Generator().manual_seed(2)) * 0.05
+    ids = torch.randint(0, 29_999, (4, 16), generator=torch.Generator().manual_seed(3))
+    runs = []
+    for name, shift in (("target", 1), ("bench", 0)):
+        out = torch.nn.functional.embedding(ids + shift, weight)
+        tensors = {"input.0": ids.numpy(), "input.1": weight.numpy(), "output.0": out.numpy()}
+        runs.append(_write(tmp_path / name, [("Functional.embedding.0.forward", tensors)], direction="forward"))
+    comp = nbprec.compare(*runs, progress=None)
+    table = comp.table.set_index("target_name")
+    assert table.loc["Functional.embedding.0.forward.input.0", "status"] == "pass"  # the same ids
+    assert table.loc["Functional.embedding.0.forward.output.0", "status"] == "fail"
+    assert comp.first_introduced_op()["op"] == "Functional.embedding.0.forward"

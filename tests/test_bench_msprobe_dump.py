@@ -41,3 +41,31 @@ def test_the_resnet_model_is_seeded_and_trains(msprobe_dump):
     assert logits.shape == (2, 10)
     torch.nn.functional.cross_entropy(logits, torch.tensor([1, 7])).backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in a.parameters())
+
+
+@pytest.mark.parametrize("model", ["transformer", "resnet", "rnn", "minilm"])
+def test_every_model_runs_a_training_step_in_both_precisions(msprobe_dump, model):
+    # each --model gives the same seeded weights and inputs in both runs' processes, and a loss to train on: the
+    # float32 and bfloat16 runs of one step differ by bfloat16's rounding only
+    torch = pytest.importorskip("torch")
+    if model == "minilm":
+        pytest.importorskip("transformers")
+    args = msprobe_dump_args(model)
+    losses = []
+    for dtype in (torch.float32, torch.bfloat16):
+        net, next_inputs, loss_of = msprobe_dump.build_run(args, dtype)
+        assert all(p.dtype == dtype for p in net.parameters())
+        inputs = next_inputs()
+        loss = loss_of(net(**inputs) if isinstance(inputs, dict) else net(*inputs))
+        loss.backward()
+        assert loss.dtype == torch.float32 and torch.isfinite(loss)
+        assert all(p.grad is None or torch.isfinite(p.grad).all() for p in net.parameters())
+        losses.append(float(loss))
+    assert losses[0] != losses[1] and abs(losses[0] - losses[1]) < 0.05 * abs(losses[0]) + 1e-3
+
+
+def msprobe_dump_args(model: str):
+    import argparse
+
+    return argparse.Namespace(model=model, seed=3, batch=2, seq=8, hidden=32, heads=4, layers=2, channels=8,
+                              image=16, input_scale=1.0)  # fmt: skip

@@ -219,14 +219,16 @@ def rounding_noise(table: Table) -> np.ndarray:
 
 
 def relative_error(table: Table) -> np.ndarray:
-    """Per row, the relative error used to follow errors through ops: RED, or the norms' relative difference.
-
-    With payloads this is the relative Euclidean distance; with statistics only, the relative difference of
-    the L2 norms, a lower bound of it.
-    """
+    """Per row, the relative error used to follow errors through ops: with payloads the relative Euclidean
+    distance; with statistics only, what the rules judge them by: the larger of the L2 norms' relative difference
+    (a lower bound of RED) and the max, min and mean differences relative to the benchmark's largest magnitude."""
     red = column(table, "rel_euclidean", np.float64) if "rel_euclidean" in table else np.full(len(table), np.nan)
     if "norm_rel_diff" in table:
-        red = np.where(np.isnan(red), column(table, "norm_rel_diff", np.float64), red)
+        stats = column(table, "norm_rel_diff", np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):  # (NaN where a statistic is missing: fmax skips it)
+            for name in [name for name in ("max_diff", "min_diff", "mean_diff") if name in table]:
+                stats = np.fmax(stats, np.abs(column(table, name, np.float64)) / bench_magnitude(table))
+        red = np.where(np.isnan(red), stats, red)
     return red
 
 

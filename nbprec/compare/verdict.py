@@ -342,7 +342,7 @@ def _why(op: dict[str, Any], table: Columns, rows: np.ndarray) -> str:
     if "reason" in table and any(r.startswith("target has non-finite") for r in _texts(table, "reason")[outputs]):
         return "its inputs are finite, its output holds NaN/inf"
     in_err, out_err = op.get("in_error", np.nan), op.get("out_error", np.nan)
-    inputs = "its inputs' statistics agree exactly" if in_err == 0 else f"its inputs differ by {in_err:.3g}"
+    inputs = "its inputs' statistics agree exactly" if in_err == 0 else f"its inputs' statistics differ by {in_err:.3g}"
     detail = ""
     for stat in ("min", "max", "mean"):
         name = f"{stat}_diff"
@@ -431,10 +431,14 @@ def verdict(comp: Comparison) -> Verdict:
                        "call): which gradient or input differs first", findings)  # fmt: skip
     in_cosine = _number(first.get("in_cosine", np.nan))
     if first.get("in_status") == STATUS_PASS:  # its inputs were compared and passed, carrying most of its error
+        if np.isfinite(first.get("in_rel_euclidean", np.nan)):
+            carried = (f"input cosine {in_cosine}, RED {_number(first['in_rel_euclidean'], 3)}; output RED "
+                       f"{_number(first.get('out_rel_euclidean', np.nan), 3)}")  # fmt: skip
+        else:  # statistics only
+            carried = (f"its inputs' statistics differ by {first.get('in_error', np.nan):.3g}, its output's by "
+                       f"{first.get('out_error', np.nan):.3g}")  # fmt: skip
         headline = (f"{first['op']} ({kind}) is the first op that fails, but it did not introduce the error: its "
-                    f"inputs, which pass, already carried most of it (input cosine {in_cosine}, RED "
-                    f"{_number(first.get('in_rel_euclidean', np.nan), 3)}; output RED "
-                    f"{_number(first.get('out_rel_euclidean', np.nan), 3)}, less than {INHERIT_FACTOR:g} times "
+                    f"inputs, which pass, already carried most of it ({carried}, less than {INHERIT_FACTOR:g} times "
                     "as much), and it took them over the rule's bounds. The difference built up over the ops "
                     f"before it, which all pass: no one op is to blame under this rule.{note}")  # fmt: skip
         return Verdict("failure", headline, "see where the error grows op by op: in_error and out_error in the "

@@ -180,3 +180,24 @@ def test_threshold_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> No
     assert "rel_euclidean<=0.05" in capsys.readouterr().out
     assert main(["compare", *args[:3], "--threshold", "0.1", "--metric", "nonsense"]) == 1
     assert "unknown metric 'nonsense'" in capsys.readouterr().err
+
+
+MINILM = SCENARIOS.parent  # msprobe md5 dumps of a bfloat16 MiniLM fine-tuning step and its float32 benchmark
+
+
+def test_a_statistics_failure_is_followed_by_what_failed_it() -> None:
+    """A real model's statistics dump (msprobe's md5 task: statistics and checksums, the checksums all differing):
+    a layer norm's weight gradient fails on its minimum, 9% off where its inputs' statistics differ by under 1%.
+    The error that follows failures through ops is what the rule judged (the extremes, not the norms alone), so
+    the op introduced it; the verdict was "its inputs already carried most of it (input cosine n/a, RED n/a)"."""
+    comp = nbprec.compare(MINILM / "minilm_bf16_md5_mix", MINILM / "minilm_fp32_md5_mix", progress=None)
+    assert set(comp.table["compare_mode"]) <= {"statistics", "none"}
+    first = comp.first_failing_op()
+    assert first["op"] == "Functional.layer_norm.8.backward" and first["origin"] == "introduced"
+    assert first["out_error"] > 4 * first["in_error"] > 0
+    headline = comp.verdict().headline
+    assert "its inputs' statistics differ by" in headline and "output min" in headline and "n/a" not in headline
+    # the attention key biases' gradients are noise in both runs (mathematically zero): judged next to the weights'
+    table = comp.table.set_index("target_name")
+    biases = table[table.index.str.endswith("key.Linear.parameters_grad.0.bias")]
+    assert len(biases) == 6 and (biases["status"] == "pass").all() and (biases["norm_rel_diff"] > 10).all()

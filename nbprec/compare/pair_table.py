@@ -196,8 +196,8 @@ def fill_statistics(values: dict[str, np.ndarray], reasons: np.ndarray, done: St
 
 
 #: What :func:`checksum_pairs` compared: (table rows, whether each pair's checksums agree: None where they cannot
-#: be compared).
-ChecksumsDone = tuple[list[int], list[bool | None]]
+#: be compared, and the reason they cannot: '' for the others).
+ChecksumsDone = tuple[list[int], list[bool | None], list[str]]
 #: The reason of a checksum pair whose checksums cannot be compared.
 NOT_COMPARABLE = "checksums not comparable"
 
@@ -209,21 +209,34 @@ def checksum_pairs(
     (:func:`~nbprec.compare.metrics.checksum_equal` of each pair's texts), and the other jobs; what was compared
     goes into the comparison through :func:`fill_checksums`. Nothing is read for these pairs: handing each to a
     worker cost more than comparing it (an msprobe md5 pair of 4,035 tensors: 92 against 59 ms for the same pair
-    compared by its statistics, 2026-12-02)."""
+    compared by its statistics, 2026-12-02).
+
+    Checksums are of bytes: a pair of different dtypes (a bfloat16 run against its float32 benchmark) differs in
+    every tensor whatever its values, so such a pair is not compared (None, and a reason that says to compare
+    statistics instead); msprobe's md5 layout still shows msprobe's own verdict on it."""
     picked = [job for job in jobs if job[1] == "checksum"]
     if not picked:
-        return ([], []), jobs
+        return ([], [], []), jobs
     t_sums, b_sums = t_idx["checksum"].tolist(), b_idx["checksum"].tolist()
-    equal = [checksum_equal(str(t_sums[t]), str(b_sums[b])) for _row, _mode, t, b in picked]
-    return ([job[0] for job in picked], equal), [job for job in jobs if job[1] != "checksum"]
+    t_dtypes, b_dtypes = t_idx["dtype"].tolist(), b_idx["dtype"].tolist()
+    equal: list[bool | None] = []
+    reasons: list[str] = []
+    for _row, _mode, t, b in picked:
+        if t_dtypes[t] != b_dtypes[b]:
+            equal.append(None)
+            reasons.append(f"checksums of {t_dtypes[t]} and {b_dtypes[b]} cannot match: compare their statistics")
+            continue
+        equal.append(checksum_equal(str(t_sums[t]), str(b_sums[b])))
+        reasons.append(NOT_COMPARABLE if equal[-1] is None else "")
+    return ([job[0] for job in picked], equal, reasons), [job for job in jobs if job[1] != "checksum"]
 
 
 def fill_checksums(checksum_match: np.ndarray, reasons: np.ndarray, done: ChecksumsDone) -> None:
     """Put what :func:`checksum_pairs` compared into the comparison's ``checksum_match`` column and reasons."""
-    for i, equal in zip(*done, strict=True):
+    for i, equal, reason in zip(*done, strict=True):
         checksum_match[i] = equal
-        if equal is None:
-            reasons[i] = NOT_COMPARABLE
+        if reason:
+            reasons[i] = reason
 
 
 def choose_modes(mode: CompareMode, t_idx: Columns, b_idx: Columns, b_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

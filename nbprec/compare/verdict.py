@@ -11,7 +11,8 @@ runs can be compared at all, judged under the dtype-aware default rule whatever 
 - ``missing_rank`` / ``missing_step``: a rank or step (or a rank at some steps) that one side holds and the
   other does not: said once, at the top, instead of as rows without a counterpart (see
   :mod:`nbprec.compare.presence`);
-- ``unaligned``: ops whose calls found no counterpart (in the steps and ranks both sides hold).
+- ``unaligned``: ops whose calls found no counterpart (in the steps and ranks both sides hold);
+- ``checksums_across_dtypes``: pairs of different dtypes asked to be compared by checksum (bytes: never equal).
 
 Examples
 --------
@@ -218,8 +219,29 @@ def comparability(comp: Comparison) -> list[Finding]:
         )
     findings.extend(_different_models(table))
     findings.extend(_unreadable(comp))
+    findings.extend(_checksums_across_dtypes(table))
     findings.extend(_alignment(comp))
     return sorted(findings, key=lambda f: not f.blocking)
+
+
+def _checksums_across_dtypes(table: Columns) -> list[Finding]:
+    """Pairs asked to be compared by checksum whose dtypes differ: bytes of bfloat16 never match bytes of
+    float32, so those pairs were not judged (:func:`~nbprec.compare.pair_table.checksum_pairs`)."""
+    if "reason" not in table:
+        return []
+    texts = _texts(table, "reason").tolist()
+    across = {
+        r: r.startswith("checksums of ") and r.endswith("cannot match: compare their statistics") for r in set(texts)
+    }
+    rows = np.flatnonzero(np.fromiter(map(across.__getitem__, texts), bool, len(texts)))
+    if not rows.size:
+        return []
+    example = table["target_name"][rows[0]]
+    return [Finding("checksums_across_dtypes",
+                    f"{rows.size} tensor pair(s) of different dtypes were to be compared by checksum, which compares "
+                    f"bytes: they cannot match, so they are not judged (e.g. {example}).",
+                    "compare by statistics: nbprec compare T B (mode auto, or --mode statistics).",
+                    _distinct(_texts(table, "op")[rows])[:20])]  # fmt: skip
 
 
 def _unreadable(comp: Comparison) -> list[Finding]:

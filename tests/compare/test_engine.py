@@ -189,8 +189,9 @@ def test_statistics_pairs_are_measured_at_once_as_pair_by_pair(monkeypatch):
 
 def test_checksum_pairs_are_compared_at_once_as_pair_by_pair(monkeypatch, tmp_path):
     """msprobe md5 dumps compared by checksum: every pair is compared from the index columns at once (no worker
-    sees one), each row holding ``checksum_equal`` of its two recorded checksums, and a pair with a checksum
-    missing says it could not be compared."""
+    sees one), each row of one dtype holding ``checksum_equal`` of its two recorded checksums, a pair with a
+    checksum missing saying it could not be compared, and a pair of two dtypes (bytes that cannot match) not
+    compared, with that reason."""
     import json
     import shutil
     from pathlib import Path
@@ -204,9 +205,10 @@ def test_checksum_pairs_are_compared_at_once_as_pair_by_pair(monkeypatch, tmp_pa
     dump_json = target / "step0" / "rank0" / "dump.json"
     recorded = json.loads(dump_json.read_text())
     blanked = 0
-    for op in recorded["data"].values():
-        for entry in op.get("output") or []:
-            if isinstance(entry, dict) and entry.get("md5") and blanked < 2:
+    for op in recorded["data"].values():  # two tensors of the dtype both runs hold (bfloat16's cannot match)
+        for entry in (op.get("input_args") or []) + (op.get("output") or []):
+            same = isinstance(entry, dict) and entry.get("dtype") in ("torch.float32", "torch.int64")
+            if same and entry.get("md5") and blanked < 2:
                 entry["md5"] = "" if blanked == 0 else "N/A"
                 blanked += 1
     dump_json.write_text(json.dumps(recorded))
@@ -215,11 +217,15 @@ def test_checksum_pairs_are_compared_at_once_as_pair_by_pair(monkeypatch, tmp_pa
     assert len(rows) > 100
     seen = set()
     for _, row in rows.iterrows():
+        if row["target_dtype"] != row["bench_dtype"]:
+            assert row["checksum_match"] is None and "cannot match: compare their statistics" in row["reason"]
+            seen.add("dtypes")
+            continue
         equal = checksum_equal(str(row["target_checksum"]), str(row["bench_checksum"]))
         assert row["checksum_match"] is equal, row["name"]
         assert ("checksums not comparable" in row["reason"]) == (equal is None), row["name"]
         seen.add(equal)
-    assert seen == {True, False, None}
+    assert seen == {True, False, None, "dtypes"}
 
 
 def test_forced_tensor_mode_gives_reasons(make_mlp_dump):

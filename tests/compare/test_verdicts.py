@@ -201,3 +201,27 @@ def test_a_statistics_failure_is_followed_by_what_failed_it() -> None:
     table = comp.table.set_index("target_name")
     biases = table[table.index.str.endswith("key.Linear.parameters_grad.0.bias")]
     assert len(biases) == 6 and (biases["status"] == "pass").all() and (biases["norm_rel_diff"] > 10).all()
+
+
+def test_checksums_of_different_dtypes_are_not_taken_for_different_weights(tmp_path) -> None:
+    """The same MiniLM dumps compared by checksum (``mode="checksum"``): a bfloat16 tensor's bytes never match its
+    float32 benchmark's. Those pairs are not judged, with a reason and a finding that says to compare statistics;
+    the verdict said "The runs are not comparable: their weights differ" (105 of 105 parameters)."""
+    comp = nbprec.compare(
+        MINILM / "minilm_bf16_md5_mix", MINILM / "minilm_fp32_md5_mix", mode="checksum", progress=None
+    )
+    table = comp.table
+    across = (table["target_dtype"] != table["bench_dtype"]).to_numpy()
+    assert across.sum() > 1000 and (comp.status[across] == "n/a").all()
+    assert table["reason"][across].str.contains("checksums of bfloat16 and float32 cannot match").all()
+    same = ~across & (table["compare_mode"] == "checksum").to_numpy()
+    assert (comp.status[same] != "n/a").all() and (comp.status[same] == "pass").sum() > 40  # ids, masks: equal bytes
+    verdict = comp.verdict()
+    codes = [f.code for f in verdict.findings]
+    assert "checksums_across_dtypes" in codes and "different_weights" not in codes
+    assert verdict.kind != "not comparable"
+    # msprobe's md5 layout keeps msprobe's own verdict on those rows (its CRC-32 test: "error")
+    import pandas as pd
+
+    frame = pd.read_csv(comp.to_csv(tmp_path / "msprobe.csv", layout="msprobe"))
+    assert "NPU MD5" in frame and (frame.loc[frame["NPU Dtype"] != frame["Bench Dtype"], "Result"] == "error").all()

@@ -270,14 +270,16 @@ def rollup_levels(tensors: pd.DataFrame, dump: Dump, amplification: float = AMPL
     with np.errstate(divide="ignore", invalid="ignore"):
         amp = ops["out_norm"] / ops["in_norm"]
     ops["amplification"] = amp.where(ops["in_norm"] > 0)
+    ops["forward_abnormal"] = _forward_abnormal(ops)
     in_bad, out_bad = ops["in_abnormal"], ops["out_abnormal"]
+    came_in = in_bad | ops["forward_abnormal"]  # (a backward op's abnormal values may come from its forward call)
     amplified = (ops["amplification"] >= amplification) & ~out_bad
     # parameter-gradient records (msprobe's parameters_grad) have no inputs of their own: what they hold was
     # produced by a backward op, so they are never where an overflow arose
     roles = (tensors["role"] == "gradient").groupby([tensors[k] for k in keys], sort=False).all()
     gradient_only = roles.reindex(ops.index).fillna(False).astype(bool)
     level = np.select(
-        [out_bad & ~in_bad & ~gradient_only, out_bad, amplified, in_bad, ops["suspicious"]],
+        [out_bad & ~came_in & ~gradient_only, out_bad, amplified, in_bad, ops["suspicious"]],
         ["critical", "high", "high", "medium", "low"],
         default="",
     )
@@ -310,9 +312,29 @@ def _inherit_in_containers(ops: pd.DataFrame, hierarchy: dict[str, str | None]) 
     ]
 
 
+def _forward_abnormal(ops: pd.DataFrame) -> pd.Series:
+    """Per op, whether it is a backward call whose forward call (``X.N.backward`` of ``X.N.forward``,
+    ``M.backward.N`` of ``M.forward.N``, same step and rank) had an abnormal input or output. A backward op also
+    computes from what its forward call saved (``pow``'s input, ``exp``'s output), which its own record does not
+    hold: NaN there is inherited, not produced."""
+    names = ops.index.get_level_values("op").astype(str)
+    backward = np.asarray(ops["direction"] == "backward") & names.str.contains("backward", regex=False)
+    out = pd.Series(False, index=ops.index)
+    if not backward.any():
+        return out
+    bad = (ops["in_abnormal"] | ops["out_abnormal"]).to_dict()
+    steps, ranks = ops.index.get_level_values("step"), ops.index.get_level_values("rank")
+    for i in np.flatnonzero(backward):
+        head, _, tail = names[i].rpartition("backward")
+        out.iat[i] = bool(bad.get((steps[i], ranks[i], f"{head}forward{tail}"), False))
+    return out
+
+
 def _reason(row: Any, detail: str, amplification: float) -> str:
     if row.level == "high" and row.out_abnormal and row.inputs == 0 and not row.inputs_from:
         return f"inherited: parameter gradients, made by a backward op before it ({detail})"
+    if row.level == "high" and row.out_abnormal and row.forward_abnormal and not row.in_abnormal:
+        return f"inputs normal, but its forward call's were abnormal: what it saved carried them ({detail})"
     if row.level == "critical":
         inputs = "inputs normal" if row.inputs or row.inputs_from else "no inputs recorded"
         return f"{inputs}, output abnormal: the op produced it ({detail})"

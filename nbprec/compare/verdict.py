@@ -227,13 +227,10 @@ def comparability(comp: Comparison) -> list[Finding]:
 def _checksums_across_dtypes(table: Columns) -> list[Finding]:
     """Pairs asked to be compared by checksum whose dtypes differ: bytes of bfloat16 never match bytes of
     float32, so those pairs were not judged (:func:`~nbprec.compare.pair_table.checksum_pairs`)."""
-    if "reason" not in table:
+    if "compare_mode" not in table:
         return []
-    texts = _texts(table, "reason").tolist()
-    across = {
-        r: r.startswith("checksums of ") and r.endswith("cannot match: compare their statistics") for r in set(texts)
-    }
-    rows = np.flatnonzero(np.fromiter(map(across.__getitem__, texts), bool, len(texts)))
+    checksum = _texts(table, "compare_mode") == "checksum"
+    rows = np.flatnonzero(checksum & (_texts(table, "target_dtype") != _texts(table, "bench_dtype")))
     if not rows.size:
         return []
     example = table["target_name"][rows[0]]
@@ -382,7 +379,8 @@ def verdict(comp: Comparison) -> Verdict:
     findings = tuple(comparability(comp))
     blocking = [f for f in findings if f.blocking]
     ops = comp._ops_columns
-    first = comp.op(first_failing_position(ops))
+    position = first_failing_position(ops)
+    first = comp.op(position)
     several = comp.several_runs
     note = _one_sided_note(comp)
     if blocking:
@@ -440,7 +438,7 @@ def verdict(comp: Comparison) -> Verdict:
                     f"is unknown.{note}")  # fmt: skip
         return Verdict("failure", headline, f"nbprec ni {first['op']} --target T --bench B (see which inputs)",
                        findings)  # fmt: skip
-    if len(rows) and (_texts(table, "role")[rows] == "gradient").all():  # msprobe's parameters_grad: no inputs
+    if comp.op_index.gradient_only[position]:  # msprobe's parameters_grad: no inputs of its own
         module = str(first["op"]).rsplit(".parameters_grad", 1)[0]
         cos, red = first.get("out_cosine", np.nan), first.get("out_rel_euclidean", np.nan)
         fell = (f"its gradients fell to cosine {_number(cos, 4)} (RED {red:.3g})" if np.isfinite(cos) else

@@ -33,7 +33,9 @@ from nbprec.safe_text import visible_text
 #: Text columns of few distinct values, kept as pandas categoricals.
 CATEGORY_COLUMNS = ("compare_mode", "precision", "match", "role")
 #: Text columns a DataFrame gives pandas' string dtype (as the comparison table has always had them).
-TEXT_COLUMNS = ("target_name", "bench_name", "parent", "reason", "ground_truth", "relation", "fusion_pass")
+TEXT_COLUMNS = (
+    "target_name", "bench_name", "parent", "reason", "ground_truth", "relation", "fusion_pass", "noise_from"
+)  # fmt: skip
 
 
 def as_category(column: Any) -> Any:

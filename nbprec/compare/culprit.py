@@ -207,15 +207,15 @@ NOISE_CEILING = 0.05
 def rounding_noise(table: Table) -> np.ndarray:
     """Per row, whether an op's result is rounding noise on both sides: an output or gradient whose benchmark is
     nonzero and :func:`~nbprec.compare.rules.below_noise` (at most :data:`NOISE_CEILING` of the op's input scale),
-    with a target within that of it. Such a tensor is mathematically zero (attention's key-bias gradient): its
-    cosine and relative errors compare noise with noise, so the op's roll-up leaves them out and the comparison's
-    reason says so. (An input is judged as the result of the op that made it.)"""
+    with a target within that of it (a zero gradient): the op's roll-up leaves it out, and the reason says so. So
+    is an input that carries an earlier op's noise (:mod:`nbprec.compare.carried_noise`): judged as its maker's."""
     if "op_input_scale" not in table or not len(table):
         return np.zeros(len(table), dtype=bool)
     with np.errstate(invalid="ignore"):
         err_ok = abs_error(table) <= NOISE_CEILING * column(table, "op_input_scale", np.float64)
-        result = text_in(column(table, "role", object), OUTPUT_ROLES)
-        return result & below_noise(table, NOISE_CEILING) & (bench_magnitude(table) > 0) & err_ok
+        carried = column(table, "noise_from", object).astype(bool) if "noise_from" in table else False
+        judged = text_in(column(table, "role", object), OUTPUT_ROLES) | (carried & text_in(table["role"], ("input",)))
+        return judged & below_noise(table, NOISE_CEILING) & (bench_magnitude(table) > 0) & err_ok
 
 
 def relative_error(table: Table) -> np.ndarray:

@@ -13,6 +13,7 @@ import numpy as np
 from nbprec._gc import spare
 from nbprec._progress import ProgressCallback
 from nbprec.compare import early
+from nbprec.compare.carried_noise import carried_noise_scale
 from nbprec.compare.comparison import Comparison
 from nbprec.compare.culprit import random_calls
 from nbprec.compare.early_meeting import MeetingExecutor, measured, start_for_call
@@ -30,6 +31,7 @@ from nbprec.compare.pair_table import (
     fill_statistics,
     noise_reasons,
     nonfinite_reasons,
+    op_codes,
     op_input_scale,
     pair_table,
     recorded_problems,
@@ -407,7 +409,9 @@ def compare(
             calls = t_dump.calls
             if calls:  # a dropout that was on (or off) by its arguments: random (or not) whatever its type says
                 table["random_call"] = random_calls(ops_column, table["op_type"].tolist(), calls)
-            table["op_input_scale"] = op_input_scale(table)
+            grouping = op_codes(table)
+            scale = op_input_scale(table, grouping)
+            table["op_input_scale"], table["noise_from"] = carried_noise_scale(table, scale, grouping)
             unmatched_bench = b_idx.take(matched.unmatched_bench)
             meta = {
                 "problems": {side: _problem_summary(d) for side, d in (("target", t_dump), ("bench", b_dump))},

@@ -106,8 +106,11 @@ def noise_reasons(reasons: np.ndarray, table: Columns) -> None:
     """Rows whose two sides are rounding noise next to their op (:func:`~nbprec.compare.culprit.rounding_noise`):
     the reason says why their cosine and relative errors, however bad, say nothing of the op."""
     note = "both sides are rounding noise next to the op's input scale: cosine and relative errors compare noise"
+    carried = column(table, "noise_from", object) if "noise_from" in table else np.full(len(table), "", dtype=object)
     for i in np.flatnonzero(rounding_noise(table)):
-        reasons[i] = f"{reasons[i]}; {note}" if reasons[i] else note
+        said = (f"both sides are rounding noise carried from {carried[i]}'s results (judged at its scale): cosine "
+                "and relative errors compare noise") if carried[i] else note  # fmt: skip
+        reasons[i] = f"{reasons[i]}; {said}" if reasons[i] else said
 
 
 def pair_table(t_idx: Columns, b_idx: Columns, pairs: Columns) -> Columns:
@@ -123,7 +126,15 @@ def pair_table(t_idx: Columns, b_idx: Columns, pairs: Columns) -> Columns:
     return Columns(columns, len(pairs))
 
 
-def op_input_scale(table: Columns) -> np.ndarray:
+def op_codes(table: Columns) -> tuple[np.ndarray, int]:
+    """A code per row for its op (within its step and rank: ``group_codes`` of them, the op alone for one run),
+    numbered in order of first appearance, and how many ops there are."""
+    if one_run(table):
+        return group_codes(table["op"])
+    return group_codes(table["step"], table["rank"], table["op"])
+
+
+def op_input_scale(table: Columns, grouping: tuple[np.ndarray, int] | None = None) -> np.ndarray:
     """Per row, the largest benchmark magnitude among its op's float inputs (the scale rounding errors live at:
     integer inputs are indices and sizes, such as an embedding's token ids).
 
@@ -136,10 +147,7 @@ def op_input_scale(table: Columns) -> np.ndarray:
     magnitude = bench_magnitude(table)
     if not len(magnitude):
         return magnitude
-    if one_run(table):  # one step and rank: group by op
-        codes, n_groups = group_codes(table["op"])
-    else:
-        codes, n_groups = group_codes(table["step"], table["rank"], table["op"])
+    codes, n_groups = grouping or op_codes(table)  # (``grouping``: op_codes of the table, if made already)
     largest = np.full(n_groups, np.nan)
     np.fmax.at(largest, codes, np.where(is_input, magnitude, np.nan))  # fmax: NaN (not an input) is skipped
     is_gradient = text_in(role, ("gradient",))

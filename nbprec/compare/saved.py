@@ -25,7 +25,7 @@ from nbprec.safe_text import restore_frame, write_table_csv
 SAVE_FORMAT = "nbprec-comparison"
 SHAPE_COLUMNS = ("target_shape", "bench_shape")
 _TEXT_COLUMNS = {"target_name", "bench_name", "target_op", "bench_op", "op", "module", "slot", "reason"} | {
-    "ground_truth", "relation", "fusion_pass", "parent", "target_checksum", "bench_checksum"
+    "ground_truth", "relation", "fusion_pass", "parent", "target_checksum", "bench_checksum", "noise_from"
 }  # fmt: skip
 _WORD_COLUMNS = ("target_dtype", "bench_dtype", "op_type", "api", "direction", "role", "match", "compare_mode")
 

@@ -12,7 +12,9 @@ runs can be compared at all, judged under the dtype-aware default rule whatever 
   other does not: said once, at the top, instead of as rows without a counterpart (see
   :mod:`nbprec.compare.presence`);
 - ``unaligned``: ops whose calls found no counterpart (in the steps and ranks both sides hold);
-- ``checksums_across_dtypes``: pairs of different dtypes asked to be compared by checksum (bytes: never equal).
+- ``checksums_across_dtypes``: pairs of different dtypes asked to be compared by checksum (bytes: never equal);
+- ``carried_noise``: ops whose inputs are the rounding noise a cancellation left (a gradient that is zero), judged
+  at their pass's scale (:mod:`nbprec.compare.carried_noise`).
 
 Examples
 --------
@@ -32,7 +34,7 @@ from nbprec._record import Record
 from nbprec.columns import Columns, cell_texts, text_in
 from nbprec.compare.culprit import INHERIT_FACTOR
 from nbprec.compare.presence import BOTH, missing_by_kind, presence
-from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, column, get_rule
+from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, bench_magnitude, column, get_rule
 from nbprec.compare.runs import first_failing_position, is_collective, op_at, where
 
 if TYPE_CHECKING:
@@ -220,6 +222,7 @@ def comparability(comp: Comparison) -> list[Finding]:
     findings.extend(_different_models(table))
     findings.extend(_unreadable(comp))
     findings.extend(_checksums_across_dtypes(table))
+    findings.extend(_carried_noise(table))
     findings.extend(_alignment(comp))
     return sorted(findings, key=lambda f: not f.blocking)
 
@@ -239,6 +242,31 @@ def _checksums_across_dtypes(table: Columns) -> list[Finding]:
                     f"bytes: they cannot match, so they are not judged (e.g. {example}).",
                     "compare by statistics: nbprec compare T B (mode auto, or --mode statistics).",
                     _distinct(_texts(table, "op")[rows])[:20])]  # fmt: skip
+
+
+def _carried_noise(table: Columns) -> list[Finding]:
+    """Ops judged at their pass's scale because their inputs are the rounding noise a cancellation left
+    (:func:`~nbprec.compare.carried_noise.carried_noise_scale`): what they compare is noise, said once."""
+    if "noise_from" not in table:
+        return []
+    rows = np.flatnonzero(_texts(table, "noise_from") != "")
+    if not rows.size:
+        return []
+    sources = _distinct(_texts(table, "noise_from")[rows])
+    others = f" (and {len(sources) - 1} other place(s))" if len(sources) > 1 else ""
+    ops = _distinct(_texts(table, "op")[rows])
+    runs = {(s, r) for s, r in zip(table["step"][rows].tolist(), table["rank"][rows].tolist(), strict=True)}
+    each = f" in each of {len(runs)} (step, rank)s" if len(runs) > 1 else ""
+    bench = float(np.nanmax(bench_magnitude(table)[rows], initial=0.0))
+    scale = float(np.nanmax(column(table, "op_input_scale", np.float64)[rows], initial=0.0))
+    return [Finding("carried_noise",
+                    f"Rounding noise carried: values cancelled to rounding noise at {sources[0]}{others}{each}, "
+                    f"mathematically zero there, and the {len(ops)} op(s) from there on that take that noise "
+                    f"({rows.size} tensors: the benchmark's at most {bench:.3g}, where the pass's values reach "
+                    f"{scale:.3g}) were judged at the pass's scale: their cosines compare noise with noise.",
+                    "nothing to fix in the target's precision there. If the values should not vanish, check what "
+                    "made them: a loss that does not depend on a tensor (such as the scale of a normalisation's "
+                    "output) gives it a zero gradient.", ops[:20])]  # fmt: skip
 
 
 def _unreadable(comp: Comparison) -> list[Finding]:

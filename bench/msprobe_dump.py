@@ -187,7 +187,8 @@ def dump_one(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.target_dtype]
-    dtype = {"fp32": torch.float32, "bf16": low}[args.dtype]
+    autocast = args.autocast and args.dtype == "bf16"  # (float32 weights, the low dtype where autocast casts)
+    dtype = torch.float32 if autocast or args.dtype == "fp32" else low
     model, next_inputs, loss_of = build_run(args, dtype)
     out = Path(args.out) / args.dtype
     out.mkdir(parents=True, exist_ok=True)
@@ -202,9 +203,11 @@ def dump_one(args: argparse.Namespace) -> None:
         inputs = next_inputs()
         with torch.set_grad_enabled(args.backward):
             debugger.start(rank_id=0, **modules)  # rank0/ rather than proc<pid>/ without torch.distributed
-            y = model(**inputs) if isinstance(inputs, dict) else model(*inputs)
+            with torch.autocast("cpu", dtype=low, enabled=autocast):
+                y = model(**inputs) if isinstance(inputs, dict) else model(*inputs)
+                loss = loss_of(y) if args.backward else None
             if args.backward:  # (a forward pass dumps the model's ops alone)
-                loss_of(y).backward()
+                loss.backward()
             debugger.stop()
             debugger.step()
         if args.backward:  # the next step's weights
@@ -251,6 +254,11 @@ def main() -> None:
     )
     parser.add_argument("--backward", action="store_true", help="dump a training step, forward and backward")
     parser.add_argument(
+        "--autocast",
+        action="store_true",
+        help="the target run keeps float32 weights and runs under torch.autocast in the low dtype",
+    )
+    parser.add_argument(
         "--model",
         choices=("transformer", "resnet", "minilm", "rnn"),
         default="transformer",
@@ -275,6 +283,7 @@ def main() -> None:
         for key in _PASSED_ON:
             cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
         cmd += ["--backward"] if args.backward else []
+        cmd += ["--autocast"] if args.autocast else []
         procs.append((dtype, subprocess.Popen(cmd)))
     failed = [dtype for dtype, proc in procs if proc.wait() != 0]
     if failed:

@@ -247,20 +247,16 @@ def _checksums_across_dtypes(table: Columns) -> list[Finding]:
 def _carried_noise(table: Columns) -> list[Finding]:
     """Ops judged at their pass's scale because their inputs are the rounding noise a cancellation left
     (:func:`~nbprec.compare.carried_noise.carried_noise_scale`): what they compare is noise, said once."""
-    if "noise_from" not in table:
-        return []
-    rows = np.flatnonzero(_texts(table, "noise_from") != "")
+    rows = np.flatnonzero(_texts(table, "noise_from") != "") if "noise_from" in table else np.empty(0, np.int64)
     if not rows.size:
         return []
-    sources = _distinct(_texts(table, "noise_from")[rows])
+    sources, ops = _distinct(_texts(table, "noise_from")[rows]), _distinct(_texts(table, "op")[rows])
     others = f" (and {len(sources) - 1} other place(s))" if len(sources) > 1 else ""
-    ops = _distinct(_texts(table, "op")[rows])
-    runs = {(s, r) for s, r in zip(table["step"][rows].tolist(), table["rank"][rows].tolist(), strict=True)}
-    each = f" in each of {len(runs)} (step, rank)s" if len(runs) > 1 else ""
-    bench = float(np.nanmax(bench_magnitude(table)[rows], initial=0.0))
-    scale = float(np.nanmax(column(table, "op_input_scale", np.float64)[rows], initial=0.0))
+    runs = len(set(zip(table["step"][rows].tolist(), table["rank"][rows].tolist(), strict=True)))
+    others += f" in each of {runs} (step, rank)s" if runs > 1 else ""
+    bench, scale = (float(np.nanmax(v[rows], initial=0.0)) for v in (bench_magnitude(table), table["op_input_scale"]))
     return [Finding("carried_noise",
-                    f"Rounding noise carried: values cancelled to rounding noise at {sources[0]}{others}{each}, "
+                    f"Rounding noise carried: values cancelled to rounding noise at {sources[0]}{others}, "
                     f"mathematically zero there, and the {len(ops)} op(s) from there on that take that noise "
                     f"({rows.size} tensors: the benchmark's at most {bench:.3g}, where the pass's values reach "
                     f"{scale:.3g}) were judged at the pass's scale: their cosines compare noise with noise.",
@@ -491,10 +487,14 @@ def verdict(comp: Comparison) -> Verdict:
                     f"before it, which all pass: no one op is to blame under this rule.{note}")  # fmt: skip
         return Verdict("failure", headline, "see where the error grows op by op: in_error and out_error in the "
                        "ops table (ops.csv of nbprec compare -o OUT), or a stricter rule", findings)  # fmt: skip
-    headline = (f"{first['op']} ({kind}) is the first op that fails, but its inputs already differ "
-                f"(input cosine {in_cosine}): the error comes from before it, from inputs nbprec could not "
-                f"compare.{note}")  # fmt: skip
-    return Verdict("failure", headline, "look at its producers: nbprec ni OP --target T --bench B", findings)
+    inside = f", inside {table['parent'][rows[0]]} before it" if "parent" in table and table["parent"][rows[0]] else ""
+    headline = (f"{first['op']} ({kind}) is the first op that fails, but its inputs already differ (input cosine "
+                f"{in_cosine}) and no op recorded before it fails: the error arose in what the dumps do not record"
+                f"{inside} (ops inside module calls when only modules are dumped, as at msprobe's level L0; a cast; "
+                f"autograd summing gradients).{note}")  # fmt: skip
+    step = (f"nbprec ni {first['op']} --target T --bench B (its producers); dump the ops inside modules too "
+            "(msprobe level mix or L1, nbprec capture level 'both')")  # fmt: skip
+    return Verdict("failure", headline, step, findings)
 
 
 __all__ = ["DIFFERENT_SHAPES_SHARE", "UNMATCHED_SHARE", "Finding", "Verdict", "comparability", "verdict"]

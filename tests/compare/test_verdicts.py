@@ -225,3 +225,37 @@ def test_checksums_of_different_dtypes_are_not_taken_for_different_weights(tmp_p
 
     frame = pd.read_csv(comp.to_csv(tmp_path / "msprobe.csv", layout="msprobe"))
     assert "NPU MD5" in frame and (frame.loc[frame["NPU Dtype"] != frame["Bench Dtype"], "Result"] == "error").all()
+
+
+def test_an_error_made_between_recorded_modules_is_told_as_such(tmp_path) -> None:
+    """Only module calls recorded (msprobe's L0, nbprec's level 'modules'): an offset added and taken away again in
+    a module's own forward, between two recorded linear layers, loses bfloat16 precision (at 300 its spacing is
+    2). The second linear layer fails first, from an input that differs while every recorded op before it passes:
+    the error arose in what the dump does not record, inside the block, not in inputs nbprec could not compare
+    (the verdict said so until 2026-12-07)."""
+    torch = pytest.importorskip("torch")
+    from nbprec.capture import capture
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+
+        def forward(self, x):
+            return self.b((self.a(x) + 300.0) - 300.0)  # (no module record of the sum and difference)
+
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(0))
+    folders = []
+    for dtype in (torch.bfloat16, torch.float32):
+        torch.manual_seed(0)
+        model = Block().to(dtype)
+        folders.append(tmp_path / str(dtype).rsplit(".", 1)[-1])
+        with capture(model, folders[-1], level="modules", mode="tensor"):
+            model(x.to(dtype))
+    comp = nbprec.compare(folders[0], folders[1], progress=None)
+    first = comp.first_failing_op()
+    assert first is not None and first["op"].startswith("Module.b.") and first["origin"] == "inherited"
+    verdict = comp.verdict()
+    assert "no op recorded before it fails" in verdict.headline and "could not compare" not in verdict.headline
+    assert "inside Module.Block.forward.0 before it" in verdict.headline
+    assert "level" in verdict.next_step

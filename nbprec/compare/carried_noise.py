@@ -33,15 +33,24 @@ class _PerOp:
         role = table["role"]
         self.inputs, self.results = text_in(role, INPUT_ROLES), text_in(role, OUTPUT_ROLES) & floats
         self.codes, self.n = grouping
-        first = np.full(self.n, n, dtype=np.int64)
-        np.minimum.at(first, self.codes, np.arange(n))
+        runs = np.flatnonzero(np.r_[True, self.codes[1:] != self.codes[:-1]])
+        # each op's rows in one run (as dumps list them): codes are the runs' numbers, and maxima reduce the runs
+        self.runs = runs if len(runs) == self.n else None
+        if self.runs is not None:
+            first = runs
+        else:
+            first = np.full(self.n, n, dtype=np.int64)
+            np.minimum.at(first, self.codes, np.arange(n))
         order = np.lexsort((first, column(table, "order")[first], table["rank"][first], table["step"][first]))
         self.first, self.order = first[order], order
         self.float_inputs = self.inputs & floats
 
     def largest(self, rows: np.ndarray, values: np.ndarray, nan: float) -> np.ndarray:
+        taken = np.where(rows, np.nan_to_num(values, nan=nan, posinf=np.inf), -np.inf)
+        if self.runs is not None:
+            return np.maximum.reduceat(taken, self.runs)[self.order]
         out = np.full(self.n, -np.inf)
-        np.maximum.at(out, self.codes[rows], np.nan_to_num(values[rows], nan=nan, posinf=np.inf))
+        np.maximum.at(out, self.codes, taken)
         return out[self.order]
 
 

@@ -107,10 +107,13 @@ def noise_reasons(reasons: np.ndarray, table: Columns) -> None:
     the reason says why their cosine and relative errors, however bad, say nothing of the op."""
     note = "both sides are rounding noise next to the op's input scale: cosine and relative errors compare noise"
     carried = column(table, "noise_from", object) if "noise_from" in table else np.full(len(table), "", dtype=object)
-    for i in np.flatnonzero(rounding_noise(table)):
-        said = (f"both sides are rounding noise carried from {carried[i]}'s results (judged at its scale): cosine "
-                "and relative errors compare noise") if carried[i] else note  # fmt: skip
-        reasons[i] = f"{reasons[i]}; {said}" if reasons[i] else said
+    said = {"": note}  # (the text for each op the noise was carried from, made once)
+    for i in np.flatnonzero(rounding_noise(table)).tolist():
+        source = carried[i]
+        if source not in said:
+            said[source] = (f"both sides are rounding noise carried from {source}'s results (judged at its "
+                            "scale): cosine and relative errors compare noise")  # fmt: skip
+        reasons[i] = f"{reasons[i]}; {said[source]}" if reasons[i] else said[source]
 
 
 def pair_table(t_idx: Columns, b_idx: Columns, pairs: Columns) -> Columns:

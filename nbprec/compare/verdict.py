@@ -245,15 +245,15 @@ def _checksums_across_dtypes(table: Columns) -> list[Finding]:
 
 
 def _carried_noise(table: Columns) -> list[Finding]:
-    """Ops judged at their pass's scale because their inputs are the rounding noise a cancellation left
-    (:func:`~nbprec.compare.carried_noise.carried_noise_scale`): what they compare is noise, said once."""
-    rows = np.flatnonzero(_texts(table, "noise_from") != "") if "noise_from" in table else np.empty(0, np.int64)
+    """Ops judged at their pass's scale, their inputs a cancellation's noise (:mod:`nbprec.compare.carried_noise`)."""
+    carried = column(table, "noise_from", object) if "noise_from" in table else np.empty(0, object)  # (texts, '')
+    rows = np.flatnonzero(carried.astype(bool))
     if not rows.size:
         return []
-    sources, ops = _distinct(_texts(table, "noise_from")[rows]), _distinct(_texts(table, "op")[rows])
+    sources, ops = (tuple(dict.fromkeys(v[rows].tolist())) for v in (carried, column(table, "op", object)))
     others = f" (and {len(sources) - 1} other place(s))" if len(sources) > 1 else ""
-    runs = len(set(zip(table["step"][rows].tolist(), table["rank"][rows].tolist(), strict=True)))
-    others += f" in each of {runs} (step, rank)s" if runs > 1 else ""
+    if (runs := len(np.unique(table["step"][rows] * (int(table["rank"].max()) + 1) + table["rank"][rows]))) > 1:
+        others += f" in each of {runs} (step, rank)s"
     bench, scale = (float(np.nanmax(v[rows], initial=0.0)) for v in (bench_magnitude(table), table["op_input_scale"]))
     return [Finding("carried_noise",
                     f"Rounding noise carried: values cancelled to rounding noise at {sources[0]}{others}, "

@@ -111,8 +111,7 @@ def noise_reasons(reasons: np.ndarray, table: Columns) -> None:
     for i in np.flatnonzero(rounding_noise(table)).tolist():
         source = carried[i]
         if source not in said:
-            said[source] = (f"both sides are rounding noise carried from {source}'s results (judged at its "
-                            "scale): cosine and relative errors compare noise")  # fmt: skip
+            said[source] = f"both sides are rounding noise carried from {source} (judged at the pass's scale)"
         reasons[i] = f"{reasons[i]}; {said[source]}" if reasons[i] else said[source]
 
 

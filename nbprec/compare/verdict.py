@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nbprec._record import Record
-from nbprec.columns import Columns, cell_texts, text_in
+from nbprec.columns import Columns, cell_texts, distinct, text_in
 from nbprec.compare.culprit import INHERIT_FACTOR
 from nbprec.compare.presence import BOTH, missing_by_kind, presence
 from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, bench_magnitude, column, get_rule
@@ -252,7 +252,7 @@ def _carried_noise(table: Columns) -> list[Finding]:
         return []
     sources, ops = (tuple(dict.fromkeys(v[rows].tolist())) for v in (carried, column(table, "op", object)))
     others = f" (and {len(sources) - 1} other place(s))" if len(sources) > 1 else ""
-    if (runs := len(np.unique(table["step"][rows] * (int(table["rank"].max()) + 1) + table["rank"][rows]))) > 1:
+    if (runs := len(distinct(table["step"][rows] * (int(table["rank"].max()) + 1) + table["rank"][rows]))) > 1:
         others += f" in each of {runs} (step, rank)s"
     bench, scale = (float(np.nanmax(v[rows], initial=0.0)) for v in (bench_magnitude(table), table["op_input_scale"]))
     return [Finding("carried_noise",

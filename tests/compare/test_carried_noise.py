@@ -9,8 +9,11 @@ The runs are real: a small PyTorch network trained one step in float32 and in bf
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+from fresh_python import run_python
 
 import nbprec
 from nbprec.capture import capture
@@ -71,6 +74,22 @@ def test_a_gradient_that_cancelled_to_noise_is_not_a_failure_of_the_ops_after_it
     source = raised["noise_from"].iloc[0]
     assert source.endswith(".backward") and source in finding[0].message
     assert "could not compare" not in verdict.text
+
+
+def test_the_command_on_carried_noise_loads_no_masked_arrays(tmp_path):
+    """The finding counts its (step, rank)s without np.unique, which imports numpy.ma (11 ms of the command's
+    0.19 s on the held-out md5 pair, whose backward pass carries noise)."""
+    comp = _runs(tmp_path, _mean_square)
+    target, bench = comp.meta["target"], comp.meta["bench"]
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from nbprec.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    main(['compare', {target!r}, {bench!r}, '-o', {str(tmp_path / 'out')!r}, '--no-progress'])\n"
+        "print(json.dumps('numpy.ma' in sys.modules))\n"
+    )
+    assert [f.code for f in comp.verdict().findings] == ["carried_noise"]  # (what the command's verdict finds too)
+    assert json.loads(run_python(code).splitlines()[-1]) is False
 
 
 def test_a_gradient_that_does_not_vanish_is_judged_at_its_own_scale(tmp_path):

@@ -492,8 +492,8 @@ def verdict(comp: Comparison) -> Verdict:
                 f"{in_cosine}) and no op recorded before it fails: the error arose in what the dumps do not record"
                 f"{inside} (ops inside module calls when only modules are dumped, as at msprobe's level L0; a cast; "
                 f"autograd summing gradients).{note}")  # fmt: skip
-    step = (f"nbprec ni {first['op']} --target T --bench B (its producers); dump the ops inside modules too "
-            "(msprobe level mix or L1, nbprec capture level 'both')")  # fmt: skip
+    step = (f"nbprec ni {first['op']} --target T --bench B (its inputs, the line that called it); dump the ops "
+            "inside modules (msprobe level mix or L1, nbprec capture level 'both')")  # fmt: skip
     return Verdict("failure", headline, step, findings)
 
 

@@ -34,6 +34,9 @@ import numpy as np
 
 from nbprec.columns import Columns
 
+#: The fusion matcher's ``source`` without a GE graph: outputs matched through the dump's ``original_op`` records.
+FROM_DUMP_RECORDS = "dump original_op records"
+
 if TYPE_CHECKING:
     from nbprec.dump import Dump
 
@@ -62,7 +65,7 @@ class FusionMatcher:
         from nbprec.formats.cann_tree import safe_name
 
         self.graph = graph
-        self.source = str(getattr(graph, "path", "") or "") if graph is not None else "dump original_op records"
+        self.source = str(getattr(graph, "path", "") or "") if graph is not None else FROM_DUMP_RECORDS
         self._ops: dict[str, Any] = {op.name: op for op in graph.ops} if graph is not None else {}
         # a dump file without op_name in its header has only its file name's sanitised op name
         sanitised: dict[str, list[str]] = {}

@@ -92,7 +92,7 @@ def _presence(comp: Comparison) -> Columns:
 def _relabelled(table: Columns, n_matched: int, unmatched: Columns) -> tuple[np.ndarray, np.ndarray]:
     """Steps and ranks of the unmatched benchmark rows, a single step (rank) relabelled to the target's single one
     when matching did the same (each side has one value, and the leftovers are not a whole stream of their
-    own)."""
+    own), or when the benchmark labels none (-1: a TensorFlow dump has no steps or ranks)."""
     if unmatched.empty or "step" not in unmatched or "rank" not in unmatched:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     out = []
@@ -100,7 +100,7 @@ def _relabelled(table: Columns, n_matched: int, unmatched: Columns) -> tuple[np.
         values = column(unmatched, name, np.int64)
         t_vals, b_vals = distinct(column(table, name)), distinct(values)
         single = len(t_vals) == 1 and len(b_vals) == 1 and t_vals[0] != b_vals[0]
-        if single and n_matched and len(unmatched) < 0.5 * n_matched:
+        if single and ((n_matched and len(unmatched) < 0.5 * n_matched) or b_vals[0] == -1):
             values = np.full(len(values), t_vals[0], dtype=np.int64)
         out.append(values)
     return out[0], out[1]
@@ -139,6 +139,8 @@ def missing_by_kind(comp: Comparison) -> list[Missing]:
     p = presence(comp)
     if p.empty or _unlabelled(p):
         return []
+    labelled = (p["step"] != -1) & (p["rank"] != -1)  # (-1: a dump that labels none cannot lack one)
+    p = p.take(np.flatnonzero(labelled)) if not labelled.all() else p
     out: list[Missing] = []
     step, rank, kind = p["step"], p["rank"], p["presence"]
     for side, count in ((TARGET_ONLY, "target"), (BENCH_ONLY, "bench")):

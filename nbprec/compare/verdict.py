@@ -33,6 +33,7 @@ import numpy as np
 from nbprec._record import Record
 from nbprec.columns import Columns, cell_texts, distinct, text_in
 from nbprec.compare.culprit import INHERIT_FACTOR
+from nbprec.compare.fusion import FROM_DUMP_RECORDS
 from nbprec.compare.presence import BOTH, missing_by_kind, presence
 from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, bench_magnitude, column, get_rule
 from nbprec.compare.runs import first_failing_position, is_collective, op_at, where
@@ -348,15 +349,13 @@ def _alignment(comp: Comparison) -> list[Finding]:
     unmatched = (_texts(table, "match") == "unmatched") & rows
     if rows.sum() and unmatched.sum() >= UNMATCHED_SHARE * rows.sum():
         ops = list(_distinct(_texts(table, "op")[unmatched]))
-        out.append(
-            Finding(
-                "unaligned",
-                f"{int(unmatched.sum())} of {int(rows.sum())} target tensors ({len(ops)} ops, e.g. {ops[0]}) found no "
-                "benchmark counterpart: the two runs did not make the same calls.",
-                "check that both runs execute the same code path and dump the same scope, or give a --mapping file.",
-                tuple(ops[:20]),
-            )
-        )
+        fix = "check that both runs execute the same code path and dump the same scope, or give a --mapping file."
+        if comp.meta.get("fusion", {}).get("graph") == FROM_DUMP_RECORDS:  # (an NPU dump without its GE graph)
+            fix = ("give the NPU run's GE graph (--graph ge_proto_*_Build.txt): without it only outputs match, "
+                   "through the dump's original_op records, and fused ops' inputs find no counterpart.")  # fmt: skip
+        out.append(Finding("unaligned", f"{int(unmatched.sum())} of {int(rows.sum())} target tensors ({len(ops)} ops, "
+                           f"e.g. {ops[0]}) found no benchmark counterpart: the two runs did not make the same calls.",
+                           fix, tuple(ops[:20])))  # fmt: skip
     return out
 
 

@@ -73,6 +73,12 @@ def test_without_graph_outputs_match_through_the_dump_records(case: NpuDemo) -> 
     assert (outputs.loc[outputs["op"] == "fc1/Gelu", "bench_name"] == "fc1_Gelu.0").all()
     assert (t.loc[t["role"] == "input", "match"] == "unmatched").all()
     assert any("original_op records" in n for n in comp.meta["fusion"]["notes"])
+    # the TensorFlow dump labels no step or rank (-1): its unmatched tensors lack none (until 2026-12-07: "Rank -1
+    # is in the benchmark only", "Step -1 ... (0 tensors)"); the unmatched inputs call for the GE graph
+    findings = {f.code: f for f in comp.verdict().findings}
+    assert "missing_rank" not in findings and "missing_step" not in findings
+    assert "--graph" in findings["unaligned"].fix and "--mapping" not in findings["unaligned"].fix
+    assert "(step, rank)s both runs hold" not in comp.verdict().headline
 
 
 def test_graph_found_in_the_dump_folder_is_used(case: NpuDemo, tmp_path: Path) -> None:

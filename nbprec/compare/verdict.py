@@ -260,7 +260,7 @@ def _carried_noise(table: Columns) -> list[Finding]:
                     f"Rounding noise carried: values cancelled to rounding noise at {sources[0]}{others}, "
                     f"mathematically zero there, and the {len(ops)} op(s) from there on that take that noise "
                     f"({rows.size} tensors: the benchmark's at most {bench:.3g}, where the pass's values reach "
-                    f"{scale:.3g}) were judged at the pass's scale: their cosines compare noise with noise.",
+                    f"{scale:.3g}) were judged at the pass's scale: their metrics compare noise with noise.",
                     "nothing to fix in the target's precision there. If the values should not vanish, check what "
                     "made them: a loss that does not depend on a tensor (such as the scale of a normalisation's "
                     "output) gives it a zero gradient.", ops[:20])]  # fmt: skip
@@ -487,8 +487,9 @@ def verdict(comp: Comparison) -> Verdict:
         return Verdict("failure", headline, "see where the error grows op by op: in_error and out_error in the "
                        "ops table (ops.csv of nbprec compare -o OUT), or a stricter rule", findings)  # fmt: skip
     inside = f", inside {table['parent'][rows[0]]} before it" if "parent" in table and table["parent"][rows[0]] else ""
-    headline = (f"{first['op']} ({kind}) is the first op that fails, but its inputs already differ (input cosine "
-                f"{in_cosine}) and no op recorded before it fails: the error arose in what the dumps do not record"
+    differ = f"input cosine {in_cosine}" if in_cosine != "n/a" else f"by {first.get('in_error', np.nan):.3g}, relative"
+    headline = (f"{first['op']} ({kind}) is the first op that fails, but its inputs already differ ({differ}) "
+                "and no op recorded before it fails: the error arose in what the dumps do not record"
                 f"{inside} (ops inside module calls when only modules are dumped, as at msprobe's level L0; a cast; "
                 f"autograd summing gradients).{note}")  # fmt: skip
     step = (f"nbprec ni {first['op']} --target T --bench B (its inputs, the line that called it); dump the ops "

@@ -38,13 +38,13 @@ class _Net(torch.nn.Module):
         return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6), h
 
 
-def _runs(tmp_path, loss_of) -> tuple[nbprec.Comparison, ...]:
+def _runs(tmp_path, loss_of, mode: str = "tensor") -> nbprec.Comparison:
     x = torch.randn(16, 64, generator=torch.Generator().manual_seed(1))
     folders = []
     for dtype in (torch.bfloat16, torch.float32):
         model = _Net().to(dtype)
         folder = tmp_path / str(dtype).rsplit(".", 1)[-1]
-        with capture(model, folder, level="apis", mode="tensor", backward=True):
+        with capture(model, folder, level="apis", mode=mode, backward=True):
             out, hidden = model(x.to(dtype))
             loss_of(out.float(), hidden.float()).backward()
         folders.append(folder)
@@ -74,6 +74,19 @@ def test_a_gradient_that_cancelled_to_noise_is_not_a_failure_of_the_ops_after_it
     source = raised["noise_from"].iloc[0]
     assert source.endswith(".backward") and source in finding[0].message
     assert "could not compare" not in verdict.text
+
+
+def test_statistics_alone_tell_the_carried_noise_too(tmp_path):
+    """A statistics capture of the same runs: no cosines, but the extremes of both signs and their sizes say the
+    same, and nothing after the cancellation fails."""
+    comp = _runs(tmp_path, _mean_square, mode="statistics")
+    table = comp.table
+    assert set(table["compare_mode"]) == {"statistics"}
+    raised = table["noise_from"] != ""
+    assert raised.any() and set(table["direction"][raised]) == {"backward"}
+    assert (comp.status[raised.to_numpy()] == "pass").all()
+    verdict = comp.verdict()
+    assert verdict.kind != "failure" and [f.code for f in verdict.findings] == ["carried_noise"], verdict.text
 
 
 def test_the_command_on_carried_noise_loads_no_masked_arrays(tmp_path):

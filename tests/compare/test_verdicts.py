@@ -227,7 +227,8 @@ def test_checksums_of_different_dtypes_are_not_taken_for_different_weights(tmp_p
     assert "NPU MD5" in frame and (frame.loc[frame["NPU Dtype"] != frame["Bench Dtype"], "Result"] == "error").all()
 
 
-def test_an_error_made_between_recorded_modules_is_told_as_such(tmp_path) -> None:
+@pytest.mark.parametrize("mode", ["tensor", "statistics"])
+def test_an_error_made_between_recorded_modules_is_told_as_such(tmp_path, mode: str) -> None:
     """Only module calls recorded (msprobe's L0, nbprec's level 'modules'): an offset added and taken away again in
     a module's own forward, between two recorded linear layers, loses bfloat16 precision (at 300 its spacing is
     2). The second linear layer fails first, from an input that differs while every recorded op before it passes:
@@ -250,7 +251,7 @@ def test_an_error_made_between_recorded_modules_is_told_as_such(tmp_path) -> Non
         torch.manual_seed(0)
         model = Block().to(dtype)
         folders.append(tmp_path / str(dtype).rsplit(".", 1)[-1])
-        with capture(model, folders[-1], level="modules", mode="tensor"):
+        with capture(model, folders[-1], level="modules", mode=mode):
             model(x.to(dtype))
     comp = nbprec.compare(folders[0], folders[1], progress=None)
     first = comp.first_failing_op()
@@ -258,4 +259,5 @@ def test_an_error_made_between_recorded_modules_is_told_as_such(tmp_path) -> Non
     verdict = comp.verdict()
     assert "no op recorded before it fails" in verdict.headline and "could not compare" not in verdict.headline
     assert "inside Module.Block.forward.0 before it" in verdict.headline
+    assert "n/a" not in verdict.headline  # (statistics: how far the inputs' statistics differ, not a cosine)
     assert "level" in verdict.next_step

@@ -96,12 +96,16 @@ def carried_noise_scale(
     out_need, out_target = ops.largest(ops.results, bench_need, np.inf), ops.largest(ops.results, target, np.inf)
     in_need = np.where(has_float_input, np.fmax(in_need, in_target / NOISE_CEILING), np.inf)
     out_need = np.where(out_need > -np.inf, np.fmax(out_need, out_target / NOISE_CEILING), np.inf)
-    made = ops.largest(ops.results, bench, -np.inf)  # the benchmark's largest result of each op
-    made = np.where(np.isfinite(made), made, 0.0)
     base = scale[ops.first]
     keys = [column(table, c)[ops.first] for c in ("step", "rank", "direction")]
     new_pass = np.ones(ops.n, dtype=bool)
     new_pass[1:] = np.logical_or.reduce([k[1:] != k[:-1] for k in keys])
+    made = ops.largest(ops.results, bench, -np.inf)  # the benchmark's largest result of each op
+    # an op recorded without results (msprobe's data_mode "input"): its inputs, the results of the ops before it
+    # (but not the first op's of a pass: its input is the pass's seed, such as the loss's gradient, 1)
+    given = ops.largest(ops.float_inputs & text_in(table["role"], ("input",)), bench, -np.inf)
+    made = np.where(made > -np.inf, made, np.where(new_pass, -np.inf, given))
+    made = np.where(np.isfinite(made), made, 0.0)
     # the results of the op before (records of parameter gradients aside), in the same pass (0.0: none)
     last = np.r_[-1, np.maximum.accumulate(np.where(has_input, np.arange(ops.n), -1))[:-1]]
     pass_start = np.maximum.accumulate(np.where(new_pass, np.arange(ops.n), 0))

@@ -10,6 +10,7 @@ The runs are real: a small PyTorch network trained one step in float32 and in bf
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,3 +127,20 @@ def test_signal_joining_after_the_cancellation_is_judged_at_its_own_scale(tmp_pa
     bench = np.fmax(table["bench_max"][below].abs(), table["bench_min"][below].abs()).to_numpy(np.float64)
     assert np.nanmax(bench) > 1e-6  # signal, of the second term's size
     assert np.isfinite(scale).all()
+
+
+def test_a_dump_of_inputs_only_carries_the_noise_from_the_inputs_before_it():
+    """msprobe's ``data_mode: ["input"]`` records no op's results: the cancellation is seen as an op's inputs
+    next to the inputs of the op before it, and the pass's scale is the largest input it passed on (not the
+    loss's own gradient, 1, the first backward op's input). The real dumps of the held-out transformer's step:
+    before, a parameter-gradient record failed first, its statistics off by 2.7e4 (relative)."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
+    comp = nbprec.compare(fixtures / "rmsnorm_bf16_inputs_only_mix" / "step0",
+                          fixtures / "rmsnorm_fp32_inputs_only_mix" / "step0", progress=None)  # fmt: skip
+    table = comp.table
+    assert set(table["role"]) <= {"input", "parameter", "gradient"}  # (no op's results are recorded)
+    raised = (table["noise_from"] != "").to_numpy()
+    assert raised.any() and (comp.status[raised] == "pass").all()
+    assert 0.01 < table["op_input_scale"][raised].max() < 0.99  # the gradients' scale, not the loss's 1
+    verdict = comp.verdict()
+    assert verdict.kind != "failure" and [f.code for f in verdict.findings] == ["carried_noise"], verdict.text

@@ -138,7 +138,10 @@ def op_codes(table: Columns) -> tuple[np.ndarray, int]:
 
 def op_input_scale(table: Columns, grouping: tuple[np.ndarray, int] | None = None) -> np.ndarray:
     """Per row, the largest benchmark magnitude among its op's float inputs (the scale rounding errors live at:
-    integer inputs are indices and sizes, such as an embedding's token ids).
+    integer inputs are indices and sizes, such as an embedding's token ids); of an op with two or more float
+    arguments, the smallest of theirs. A sum that cancels is small next to each of its terms; a product with a
+    small factor (``x * rsqrt(mean(x**2))`` of inputs near 1e5: 4 from 1.2e5 and 3.8e-5) is small next to the
+    other factor only, and is signal, not noise.
 
     A parameter-gradient record (msprobe's ``parameters_grad``: gradients, no inputs of its own) takes its largest
     gradient instead: the gradients of a module's parameters are made from the same gradient flowing back, so a
@@ -152,6 +155,12 @@ def op_input_scale(table: Columns, grouping: tuple[np.ndarray, int] | None = Non
     codes, n_groups = grouping or op_codes(table)  # (``grouping``: op_codes of the table, if made already)
     largest = np.full(n_groups, np.nan)
     np.fmax.at(largest, codes, np.where(is_input, magnitude, np.nan))  # fmax: NaN (not an input) is skipped
+    arguments = is_input & text_in(role, ("input",))
+    if (np.bincount(codes, weights=arguments, minlength=n_groups) >= 2).any():
+        smallest = np.full(n_groups, np.nan)
+        np.fmin.at(smallest, codes, np.where(arguments, magnitude, np.nan))
+        several = np.bincount(codes, weights=arguments, minlength=n_groups) >= 2
+        largest = np.where(several & ~np.isnan(smallest), smallest, largest)
     is_gradient = text_in(role, ("gradient",))
     if is_gradient.any():
         gradient_only = np.bincount(codes, weights=~is_gradient, minlength=n_groups) == 0

@@ -144,3 +144,23 @@ def test_a_dump_of_inputs_only_carries_the_noise_from_the_inputs_before_it():
     assert 0.01 < table["op_input_scale"][raised].max() < 0.99  # the gradients' scale, not the loss's 1
     verdict = comp.verdict()
     assert verdict.kind != "failure" and [f.code for f in verdict.findings] == ["carried_noise"], verdict.text
+
+
+def test_a_product_with_a_small_factor_is_signal_not_noise(tmp_path):
+    """An RMS norm of inputs near 1e5: ``h * rsqrt(mean(h**2))`` is about 4, small next to h but not next to the
+    rsqrt (3.8e-5). Judged next to its largest input it was taken for rounding noise (on a held-out float16 autocast
+    run, its output's reason said so, and every forward op after it was judged at the pass's scale, 1.5e10)."""
+    weights = torch.randn(16, 64, generator=torch.Generator().manual_seed(4))
+    x = torch.randn(16, 64, generator=torch.Generator().manual_seed(5)) * 1e5
+    folders = []
+    for dtype in (torch.bfloat16, torch.float32):
+        folders.append(tmp_path / str(dtype).rsplit(".", 1)[-1])
+        with capture(None, folders[-1], level="apis", mode="tensor"):
+            h = x.to(dtype)
+            out = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True))
+            (out.float() * weights).sum()
+    comp = nbprec.compare(folders[0], folders[1], progress=None)
+    table = comp.table
+    product = table[(table["op"].str.contains("mul")) & (table["role"] == "output")]
+    assert len(product) and not product["reason"].astype(str).str.contains("noise").any()
+    assert (table["noise_from"] == "").all()

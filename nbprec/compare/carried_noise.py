@@ -11,17 +11,12 @@ that take it at the scale it came from.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from nbprec.columns import Columns, text_in
 from nbprec.compare.culprit import INPUT_ROLES, NOISE_CEILING, OUTPUT_ROLES
-from nbprec.compare.rules import NOISE_GROWTH, bench_magnitude, column
-from nbprec.dtypes import EPSILON, FLOAT_DTYPES
-
-#: Per float dtype, the share of a scale its rounding noise stays below (the least of 2^12 epsilons and the ceiling).
-_SHARE = {d: min(NOISE_GROWTH * EPSILON.get(d, math.inf), NOISE_CEILING) for d in FLOAT_DTYPES}
+from nbprec.compare.rules import bench_magnitude, column, noise_floor
+from nbprec.dtypes import FLOAT_DTYPES
 
 
 class _PerOp:
@@ -73,19 +68,14 @@ def carried_noise_scale(
     carried_from = np.full(n, "", dtype=object)
     if not n or "bench_min" not in table or "target_max" not in table:
         return scale, carried_from
-    dtypes = column(table, "bench_dtype", object).tolist()
-    share = np.fromiter(map(_SHARE.get, dtypes, [math.inf] * n), np.float64, n)  # (inf: not a float)
     if grouping is None:
         from nbprec.compare.pair_table import op_codes
 
         grouping = op_codes(table)
-    ops = _PerOp(table, share < math.inf, grouping)
-    low, high = column(table, "bench_min", np.float64), column(table, "bench_max", np.float64)
+    ops = _PerOp(table, text_in(column(table, "bench_dtype", object), FLOAT_DTYPES), grouping)
     bench = bench_magnitude(table)
     target = np.fmax(np.abs(column(table, "target_max", np.float64)), np.abs(column(table, "target_min", np.float64)))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        signs = ((low < 0) & (high > 0)) | ((low == 0) & (high == 0))
-        bench_need = np.where(signs & ~text_in(table["role"], ("parameter",)), bench / share, np.inf)
+    bench_need = noise_floor(table, NOISE_CEILING)  # (the least scale each row is noise at: rules.noise_floor)
     has_input = ops.largest(ops.inputs, np.ones(n), np.inf) > 0
     has_float_input = ops.largest(ops.float_inputs, np.ones(n), np.inf) > 0
     # per op, the least scale its inputs (and its results) are noise at, and the target's largest magnitude there

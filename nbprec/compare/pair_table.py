@@ -156,10 +156,10 @@ def op_input_scale(table: Columns, grouping: tuple[np.ndarray, int] | None = Non
     largest = np.full(n_groups, np.nan)
     np.fmax.at(largest, codes, np.where(is_input, magnitude, np.nan))  # fmax: NaN (not an input) is skipped
     arguments = is_input & text_in(role, ("input",))
-    if (np.bincount(codes, weights=arguments, minlength=n_groups) >= 2).any():
+    several = np.bincount(codes, weights=arguments, minlength=n_groups) >= 2
+    if several.any():
         smallest = np.full(n_groups, np.nan)
         np.fmin.at(smallest, codes, np.where(arguments, magnitude, np.nan))
-        several = np.bincount(codes, weights=arguments, minlength=n_groups) >= 2
         largest = np.where(several & ~np.isnan(smallest), smallest, largest)
     is_gradient = text_in(role, ("gradient",))
     if is_gradient.any():

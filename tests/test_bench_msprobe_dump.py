@@ -60,12 +60,66 @@ def test_every_model_runs_a_training_step_in_both_precisions(msprobe_dump, model
         loss.backward()
         assert loss.dtype == torch.float32 and torch.isfinite(loss)
         assert all(p.grad is None or torch.isfinite(p.grad).all() for p in net.parameters())
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     assert losses[0] != losses[1] and abs(losses[0] - losses[1]) < 0.05 * abs(losses[0]) + 1e-3
 
 
-def msprobe_dump_args(model: str):
+def test_checkpointing_computes_the_same_step(msprobe_dump):
+    # --checkpoint: each block's forward runs again in the backward pass; the step's loss and gradients are the same
+    torch = pytest.importorskip("torch")
+    results = []
+    for checkpoint in (False, True):
+        args = msprobe_dump_args("transformer", checkpoint=checkpoint)
+        net, next_inputs, loss_of = msprobe_dump.build_run(args, torch.float32)
+        loss_of(net(*next_inputs())).backward()
+        results.append([p.grad.clone() for p in net.parameters()])
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(*results, strict=True))
+
+
+def test_the_readout_loss_sends_a_gradient_back(msprobe_dump):
+    # the mean square of an RMS norm's output does not depend on its input's scale: the gradient reaching the
+    # model's input is rounding noise; --readout's projection sends a real one
+    torch = pytest.importorskip("torch")
+    sizes = []
+    for readout in (False, True):
+        net, next_inputs, loss_of = msprobe_dump.build_run(msprobe_dump_args("transformer", readout=readout),
+                                                           torch.float64)  # fmt: skip
+        (x,) = next_inputs()
+        x.requires_grad_(True)
+        loss_of(net(x)).backward()
+        sizes.append(float(x.grad.abs().max()))
+    assert sizes[1] > 1e-4 and sizes[0] < 1e-4 * sizes[1]  # (not zero: the norm's epsilon, 1e-6, is in var + eps)
+
+
+def test_a_planted_fault_changes_the_one_call_it_names(msprobe_dump, monkeypatch):
+    # --fault: the K-th call only; softmax-grad keeps the values and scales the gradient it passes back
+    torch = pytest.importorskip("torch")
+    from torch.nn import functional as F
+
+    monkeypatch.setattr(F, "softmax", F.softmax)  # (restored after the test)
+    monkeypatch.setattr(torch, "rsqrt", torch.rsqrt)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+    def softmax_grad(call):
+        y = x.clone().requires_grad_(True)
+        out = F.softmax(y, -1)
+        (out * torch.arange(8.0, dtype=torch.float64)).sum().backward()
+        return out.detach(), y.grad
+
+    clean = softmax_grad(0)
+    msprobe_dump.plant_fault("softmax-grad:1:1.3")
+    first, second, third = softmax_grad(0), softmax_grad(1), softmax_grad(2)
+    assert torch.equal(first[0], clean[0]) and torch.equal(first[1], clean[1]) and torch.equal(third[1], clean[1])
+    assert torch.allclose(second[0], clean[0]) and torch.allclose(second[1], 1.3 * clean[1])
+    msprobe_dump.plant_fault("rsqrt:0:1.1")
+    v = torch.tensor([4.0], dtype=torch.float64)
+    assert [float(torch.rsqrt(v)) for _ in range(2)] == [pytest.approx(0.55), 0.5]
+    with pytest.raises(SystemExit, match="unknown function 'gelu'"):
+        msprobe_dump.plant_fault("gelu:0:2")
+
+
+def msprobe_dump_args(model: str, **options):
     import argparse
 
     return argparse.Namespace(model=model, seed=3, batch=2, seq=8, hidden=32, heads=4, layers=2, channels=8,
-                              image=16, input_scale=1.0)  # fmt: skip
+                              image=16, input_scale=1.0, **options)  # fmt: skip

@@ -36,7 +36,10 @@ class _PerOp:
         else:
             first = np.full(self.n, n, dtype=np.int64)
             np.minimum.at(first, self.codes, np.arange(n))
-        order = np.lexsort((first, column(table, "order")[first], table["rank"][first], table["step"][first]))
+        # a pass is one direction: forward calls made during a backward pass (activation checkpointing's
+        # recomputation, a custom autograd function's ops) belong to the forward ops, not between gradients
+        backward = text_in(column(table, "direction", object)[first], ("backward",))
+        order = np.lexsort((first, column(table, "order")[first], backward, table["rank"][first], table["step"][first]))
         self.first, self.order = first[order], order
         self.float_inputs = self.inputs & floats
 

@@ -146,6 +146,29 @@ def test_a_dump_of_inputs_only_carries_the_noise_from_the_inputs_before_it():
     assert verdict.kind != "failure" and [f.code for f in verdict.findings] == ["carried_noise"], verdict.text
 
 
+def test_forward_calls_made_during_the_backward_pass_do_not_end_it():
+    """Activation checkpointing runs each block's forward again in the backward pass, and msprobe records those
+    calls (``*.forward``) among the gradients. A pass is one direction: before, the recomputed calls cut the
+    backward pass in three, the noise was followed only to the first of them, and the blocks' gradients below it
+    failed against themselves (140 of 461 tensors; "Module.blocks.1.down.Linear.parameters_grad.0 ... the error
+    arose there"). The real dumps of the held-out transformer's step with ``--checkpoint``."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
+    comp = nbprec.compare(fixtures / "checkpoint_bf16_statistics_mix" / "step0",
+                          fixtures / "checkpoint_fp32_statistics_mix" / "step0", progress=None)  # fmt: skip
+    table, ops = comp.table, comp.ops
+    backward = ops[ops["direction"] == "backward"]
+    forward = ops[ops["direction"] == "forward"]
+    recomputed = forward[forward["order"] > backward["order"].min()]
+    assert len(recomputed) > 10  # (the blocks' forward calls made again, between the gradients)
+    raised = (table["noise_from"] != "").to_numpy()
+    assert set(table["direction"][raised]) == {"backward"}
+    # the gradients of the blocks computed after the recomputed calls are raised too
+    assert table["order"][raised].max() > recomputed["order"].max()
+    assert (comp.status == "pass").all()
+    verdict = comp.verdict()
+    assert verdict.kind != "failure" and [f.code for f in verdict.findings] == ["carried_noise"], verdict.text
+
+
 def test_a_product_with_a_small_factor_is_signal_not_noise(tmp_path):
     """An RMS norm of inputs near 1e5: ``h * rsqrt(mean(h**2))`` is about 4, small next to h but not next to the
     rsqrt (3.8e-5). Judged next to its largest input it was taken for rounding noise (on a held-out float16 autocast

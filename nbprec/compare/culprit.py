@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from nbprec.columns import Columns, as_columns, distinct, group_codes, text_in
+from nbprec.compare.conditioning import sum_condition
 from nbprec.compare.rules import (
     STATUS_FAIL,
     STATUS_NA,
@@ -32,33 +33,11 @@ from nbprec.compare.rules import (
 
 #: Op types whose outputs depend on a random generator (compared across runs they differ by design).
 RANDOM_OP_TYPES = frozenset(
-    {
-        "dropout",
-        "dropout1d",
-        "dropout2d",
-        "dropout3d",
-        "alpha_dropout",
-        "feature_alpha_dropout",
-        "native_dropout",
-        "rrelu",
-        "rand",
-        "randn",
-        "rand_like",
-        "randn_like",
-        "randint",
-        "randint_like",
-        "randperm",
-        "bernoulli",
-        "bernoulli_",
-        "multinomial",
-        "normal",
-        "normal_",
-        "uniform_",
-        "gumbel_softmax",
-        "dropoutdomask",
-        "dropoutgenmask",
-    }
-)
+    {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "native_dropout",
+     "rrelu", "rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "randperm", "bernoulli",
+     "bernoulli_", "multinomial", "normal", "normal_", "uniform_", "gumbel_softmax", "dropoutdomask",
+     "dropoutgenmask"}
+)  # fmt: skip
 
 #: Op types whose output jumps when an input crosses a threshold or changes order (relu's kink, max, sort,
 #: comparisons). Rounding noise in their inputs flips some elements, so their outputs (and their backward
@@ -314,6 +293,7 @@ class OpIndex:
         self.parent = _parent_positions(table, first_row, ops)
         self.container = np.zeros(n_ops, dtype=bool)
         self.container[self.parent[self.parent >= 0]] = True
+        self.condition = sum_condition(table, self.codes, ops)  # (a sum that cancels amplifies its inputs' error)
 
 
 def _per_type(op_types: list, flag: Callable[[str], bool]) -> np.ndarray:
@@ -355,7 +335,7 @@ def judge_ops(index: OpIndex, status: np.ndarray) -> Columns:
     ops["status"] = _STATUS_NAMES[out_code]
     failed = out_code == 2
     with np.errstate(invalid="ignore"):
-        passed_on = ops["out_error"] <= INHERIT_FACTOR * ops["in_error"]
+        passed_on = ops["out_error"] <= INHERIT_FACTOR * index.condition * ops["in_error"]
     # a parameter-gradient record has no inputs of its own: it inherits from the backward op that made it
     introduced = failed & (in_code != 2) & ~passed_on & ~index.gradient_only
     # an input that could not be judged (no counterpart, unreadable) may be where the error came from

@@ -41,8 +41,6 @@ from nbprec.remedy.remedy import Remedy, forward_name, module_path
 from nbprec.remedy.setup import NotComparableError, RemedyError, RunResult, Setup
 
 GRANULARITIES = ("ops", "modules")
-#: Blocking comparability findings of :mod:`nbprec.compare.verdict` that refuse a bisection.
-_BLOCKING = ("different_inputs", "different_weights", "different_models")
 
 
 class _BudgetSpent(Exception):
@@ -103,7 +101,7 @@ def _blamed(setup: Setup, target: RunResult, bench: RunResult) -> tuple[list[str
 
     assert target.dump is not None
     comp = compare_runs(target, bench, rule=setup.rule, precision=setup.dtype)
-    findings = [f for f in comp.verdict().findings if f.code in _BLOCKING]
+    findings = [f for f in comp.verdict().findings if f.blocking]  # (runs that are not comparable: no bisection)
     if findings:
         raise NotComparableError(f"{findings[0].message} {findings[0].fix}")
     names = comp.ops.loc[comp.ops["status"] == "fail", "op"].astype(str).tolist()

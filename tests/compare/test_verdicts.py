@@ -261,3 +261,81 @@ def test_an_error_made_between_recorded_modules_is_told_as_such(tmp_path, mode: 
     assert "inside Module.Block.forward.0 before it" in verdict.headline
     assert "n/a" not in verdict.headline  # (statistics: how far the inputs' statistics differ, not a cosine)
     assert "level" in verdict.next_step
+
+
+def test_inputs_that_overflow_their_dtype_are_said_to_overflow(tmp_path) -> None:
+    """Inputs near 1e5 cast to float16 before the model runs: the target's first input holds inf where the
+    benchmark's values pass 65504. The runs are not comparable, and the finding says why: until 2026-12-07 it said
+    "their inputs differ" and told the user to feed both runs the same batch (a held-out pair, ``--input-scale
+    30000 --target-dtype fp16``)."""
+    torch = pytest.importorskip("torch")
+    from nbprec.capture import capture
+
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(0)) * 3e4
+    folders = []
+    for dtype in (torch.float16, torch.float32):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU()).to(dtype)
+        folders.append(tmp_path / str(dtype).rsplit(".", 1)[-1])
+        inputs = x.to(dtype)  # (cast before the capture, as a data loader would)
+        with capture(model, folders[-1], level="apis"), torch.no_grad():
+            model(inputs)
+    verdict = nbprec.compare(folders[0], folders[1], progress=None).verdict()
+    assert verdict.kind == "not comparable" and [f.code for f in verdict.findings] == ["input_overflow"]
+    assert "the target's inputs overflow their dtype" in verdict.headline
+    finding = verdict.findings[0]
+    assert "beyond float16's largest finite value (65504)" in finding.message and "inf or NaN" in finding.message
+    assert "same batch" not in verdict.text and "float16's range" in verdict.next_step
+    # inputs that differ without overflowing are still told as different inputs
+    comp = nbprec.compare(run("other_inputs_tensor"), run("fp32_tensor"), progress=None)
+    assert [f.code for f in comp.verdict().findings][:1] == ["different_inputs"]
+
+
+def test_the_op_where_a_passing_error_arose_is_named() -> None:
+    """A planted fault the rule lets pass (an rsqrt's result times 1.08 in a bfloat16 run), taken over the bounds
+    by the next op: that op did not introduce the error, and until 2026-12-07 the verdict said the error "built
+    up over the ops before it ... no one op is to blame". The rsqrt took its inputs' error from 0.00075 to 0.077:
+    the verdict names it and the next step looks at it. Real msprobe dumps (``bench/msprobe_dump.py --fault``)."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
+    comp = nbprec.compare(fixtures / "planted_rsqrt_bf16_statistics_L1" / "step0",
+                          fixtures / "planted_rsqrt_fp32_statistics_L1" / "step0", progress=None)  # fmt: skip
+    first = comp.first_failing_op()
+    assert first is not None and first["origin"] == "inherited" and first["in_status"] == "pass"
+    verdict = comp.verdict()
+    assert "The largest jump before it is at Torch.rsqrt.5.forward (rsqrt), which passes the rule" in verdict.headline
+    assert "no one op is to blame" not in verdict.headline
+    assert verdict.next_step.startswith("nbprec ni Torch.rsqrt.5.forward --target ")
+    # the rsqrt passes the rule although its error grew more than 50 times over its inputs'
+    ops = comp.ops.set_index("op")
+    assert ops.loc["Torch.rsqrt.5.forward", "status"] == "pass"
+    assert ops.loc["Torch.rsqrt.5.forward", "out_error"] > 50 * ops.loc["Torch.rsqrt.5.forward", "in_error"]
+
+
+def test_an_error_that_builds_up_evenly_names_no_op(tmp_path) -> None:
+    """Forty tanh layers in bfloat16: each op passes its inputs' error on, growing a little, until one takes it
+    over the bounds. No op made a jump in it, and the verdict says so rather than naming one."""
+    torch = pytest.importorskip("torch")
+    from nbprec.capture import capture
+
+    def build():
+        torch.manual_seed(0)
+        layers = [m for _ in range(40) for m in (torch.nn.Linear(64, 64, bias=False), torch.nn.Tanh())]
+        model = torch.nn.Sequential(*layers)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0, 0.2)
+        return model
+
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1))
+    folders = []
+    for dtype in (torch.bfloat16, torch.float32):
+        folders.append(tmp_path / str(dtype).rsplit(".", 1)[-1])
+        model = build().to(dtype)
+        with capture(model, folders[-1], level="apis", mode="tensor"), torch.no_grad():
+            model(x.to(dtype))
+    comp = nbprec.compare(folders[0], folders[1], progress=None)
+    first = comp.first_failing_op()
+    assert first is not None and first["origin"] == "inherited" and first["order"] > 40
+    verdict = comp.verdict()
+    assert "built up over the ops before it" in verdict.headline and "largest jump" not in verdict.headline
+    assert "in_error and out_error" in verdict.next_step

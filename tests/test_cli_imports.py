@@ -111,6 +111,24 @@ def test_comparing_msprobe_dumps_of_two_steps_needs_no_pandas(tmp_path):
     assert (runs["status"] != "").all() and runs["first_failing_order"].isna().any()  # missing orders left empty
 
 
+def test_every_kind_of_verdict_needs_no_pandas(tmp_path):
+    """The verdict's branches that look at other ops than the first failing one (the op where a passing error
+    jumped; noise carried through a pass) read the ops' arrays, not DataFrame rows (a row imports pandas: see
+    tests/compare/test_cancelling_sums.py for the first op that introduces an error later)."""
+    msprobe = FIXTURES / "msprobe"
+    pairs = {
+        "The largest jump before it is at Torch.rsqrt.5.forward": "planted_rsqrt_{}_statistics_L1",
+        "Rounding noise carried": "checkpoint_{}_statistics_mix",
+        "It introduced the error": "scenarios/{}_statistics",
+    }
+    for i, (words, run) in enumerate(pairs.items()):
+        target, bench = (msprobe / run.format(side) / "step0" for side in ("bf16", "fp32"))
+        if run.startswith("scenarios"):
+            target, bench = msprobe / run.format("fault"), msprobe / run.format("fp32")
+        result = _compare_loaded(target, bench, tmp_path / str(i))
+        assert result["heavy"] == [] and words in result["text"], result["text"][:300]
+
+
 def test_comparing_an_npu_dump_with_its_graph_needs_no_pandas(tmp_path):
     """A CANN dump, its GE graph (fusion matching, storage formats) and a TensorFlow dump: the graph package is
     needed, pandas and the other layers are not."""

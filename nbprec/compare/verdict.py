@@ -143,7 +143,7 @@ def _introduced_later(comp: Comparison, table: Columns) -> tuple[str, str]:
     """When the first failing op did not introduce its error: a sentence naming the first op that introduces one
     of its own later in the run (a kernel's fault behind the build-up), and the command to look at it; ('', '')
     when there is none."""
-    op = comp.first_introduced_op()
+    op = comp.op(first_failing_position(comp._ops_columns, origin="introduced"))  # (a dict: no pandas)
     if op is None:
         return "", ""
     sentence = (f" The first op to introduce an error of its own comes later: {op_at(op, comp.several_runs)} "

@@ -14,6 +14,7 @@ fell to 0.8956 (RED 0.27). It introduced the error; 78 ops after it inherit it.
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -134,6 +135,12 @@ def _why(op: dict[str, Any], table: Columns, rows: np.ndarray) -> str:
     return f"{inputs}, its output's statistics differ by {out_err:.3g} (relative){detail}"
 
 
+def _ni(comp: Comparison, op: str) -> str:
+    """The ``nbprec ni`` command that shows ``op`` of this comparison's two runs (names quoted for a shell)."""
+    target, bench = (shlex.quote(str(comp.meta.get(side, side.upper()))) for side in ("target", "bench"))
+    return f"nbprec ni {shlex.quote(op)} --target {target} --bench {bench}"
+
+
 def _op_rows(table: Columns, op: dict[str, Any]) -> np.ndarray:
     """The rows of ``op`` (a row of the ops table) in ``table``."""
     return np.flatnonzero((table["op"] == op["op"]) & (table["step"] == op["step"]) & (table["rank"] == op["rank"]))
@@ -148,8 +155,7 @@ def _introduced_later(comp: Comparison, table: Columns) -> tuple[str, str]:
         return "", ""
     sentence = (f" The first op to introduce an error of its own comes later: {op_at(op, comp.several_runs)} "
                 f"({op.get('op_type', '') or '?'}): {_why(op, table, _op_rows(table, op))}.")  # fmt: skip
-    target, bench = comp.meta.get("target", "T"), comp.meta.get("bench", "B")
-    return sentence, f"nbprec ni {op['op']} --target {target} --bench {bench} (the error it introduced); "
+    return sentence, f"{_ni(comp, op['op'])} (the error it introduced); "
 
 
 def _grew_at(comp: Comparison, first: dict[str, Any]) -> tuple[str, str]:
@@ -170,9 +176,10 @@ def _grew_at(comp: Comparison, first: dict[str, Any]) -> tuple[str, str]:
     came = "inputs that agree exactly" if op["in_error"] == 0 else f"its inputs' {op['in_error']:.3g}"
     sentence = (f" The largest jump before it is at {op_at(op, comp.several_runs)} ({op.get('op_type', '') or '?'}), "
                 f"which passes the rule: its output's error is {op['out_error']:.3g}, from {came}.")  # fmt: skip
-    target, bench = comp.meta.get("target", "T"), comp.meta.get("bench", "B")
-    return sentence, (f"nbprec ni {op['op']} --target {target} --bench {bench} (where the error jumped: its kernel, "
-                      "its dtype, or a sum inside it whose terms cancel)")  # fmt: skip
+    return (
+        sentence,
+        f"{_ni(comp, op['op'])} (where the error jumped: its kernel, its dtype, or a sum inside it whose terms cancel)",
+    )
 
 
 def verdict(comp: Comparison) -> Verdict:
@@ -224,18 +231,17 @@ def verdict(comp: Comparison) -> Verdict:
     if first["origin"] == "introduced":
         headline = (f"{first['op']} ({kind}) is the first op that fails: {_why(first, table, rows)}. It introduced "
                     f"the error; {after} failing op(s) after it inherit it.{note}")  # fmt: skip
-        target = comp.meta.get("target", "TARGET")
         if comp.meta.get("target_format") == "nbprec" and "tensor" in set(text_values(table, "compare_mode").tolist()):
+            target = shlex.quote(str(comp.meta.get("target", "TARGET")))
             step = f"nbprec isolate {target} {first['op']} (re-run on its own inputs in float64: kernel or rounding?)"
         else:
-            step = (f"nbprec ni {first['op']} --target {target} --bench {comp.meta.get('bench', 'BENCH')}; then keep "
-                    f"it in float32 or check its kernel")  # fmt: skip
+            step = f"{_ni(comp, first['op'])}; then keep it in float32 or check its kernel"
         return Verdict("failure", headline, step, findings)
     if first["origin"] == "unknown":
         headline = (f"{first['op']} ({kind}) is the first op that fails; some of its inputs could not be compared "
                     "(no counterpart, or unreadable), so whether it introduced the error or inherited it from them "
                     f"is unknown.{note}")  # fmt: skip
-        return Verdict("failure", headline, f"nbprec ni {first['op']} --target T --bench B (see which inputs)",
+        return Verdict("failure", headline, f"{_ni(comp, first['op'])} (see which inputs)",
                        findings)  # fmt: skip
     if comp.op_index.gradient_only[position]:  # msprobe's parameters_grad: no inputs of its own
         module = str(first["op"]).rsplit(".parameters_grad", 1)[0]
@@ -246,7 +252,7 @@ def verdict(comp: Comparison) -> Verdict:
                     "gradients of its module's parameters, which have no inputs of their own: the module's backward "
                     "pass made them from the gradient flowing back into it and the inputs of its forward call, so "
                     f"the error arose there; {after} failing op(s) after it inherit it.{note}")  # fmt: skip
-        return Verdict("failure", headline, f"nbprec ni {module}.backward.0 --target T --bench B (and its forward "
+        return Verdict("failure", headline, f"{_ni(comp, module + '.backward.0')} (and its forward "
                        "call): which gradient or input differs first", findings)  # fmt: skip
     in_cosine = _number(first.get("in_cosine", np.nan))
     later, look = _introduced_later(comp, table)
@@ -282,7 +288,7 @@ def verdict(comp: Comparison) -> Verdict:
                 "and no op recorded before it fails: the error arose in what the dumps do not record"
                 f"{inside} (ops inside module calls when only modules are dumped, as at msprobe's level L0; a cast; "
                 f"autograd summing gradients).{later}{note}")  # fmt: skip
-    step = (f"{look}nbprec ni {first['op']} --target T --bench B (its inputs, the line that called it); dump the ops "
+    step = (f"{look}{_ni(comp, first['op'])} (its inputs, the line that called it); dump the ops "
             "inside modules (msprobe level mix or L1, nbprec capture level 'both')")  # fmt: skip
     return Verdict("failure", headline, step, findings)
 

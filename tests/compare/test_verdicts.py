@@ -339,3 +339,18 @@ def test_an_error_that_builds_up_evenly_names_no_op(tmp_path) -> None:
     verdict = comp.verdict()
     assert "built up over the ops before it" in verdict.headline and "largest jump" not in verdict.headline
     assert "in_error and out_error" in verdict.next_step
+
+
+def test_the_next_step_is_a_command_a_shell_can_run(tmp_path) -> None:
+    """Every branch names the runs' real folders (the L0 branch said ``--target T --bench B`` until 2026-12-07),
+    quoted when they hold spaces."""
+    import shlex
+    import shutil
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
+    target, bench = tmp_path / "my runs" / "bf16", tmp_path / "my runs" / "fp32"
+    shutil.copytree(fixtures / "planted_rsqrt_bf16_statistics_L1" / "step0", target)
+    shutil.copytree(fixtures / "planted_rsqrt_fp32_statistics_L1" / "step0", bench)
+    step = nbprec.compare(target, bench, progress=None).verdict().next_step
+    words = shlex.split(step.split(" (", 1)[0])
+    assert words == ["nbprec", "ni", "Torch.rsqrt.5.forward", "--target", str(target), "--bench", str(bench)]

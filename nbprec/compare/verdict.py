@@ -113,6 +113,7 @@ def _why(op: dict[str, Any], table: Columns, rows: np.ndarray) -> str:
     if np.isfinite(out_cos):
         red = op.get("out_rel_euclidean", np.nan)
         said = f"its inputs matched at cosine {_number(in_cos)}" if np.isfinite(in_cos) else "its inputs pass"
+        said = said if len(in_rows) else "it takes no tensor (it makes one from other data)"
         said = f"its input {one_value(in_rows)}" if one_value(in_rows) else said
         if one_value(outputs):
             return f"{said}, its output {one_value(outputs)}"
@@ -123,6 +124,8 @@ def _why(op: dict[str, Any], table: Columns, rows: np.ndarray) -> str:
         return "its inputs are finite, its output holds NaN/inf"
     in_err, out_err = op.get("in_error", np.nan), op.get("out_error", np.nan)
     inputs = "its inputs' statistics agree exactly" if in_err == 0 else f"its inputs' statistics differ by {in_err:.3g}"
+    if not len(in_rows):  # (a tensor made from other data: a list, a NumPy array, a factory's arguments)
+        inputs = "it takes no tensor (it makes one from other data)"
     detail = ""
     for stat in ("min", "max", "mean"):
         name = f"{stat}_diff"
@@ -231,7 +234,10 @@ def verdict(comp: Comparison) -> Verdict:
     if first["origin"] == "introduced":
         headline = (f"{first['op']} ({kind}) is the first op that fails: {_why(first, table, rows)}. It introduced "
                     f"the error; {after} failing op(s) after it inherit it.{note}")  # fmt: skip
-        if comp.meta.get("target_format") == "nbprec" and "tensor" in set(text_values(table, "compare_mode").tolist()):
+        made = not text_in(text_values(table, "role")[rows], ("input",)).any()  # (from data, not tensors)
+        if made:
+            step = f"{_ni(comp, first['op'])}; then check the data it was made from"
+        elif comp.meta.get("target_format") == "nbprec" and "tensor" in text_values(table, "compare_mode").tolist():
             target = shlex.quote(str(comp.meta.get("target", "TARGET")))
             step = f"nbprec isolate {target} {first['op']} (re-run on its own inputs in float64: kernel or rounding?)"
         else:
@@ -282,15 +288,64 @@ def verdict(comp: Comparison) -> Verdict:
                      f"this rule.{later}{note}")  # fmt: skip
         return Verdict("failure", headline, f"{look}see where the error grows op by op: in_error and out_error in "
                        "the ops table (ops.csv of nbprec compare -o OUT), or a stricter rule", findings)  # fmt: skip
-    inside = f", inside {table['parent'][rows[0]]} before it" if "parent" in table and table["parent"][rows[0]] else ""
     differ = f"input cosine {in_cosine}" if in_cosine != "n/a" else f"by {first.get('in_error', np.nan):.3g}, relative"
+    if in_cosine != "n/a" and np.isfinite(first.get("in_rel_euclidean", np.nan)):
+        differ += f", RED {first['in_rel_euclidean']:.3g}"
+    unmatched = _unmatched_before(comp, position)
+    if unmatched is not None:  # the target made calls the benchmark did not: what they computed is not compared
+        headline = (f"{first['op']} ({kind}) is the first op that fails, but its inputs already differ ({differ}) "
+                    f"and no op compared before it fails: the error arose before it in what could not be compared, "
+                    f"most likely the target's calls that have no counterpart in the benchmark (the last of them: "
+                    f"{op_at(unmatched, several)}), or what the dumps do not record.{later}{note}")  # fmt: skip
+        step = (f"{look}{_ni(comp, unmatched['op'])} (a call of the target's only); make both runs take the same "
+                "code path, or pair the calls with --mapping")  # fmt: skip
+        return Verdict("failure", headline, step, findings)
+    apis = any(not str(name).startswith("Module.") for name in comp._ops_columns["op"].tolist())  # (not L0 alone)
     headline = (f"{first['op']} ({kind}) is the first op that fails, but its inputs already differ ({differ}) "
                 "and no op recorded before it fails: the error arose in what the dumps do not record"
-                f"{inside} (ops inside module calls when only modules are dumped, as at msprobe's level L0; a cast; "
-                f"autograd summing gradients).{later}{note}")  # fmt: skip
-    step = (f"{look}{_ni(comp, first['op'])} (its inputs, the line that called it); dump the ops "
-            "inside modules (msprobe level mix or L1, nbprec capture level 'both')")  # fmt: skip
+                f"{_where_unrecorded(comp, position)} (ops inside module calls when only modules are dumped, as at "
+                "msprobe's level L0; a cast; autograd summing gradients; code outside torch, such as NumPy or a "
+                f"custom kernel).{later}{note}")  # fmt: skip
+    if apis:  # (the dumps hold API calls already: what ran between the recorded calls is not torch's)
+        step = (f"{look}{_ni(comp, first['op'])} (its inputs, the line that called it); look at the code between "
+                "it and the recorded op before it: NumPy, custom kernels, in-place changes")  # fmt: skip
+    else:
+        step = (f"{look}{_ni(comp, first['op'])} (its inputs, the line that called it); dump the ops "
+                "inside modules (msprobe level mix or L1, nbprec capture level 'both')")  # fmt: skip
     return Verdict("failure", headline, step, findings)
+
+
+def _unmatched_before(comp: Comparison, position: int) -> dict[str, Any] | None:
+    """The last op before the op at ``position`` (in its step and rank) with no counterpart in the benchmark (none
+    of its tensors paired), when it ran after every op compared before it (right before it: what it computed may
+    be the input that differs); else ``None``."""
+    ops = comp._ops_columns
+    op = comp.op(position)
+    before = (ops["step"] == op["step"]) & (ops["rank"] == op["rank"]) & (ops["order"] < op["order"])
+    before &= ~comp.op_index.container
+    alone = column(ops, "bench_op", object) == ""
+    if not (before & alone).any():
+        return None
+    last = int(np.flatnonzero(before & alone)[np.argmax(ops["order"][before & alone])])
+    compared = ops["order"][before & ~alone]
+    return comp.op(last) if not len(compared) or ops["order"][last] > compared.max() else None
+
+
+def _where_unrecorded(comp: Comparison, position: int) -> str:
+    """Where the unrecorded ops behind the op at ``position`` ran: ``, inside PARENT before it`` when a recorded op
+    of its enclosing module call ran before it, ``, before PARENT`` when it is that call's first, '' at top level."""
+    parent = int(comp.op_index.parent[position])
+    if parent < 0:
+        return ""
+    ops, up = comp._ops_columns, comp.op_index.parent
+    earlier = np.flatnonzero((ops["step"] == ops["step"][position]) & (ops["rank"] == ops["rank"][position])
+                             & (ops["order"] < ops["order"][position]))  # fmt: skip
+    chain, inside = up[earlier], np.zeros(len(earlier), dtype=bool)
+    while (chain >= 0).any():  # (module calls nest a few levels deep)
+        inside |= chain == parent
+        chain = np.where(chain >= 0, up[np.maximum(chain, 0)], -1)
+    name = comp.op(parent)["op"]
+    return f", inside {name} before it" if inside.any() else f", before {name}"
 
 
 __all__ = ["DIFFERENT_SHAPES_SHARE", "UNMATCHED_SHARE", "Finding", "Verdict", "comparability", "verdict"]

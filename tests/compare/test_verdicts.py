@@ -6,6 +6,7 @@ the right verdict of each pair).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -354,3 +355,81 @@ def test_the_next_step_is_a_command_a_shell_can_run(tmp_path) -> None:
     step = nbprec.compare(target, bench, progress=None).verdict().next_step
     words = shlex.split(step.split(" (", 1)[0])
     assert words == ["nbprec", "ni", "Torch.rsqrt.5.forward", "--target", str(target), "--bench", str(bench)]
+
+
+class _Between:
+    """Two linear layers and, between them, what the target does differently: ``how`` is ``"extra call"`` (the
+    target multiplies by 1.1, a call the benchmark does not make), ``"numpy"`` (the target scales by 1.1 in NumPy:
+    nothing recorded) or ``"from data"`` (both rebuild the tensor with ``torch.as_tensor`` from NumPy data the
+    target scaled)."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def model(self, dtype, target: bool):
+        torch = pytest.importorskip("torch")
+        how, scale = self.how, 1.1 if target else 1.0
+
+        class Outer(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+
+            def forward(self, x):
+                h = self.a(x)
+                if how == "extra call":
+                    h = torch.tanh(h) * 1.1 if target else torch.tanh(h)
+                elif how == "numpy":
+                    h = torch.from_numpy(h.detach().numpy() * scale)
+                else:
+                    h = torch.as_tensor(h.detach().float().numpy() * scale, dtype=x.dtype)
+                return self.b(h)
+
+        torch.manual_seed(0)
+        return Outer().to(dtype)
+
+    def compare(self, tmp_path, level: str, low) -> nbprec.Comparison:
+        torch = pytest.importorskip("torch")
+        from nbprec.capture import capture
+
+        x = torch.randn(16, 32, generator=torch.Generator().manual_seed(0))
+        folders = []
+        for dtype in (low, torch.float32):
+            folders.append(tmp_path / str(dtype).rsplit(".", 1)[-1])
+            model = self.model(dtype, target=dtype is low)
+            with capture(model, folders[-1], level=level, mode="tensor"), torch.no_grad():
+                model(x.to(dtype))
+        return nbprec.compare(folders[0], folders[1], progress=None)
+
+
+def test_calls_the_target_alone_makes_are_named_before_what_dumps_miss(tmp_path) -> None:
+    """The target multiplies by 1.1 where the benchmark does not: that call has no counterpart, and the next
+    layer fails from inputs that differ. The verdict said "the error arose in what the dumps do not record" until
+    2026-12-07; it names the call of the target's only and the next step looks at it."""
+    torch = pytest.importorskip("torch")
+    comp = _Between("extra call").compare(tmp_path, "apis", torch.bfloat16)
+    verdict = comp.verdict()
+    assert "no counterpart in the benchmark (the last of them: Tensor.mul.0.forward)" in verdict.headline
+    assert verdict.next_step.startswith("nbprec ni Tensor.mul.0.forward --target ") and "--mapping" in verdict.next_step
+
+
+def test_code_outside_torch_between_recorded_calls(tmp_path) -> None:
+    """A scale applied in NumPy between two recorded module calls, at a level that records API calls too: the
+    error arose before the second module's call (not inside it), and dumping more levels would not show it.
+    Until 2026-12-07: "inside Module.b.Linear.forward.0 before it" and "dump the ops inside modules"."""
+    torch = pytest.importorskip("torch")
+    comp = _Between("numpy").compare(tmp_path, "both", torch.float16)  # (NumPy has float16, not bfloat16)
+    verdict = comp.verdict()
+    assert verdict.headline.startswith("Functional.linear.1.forward (linear) is the first op that fails, but its")
+    assert "before Module.b.Linear.forward.0 (" in verdict.headline and "inside Module.b" not in verdict.headline
+    assert re.search(r"input cosine 1\.000000, RED 0\.(09\d*|1)\)", verdict.headline)  # (a scale: cosine hides it)
+    assert "code between it and the recorded op before it" in verdict.next_step
+    assert "dump the ops inside modules" not in verdict.next_step
+
+
+def test_a_tensor_made_from_other_data_is_told_so(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    comp = _Between("from data").compare(tmp_path, "apis", torch.bfloat16)
+    verdict = comp.verdict()
+    assert verdict.headline.startswith("Torch.as_tensor.0.forward (as_tensor) is the first op that fails: it takes no")
+    assert "differ by nan" not in verdict.headline and verdict.next_step.endswith("check the data it was made from")

@@ -32,14 +32,14 @@ backward pass calls each block's forward again, and msprobe records those calls 
 ``--readout`` makes its loss a fixed random projection of the output, whose gradient does not vanish (the mean
 square of an RMS norm's output does not depend on its scale: every gradient below it is rounding noise).
 ``--fault NAME:K:FACTOR`` plants a faulty kernel in the target run (:func:`plant_fault`): the op a comparison must
-blame.
+blame. ``--list linear,softmax`` dumps those APIs only (msprobe's ``list``), as users do to keep dumps small.
 
 Usage::
 
     bench/.venv-msprobe/bin/python bench/msprobe_dump.py --out DIR [--layers 8] [--hidden 1024] [--task statistics|md5]
         [--target-dtype fp16] [--level L0|mix] [--backward] [--input-scale 30000]
         [--model resnet --channels 32 --image 48 | --model minilm | --model rnn] [--steps 2]
-        [--checkpoint] [--readout] [--fault softmax:2:1.15]
+        [--checkpoint] [--readout] [--fault softmax:2:1.15] [--list linear,softmax]
 """
 
 from __future__ import annotations
@@ -138,9 +138,10 @@ def build_resnet(channels: int, seed: int):
     )  # fmt: skip
 
 
-def dump_config(task: str, level: str, out: Path) -> dict:
+def dump_config(task: str, level: str, out: Path, apis: list[str] | None = None) -> dict:
     """msprobe's config for a dump of ``task`` (``tensor``, ``statistics``, or ``md5``: the statistics task with
-    its ``md5`` summary mode, which records each tensor's CRC besides its statistics) at ``level`` into ``out``."""
+    its ``md5`` summary mode, which records each tensor's CRC besides its statistics) at ``level`` into ``out``;
+    ``apis``: msprobe's ``list``, the API names dumped (every API when empty)."""
     msprobe_task = "statistics" if task == "md5" else task
     config = {
         "task": msprobe_task,
@@ -149,7 +150,7 @@ def dump_config(task: str, level: str, out: Path) -> dict:
         "step": [],
         "level": level,
         "async_dump": False,
-        msprobe_task: {"scope": [], "list": [], "data_mode": ["all"]},
+        msprobe_task: {"scope": [], "list": list(apis or []), "data_mode": ["all"]},
     }
     if msprobe_task == "statistics":
         config["statistics"]["summary_mode"] = task
@@ -255,7 +256,7 @@ def dump_one(args: argparse.Namespace) -> None:
     model, next_inputs, loss_of = build_run(args, dtype)
     out = Path(args.out) / args.dtype
     out.mkdir(parents=True, exist_ok=True)
-    config = dump_config(args.task, args.level, out)
+    config = dump_config(args.task, args.level, out, [a for a in args.list.split(",") if a])
     config_path = Path(args.out) / f"config_{args.dtype}.json"
     config_path.write_text(json.dumps(config, indent=1))
     debugger = PrecisionDebugger(config_path=str(config_path))
@@ -298,6 +299,7 @@ _PASSED_ON = (
     "image",
     "steps",
     "fault",
+    "list",
 )
 
 
@@ -351,6 +353,9 @@ def main() -> None:
         "--fault",
         default="",
         help="NAME:K:FACTOR, a planted fault in the target run (softmax, softmax-grad or rsqrt; see plant_fault)",
+    )
+    parser.add_argument(
+        "--list", default="", help="msprobe's list: the APIs dumped, comma-separated (e.g. linear,softmax; default all)"
     )
     args = parser.parse_args()
     if args.dtype:

@@ -28,6 +28,12 @@ def test_each_task_is_the_msprobe_task_it_names(msprobe_dump, tmp_path, task, ms
     assert set(config) & {"tensor", "statistics"} == {msprobe_task}
 
 
+def test_a_list_of_apis_goes_into_msprobes_list(msprobe_dump, tmp_path):
+    config = msprobe_dump.dump_config("statistics", "L1", tmp_path, ["linear", "softmax"])
+    assert config["statistics"]["list"] == ["linear", "softmax"] and config["statistics"]["scope"] == []
+    assert msprobe_dump.dump_config("statistics", "L1", tmp_path)["statistics"]["list"] == []
+
+
 def test_the_resnet_model_is_seeded_and_trains(msprobe_dump):
     # --model resnet, the held-out kind of convolutions and batch norm: the same weights from the same seed in both
     # runs' processes, and a training step through it (msprobe itself is not needed for that)

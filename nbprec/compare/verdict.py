@@ -303,12 +303,13 @@ def verdict(comp: Comparison) -> Verdict:
     apis = any(not str(name).startswith("Module.") for name in comp._ops_columns["op"].tolist())  # (not L0 alone)
     headline = (f"{first['op']} ({kind}) is the first op that fails, but its inputs already differ ({differ}) "
                 "and no op recorded before it fails: the error arose in what the dumps do not record"
-                f"{_where_unrecorded(comp, position)} (ops inside module calls when only modules are dumped, as at "
-                "msprobe's level L0; a cast; autograd summing gradients; code outside torch, such as NumPy or a "
-                f"custom kernel).{later}{note}")  # fmt: skip
+                f"{_where_unrecorded(comp, position)} (ops the dump leaves out: inside module calls when only modules "
+                "are dumped, as at msprobe's level L0, or outside its list or scope; a cast; autograd summing "
+                f"gradients; code outside torch, such as NumPy or a custom kernel).{later}{note}")  # fmt: skip
     if apis:  # (the dumps hold API calls already: what ran between the recorded calls is not torch's)
         step = (f"{look}{_ni(comp, first['op'])} (its inputs, the line that called it); look at the code between "
-                "it and the recorded op before it: NumPy, custom kernels, in-place changes")  # fmt: skip
+                "it and the recorded op before it (APIs a list or scope left out, NumPy, custom kernels, in-place "
+                "changes)")  # fmt: skip
     else:
         step = (f"{look}{_ni(comp, first['op'])} (its inputs, the line that called it); dump the ops "
                 "inside modules (msprobe level mix or L1, nbprec capture level 'both')")  # fmt: skip

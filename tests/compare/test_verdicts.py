@@ -433,3 +433,18 @@ def test_a_tensor_made_from_other_data_is_told_so(tmp_path) -> None:
     verdict = comp.verdict()
     assert verdict.headline.startswith("Torch.as_tensor.0.forward (as_tensor) is the first op that fails: it takes no")
     assert "differ by nan" not in verdict.headline and verdict.next_step.endswith("check the data it was made from")
+
+
+def test_an_error_in_apis_a_list_left_out(tmp_path) -> None:
+    """msprobe's ``list`` dumps some APIs only (here linear, softmax and matmul), as users do to keep dumps small; the
+    planted fault is in an rsqrt the list leaves out. The first linear after it fails from inputs that differ, and
+    the verdict says that the dump leaves ops out, a list among the reasons, and where to look (real msprobe dumps,
+    ``bench/msprobe_dump.py --list``)."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
+    comp = nbprec.compare(fixtures / "listed_bf16_statistics_L1", fixtures / "listed_fp32_statistics_L1",
+                          progress=None)  # fmt: skip
+    assert set(comp.ops["op_type"]) <= {"linear", "softmax", "matmul"}
+    verdict = comp.verdict()
+    assert verdict.headline.startswith("Functional.linear.2.forward (linear) is the first op that fails, but its")
+    assert "what the dumps do not record" in verdict.headline and "outside its list or scope" in verdict.headline
+    assert "APIs a list or scope left out" in verdict.next_step

@@ -16,7 +16,8 @@ blames any op):
 - ``unaligned``: ops whose calls found no counterpart (in the steps and ranks both sides hold);
 - ``checksums_across_dtypes``: pairs of different dtypes asked to be compared by checksum (bytes: never equal);
 - ``carried_noise``: ops whose inputs are the rounding noise a cancellation left (a gradient that is zero), judged
-  at their pass's scale (:mod:`nbprec.compare.carried_noise`).
+  at their pass's scale (:mod:`nbprec.compare.carried_noise`). An aside (:attr:`Finding.aside`): it tells how rows
+  were judged, and the verdict says it after its headline.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 _PARAMETER_ROLES = ("parameter",)
 _WEIGHT_SLOTS = ("weight", "bias")
 _DATA_SLOTS = ("0", "input", "x")
+#: Finding codes that tell how some rows were judged (not whether the runs compare): said after the headline.
+ASIDES = ("carried_noise",)
 #: Share of target tensors without a counterpart from which the runs are said not to align.
 UNMATCHED_SHARE = 0.1
 #: Share of paired tensors with different shapes from which the runs are said to be different models.
@@ -52,6 +55,12 @@ class Finding(Record):
     message: str
     fix: str
     ops: tuple[str, ...] = ()
+
+    @property
+    def aside(self) -> bool:
+        """Whether it tells how some rows were judged rather than whether the runs compare: the verdict says it after
+        its headline, not before."""
+        return self.code in ASIDES
 
     @property
     def blocking(self) -> bool:

@@ -62,22 +62,28 @@ class Verdict(Record):
 
     @property
     def text(self) -> str:
-        """The verdict as plain text: findings first, then the headline and the next step."""
-        lines = [f"! {f.message} Fix: {f.fix}" for f in self.findings]
+        """The verdict as plain text: the findings on whether the runs compare, the headline and the next step, then
+        the asides (how some rows were judged: :attr:`Finding.aside`)."""
+        lines = [f"! {f.message} Fix: {f.fix}" for f in self.findings if not f.aside]
         lines.append(self.headline)
         if self.next_step:
             lines.append(f"Next: {self.next_step}")
+        lines += [f"! {f.message} Fix: {f.fix}" for f in self.findings if f.aside]
         return "\n".join(lines)
 
     def to_html(self) -> str:
-        """The verdict as an HTML fragment (every name escaped)."""
+        """The verdict as an HTML fragment (every name escaped), in the order of :attr:`text`."""
         import html
 
         e = html.escape
-        items = "".join(f"<li class='nbprec-finding'><b>{e(f.message)}</b> Fix: {e(f.fix)}</li>" for f in self.findings)
-        findings = f"<ul class='nbprec-findings'>{items}</ul>" if items else ""
+
+        def listed(findings: list[Finding]) -> str:
+            items = "".join(f"<li class='nbprec-finding'><b>{e(f.message)}</b> Fix: {e(f.fix)}</li>" for f in findings)
+            return f"<ul class='nbprec-findings'>{items}</ul>" if items else ""
+
         step = f"<br><i>Next:</i> {e(self.next_step)}" if self.next_step else ""
-        return f"<div class='nbprec-verdict'>{findings}<p><b>{e(self.headline)}</b>{step}</p></div>"
+        before, after = listed([f for f in self.findings if not f.aside]), listed([f for f in self.findings if f.aside])
+        return f"<div class='nbprec-verdict'>{before}<p><b>{e(self.headline)}</b>{step}</p>{after}</div>"
 
     def __str__(self) -> str:
         return self.text

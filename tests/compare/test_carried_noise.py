@@ -187,3 +187,19 @@ def test_a_product_with_a_small_factor_is_signal_not_noise(tmp_path):
     product = table[(table["op"].str.contains("mul")) & (table["role"] == "output")]
     assert len(product) and not product["reason"].astype(str).str.contains("noise").any()
     assert (table["noise_from"] == "").all()
+
+
+def test_the_verdict_says_its_answer_before_the_carried_noise():
+    """The carried-noise finding tells how rows were judged, not whether the runs compare: the CLI, the report and
+    the dashboard give the headline first and the finding after it (until 2026-12-07 its paragraph came first, and
+    on every training step of the held-out transformer the answer was on the second line)."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe"
+    comp = nbprec.compare(fixtures / "checkpoint_bf16_statistics_mix" / "step0",
+                          fixtures / "checkpoint_fp32_statistics_mix" / "step0", progress=None)  # fmt: skip
+    verdict = comp.verdict()
+    (finding,) = verdict.findings
+    assert finding.aside and not finding.blocking
+    lines = verdict.text.splitlines()
+    assert lines[0] == verdict.headline and lines[-1].startswith("! Rounding noise carried")
+    html = verdict.to_html()
+    assert html.index("No op fails") < html.index("Rounding noise carried")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -12,6 +13,20 @@ def run_python(script: str, timeout: float = 120) -> str:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
+
+
+def command_in_fresh_python(argv: list[str], modules: tuple[str, ...]) -> tuple[str, dict[str, bool]]:
+    """``nbprec ARGV`` run by ``nbprec.cli.main`` in a fresh interpreter: what it printed, and which of ``modules``
+    it loaded (an import a code path must not pay for)."""
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from nbprec.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as text:\n"
+        f"    main({list(argv)!r})\n"
+        f"print(json.dumps([text.getvalue(), {{m: m in sys.modules for m in {list(modules)!r}}}]))\n"
+    )
+    text, loaded = json.loads(run_python(code).splitlines()[-1])
+    return text, loaded
 
 
 #: The end of a script run in a fresh interpreter that runs ``nbprec compare`` (``argv``, the command's arguments) as

@@ -107,15 +107,18 @@ def _differs(table: Columns, status: np.ndarray, rows: np.ndarray) -> np.ndarray
 def _overflowed(table: Columns, rows: np.ndarray) -> np.ndarray:
     """Which of ``rows`` hold inf or NaN in the target where the benchmark's finite values pass the target dtype's
     largest finite value (an input cast to float16 beyond 65504)."""
+    out = np.zeros(len(table), dtype=bool)
     if not rows.any() or "target_max" not in table or "bench_max" not in table:
-        return np.zeros(len(table), dtype=bool)
-    limit = np.array([FINITE_MAX.get(d, np.inf) for d in text_values(table, "target_dtype").tolist()])
-    low, high = column(table, "target_min", np.float64), column(table, "target_max", np.float64)
-    bench = bench_magnitude(table)
+        return out
+    at = np.flatnonzero(rows)  # (the first op's inputs: a handful of rows)
+    limit = np.array([FINITE_MAX.get(d, np.inf) for d in text_values(table, "target_dtype")[at].tolist()])
+    low, high = column(table, "target_min", np.float64)[at], column(table, "target_max", np.float64)[at]
+    bench = bench_magnitude(table)[at]
     nonfinite = ~(np.isfinite(low) & np.isfinite(high))  # (msprobe's extremes; nbprec's count them apart)
     if "target_nonfinite" in table:
-        nonfinite |= np.nan_to_num(column(table, "target_nonfinite", np.float64), nan=0.0) > 0
-    return rows & nonfinite & np.isfinite(bench) & (bench > limit)
+        nonfinite |= np.nan_to_num(column(table, "target_nonfinite", np.float64)[at], nan=0.0) > 0
+    out[at] = nonfinite & np.isfinite(bench) & (bench > limit)
+    return out
 
 
 def _first_op_inputs(table: Columns) -> np.ndarray:

@@ -9,11 +9,9 @@ float32". The runs here are real: a PyTorch layer run in bfloat16 and float32, c
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-from fresh_python import run_python
+from fresh_python import command_in_fresh_python
 
 import nbprec
 from nbprec.capture import capture
@@ -121,16 +119,9 @@ def test_the_op_that_introduces_an_error_later_is_named(tmp_path):
     assert "kept cosine 1.0000 but is off in scale (RED 0.1)" in verdict.headline
     assert verdict.next_step.startswith(f"nbprec ni {later['op']} --target ")
     # the command says the same without pandas (a DataFrame row for the later op cost it 145 ms until 2026-12-07)
-    target, bench = comp.meta["target"], comp.meta["bench"]
-    code = (
-        "import contextlib, io, json, sys\n"
-        "from nbprec.cli import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()) as text:\n"
-        f"    main(['compare', {target!r}, {bench!r}, '-o', {str(tmp_path / 'out')!r}, '--no-progress'])\n"
-        "print(json.dumps(['pandas' in sys.modules, text.getvalue()]))\n"
-    )
-    pandas, text = json.loads(run_python(code).splitlines()[-1])
-    assert not pandas and f"comes later: {later['op']} (mul)" in text
+    argv = ["compare", str(comp.meta["target"]), str(comp.meta["bench"]), "-o", str(tmp_path / "out"), "--no-progress"]
+    text, loaded = command_in_fresh_python(argv, ("pandas",))
+    assert loaded == {"pandas": False} and f"comes later: {later['op']} (mul)" in text
 
 
 def test_a_scalar_result_is_told_by_its_values(tmp_path):

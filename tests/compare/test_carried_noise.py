@@ -9,12 +9,11 @@ The runs are real: a small PyTorch network trained one step in float32 and in bf
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from fresh_python import run_python
+from fresh_python import command_in_fresh_python
 
 import nbprec
 from nbprec.capture import capture
@@ -94,16 +93,10 @@ def test_the_command_on_carried_noise_loads_no_masked_arrays(tmp_path):
     """The finding counts its (step, rank)s without np.unique, which imports numpy.ma (11 ms of the command's
     0.19 s on the held-out md5 pair, whose backward pass carries noise)."""
     comp = _runs(tmp_path, _mean_square)
-    target, bench = comp.meta["target"], comp.meta["bench"]
-    code = (
-        "import contextlib, io, json, sys\n"
-        "from nbprec.cli import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        f"    main(['compare', {target!r}, {bench!r}, '-o', {str(tmp_path / 'out')!r}, '--no-progress'])\n"
-        "print(json.dumps('numpy.ma' in sys.modules))\n"
-    )
+    argv = ["compare", str(comp.meta["target"]), str(comp.meta["bench"]), "-o", str(tmp_path / "out"), "--no-progress"]
     assert [f.code for f in comp.verdict().findings] == ["carried_noise"]  # (what the command's verdict finds too)
-    assert json.loads(run_python(code).splitlines()[-1]) is False
+    text, loaded = command_in_fresh_python(argv, ("numpy.ma",))
+    assert "Rounding noise carried" in text and loaded == {"numpy.ma": False}
 
 
 def test_a_gradient_that_does_not_vanish_is_judged_at_its_own_scale(tmp_path):

@@ -43,7 +43,8 @@ short command's time is its start-up, and a dependency's release can move it.
 
 Instead of making its own msprobe pair, part (b) times one given: ``--msprobe-dumps DIR`` (made by
 ``bench/msprobe_dump.py --out DIR``) or ``--msprobe-pair TARGET BENCH`` (any msprobe dumps with one ``dump.json`` a
-side, in any layout msprobe writes: ``step0/rank0/``, or ``step0/proc{pid}/`` for a run without a rank).
+side, in any layout msprobe writes: ``step0/rank0/``, or ``step0/proc{pid}/`` for a run without a rank; or a step
+folder of several ranks, ``step0/rank0/`` ... ``step0/rank{N-1}/``, which both tools compare rank by rank).
 
 Usage::
 
@@ -277,7 +278,7 @@ def child_main(target: str, bench: str, out: str, workers: int | None) -> None:
     rss_after = _proc_status_kib("VmHWM") if reset else cpu_after.ru_maxrss
     rss_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     table = comp.table
-    columns = ["target_name", "bench_name", "match", "compare_mode", "cosine", "max_abs_err", "max_rel_err"]
+    columns = ["target_name", "bench_name", "rank", "match", "compare_mode", "cosine", "max_abs_err", "max_rel_err"]
     extra = [c for c in ("max_diff", "checksum_match") if c in table.columns]
     table[columns + extra].to_csv(out, index=False)  # (agreement)
     report = {
@@ -398,18 +399,22 @@ def ensure_msprobe_venv() -> Path:
     return python
 
 
-def only_dump_json(path: Path) -> Path:
-    """The one ``dump.json`` of an msprobe dump at ``path`` (the file itself, or a rank, ``proc{pid}``, step or run
-    folder holding one): ``msprobe compare -tp -gp`` takes one file a side. Exits with a message otherwise."""
+def msprobe_dump_jsons(path: Path) -> tuple[Path, list[Path]]:
+    """What ``msprobe compare -tp/-gp`` is given for the msprobe dump at ``path``, and its ``dump.json`` files: the
+    file itself; a rank, ``proc{pid}``, step or run folder holding one ``dump.json`` gives that file (msprobe
+    compares one file a side); a step folder of several ranks (``rank0/`` ... each holding one) gives the folder,
+    which msprobe compares rank by rank (its distributed mode), as nbprec does. Exits with a message otherwise."""
     if path.is_file():
-        return path
+        return path, [path]
     found = sorted(path.rglob("dump.json"))
-    if len(found) != 1:
-        sys.exit(
-            f"bench/compare.py: {path}: expected one msprobe dump.json under it, found {len(found)}; "
-            "pass one rank or proc* folder of each run, or its dump.json"
-        )
-    return found[0]
+    if len(found) == 1:
+        return found[0], found
+    if len(found) > 1 and all(f.parent.parent == path and f.parent.name.startswith("rank") for f in found):
+        return path, found
+    sys.exit(
+        f"bench/compare.py: {path}: expected one msprobe dump.json under it, or a step folder of rank* folders "
+        f"holding one each; found {len(found)}; pass one rank, proc* or step folder of each run, or its dump.json"
+    )
 
 
 def dump_bytes(folder: Path) -> int:
@@ -418,7 +423,10 @@ def dump_bytes(folder: Path) -> int:
 
 
 def read_msprobe_csv(out_dir: Path):
-    """msprobe's compare CSV written under ``out_dir``, as a DataFrame."""
+    """msprobe's compare CSV written under ``out_dir``, as a DataFrame; after a comparison of several ranks (its
+    ``compare_result_rank{N}_*.csv`` files), every rank's rows, with the rank in a ``rank`` column."""
+    import re
+
     import pandas as pd
 
     files = sorted(out_dir.glob("compare_result*.csv"))
@@ -426,7 +434,11 @@ def read_msprobe_csv(out_dir: Path):
         files = sorted(out_dir.rglob("*.csv"))
     if not files:
         raise RuntimeError(f"msprobe compare wrote no CSV under {out_dir}")
-    return pd.read_csv(files[-1])
+    ranks = [re.match(r"compare_result_rank(\d+)_", f.name) for f in files]
+    if len(files) == 1 or not all(ranks):
+        return pd.read_csv(files[-1])
+    tables = [pd.read_csv(f).assign(rank=int(m.group(1))) for f, m in zip(files, ranks, strict=True)]
+    return pd.concat(tables, ignore_index=True)
 
 
 # msprobe's compare function in a child of msprobe's virtualenv, timed by the child: the arguments parsed by
@@ -464,13 +476,15 @@ def msprobe_one_size(args: argparse.Namespace, python: Path, tmp: Path, hidden: 
             subprocess.run(cmd, check=True, capture_output=not args.verbose)
         target, bench = root / "bf16" / "step0", root / "fp32" / "step0"
         label = f"hidden {hidden}" if not args.msprobe_dumps else f"the pair in {root}"  # (given: size unknown)
-    t_json, b_json = only_dump_json(target), only_dump_json(bench)
-    mb = (dump_bytes(t_json.parent) + dump_bytes(b_json.parent)) / MB
-    files = dump_files(t_json.parent, b_json.parent)
+    (t_json, t_jsons), (b_json, b_jsons) = msprobe_dump_jsons(target), msprobe_dump_jsons(bench)
+    folders = [f.parent for f in (*t_jsons, *b_jsons)]
+    mb = sum(map(dump_bytes, folders)) / MB
+    files = dump_files(*folders)
     files_mb = sum(f.stat().st_size for f in files) / MB
-    recorded = json.loads(t_json.read_text())
-    n_api = len(recorded["data"])
-    kind = f"level {recorded.get('level', '?')}, task {recorded.get('task', '?')}"
+    recorded = [json.loads(f.read_text()) for f in t_jsons]
+    n_api = sum(len(r["data"]) for r in recorded)
+    kind = f"level {recorded[0].get('level', '?')}, task {recorded[0].get('task', '?')}"
+    kind += f", {len(t_jsons)} ranks" if len(t_jsons) > 1 else ""
     made = f"in {time.perf_counter() - start:.1f} s" if not given else "(given)"
     print(
         f"-- {label}: msprobe dumped {n_api} entries per run ({kind}), {mb:.0f} MB of .pt payloads "
@@ -528,8 +542,11 @@ def agreement(ms, nb) -> dict:
     ms_column, nb_column = next(((m, n) for m, n in AGREEMENT_COLUMNS if m in ms.columns), AGREEMENT_COLUMNS[0])
     ms_values = pd.to_numeric(ms[ms_column], errors="coerce") if ms_column in ms.columns else pd.Series(dtype=float)
     nb_values = pd.to_numeric(nb[nb_column], errors="coerce") if nb_column in nb.columns else math.nan
+    ranks = ["rank"] if "rank" in ms.columns else []  # (several ranks: a name is one per rank)
     merged = nb.assign(nb_value=nb_values).merge(
-        ms.assign(ms_value=ms_values)[["NPU Name", "ms_value"]], left_on="target_name", right_on="NPU Name"
+        ms.assign(ms_value=ms_values)[["NPU Name", "ms_value", *ranks]],
+        left_on=["target_name", *ranks],
+        right_on=["NPU Name", *ranks],
     )
     both = merged[merged["ms_value"].notna() & merged["nb_value"].notna()]
     diff = (both["nb_value"] - both["ms_value"]).abs()
@@ -553,8 +570,9 @@ def _checksum_agreement(ms, nb) -> dict:
         nb = nb.assign(nb_same=math.nan)
     else:  # (read back from CSV: True, False, or empty)
         nb = nb.assign(nb_same=nb_same.map({True: 1.0, False: 0.0, "True": 1.0, "False": 0.0}))
-    merged = nb.merge(ms.assign(ms_same=same.astype(float))[["NPU Name", "ms_same"]], left_on="target_name",
-                      right_on="NPU Name")  # fmt: skip
+    ranks = ["rank"] if "rank" in ms.columns else []  # (several ranks: a name is one per rank)
+    merged = nb.merge(ms.assign(ms_same=same.astype(float))[["NPU Name", "ms_same", *ranks]],
+                      left_on=["target_name", *ranks], right_on=["NPU Name", *ranks])  # fmt: skip
     both = merged[merged["ms_same"].notna() & merged["nb_same"].notna()]
     return {
         "agreement_column": "NPU MD5",
@@ -684,8 +702,9 @@ def main() -> None:
         "--msprobe-pair",
         nargs=2,
         metavar=("TARGET", "BENCH"),
-        help="any msprobe pair (each a dump.json, or a rank, proc*, step or run folder holding one): nbprec compares "
-        "the paths as given, msprobe their dump.json files",
+        help="any msprobe pair (each a dump.json, or a rank, proc*, step or run folder holding one, or a step folder "
+        "of rank* folders): nbprec compares the paths as given, msprobe their dump.json files (a step folder of "
+        "ranks: the folder, in its distributed mode)",
     )
     parser.add_argument("--skip-msprobe", action="store_true", help="skip part (b)")
     parser.add_argument("--skip-synthetic", action="store_true", help="skip part (a)")

@@ -31,15 +31,19 @@ For the transformer, ``--checkpoint`` runs each block under activation checkpoin
 backward pass calls each block's forward again, and msprobe records those calls among the gradients), and
 ``--readout`` makes its loss a fixed random projection of the output, whose gradient does not vanish (the mean
 square of an RMS norm's output does not depend on its scale: every gradient below it is rounding noise).
-``--fault NAME:K:FACTOR`` plants a faulty kernel in the target run (:func:`plant_fault`): the op a comparison must
-blame. ``--list linear,softmax`` dumps those APIs only (msprobe's ``list``), as users do to keep dumps small.
+``--fault NAME:K:FACTOR`` plants a faulty kernel (or collective) in the target run (:func:`plant_fault`): the op a
+comparison must blame. ``--list linear,softmax`` dumps those APIs only (msprobe's ``list``), as users do to keep
+dumps small.
+``--ranks N`` runs each precision data parallel on N ranks (one process each, ``torch.distributed`` over gloo on
+the CPU; each rank its own inputs, the gradients all-reduced by ``torch.distributed.all_reduce``, which msprobe
+records), so each step folder holds ``rank0/`` to ``rank{N-1}/``; ``--fault-rank R`` plants the fault on rank R only.
 
 Usage::
 
     bench/.venv-msprobe/bin/python bench/msprobe_dump.py --out DIR [--layers 8] [--hidden 1024] [--task statistics|md5]
         [--target-dtype fp16] [--level L0|mix] [--backward] [--input-scale 30000]
         [--model resnet --channels 32 --image 48 | --model minilm | --model rnn] [--steps 2]
-        [--checkpoint] [--readout] [--fault softmax:2:1.15] [--list linear,softmax]
+        [--checkpoint] [--readout] [--fault softmax:2:1.15 [--fault-rank 1]] [--list linear,softmax] [--ranks 2]
 """
 
 from __future__ import annotations
@@ -157,13 +161,14 @@ def dump_config(task: str, level: str, out: Path, apis: list[str] | None = None)
     return config
 
 
-def build_run(args: argparse.Namespace, dtype):
+def build_run(args: argparse.Namespace, dtype, rank: int = 0):
     """The model of ``--model`` in ``dtype``, a function giving one step's inputs (a tuple of positional arguments,
-    or a dict of keyword arguments) and the step's loss from the model's output."""
+    or a dict of keyword arguments) and the step's loss from the model's output. Every rank has the same weights;
+    the inputs (but MiniLM's) are drawn for ``rank``: its shard of a data-parallel batch."""
     import torch
     from torch.nn import functional as F
 
-    gen = torch.Generator().manual_seed(args.seed + 1)
+    gen = torch.Generator().manual_seed(args.seed + 1 + 1000 * rank)
     if args.model == "minilm":  # the demo's MiniLM classifier (nbprec's package, found beside this script)
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from nbprec.demo.minilm import build_minilm
@@ -198,20 +203,32 @@ def build_run(args: argparse.Namespace, dtype):
 def plant_fault(spec: str) -> list[int]:
     """Plant ``spec`` (``NAME:K:FACTOR``) in this process's torch, before msprobe wraps its functions: the K-th call
     (from 0, counted over the run) of ``softmax`` takes its input times FACTOR; of ``softmax-grad`` returns the
-    right values but passes back its output's gradient times FACTOR; of ``rsqrt`` returns its result times FACTOR.
+    right values but passes back its output's gradient times FACTOR; of ``rsqrt`` returns its result times FACTOR;
+    of ``all_reduce`` (``torch.distributed``'s, with ``--ranks``) leaves its result times FACTOR in the tensor.
     A faulty kernel whose op a comparison should blame. Returns the count of calls made so far (a list of one)."""
     import torch
     from torch.nn import functional as F
 
     name, k, factor = spec.split(":")
     calls, at, factor = [0], int(k), float(factor)
-    if name not in ("softmax", "softmax-grad", "rsqrt"):
-        raise SystemExit(f"--fault {spec}: unknown function {name!r} (softmax, softmax-grad or rsqrt)")
+    if name not in ("softmax", "softmax-grad", "rsqrt", "all_reduce"):
+        raise SystemExit(f"--fault {spec}: unknown function {name!r} (softmax, softmax-grad, rsqrt or all_reduce)")
 
     def planted() -> bool:
         calls[0] += 1
         return calls[0] - 1 == at
 
+    if name == "all_reduce":  # (--ranks: the gradients' all-reduce; every rank's K-th call, by default)
+        all_reduce = torch.distributed.all_reduce
+
+        def faulty_all_reduce(tensor, *args, **kwargs):
+            work = all_reduce(tensor, *args, **kwargs)
+            if planted():
+                tensor.mul_(factor)
+            return work
+
+        torch.distributed.all_reduce = faulty_all_reduce
+        return calls
     if name == "rsqrt":
         rsqrt = torch.rsqrt
         torch.rsqrt = lambda x: rsqrt(x) * factor if planted() else rsqrt(x)
@@ -247,13 +264,20 @@ def dump_one(args: argparse.Namespace) -> None:
     from msprobe.pytorch import PrecisionDebugger
 
     torch.set_num_threads(1)
+    rank = args.rank
+    if args.ranks > 1:  # data parallel: this rank's process joins its run's group (gloo, on the CPU)
+        torch.distributed.init_process_group(
+            "gloo", init_method=(Path(args.out) / f"rendezvous_{args.dtype}").resolve().as_uri(),
+            rank=rank, world_size=args.ranks,
+        )  # fmt: skip
     planted = None
-    if args.fault and args.dtype == "bf16":  # (the target run only; before msprobe wraps torch's functions)
+    faulty_rank = args.fault_rank < 0 or args.fault_rank == rank
+    if args.fault and args.dtype == "bf16" and faulty_rank:  # (the target run; before msprobe wraps torch)
         planted = plant_fault(args.fault)
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.target_dtype]
     autocast = args.autocast and args.dtype == "bf16"  # (float32 weights, the low dtype where autocast casts)
     dtype = torch.float32 if autocast or args.dtype == "fp32" else low
-    model, next_inputs, loss_of = build_run(args, dtype)
+    model, next_inputs, loss_of = build_run(args, dtype, rank)
     out = Path(args.out) / args.dtype
     out.mkdir(parents=True, exist_ok=True)
     config = dump_config(args.task, args.level, out, [a for a in args.list.split(",") if a])
@@ -266,12 +290,16 @@ def dump_one(args: argparse.Namespace) -> None:
     for _ in range(args.steps):
         inputs = next_inputs()
         with torch.set_grad_enabled(args.backward):
-            debugger.start(rank_id=0, **modules)  # rank0/ rather than proc<pid>/ without torch.distributed
+            debugger.start(rank_id=rank, **modules)  # rank0/ rather than proc<pid>/ without torch.distributed
             with torch.autocast("cpu", dtype=low, enabled=autocast):
                 y = model(**inputs) if isinstance(inputs, dict) else model(*inputs)
                 loss = loss_of(y) if args.backward else None
             if args.backward:  # (a forward pass dumps the model's ops alone)
                 loss.backward()
+                if args.ranks > 1:  # the gradients averaged over the ranks, as data parallelism does
+                    for p in model.parameters():
+                        torch.distributed.all_reduce(p.grad)
+                        p.grad.div_(args.ranks)
             debugger.stop()
             debugger.step()
         if args.backward:  # the next step's weights
@@ -279,6 +307,8 @@ def dump_one(args: argparse.Namespace) -> None:
             optimizer.zero_grad()
     if planted is not None and planted[0] <= int(args.fault.split(":")[1]):
         raise SystemExit(f"--fault {args.fault}: the run made {planted[0]} such call(s), so nothing was planted")
+    if args.ranks > 1:
+        torch.distributed.destroy_process_group()
 
 
 #: The options each run's process gets from the command line (``--backward`` besides, a flag).
@@ -299,7 +329,9 @@ _PASSED_ON = (
     "image",
     "steps",
     "fault",
+    "fault_rank",
     "list",
+    "ranks",
 )
 
 
@@ -352,8 +384,18 @@ def main() -> None:
     parser.add_argument(
         "--fault",
         default="",
-        help="NAME:K:FACTOR, a planted fault in the target run (softmax, softmax-grad or rsqrt; see plant_fault)",
+        help="NAME:K:FACTOR, a fault planted in the target run: softmax, softmax-grad, rsqrt or all_reduce",
     )
+    parser.add_argument(
+        "--fault-rank", type=int, default=-1, help="with --ranks: the one rank the fault is planted in (default: all)"
+    )
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        default=1,
+        help="data-parallel ranks of each run (gloo on the CPU: one process each, gradients all-reduced)",
+    )
+    parser.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)  # (one rank's process)
     parser.add_argument(
         "--list", default="", help="msprobe's list: the APIs dumped, comma-separated (e.g. linear,softmax; default all)"
     )
@@ -361,13 +403,17 @@ def main() -> None:
     if args.dtype:
         dump_one(args)
         return
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    for dtype in ("fp32", "bf16"):  # (a rendezvous file left by an earlier run would hang the new one)
+        (Path(args.out) / f"rendezvous_{dtype}").unlink(missing_ok=True)
     procs = []
     for dtype in ("fp32", "bf16"):  # in parallel: each is mostly single-threaded hook overhead
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--dtype", dtype]
-        for key in _PASSED_ON:
-            cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
-        cmd += [f"--{flag}" for flag in ("backward", "autocast", "checkpoint", "readout") if getattr(args, flag)]
-        procs.append((dtype, subprocess.Popen(cmd)))
+        for rank in range(args.ranks):
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--dtype", dtype, "--rank", str(rank)]
+            for key in _PASSED_ON:
+                cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+            cmd += [f"--{flag}" for flag in ("backward", "autocast", "checkpoint", "readout") if getattr(args, flag)]
+            procs.append((dtype if args.ranks == 1 else f"{dtype} rank {rank}", subprocess.Popen(cmd)))
     failed = [dtype for dtype, proc in procs if proc.wait() != 0]
     if failed:
         sys.exit(f"msprobe dump failed for {', '.join(failed)}")

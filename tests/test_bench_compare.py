@@ -86,16 +86,43 @@ def test_an_md5_pair_nbprec_compares_by_statistics_is_not_held_to_checksums(benc
 
 
 def test_a_given_pairs_dump_json_is_found_in_any_layout_msprobe_writes(bench_compare, tmp_path):
-    """``--msprobe-pair`` takes a user's pair as it lies (``msprobe compare -tp -gp`` wants each side's dump.json):
-    the run, step, rank or ``proc{pid}`` folder, or the file; anything but one dump.json is refused, saying why."""
+    """``--msprobe-pair`` takes a user's pair as it lies (``msprobe compare -tp -gp`` wants each side's dump.json,
+    or a step folder of ranks): the run, step, rank or ``proc{pid}`` folder, or the file; a step folder of several
+    ranks is given to msprobe as it is; anything else holding several dump.json files is refused, saying why."""
     import shutil
 
     run = tmp_path / "run"
     shutil.copytree(FIXTURES / "fp32_md5_L1/step0/rank0", run / "step0/proc812")
     found = run / "step0/proc812/dump.json"
     for given in (run, run / "step0", run / "step0/proc812", found):
-        assert bench_compare.only_dump_json(given) == found
+        assert bench_compare.msprobe_dump_jsons(given) == (found, [found])
     shutil.copytree(FIXTURES / "fp32_md5_L1/step0/rank0", run / "step1/proc812")
-    with pytest.raises(SystemExit, match=r"found 2; pass one rank or proc\* folder of each run, or its dump\.json"):
-        bench_compare.only_dump_json(run)
-    assert bench_compare.only_dump_json(run / "step1") == run / "step1/proc812/dump.json"
+    with pytest.raises(SystemExit, match=r"found 2; pass one rank, proc\* or step folder of each run"):
+        bench_compare.msprobe_dump_jsons(run)
+    one = run / "step1/proc812/dump.json"
+    assert bench_compare.msprobe_dump_jsons(run / "step1") == (one, [one])
+    ranks = tmp_path / "ranks/step0"
+    for rank in (0, 1):
+        shutil.copytree(FIXTURES / "fp32_md5_L1/step0/rank0", ranks / f"rank{rank}")
+    assert bench_compare.msprobe_dump_jsons(ranks) == (ranks, [ranks / "rank0/dump.json", ranks / "rank1/dump.json"])
+    with pytest.raises(SystemExit, match="found 2"):  # (the run folder above it: msprobe takes a step's ranks)
+        bench_compare.msprobe_dump_jsons(ranks.parent)
+
+
+def test_msprobe_csvs_of_several_ranks_are_read_with_their_rank(bench_compare, tmp_path):
+    """msprobe's comparison of a step folder of ranks writes one ``compare_result_rank{N}_*.csv`` a rank: the
+    agreement check reads them all, each row with its rank, and pairs nbprec's rows by rank and name (the same
+    tensor name is in every rank)."""
+    import pandas as pd
+
+    for rank, cosine in ((0, 0.5), (1, 0.25)):
+        pd.DataFrame({"NPU Name": ["a.output.0"], "Cosine": [cosine]}).to_csv(
+            tmp_path / f"compare_result_rank{rank}_20261207.csv", index=False
+        )
+    ms = bench_compare.read_msprobe_csv(tmp_path)
+    assert ms.sort_values("rank")[["rank", "Cosine"]].values.tolist() == [[0, 0.5], [1, 0.25]]
+    nb = pd.DataFrame({"target_name": ["a.output.0", "a.output.0"], "rank": [1, 0], "cosine": [0.25, 0.5]})
+    found = bench_compare.agreement(ms, nb)
+    assert (found["matched"], found["diff_max"]) == (2, 0.0)
+    swapped = bench_compare.agreement(ms, nb.assign(rank=[0, 1]))  # (paired by name alone, it could not tell)
+    assert swapped["diff_max"] == 0.25

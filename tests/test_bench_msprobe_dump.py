@@ -124,6 +124,42 @@ def test_a_planted_fault_changes_the_one_call_it_names(msprobe_dump, monkeypatch
         msprobe_dump.plant_fault("gelu:0:2")
 
 
+def test_each_rank_draws_its_own_shard_of_one_batch(msprobe_dump):
+    # --ranks: every rank has the same weights and its own inputs, and the gradients averaged over the ranks (what
+    # the all-reduce and the division make) are those of one run over all the ranks' inputs
+    torch = pytest.importorskip("torch")
+    args = msprobe_dump_args("transformer", readout=True)
+    runs = [msprobe_dump.build_run(args, torch.float64, rank) for rank in (0, 1)]
+    (a, a_inputs, loss_of), (b, b_inputs, _) = runs
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    (x0,), (x1,) = a_inputs(), b_inputs()
+    assert not torch.equal(x0, x1)
+    assert torch.equal(msprobe_dump.build_run(args, torch.float64, 1)[1]()[0], x1)  # (seeded by the rank)
+    for net, x in ((a, x0), (b, x1)):
+        loss_of(net(x)).backward()
+    whole = msprobe_dump.build_run(args, torch.float64, 0)[0]
+    loss_of(whole(torch.cat([x0, x1]))).backward()
+    averaged = [(p.grad + q.grad) / 2 for p, q in zip(a.parameters(), b.parameters(), strict=True)]
+    assert all(torch.allclose(g, p.grad) for g, p in zip(averaged, whole.parameters(), strict=True))
+
+
+def test_a_planted_all_reduce_fault_scales_its_kth_result(msprobe_dump, monkeypatch, tmp_path):
+    # --fault all_reduce:K:FACTOR (with --ranks): the K-th all-reduce's result is left times FACTOR in its tensor,
+    # the others are the plain sum (a one-rank gloo group here: the sum of one)
+    torch = pytest.importorskip("torch")
+    dist = torch.distributed
+    monkeypatch.setattr(dist, "all_reduce", dist.all_reduce)  # (restored after the test)
+    dist.init_process_group("gloo", init_method=(tmp_path / "rendezvous").as_uri(), rank=0, world_size=1)
+    try:
+        msprobe_dump.plant_fault("all_reduce:1:1.5")
+        values = [torch.full((3,), 2.0) for _ in range(3)]
+        for v in values:
+            dist.all_reduce(v)
+        assert [float(v[0]) for v in values] == [2.0, 3.0, 2.0]
+    finally:
+        dist.destroy_process_group()
+
+
 def msprobe_dump_args(model: str, **options):
     import argparse
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from nbprec._record import Record
 from nbprec.columns import Columns, text_table
-from nbprec.compare.culprit import failing_mask, onset_position
+from nbprec.compare.culprit import INHERIT_FACTOR, failing_mask, onset_position
 from nbprec.compare.presence import BOTH, Missing, missing_by_kind, presence
 from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, Table, column
 
@@ -64,6 +64,11 @@ COLLECTIVE_OP_TYPES = frozenset(
 
 #: What the summary says of a (step, rank) whose first failing op is a collective with agreeing inputs.
 COLLECTIVE_NOTE = "collective: the error comes from another rank"
+#: ... when the same call's inputs agree on every rank that ran it (:func:`collective_changed_data`).
+COLLECTIVE_SELF_NOTE = "collective: its inputs agree on every rank; it changed the data itself"
+#: The collectives that sum the ranks' data (lower case).
+_REDUCING = frozenset({"all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor", "hcomallreduce",
+                       "hcomreducescatter"})  # fmt: skip
 
 #: Columns of the per-(step, rank) table, in order.
 RUN_COLUMNS = (
@@ -92,6 +97,31 @@ RUN_COLUMNS = (
 def is_collective(op_type: object) -> bool:
     """Whether an op type is a collective (all_reduce, all_gather, ...): its output mixes every rank's data."""
     return str(op_type).lower() in COLLECTIVE_OP_TYPES
+
+
+def collective_changed_data(table: Table, ops: Table, position: int) -> bool:
+    """Whether the collective at ``position`` (in ``ops``; its inputs agree on its rank and its output does not)
+    changed the data itself, rather than passing on another rank's error: the same call (its name, at its step)
+    was compared on two ranks or more, its inputs pass on every one of them, and its output's error is more than
+    :data:`~nbprec.compare.culprit.INHERIT_FACTOR` times the largest of theirs, times, for a collective that sums
+    the ranks' data, the sum's condition: the ranks' input norms added up over the output's (the benchmark's), by
+    which contributions that cancel may magnify their small errors (see :mod:`nbprec.compare.conditioning`). A
+    collective seen on one rank only cannot be told apart from its other ranks' contributions: ``False``."""
+    name, step, rank = ops["op"][position], ops["step"][position], ops["rank"][position]
+    same = np.flatnonzero((ops["op"] == name) & (ops["step"] == step))
+    if len(same) < 2 or not (column(ops, "in_status", object)[same] == STATUS_PASS).all():
+        return False
+    in_error = np.nanmax(column(ops, "in_error", np.float64)[same], initial=0.0)
+    out_error = float(column(ops, "out_error", np.float64)[position])
+    condition = 1.0
+    if str(ops["op_type"][position]).lower() in _REDUCING and "bench_norm" in table:
+        rows = np.flatnonzero((table["op"] == name) & (table["step"] == step))
+        role, norm = column(table, "role", object)[rows], np.abs(column(table, "bench_norm", np.float64)[rows])
+        out_norm = norm[(role == "output") & (table["rank"][rows] == rank)]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.nansum(norm[role == "input"]) / out_norm[0] if len(out_norm) else np.nan
+        condition = float(ratio) if np.isfinite(ratio) and ratio > 1.0 else 1.0
+    return bool(np.isfinite(out_error) and out_error > INHERIT_FACTOR * condition * in_error)
 
 
 def where(row: Any) -> str:
@@ -322,7 +352,8 @@ def summarize_runs(comp: Comparison) -> RunSummary:
                 first_failing_order[run] = int(ops["order"][position])
                 first_failing_origin[run] = str(ops["origin"][position])
                 if ops["origin"][position] == "introduced" and is_collective(ops["op_type"][position]):
-                    note[run] = COLLECTIVE_NOTE
+                    itself = collective_changed_data(table, ops, position)
+                    note[run] = COLLECTIVE_SELF_NOTE if itself else COLLECTIVE_NOTE
         out[name] = names
         if name == "first_failing_op":
             out["first_failing_order"], out["first_failing_origin"] = first_failing_order, first_failing_origin
@@ -369,8 +400,10 @@ def _first_overflow(summary: Columns) -> tuple[int, int] | None:
 __all__ = [
     "COLLECTIVE_NOTE",
     "COLLECTIVE_OP_TYPES",
+    "COLLECTIVE_SELF_NOTE",
     "RUN_COLUMNS",
     "RunSummary",
+    "collective_changed_data",
     "first_failing_across",
     "first_failing_position",
     "is_collective",

@@ -25,10 +25,16 @@ from nbprec.compare.culprit import INHERIT_FACTOR
 from nbprec.compare.findings import DIFFERENT_SHAPES_SHARE, UNMATCHED_SHARE, Finding, comparability, text_values
 from nbprec.compare.presence import BOTH, missing_by_kind, presence
 from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, column
-from nbprec.compare.runs import first_failing_position, is_collective, op_at, where
+from nbprec.compare.runs import collective_changed_data, first_failing_position, is_collective, op_at, where
 
 if TYPE_CHECKING:
     from nbprec.compare.comparison import Comparison
+
+#: What a collective whose inputs agree on every rank did (:func:`~nbprec.compare.runs.collective_changed_data`).
+_CHANGED = ("the collective itself changed the data (a faulty collective, a reduction in a lower precision than "
+            "the benchmark's, or another reduction than the benchmark's)")  # fmt: skip
+_CHECK_COLLECTIVE = ("check the collective: its reduction op and dtype, and the communication library's settings, "
+                     "HCCL's on an NPU, against the sum of the ranks' inputs")  # fmt: skip
 
 #: Finding code -> the few words the headline gives it.
 _SHORT = {
@@ -144,6 +150,16 @@ def _why(op: dict[str, Any], table: Columns, rows: np.ndarray) -> str:
     return f"{inputs}, its output's statistics differ by {out_err:.3g} (relative){detail}"
 
 
+def _earlier(ops: Columns, op: dict[str, Any]) -> np.ndarray:
+    """Which ops ran before ``op`` (a row of ``ops``) in its step and rank, as a boolean mask over ``ops``."""
+    return (ops["step"] == op["step"]) & (ops["rank"] == op["rank"]) & (ops["order"] < op["order"])
+
+
+def _named(op: dict[str, Any], several: bool) -> str:
+    """``OP (TYPE)``, or ``OP (TYPE, step S, rank R)`` when the comparison spans several steps or ranks."""
+    return f"{op['op']} ({op.get('op_type', '') or '?'}{', ' + where(op) if several else ''})"
+
+
 def _ni(comp: Comparison, op: str) -> str:
     """The ``nbprec ni`` command that shows ``op`` of this comparison's two runs (names quoted for a shell)."""
     target, bench = (shlex.quote(str(comp.meta.get(side, side.upper()))) for side in ("target", "bench"))
@@ -159,11 +175,16 @@ def _introduced_later(comp: Comparison, table: Columns) -> tuple[str, str]:
     """When the first failing op did not introduce its error: a sentence naming the first op that introduces one
     of its own later in the run (a kernel's fault behind the build-up), and the command to look at it; ('', '')
     when there is none."""
-    op = comp.op(first_failing_position(comp._ops_columns, origin="introduced"))  # (a dict: no pandas)
+    ops = comp._ops_columns
+    position = first_failing_position(ops, origin="introduced")
+    op = comp.op(position)  # (a dict: no pandas)
     if op is None:
         return "", ""
-    sentence = (f" The first op to introduce an error of its own comes later: {op_at(op, comp.several_runs)} "
-                f"({op.get('op_type', '') or '?'}): {_why(op, table, _op_rows(table, op))}.")  # fmt: skip
+    sentence = (f" The first op to introduce an error of its own comes later: {_named(op, comp.several_runs)}: "
+                f"{_why(op, table, _op_rows(table, op))}.")  # fmt: skip
+    if is_collective(op.get("op_type", "")) and collective_changed_data(table, ops, position):
+        sentence = f"{sentence[:-1]}; its inputs agree on every rank that ran it: {_CHANGED}."
+        return sentence, f"{_ni(comp, op['op'])} (the error it introduced; {_CHECK_COLLECTIVE}); "
     return sentence, f"{_ni(comp, op['op'])} (the error it introduced); "
 
 
@@ -175,15 +196,14 @@ def _grew_at(comp: Comparison, first: dict[str, Any]) -> tuple[str, str]:
     ops, index = comp._ops_columns, comp.op_index
     arriving = float(first.get("in_error", np.nan))
     in_error, out_error = column(ops, "in_error", np.float64), column(ops, "out_error", np.float64)
-    before = (ops["step"] == first["step"]) & (ops["rank"] == first["rank"]) & (ops["order"] < first["order"])
-    before &= (ops["status"] == STATUS_PASS) & ~index.container & ~index.gradient_only
+    before = _earlier(ops, first) & (ops["status"] == STATUS_PASS) & ~index.container & ~index.gradient_only
     with np.errstate(invalid="ignore"):
         grew = before & (out_error >= 0.5 * arriving) & (out_error > INHERIT_FACTOR * index.condition * in_error)
     if not np.isfinite(arriving) or not grew.any():
         return "", ""
     op = comp.op(int(np.flatnonzero(grew)[np.argmax(out_error[grew])]))
     came = "inputs that agree exactly" if op["in_error"] == 0 else f"its inputs' {op['in_error']:.3g}"
-    sentence = (f" The largest jump before it is at {op_at(op, comp.several_runs)} ({op.get('op_type', '') or '?'}), "
+    sentence = (f" The largest jump before it is at {_named(op, comp.several_runs)}, "
                 f"which passes the rule: its output's error is {op['out_error']:.3g}, from {came}.")  # fmt: skip
     return (
         sentence,
@@ -229,6 +249,11 @@ def verdict(comp: Comparison) -> Verdict:
     after = int(((ops["status"] == STATUS_FAIL) & later & ~ops["explained"]).sum())
     kind = (str(first.get("op_type", "")) or "?") + (f", {where(first)}" if several else "")
     if first["origin"] == "introduced" and is_collective(first.get("op_type", "")):
+        if collective_changed_data(table, ops, position):
+            headline = (f"{first['op']} ({kind}) is the first op that fails: {_why(first, table, rows)}. It is a "
+                        f"collective, and its inputs agree on every rank that ran it: {_CHANGED}; {after} failing "
+                        f"op(s) after it inherit it.{note}")  # fmt: skip
+            return Verdict("failure", headline, f"{_ni(comp, first['op'])}; then {_CHECK_COLLECTIVE}", findings)
         headline = (f"{first['op']} ({kind}) is the first op that fails: {_why(first, table, rows)}. It is a "
                     "collective: its output mixes every rank's data, so the error comes from another rank's "
                     f"contribution, not from this rank; {after} failing op(s) after it inherit it.{note}")  # fmt: skip
@@ -328,8 +353,7 @@ def _unmatched_before(comp: Comparison, position: int) -> dict[str, Any] | None:
     be the input that differs); else ``None``."""
     ops = comp._ops_columns
     op = comp.op(position)
-    before = (ops["step"] == op["step"]) & (ops["rank"] == op["rank"]) & (ops["order"] < op["order"])
-    before &= ~comp.op_index.container
+    before = _earlier(ops, op) & ~comp.op_index.container
     alone = column(ops, "bench_op", object) == ""
     if not (before & alone).any():
         return None
@@ -345,8 +369,7 @@ def _where_unrecorded(comp: Comparison, position: int) -> str:
     if parent < 0:
         return ""
     ops, up = comp._ops_columns, comp.op_index.parent
-    earlier = np.flatnonzero((ops["step"] == ops["step"][position]) & (ops["rank"] == ops["rank"][position])
-                             & (ops["order"] < ops["order"][position]))  # fmt: skip
+    earlier = np.flatnonzero(_earlier(ops, comp.op(position)))
     chain, inside = up[earlier], np.zeros(len(earlier), dtype=bool)
     while (chain >= 0).any():  # (module calls nest a few levels deep)
         inside |= chain == parent

@@ -19,11 +19,12 @@ import nbprec
 from nbprec.cli import main
 from nbprec.compare.culprit import first_failing
 from nbprec.compare.presence import presence
-from nbprec.compare.runs import COLLECTIVE_NOTE, first_failing_across
+from nbprec.compare.runs import COLLECTIVE_NOTE, COLLECTIVE_SELF_NOTE, collective_changed_data, first_failing_across
 from nbprec.report import sections
 
 MULTI = Path(__file__).resolve().parents[1] / "fixtures" / "multirank"
 MSPROBE, NATIVE = MULTI / "msprobe", MULTI / "nbprec"
+DP = MULTI / "msprobe_dp"  # (made by bench/msprobe_dump.py --ranks 2: its README)
 RELU = {"msprobe": "Torch.relu.0.forward", "nbprec": "Functional.relu.0.forward"}
 #: rank 0's first failing op at step 1: msprobe sees the all-reduce, nbprec the division after it
 RANK0_FIRST = {"msprobe": "Distributed.all_reduce.0.forward", "nbprec": "Tensor.div_.0.forward"}
@@ -95,6 +96,59 @@ def test_the_verdict_names_the_step_and_rank(fault) -> None:
         1,
         1,
     ]
+
+
+def test_ops_the_verdict_names_besides_the_first_carry_their_step_and_rank() -> None:
+    """A data-parallel training step of two ranks (``msprobe_dp/planted_rsqrt``) whose rank 1 runs a planted fault
+    the rule passes (its fourth rsqrt's result times 1.05): the verdict names the op where the error jumped and the
+    op that introduces one later, each as ``OP (TYPE, step S, rank R)``, as it names the first failing op (it wrote
+    ``Torch.rsqrt.3.forward (step 0, rank 1) (rsqrt)`` before 2026-12-07)."""
+    comp = compare(DP / "planted_rsqrt", DP / "fp32")
+    assert comp.runs().row(0, 0)["failing_ops"] == 0 and comp.runs().row(0, 1)["failing_ops"] > 0
+    headline = comp.verdict().headline
+    assert headline.startswith("Tensor.__mul__.11.forward (__mul__, step 0, rank 1) is the first op that fails, but")
+    assert "The largest jump before it is at Torch.rsqrt.3.forward (rsqrt, step 0, rank 1), which passes" in headline
+    assert "comes later: Torch.rsqrt.4.backward (rsqrt, step 0, rank 1): its inputs" in headline
+    assert ") (" not in headline
+
+
+def test_a_collective_whose_inputs_agree_on_every_rank_changed_the_data_itself() -> None:
+    """A faulty all-reduce (``tests/fixtures/multirank/msprobe_dp/collective``: the target's sixth all-reduce
+    leaves its sum times 1.2 on both ranks). Its inputs agree on both ranks, so no rank's contribution is to blame,
+    and until 2026-12-07 the verdict and the summary said "the error comes from another rank" on each rank. They now
+    say that the collective changed the data itself, and what to check."""
+    comp = compare(DP / "collective", DP / "fp32")
+    first = comp.first_failing_op()
+    assert (first["op"], first["step"], first["rank"], first["origin"]) == ("Distributed.all_reduce.5.forward", 0, 0,
+                                                                            "introduced")  # fmt: skip
+    verdict = comp.verdict()
+    assert "its inputs agree on every rank that ran it: the collective itself changed the data" in verdict.headline
+    assert "another rank" not in verdict.headline
+    assert verdict.next_step.endswith(
+        "then check the collective: its reduction op and dtype, and the communication "
+        "library's settings, HCCL's on an NPU, against the sum of the ranks' inputs"
+    )
+    assert comp.runs().row(0, 0)["note"] == comp.runs().row(0, 1)["note"] == COLLECTIVE_SELF_NOTE
+
+
+def test_a_collective_is_told_apart_by_the_error_its_inputs_could_make() -> None:
+    """What the collective's output may inherit: the ranks' input errors, magnified by a sum whose contributions
+    cancel (the ranks' input norms added up over the output's). With the benchmark's input norms made 100 times
+    larger (a sum that cancels that much), the same errors no longer say the collective changed the data; on the
+    fault of rank 1 (``msprobe/fault``), rank 0's all-reduce has agreeing inputs but rank 1's do not."""
+    comp = compare(DP / "collective", DP / "fp32")
+    ops, table = comp._ops_columns, comp._cols
+    position = int(np.flatnonzero((ops["op"] == "Distributed.all_reduce.5.forward") & (ops["rank"] == 0))[0])
+    assert collective_changed_data(table, ops, position)
+    inputs = (table["op"] == "Distributed.all_reduce.5.forward") & (table["role"] == "input")
+    norms = table["bench_norm"].astype(np.float64)
+    assert inputs.sum() == 2 and np.isfinite(norms[inputs]).all()
+    cancelling = table.assign(bench_norm=np.where(inputs, 100.0 * norms, norms))
+    assert not collective_changed_data(cancelling, ops, position)
+    fault = compare(MSPROBE / "fault", MSPROBE / "fp32")
+    ops = fault._ops_columns
+    position = int(np.flatnonzero((ops["op"] == RANK0_FIRST["msprobe"]) & (ops["rank"] == 0) & (ops["step"] == 1))[0])
+    assert not collective_changed_data(fault._cols, ops, position)
 
 
 def test_a_collective_is_not_where_the_error_arose() -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from nbprec._record import Record
 from nbprec.columns import Columns, text_in
-from nbprec.compare.culprit import INHERIT_FACTOR
+from nbprec.compare.culprit import INHERIT_FACTOR, failing_mask
 from nbprec.compare.findings import DIFFERENT_SHAPES_SHARE, UNMATCHED_SHARE, Finding, comparability, text_values
 from nbprec.compare.presence import BOTH, missing_by_kind, presence
 from nbprec.compare.rules import STATUS_FAIL, STATUS_PASS, column
@@ -171,21 +171,59 @@ def _op_rows(table: Columns, op: dict[str, Any]) -> np.ndarray:
     return np.flatnonzero((table["op"] == op["op"]) & (table["step"] == op["step"]) & (table["rank"] == op["rank"]))
 
 
-def _introduced_later(comp: Comparison, table: Columns) -> tuple[str, str]:
-    """When the first failing op did not introduce its error: a sentence naming the first op that introduces one
-    of its own later in the run (a kernel's fault behind the build-up), and the command to look at it; ('', '')
-    when there is none."""
+#: How many candidates :func:`_later_fault` examines at most (each collective among them scans the ops once).
+_LATER_CANDIDATES = 32
+
+
+def _saved_inputs_pass(ops: Columns, positions: list[int]) -> dict[int, bool]:
+    """For each backward op among ``positions``: whether the inputs of its forward call (the same call's
+    ``.forward`` record, at its step and rank) pass, or are not recorded. Its gradient is made from the tensors that
+    call saved, which are not among its compared inputs: a loss's gradient, given the same 1.0 in both runs, from
+    logits that differ, looks introduced."""
+    names = ops["op"]
+    wanted = {}
+    for position in positions:
+        name = str(names[position])
+        if ops["direction"][position] == "backward" and ".backward" in name:
+            head, _, tail = name.rpartition(".backward")
+            wanted[position] = f"{head}.forward{tail}"
+    if not wanted:
+        return {}
+    looked = set(wanted.values())
+    rows = [i for i, name in enumerate(names.tolist()) if name in looked]
+    in_status, step, rank = column(ops, "in_status", object), ops["step"], ops["rank"]
+    passes: dict[tuple, bool] = {}
+    for i in rows:
+        key = (names[i], step[i], rank[i])
+        passes[key] = passes.get(key, True) and in_status[i] == STATUS_PASS
+    return {p: passes.get((name, step[p], rank[p]), True) for p, name in wanted.items()}
+
+
+def _later_fault(comp: Comparison, table: Columns, first: dict[str, Any]) -> tuple[str, str]:
+    """The next op after ``first`` (by step, order and rank) that fails and made its error on its own: a kernel's
+    fault behind a build-up, or a second fault that fixing the first would leave. Not ``first``'s own call on other
+    ranks, a collective that passes on another rank's error, or a backward op whose forward call's inputs already
+    differ (:func:`_saved_inputs_pass`); the first :data:`_LATER_CANDIDATES` candidates are examined. Returns its
+    name and why it is blamed, and the command to look at it; ('', '') when there is none."""
     ops = comp._ops_columns
-    position = first_failing_position(ops, origin="introduced")
-    op = comp.op(position)  # (a dict: no pandas)
-    if op is None:
-        return "", ""
-    sentence = (f" The first op to introduce an error of its own comes later: {_named(op, comp.several_runs)}: "
-                f"{_why(op, table, _op_rows(table, op))}.")  # fmt: skip
-    if is_collective(op.get("op_type", "")) and collective_changed_data(table, ops, position):
-        sentence = f"{sentence[:-1]}; its inputs agree on every rank that ran it: {_CHANGED}."
-        return sentence, f"{_ni(comp, op['op'])} (the error it introduced; {_CHECK_COLLECTIVE}); "
-    return sentence, f"{_ni(comp, op['op'])} (the error it introduced); "
+    step, order, rank = ops["step"], ops["order"], ops["rank"]
+    later = (order > first["order"]) | ((order == first["order"]) & (rank > first["rank"]))
+    later = (step > first["step"]) | ((step == first["step"]) & later)
+    found = np.flatnonzero(failing_mask(ops, origin="introduced") & later
+                           & ~((ops["op"] == first["op"]) & (step == first["step"])))  # fmt: skip
+    found = found[np.lexsort((rank[found], order[found], step[found]))][:_LATER_CANDIDATES].tolist()
+    saved = _saved_inputs_pass(ops, found)
+    for position in found:
+        collective = is_collective(ops["op_type"][position])
+        if not saved.get(position, True) or (collective and not collective_changed_data(table, ops, position)):
+            continue
+        op = comp.op(position)  # (a dict: no pandas)
+        said = f"{_named(op, comp.several_runs)}: {_why(op, table, _op_rows(table, op))}"
+        if collective:  # (its inputs agree on every rank)
+            return (f"{said}; its inputs agree on every rank that ran it: {_CHANGED}.",
+                    f"{_ni(comp, op['op'])} (the error it introduced; {_CHECK_COLLECTIVE})")  # fmt: skip
+        return f"{said}.", f"{_ni(comp, op['op'])} (the error it introduced)"
+    return "", ""
 
 
 def _grew_at(comp: Comparison, first: dict[str, Any]) -> tuple[str, str]:
@@ -263,8 +301,11 @@ def verdict(comp: Comparison) -> Verdict:
             step = "look at what the other ranks send into it: their ops before it, and ops the dumps do not record"
         return Verdict("failure", headline, step, findings)
     if first["origin"] == "introduced":
+        second, look = _later_fault(comp, table, first)
+        if second:
+            second, look = f" Another op introduces an error of its own later: {second}", f"; then {look}"
         headline = (f"{first['op']} ({kind}) is the first op that fails: {_why(first, table, rows)}. It introduced "
-                    f"the error; {after} failing op(s) after it inherit it.{note}")  # fmt: skip
+                    f"the error; {after} failing op(s) after it inherit it.{second}{note}")  # fmt: skip
         made = not text_in(text_values(table, "role")[rows], ("input",)).any()  # (from data, not tensors)
         if made:
             step = f"{_ni(comp, first['op'])}; then check the data it was made from"
@@ -273,7 +314,7 @@ def verdict(comp: Comparison) -> Verdict:
             step = f"nbprec isolate {target} {first['op']} (re-run on its own inputs in float64: kernel or rounding?)"
         else:
             step = f"{_ni(comp, first['op'])}; then keep it in float32 or check its kernel"
-        return Verdict("failure", headline, step, findings)
+        return Verdict("failure", headline, step + look, findings)
     if first["origin"] == "unknown":
         headline = (f"{first['op']} ({kind}) is the first op that fails; some of its inputs could not be compared "
                     "(no counterpart, or unreadable), so whether it introduced the error or inherited it from them "
@@ -292,7 +333,9 @@ def verdict(comp: Comparison) -> Verdict:
         return Verdict("failure", headline, f"{_ni(comp, module + '.backward.0')} (and its forward "
                        "call): which gradient or input differs first", findings)  # fmt: skip
     in_cosine = _number(first.get("in_cosine", np.nan))
-    later, look = _introduced_later(comp, table)
+    later, look = _later_fault(comp, table, first)
+    if later:
+        later, look = f" The first op to introduce an error of its own comes later: {later}", f"{look}; "
     if first.get("in_status") == STATUS_PASS:  # its inputs were compared and passed, carrying most of its error
         if np.isfinite(first.get("in_rel_euclidean", np.nan)):
             carried = (f"input cosine {in_cosine}, RED {_number(first['in_rel_euclidean'], 3)}; output RED "

@@ -281,7 +281,9 @@ def dump_one(args: argparse.Namespace) -> None:
     out = Path(args.out) / args.dtype
     out.mkdir(parents=True, exist_ok=True)
     config = dump_config(args.task, args.level, out, [a for a in args.list.split(",") if a])
-    config_path = Path(args.out) / f"config_{args.dtype}.json"
+    # one config file a process (with four ranks, a rank read another's file half written and failed)
+    ranked = f"_rank{rank}" if args.ranks > 1 else ""
+    config_path = Path(args.out) / f"config_{args.dtype}{ranked}.json"
     config_path.write_text(json.dumps(config, indent=1))
     debugger = PrecisionDebugger(config_path=str(config_path))
     modules = {"model": model} if args.level != "L1" else {}  # (msprobe hooks the modules of this model)

@@ -300,8 +300,9 @@ def dump_one(args: argparse.Namespace) -> None:
                 loss.backward()
                 if args.ranks > 1:  # the gradients averaged over the ranks, as data parallelism does
                     for p in model.parameters():
-                        torch.distributed.all_reduce(p.grad)
-                        p.grad.div_(args.ranks)
+                        if p.grad is not None:  # (a parameter the step did not use has none)
+                            torch.distributed.all_reduce(p.grad)
+                            p.grad.div_(args.ranks)
             debugger.stop()
             debugger.step()
         if args.backward:  # the next step's weights

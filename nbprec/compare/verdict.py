@@ -180,13 +180,11 @@ def _saved_inputs_pass(ops: Columns, positions: list[int]) -> dict[int, bool]:
     ``.forward`` record, at its step and rank) pass, or are not recorded. Its gradient is made from the tensors that
     call saved, which are not among its compared inputs: a loss's gradient, given the same 1.0 in both runs, from
     logits that differ, looks introduced."""
+    from nbprec.formats.msprobe_keys import forward_name  # (here: a native pair's command has no other use for it)
+
     names = ops["op"]
-    wanted = {}
-    for position in positions:
-        name = str(names[position])
-        if ops["direction"][position] == "backward" and ".backward" in name:
-            head, _, tail = name.rpartition(".backward")
-            wanted[position] = f"{head}.forward{tail}"
+    wanted = {p: forward_name(str(names[p])) for p in positions if ops["direction"][p] == "backward"}
+    wanted = {p: name for p, name in wanted.items() if name != names[p]}  # (a name without its forward call's)
     if not wanted:
         return {}
     looked = set(wanted.values())

@@ -61,4 +61,11 @@ def _is_index(text: str) -> bool:
     return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
 
 
-__all__ = ["parse_op_key"]
+def forward_name(op: str) -> str:
+    """The forward call of an op name: ``Functional.linear.3.backward`` -> ``Functional.linear.3.forward``,
+    ``Module.fc.Linear.backward.0`` -> ``Module.fc.Linear.forward.0``; any other name as it is."""
+    head, sep, tail = op.rpartition(".backward")
+    return f"{head}.forward{tail}" if sep and (not tail or tail.startswith(".")) else op
+
+
+__all__ = ["forward_name", "parse_op_key"]

@@ -32,6 +32,7 @@ from typing import Any
 import pandas as pd
 
 from nbprec.errors import NbprecError
+from nbprec.formats.msprobe_keys import forward_name
 
 FP16_MAX = 65504.0
 
@@ -219,7 +220,7 @@ def _wrapper_snippet(modules: list[str], loose_ops: list[str], device_type: str)
         lines.append("    keep_float32(model.get_submodule(path))")
     forwards: dict[str, str] = {}
     for op in loose_ops:
-        fwd = op.replace(".backward", ".forward") if ".backward" in op else op
+        fwd = forward_name(op)
         forwards.setdefault(fwd, f" (its backward {op} overflowed)" if fwd != op else "")
     for op, why in forwards.items():
         lines += [

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nbprec.formats._files import error_text, shown
+from nbprec.formats.msprobe_keys import forward_name  # (the remedies' modules import it from here)
 from nbprec.remedy.kinds import CASTS, MOVES_VALUES
 from nbprec.remedy.setup import RemedyError
 
@@ -35,12 +36,6 @@ OP_NAME = re.compile(r"\b(?:Functional|Tensor|Torch)\.[A-Za-z_][\w]*\.\d+\.(?:fo
 MODULE_NAME = re.compile(r"\bModule\.[\w.]+?\.(?:forward|backward)\.\d+\b")
 _SCALE = re.compile(r"init_scale\s*=\s*([0-9.eE+-]+)")
 _PATHS = re.compile(r"for path in (\[[^\]]*\])")
-
-
-def forward_name(op: str) -> str:
-    """The forward op of an op name (``Functional.linear.3.backward`` -> ``Functional.linear.3.forward``)."""
-    head, sep, tail = op.rpartition(".backward")
-    return f"{head}.forward{tail}" if sep and (not tail or tail.startswith(".")) else op
 
 
 def module_path(name: str) -> str | None:

@@ -36,6 +36,8 @@ scaler = torch.amp.GradScaler(init_scale=65536)  # keeps max|grad|*scale < 65504
 def test_names_map_to_forward_ops_and_module_paths():
     assert forward_name("Functional.linear.3.backward") == "Functional.linear.3.forward"
     assert forward_name("Tensor.add.0.forward") == "Tensor.add.0.forward"
+    assert forward_name("Module.fc.Linear.backward.0") == "Module.fc.Linear.forward.0"
+    assert forward_name("Tensor.backward_hook.0.forward") == "Tensor.backward_hook.0.forward"  # (not a direction)
     assert module_path("Module.layers.0.ff1.Linear.backward.0") == "layers.0.ff1"
     assert module_path("Module.TinyEncoder.forward.0") == ""
     assert module_path("Functional.gelu.0.forward") is None

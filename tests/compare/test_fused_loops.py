@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from nbprec.compare._sums import FUSED, FUSED_SUMS
+from nbprec.compare._sums import FUSED, FUSED_SUMS, KERNEL_TYPES
 from nbprec.compare.metrics import METRIC_COLUMNS, tensor_metrics
 
 pytestmark = pytest.mark.skipif(
@@ -82,16 +82,34 @@ def test_fused_loops_give_every_column_to_the_bit(case, hinted, avx512):
     assert _bits({c: fused[c] for c in METRIC_COLUMNS}) == _bits({c: apart[c] for c in METRIC_COLUMNS})
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_fused_loops_give_every_sum_of_the_usual_pass_to_the_bit(seed, avx512):
+@pytest.mark.parametrize(
+    ("seed", "x_type", "y_type"),
+    [
+        (1, ml_dtypes.bfloat16, np.float32),
+        (2, ml_dtypes.bfloat16, np.float32),
+        (3, ml_dtypes.bfloat16, np.float32),
+        (4, np.float16, np.float32),
+        (5, np.float32, np.float32),
+        (6, np.float32, np.float64),
+        (7, ml_dtypes.bfloat16, ml_dtypes.bfloat16),
+        (8, np.float64, np.float16),
+    ],
+)
+def test_fused_loops_give_every_sum_of_the_usual_pass_to_the_bit(seed, x_type, y_type, avx512):
     # the fused loop of the usual block: every value a positive normal KL term (kl_normal), its KL by the short
-    # series; the raw sums of the pass, not only the columns made of them
+    # series; the raw sums of the pass, not only the columns made of them. Its whole blocks take the loop written
+    # in AVX-512 intrinsics (near_block_avx512, one for each pair of element types), the part block the C loop;
+    # the blocks with terms beyond the short series' range (a few values scaled) correct them afterwards.
     rng = np.random.default_rng(seed)
     y = rng.standard_normal(512 * 40 + 5).astype(np.float32)
-    x = (y * rng.uniform(0.98, 1.02, y.size)).astype(ml_dtypes.bfloat16)
-    lo_x, lo_y = float(np.asarray(x, np.float64).min()), float(y.min())
-    params = (lo_x, 1e-7, lo_y, 1e-7, float(y.mean()), float(y.mean()), 1e-7, True)
-    fused, apart = _both(lambda: FUSED.pair_sums(x.view(np.uint8), 3, y.view(np.uint8), 1, *params))
+    x = (y * rng.uniform(0.98, 1.02, y.size)).astype(x_type)
+    x[rng.integers(0, x.size, 60)] *= 3
+    y = y.astype(y_type)
+    lo_x, lo_y = float(np.asarray(x, np.float64).min()), float(np.asarray(y, np.float64).min())
+    mean_y = float(np.asarray(y, np.float64).mean())
+    params = (lo_x, 1e-7, lo_y, 1e-7, mean_y, mean_y, 1e-7, True)
+    codes = KERNEL_TYPES[x.dtype.name], KERNEL_TYPES[y.dtype.name]
+    fused, apart = _both(lambda: FUSED.pair_sums(x.view(np.uint8), codes[0], y.view(np.uint8), codes[1], *params))
     assert len(fused) == len(FUSED_SUMS)
     assert all(math.isfinite(v) for v in fused)
     assert _bits(dict(zip(FUSED_SUMS, fused, strict=True))) == _bits(dict(zip(FUSED_SUMS, apart, strict=True)))

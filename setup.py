@@ -170,8 +170,8 @@ setup(
     ext_modules=[
         Extension(
             "nbprec.compare._fused",
-            ["nbprec/compare/_fused.c", "nbprec/compare/_fused_metrics.c"],
-            depends=["nbprec/compare/_fused.h"],
+            ["nbprec/compare/_fused.c", "nbprec/compare/_fused_avx512.c", "nbprec/compare/_fused_metrics.c"],
+            depends=["nbprec/compare/_fused.h", "nbprec/compare/_fused_kernel.h"],
             optional=True,
         ),
         Extension("nbprec.formats._zipdir", ["nbprec/formats/_zipdir.c"], optional=True),

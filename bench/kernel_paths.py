@@ -39,7 +39,7 @@ import nbprec
 from nbprec.compare._sums import kl_offset_floor
 from nbprec.compare.metrics import KERNEL, tensor_metrics
 
-#: The kernel's NEAR (``_fused.c``): KL terms with ``|kx - ky| / (kx + ky)`` at most this take the short series.
+#: The kernel's NEAR (``_fused_kernel.h``): KL terms with ``|kx - ky| / (kx + ky)`` at most this take the short series.
 NEAR = 1 / 32
 #: The kernel's FAR_SHARE: a block with more far terms than this share sends the next one to ``log_ratio``.
 FAR_SHARE = 1 / 16

@@ -20,7 +20,7 @@ SCENARIOS = ROOT / "tests" / "fixtures" / "msprobe" / "scenarios"
 
 
 def test_the_bench_uses_the_kernels_own_thresholds():
-    source = (ROOT / "nbprec" / "compare" / "_fused.c").read_text()
+    source = (ROOT / "nbprec" / "compare" / "_fused_kernel.h").read_text()
     defined = {name: float(value) for name, value in re.findall(r"#define (NEAR|FAR_SHARE) ([0-9.]+)", source)}
     bench = bench_module("kernel_paths")
     assert defined == {"NEAR": bench.NEAR, "FAR_SHARE": bench.FAR_SHARE}

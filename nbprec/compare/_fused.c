@@ -25,7 +25,7 @@
  * AVX-512 build gains the 32 vector registers, the mask registers and the direct conversions: 8% faster than
  * the AVX2 build on the msprobe pair's bfloat16/float32 tensors (Zen 4); its registers hold every sum of a block
  * at once, so it measures a block in one loop where the others take three (pair_body: 17% less time a pair on an
- * Intel Xeon, 2026-12-05), and that loop is written out in intrinsics for whole blocks (near_block_avx512: the
+ * Intel Xeon, 2026-12-05), and that loop is written out in intrinsics for whole blocks (_fused_avx512.c: the
  * values converted as they are read, 17% less time a pair again on Zen 4, 2026-12-07). GCC gives it 512-bit
  * vectors, which
  * Zen 4 runs as two halves: the same build held to 256-bit ones (target "prefer-vector-width=256") took 4-5%
@@ -35,29 +35,13 @@
  * _fused.h holds what the two share.
  */
 #include "_fused.h"
+#include "_fused_kernel.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 static const Py_ssize_t ITEMSIZE[N_TYPES] = {8, 4, 2, 2};
-
-#define BLOCK 512 /* 3 x 4 KiB of doubles per block; 1024 was 4-6% slower on the msprobe pair of bench/compare.py */
-#define EPS 2.220446049250313e-16 /* float64 machine epsilon */
-#define THOUSANDTH 0.001
-#define FIVE_THOUSANDTH 0.005
-#define NEAR 0.03125 /* KL terms with |kx - ky| / (kx + ky) <= NEAR take a short series (kl_block_near) ... */
-#define FAR_SHARE 0.0625 /* ... unless more than this share of the last block's terms were not */
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define NBPREC_DISPATCH 1
-#define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define TARGET_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512dq,avx512vl,avx512bw")))
-#include <immintrin.h>
-#else
-#define NBPREC_DISPATCH 0
-#define TARGET_AVX2
-#endif
 
 #if defined(__GNUC__) || defined(__clang__)
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -136,12 +120,7 @@ ALWAYS_INLINE void load_block(const char *base, int type, Py_ssize_t start, Py_s
 
 /* ---- natural logarithm of a ratio, branch-free -------------------------------------------------- */
 
-#define LN2_HI 6.93147180369123816490e-01 /* ln 2 split in two: the high part has 32 bits, exact times k */
-#define LN2_LO 1.90821492927058770002e-10
-#define SQRT2 1.41421356237309504880
-#define ONE_BITS 0x3ff0000000000000ULL
-#define MANTISSA_BITS 0x000fffffffffffffULL
-#define EXP_MAGIC 0x4330000000000000ULL /* bits of 2^52: OR-ing a small integer into them gives 2^52 + it */
+/* (LN2_HI, LN2_LO, SQRT2, ONE_BITS, MANTISSA_BITS, EXP_MAGIC: _fused_kernel.h) */
 
 /* 2 atanh(s) = log((1 + s) / (1 - s)) for |s| <= 0.1716...: 2 s (1 + z/3 + z^2/5 + ... + z^8/17), z = s^2 <=
    0.0295. The first term left out is below 4e-14 of the result at the ends of the range and shrinks as s^18
@@ -639,114 +618,7 @@ ALWAYS_INLINE void one_side_block(const double *restrict v, Py_ssize_t m, double
     } while (0)
 
 #if NBPREC_DISPATCH
-/* A whole block's sums as pair_body's fused loop leaves them (near_block_avx512 fills it). */
-typedef struct {
-    double sxx, syy, sxy, sdd, sad, mad, cx, cxx, cy, cyy, rel, mrel, ksx, ksy, kt, smax, lx, hx, ly, hy;
-    int64_t p1, p5;
-} BlockSums;
-
-#define AVX512_INLINE TARGET_AVX512 static inline __attribute__((always_inline))
-
-/* Eight elements of a buffer of `type` from element i, as doubles: the conversions load_block makes. */
-AVX512_INLINE __m512d load8(const char *base, int type, Py_ssize_t i)
-{
-    if (type == TYPE_F64) return _mm512_loadu_pd((const double *)base + i);
-    if (type == TYPE_F32) return _mm512_cvtps_pd(_mm256_loadu_ps((const float *)base + i));
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + i));
-    if (type == TYPE_BF16) /* the upper half of a float32 */
-        return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
-    return _mm512_cvtps_pd(_mm256_cvtph_ps(h));
-}
-
-/* A sum's eight lanes added in lane order, starting from 0: the steps the compiler's code for an omp simd
-   reduction takes after the loop, so that near_block_avx512's sums are pair_body's to the bit. */
-AVX512_INLINE double lanes_sum(__m512d v)
-{
-    double lane[8], t = 0.0;
-    int k;
-    _mm512_storeu_pd(lane, v);
-    for (k = 0; k < 8; k++) t += lane[k];
-    return t;
-}
-
-/* pair_body's fused loop over one whole block (BLOCK elements from `start`; XT and YT constants at each call),
-   written out in AVX-512 intrinsics: each lane takes the steps the compiler gives PLAIN_TERMS, RELATIVE_TERMS and
-   NEAR_KL_TERMS (the same contractions into fused multiply-adds, the same selects), so every sum, extreme, count
-   and s is the C loop's to the bit (tests/compare/test_fused_loops.py). What it saves: the values are converted
-   in registers as they are read, where the C loop reads blocks of doubles that load_block converted and stored
-   (with the next block prefetched), and each pass count is the population count of a compare mask, where the
-   compiler added masked vectors of ones. On bfloat16 against float32 tensors the kernel took 1.28 ns a pair
-   instead of 1.55 (`bench/metrics_speed.py --target-dtype bfloat16 --gb 0.3`, Zen 4, 2026-12-07). The extremes'
-   lanes are combined in any order (none is NaN: a NaN term never wins a comparison; the sign of a zero
-   extreme aside), the sums' in order (lanes_sum). */
-AVX512_INLINE void near_block_avx512_t(const char *xb, int xt, const char *yb, int yt, Py_ssize_t start,
-                                       const Params *p, double *restrict s_out, BlockSums *o)
-{
-    const __m512d zero = _mm512_setzero_pd();
-    const __m512d magnitude = _mm512_castsi512_pd(_mm512_set1_epi64(0x7fffffffffffffffLL));
-    const __m512d shift_x = _mm512_set1_pd(p->shift_x), shift_y = _mm512_set1_pd(p->shift_y);
-    const __m512d eps_b = _mm512_set1_pd(p->eps_b), eps = _mm512_set1_pd(EPS);
-    const __m512d thousandth = _mm512_set1_pd(THOUSANDTH), five_thousandth = _mm512_set1_pd(FIVE_THOUSANDTH);
-    const __m512d off_x = _mm512_set1_pd(p->off_x), floor_x = _mm512_set1_pd(p->floor_x);
-    const __m512d off_y = _mm512_set1_pd(p->off_y), floor_y = _mm512_set1_pd(p->floor_y);
-    const __m512d c3 = _mm512_set1_pd(2.0 / 3.0), c5 = _mm512_set1_pd(2.0 / 5.0); /* two_atanh_near's */
-    const __m512d c7 = _mm512_set1_pd(2.0 / 7.0), c9 = _mm512_set1_pd(2.0 / 9.0), two = _mm512_set1_pd(2.0);
-    __m512d sxx = zero, syy = zero, sxy = zero, sdd = zero, sad = zero, mad = zero, cx = zero, cxx = zero;
-    __m512d cy = zero, cyy = zero, rel = zero, mrel = zero, ksx = zero, ksy = zero, kt = zero, smax = zero;
-    __m512d lx = _mm512_set1_pd(INFINITY), hx = _mm512_set1_pd(-INFINITY), ly = lx, hy = hx;
-    int64_t p1 = 0, p5 = 0;
-    Py_ssize_t i;
-    for (i = 0; i < BLOCK; i += 8) {
-        __m512d xi = load8(xb, xt, start + i), yi = load8(yb, yt, start + i);
-        /* PLAIN_TERMS */
-        sxx = _mm512_fmadd_pd(xi, xi, sxx);
-        syy = _mm512_fmadd_pd(yi, yi, syy);
-        sxy = _mm512_fmadd_pd(xi, yi, sxy);
-        __m512d d = _mm512_and_pd(_mm512_sub_pd(xi, yi), magnitude);
-        sdd = _mm512_fmadd_pd(d, d, sdd);
-        sad = _mm512_add_pd(sad, d);
-        mad = _mm512_max_pd(d, mad); /* (vmaxpd a, b: a > b ? a : b, as the C select) */
-        __m512d ux = _mm512_sub_pd(xi, shift_x), uy = _mm512_sub_pd(yi, shift_y);
-        cx = _mm512_add_pd(cx, ux);
-        cxx = _mm512_fmadd_pd(ux, ux, cxx);
-        cy = _mm512_add_pd(cy, uy);
-        cyy = _mm512_fmadd_pd(uy, uy, cyy);
-        /* RELATIVE_TERMS */
-        lx = _mm512_min_pd(xi, lx);
-        hx = _mm512_max_pd(xi, hx);
-        ly = _mm512_min_pd(yi, ly);
-        hy = _mm512_max_pd(yi, hy);
-        __m512d ay = _mm512_and_pd(yi, magnitude);
-        __m512d rr = _mm512_div_pd(d, _mm512_mask_blend_pd(_mm512_cmp_pd_mask(ay, zero, _CMP_EQ_OQ), ay, eps_b));
-        __m512d r = _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(ay, eps, _CMP_NLE_UQ), rr); /* 0 where |y| <= EPS */
-        rel = _mm512_add_pd(rel, r);
-        mrel = _mm512_max_pd(r, mrel);
-        p1 += __builtin_popcount(_mm512_cmp_pd_mask(rr, thousandth, _CMP_LT_OQ));
-        p5 += __builtin_popcount(_mm512_cmp_pd_mask(rr, five_thousandth, _CMP_LT_OQ));
-        /* NEAR_KL_TERMS, two_atanh_near's polynomial included */
-        __m512d kx = _mm512_max_pd(floor_x, _mm512_sub_pd(xi, off_x)); /* (t < floor ? floor : t) */
-        __m512d ky = _mm512_max_pd(floor_y, _mm512_sub_pd(yi, off_y));
-        ksx = _mm512_add_pd(ksx, kx);
-        ksy = _mm512_add_pd(ksy, ky);
-        __m512d sv = _mm512_div_pd(_mm512_sub_pd(kx, ky), _mm512_add_pd(kx, ky));
-        _mm512_storeu_pd(s_out + i, sv);
-        smax = _mm512_max_pd(_mm512_and_pd(sv, magnitude), smax);
-        __m512d z = _mm512_mul_pd(sv, sv), z2 = _mm512_mul_pd(z, z);
-        __m512d q = _mm512_fmadd_pd(z2, _mm512_fmadd_pd(z, c9, c7), _mm512_fmadd_pd(z, c5, c3));
-        __m512d t = _mm512_fmadd_pd(sv, two, _mm512_mul_pd(_mm512_mul_pd(sv, z), q));
-        kt = _mm512_fmadd_pd(kx, t, kt);
-    }
-    o->sxx = lanes_sum(sxx), o->syy = lanes_sum(syy), o->sxy = lanes_sum(sxy), o->sdd = lanes_sum(sdd);
-    o->sad = lanes_sum(sad), o->cx = lanes_sum(cx), o->cxx = lanes_sum(cxx), o->cy = lanes_sum(cy);
-    o->cyy = lanes_sum(cyy), o->rel = lanes_sum(rel), o->ksx = lanes_sum(ksx), o->ksy = lanes_sum(ksy);
-    o->kt = lanes_sum(kt);
-    o->mad = _mm512_reduce_max_pd(mad), o->mrel = _mm512_reduce_max_pd(mrel), o->smax = _mm512_reduce_max_pd(smax);
-    o->hx = _mm512_reduce_max_pd(hx), o->hy = _mm512_reduce_max_pd(hy);
-    o->lx = _mm512_reduce_min_pd(lx), o->ly = _mm512_reduce_min_pd(ly);
-    o->p1 = p1, o->p5 = p5;
-}
-
-/* kl_far_terms of a block near_block_avx512 measured, its values converted by load_block (only for a block with
+/* kl_far_terms of a block nbprec_block_avx512 measured by the short series, its values converted by load_block (only for a block with
    far terms). (noipa: not specialised for m == BLOCK, which only makes GCC warn of load_block's tail loops.) */
 TARGET_AVX512 static __attribute__((noipa)) double far_terms_avx512(const char *xb, int xt, const char *yb, int yt,
                                                                    Py_ssize_t start, Py_ssize_t m, const double *s,
@@ -758,25 +630,6 @@ TARGET_AVX512 static __attribute__((noipa)) double far_terms_avx512(const char *
     return kl_far_terms(x, y, s, m, p, count, 2);
 }
 
-/* near_block_avx512_t with the two element types as constants: a loop for each of the 16 pairs of types. */
-TARGET_AVX512 static void near_block_avx512(const char *xb, int xt, const char *yb, int yt, Py_ssize_t start,
-                                            const Params *p, double *restrict s_out, BlockSums *o)
-{
-#define NEAR_BLOCK_Y(XT)                                                                                       \
-    switch (yt) {                                                                                              \
-    case TYPE_F64: near_block_avx512_t(xb, XT, yb, TYPE_F64, start, p, s_out, o); return;                      \
-    case TYPE_F32: near_block_avx512_t(xb, XT, yb, TYPE_F32, start, p, s_out, o); return;                      \
-    case TYPE_F16: near_block_avx512_t(xb, XT, yb, TYPE_F16, start, p, s_out, o); return;                      \
-    default: near_block_avx512_t(xb, XT, yb, TYPE_BF16, start, p, s_out, o); return;                           \
-    }
-    switch (xt) {
-    case TYPE_F64: NEAR_BLOCK_Y(TYPE_F64)
-    case TYPE_F32: NEAR_BLOCK_Y(TYPE_F32)
-    case TYPE_F16: NEAR_BLOCK_Y(TYPE_F16)
-    default: NEAR_BLOCK_Y(TYPE_BF16)
-    }
-#undef NEAR_BLOCK_Y
-}
 #endif
 
 /* Whether the AVX-512 build fuses pair_body's loops (1: always, but for the tests of fuse_loops()). */
@@ -790,7 +643,8 @@ static int fuse_loops = 1;
    way (tests/compare/test_fused_loops.py). Bfloat16 against float32 tensors took 1.75-1.78 ns a pair instead of
    2.08-2.16 (`bench/metrics_speed.py --target-dtype bfloat16 --gb 0.3`, an Intel Xeon with AVX-512, 2026-12-05);
    the AVX2 build fused the same way spills accumulators out of its 16 registers and took 2.27 ns instead of 1.99.
-   A whole usual block takes that loop as near_block_avx512 writes it out, straight from the buffers. */
+   A whole block of positive normal KL terms takes the fused loops as _fused_avx512.c writes them out, straight
+   from the buffers. */
 ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_ssize_t n, const Params *p,
                              double *restrict tot, int *near_state, int avx2)
 {
@@ -808,13 +662,15 @@ ALWAYS_INLINE void pair_body(const char *xb, int xt, const char *yb, int yt, Py_
         int64_t p1 = 0, p5 = 0; /* counts: integer adds of the comparisons */
         double lx = INFINITY, hx = -INFINITY, ly = INFINITY, hy = -INFINITY;
 #if NBPREC_DISPATCH
-        if (fuse && p->kl_normal && near_first && m == BLOCK) { /* the usual whole block: the loop below, in AVX-512 */
+        if (fuse && p->kl_normal && m == BLOCK) { /* the usual whole block: the loops below, in AVX-512 */
             BlockSums b;
-            near_block_avx512(xb, xt, yb, yt, start, p, s, &b);
+            nbprec_block_avx512(xb, xt, yb, yt, start, p, near_first, s, &b);
             sxx = b.sxx, syy = b.syy, sxy = b.sxy, sdd = b.sdd, sad = b.sad, mad = b.mad, cx = b.cx, cxx = b.cxx;
             cy = b.cy, cyy = b.cyy, rel = b.rel, mrel = b.mrel, ksx = b.ksx, ksy = b.ksy, kt = b.kt;
             lx = b.lx, hx = b.hx, ly = b.ly, hy = b.hy, p1 = b.p1, p5 = b.p5;
-            if (b.smax > NEAR) { /* the far terms as below */
+            if (!near_first) { /* as kl_block's caller below */
+                near_first = m - b.near <= m * FAR_SHARE;
+            } else if (b.smax > NEAR) { /* the far terms as below */
                 Py_ssize_t count;
                 kt += far_terms_avx512(xb, xt, yb, yt, start, m, s, p, &count);
                 near_first = count <= m * FAR_SHARE;

@@ -82,28 +82,32 @@ def test_fused_loops_give_every_column_to_the_bit(case, hinted, avx512):
     assert _bits({c: fused[c] for c in METRIC_COLUMNS}) == _bits({c: apart[c] for c in METRIC_COLUMNS})
 
 
-@pytest.mark.parametrize(
-    ("seed", "x_type", "y_type"),
-    [
-        (1, ml_dtypes.bfloat16, np.float32),
-        (2, ml_dtypes.bfloat16, np.float32),
-        (3, ml_dtypes.bfloat16, np.float32),
-        (4, np.float16, np.float32),
-        (5, np.float32, np.float32),
-        (6, np.float32, np.float64),
-        (7, ml_dtypes.bfloat16, ml_dtypes.bfloat16),
-        (8, np.float64, np.float16),
-    ],
-)
-def test_fused_loops_give_every_sum_of_the_usual_pass_to_the_bit(seed, x_type, y_type, avx512):
-    # the fused loop of the usual block: every value a positive normal KL term (kl_normal), its KL by the short
-    # series; the raw sums of the pass, not only the columns made of them. Its whole blocks take the loop written
-    # in AVX-512 intrinsics (near_block_avx512, one for each pair of element types), the part block the C loop;
-    # the blocks with terms beyond the short series' range (a few values scaled) correct them afterwards.
+_BF16, _F16, _F32, _F64 = ml_dtypes.bfloat16, np.float16, np.float32, np.float64
+#: (target type, benchmark type, kind) of the usual pass's cases; their seeds are their places in the list.
+_USUAL_PASS_CASES = [
+    *((x, y, "near") for x, y in [(_BF16, _F32)] * 3 + [(_F16, _F32), (_F32, _F32), (_F32, _F64), (_BF16, _BF16)]),
+    (_F64, _F16, "near"),
+    *((x, y, "diverged") for x, y in [(_BF16, _F32), (_F16, _F32), (_F32, _F64)]),
+    (_BF16, _F32, "turning"),
+]
+
+
+@pytest.mark.parametrize(("seed", "x_type", "y_type", "kind"), [(i, *c) for i, c in enumerate(_USUAL_PASS_CASES, 1)])
+def test_fused_loops_give_every_sum_of_the_usual_pass_to_the_bit(seed, x_type, y_type, kind, avx512):
+    # the fused loop of the usual block: every value a positive normal KL term (kl_normal); the raw sums of the
+    # pass, not only the columns made of them. Its whole blocks take the loops written in AVX-512 intrinsics
+    # (_fused_avx512.c, one for each pair of element types), the part block the C loop. "near": KL by the short
+    # series, the few terms beyond its range (a few values scaled) corrected afterwards; "diverged": a target
+    # unrelated to the benchmark, KL by log_ratio for every term (far_block); "turning": a pair that agrees in its
+    # first half and not in its second, so that the blocks go from one way to the other.
     rng = np.random.default_rng(seed)
     y = rng.standard_normal(512 * 40 + 5).astype(np.float32)
     x = (y * rng.uniform(0.98, 1.02, y.size)).astype(x_type)
     x[rng.integers(0, x.size, 60)] *= 3
+    if kind == "diverged":
+        x = rng.standard_normal(y.size).astype(x_type)
+    elif kind == "turning":
+        x[y.size // 2 :] = rng.standard_normal(y.size - y.size // 2).astype(x_type)
     y = y.astype(y_type)
     lo_x, lo_y = float(np.asarray(x, np.float64).min()), float(np.asarray(y, np.float64).min())
     mean_y = float(np.asarray(y, np.float64).mean())

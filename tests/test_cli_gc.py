@@ -1,5 +1,5 @@
-"""``nbprec compare`` runs with Python's cyclic garbage collector paused: it restores it after, and a comparison
-leaves no garbage cycles per pair (so the pause cannot grow memory with the dump)."""
+"""``nbprec compare`` and ``nbprec.compare`` run with Python's cyclic garbage collector paused: they restore it
+after, and a comparison leaves no garbage cycles per pair (so the pause cannot grow memory with the dump)."""
 
 from __future__ import annotations
 
@@ -63,3 +63,25 @@ def test_a_comparison_leaves_no_garbage_cycles_per_pair(tmp_path):
     _unreachable_after_compare(*few, tmp_path / "warm")  # first-use caches
     counts = [_unreachable_after_compare(*pair, tmp_path / f"out{i}") for i, pair in enumerate((few, many))]
     assert counts[1] - counts[0] < 100, counts  # one cycle per pair would add 570 at the least
+
+
+def test_the_library_call_pauses_the_collector_and_restores_the_state_it_found():
+    import nbprec
+
+    target, bench = FIXTURES / "msprobe" / "bf16_tensor_mix", FIXTURES / "msprobe" / "fp32_tensor_mix"
+    during = []
+
+    def progress(done: int, total: int) -> None:  # (called in the caller's thread as pairs are measured)
+        during.append(gc.isenabled())
+
+    assert gc.isenabled()
+    comp = nbprec.compare(target, bench, progress=progress)
+    assert len(comp.table) > 0
+    assert during and not any(during)
+    assert gc.isenabled()
+    gc.disable()  # a program that turned the collector off keeps it off
+    try:
+        nbprec.compare(target, bench)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -618,8 +618,9 @@ ALWAYS_INLINE void one_side_block(const double *restrict v, Py_ssize_t m, double
     } while (0)
 
 #if NBPREC_DISPATCH
-/* kl_far_terms of a block nbprec_block_avx512 measured by the short series, its values converted by load_block (only for a block with
-   far terms). (noipa: not specialised for m == BLOCK, which only makes GCC warn of load_block's tail loops.) */
+/* kl_far_terms of a block whose KL nbprec_block_avx512 took by the short series, with some terms far: its values
+   converted by load_block. (noipa: not specialised for m == BLOCK, which only makes GCC warn of load_block's tail
+   loops.) */
 TARGET_AVX512 static __attribute__((noipa)) double far_terms_avx512(const char *xb, int xt, const char *yb, int yt,
                                                                    Py_ssize_t start, Py_ssize_t m, const double *s,
                                                                    const Params *p, Py_ssize_t *count)

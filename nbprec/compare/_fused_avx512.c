@@ -201,7 +201,8 @@ AVX512_INLINE void far_block(const char *xb, int xt, const char *yb, int yt, Py_
         __m512d log_r = _mm512_fmadd_pd(k, ln2_hi, _mm512_fmadd_pd(k, ln2_lo, atanh2));
         kt = _mm512_fmadd_pd(kx, log_r, kt);
         __m512d gap = _mm512_and_pd(_mm512_sub_pd(kx, ky), c.magnitude);
-        near_count += __builtin_popcount(_mm512_cmp_pd_mask(gap, _mm512_mul_pd(near, _mm512_add_pd(kx, ky)), _CMP_LE_OQ));
+        __m512d reach = _mm512_mul_pd(near, _mm512_add_pd(kx, ky));
+        near_count += __builtin_popcount(_mm512_cmp_pd_mask(gap, reach, _CMP_LE_OQ)); /* |kx - ky| <= NEAR (kx + ky) */
     }
     plain_finish(&a, o);
     o->ksx = lanes_sum(ksx), o->ksy = lanes_sum(ksy), o->kt = lanes_sum(kt);

@@ -344,8 +344,8 @@ def compare(
 
     Notes
     -----
-    Python's cyclic garbage collector is paused during the call (a comparison makes no garbage cycles to speak of)
-    and its state restored after.
+    Python's cyclic garbage collector, which serves the whole process, is paused during the call (a comparison
+    makes no garbage cycles to speak of) and its state restored after.
 
     Examples
     --------

@@ -6,9 +6,10 @@
  * allocates nothing per call and runs with the GIL released, so worker threads compare pairs in parallel.
  *
  * Inputs are C-contiguous buffers of one of four element types (TYPE_*). Data is converted in blocks of
- * BLOCK elements into two stack arrays of doubles (L1-resident), and each block's sums are accumulated in
- * lane-parallel partial sums (vectorised with `omp simd` reductions) before they are added to the totals: a
- * two-level summation whose rounding error grows with BLOCK/lanes + n/BLOCK, not with n.
+ * BLOCK elements into two stack arrays of doubles (L1-resident; the AVX-512 build converts a whole block of the
+ * usual kind in registers instead, _fused_avx512.c), and each block's sums are accumulated in lane-parallel
+ * partial sums (vectorised with `omp simd` reductions) before they are added to the totals: a two-level summation
+ * whose rounding error grows with BLOCK/lanes + n/BLOCK, not with n.
  *
  * NaN and inf propagate as numpy propagates them: sums become NaN/inf; a maximum is NaN when any term was
  * NaN (detected from the matching sum of non-negative terms, which is NaN exactly when one term is).

@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "_fused.h" /* (Params, the element types, Py_ssize_t) */
+
 #define BLOCK 512 /* 3 x 4 KiB of doubles per block; 1024 was 4-6% slower on the msprobe pair of bench/compare.py */
 #define EPS 2.220446049250313e-16 /* float64 machine epsilon */
 #define THOUSANDTH 0.001

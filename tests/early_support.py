@@ -17,7 +17,8 @@ import pytest
 # empty, is an msprobe dump.json changed after the worker's window (its first recorded Max raised by 1). It prints
 # the table (every column, as text), the problems, how many pairs the worker measured (and of the jobs left when
 # the dumps were open, how many it took and how many this process measured: nbprec.compare.early_meeting), and the
-# sizes of the dump.json files the reader scanned itself (those it did not take from the worker).
+# sizes of the dump.json files the reader scanned itself (those it did not take from the worker), and how many pairs
+# this process took from an earlier pair holding the same bytes (nbprec.compare.small_pairs).
 _RUN = """
 import importlib, json, sys, time
 from nbprec.compare import early
@@ -75,6 +76,7 @@ print(json.dumps({
     "taken": [tuple(pair) for pair in taken],
     "met": met,
     "scanned_here": scanned_here,
+    "reused": importlib.import_module("nbprec.compare.small_pairs").RECENT.reused,
 }))
 """
 
@@ -138,3 +140,29 @@ def command_with_and_without_worker(args: list[str], out: Path | None) -> dict[s
         stdout = done.stdout.replace(str(folder), "OUT") if folder is not None else done.stdout
         outputs[how] = (done.returncode, stdout, done.stderr, files)
     return outputs
+
+
+def payload_entries(dump: dict) -> dict[str, dict]:
+    """Every tensor entry of an msprobe dump.json with a payload, by its payload's name."""
+    found = {}
+    for body in dump["data"].values():
+        for section in ("input_args", "output"):
+            for item in body.get(section) or []:
+                if isinstance(item, dict) and item.get("data_name"):
+                    found[item["data_name"]] = item
+    return found
+
+
+def record_tensor(entry: dict, tensor, dtype: str) -> None:
+    """A dump.json entry rewritten for the torch tensor saved as its payload: its dtype, shape and statistics."""
+    import torch
+
+    values = tensor.to(torch.float64)
+    entry.update(
+        dtype=f"torch.{dtype}",
+        shape=list(tensor.shape),
+        Max=values.max().item(),
+        Min=values.min().item(),
+        Mean=values.mean().item(),
+        Norm=values.norm().item(),
+    )

@@ -11,9 +11,11 @@ Then, rather than stop the worker and fork a process from the command's own to m
 pages, shared with the fork, each side would copy as it touches them, with a core idle while one process stops and
 the other starts), :class:`MeetingExecutor` leaves the worker measuring: the command measures the jobs left from
 the last one back, a few at a time, taking the worker's records in between (:class:`Beside`), and they stop where
-they meet. Each job is measured once, by the worker or here. Jobs the worker passed by without a record that fits
-(pairs it does not measure: another shape, an integer dtype, payloads not in the page cache) are measured after the
-meeting, here or on a forked process when they are many (:func:`nbprec.compare.executors.local_executor`).
+they meet. Both take the jobs in one order: the table's, the target's, with the jobs of several payload folders
+(steps, ranks) in turns (:func:`~nbprec.compare.workers.in_turns`). Each job is measured once, by the worker or
+here. Jobs the worker passed by without a record that fits (pairs it does not measure: another shape, an integer
+dtype, payloads not in the page cache) are measured after the meeting, here or on a forked process when they are
+many (:func:`nbprec.compare.executors.local_executor`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from nbprec.compare.workers import (
     batches,
     default_workers,
     fork_pays,
+    in_turns,
 )
 
 
@@ -112,6 +115,10 @@ class Beside:
         self._positions = {
             (t_file[t_pos], b_file[b_pos]): k for k, (_i, mode, t_pos, b_pos) in enumerate(jobs) if mode == "tensor"
         }
+
+    def in_turns(self, jobs: list[tuple]) -> list[tuple]:
+        """:func:`in_turns` of ``jobs`` with this comparison's target payload files."""
+        return in_turns(jobs, self._match.t_rows.file)
 
     def take(self, wait: bool = False) -> tuple[list[tuple[int, Result | None]], bool]:
         """``([(job position, its result or None), ...], ended)``: the records sent since the last call (all the
@@ -252,7 +259,8 @@ class MeetingExecutor(Executor):
 
     def _meet(self, jobs: list[Job], task: BatchTask) -> Iterator[list[Result]]:
         beside, numel = self._beside, self._numel
-        jobs.sort(key=itemgetter(0))  # the table's order, the target's: the worker's
+        jobs.sort(key=itemgetter(0))  # the table's order, the target's ...
+        jobs = beside.in_turns(jobs)  # ... the payload folders' jobs in turns, as the worker takes them
         beside.expect(jobs)
         done = bytearray(len(jobs))  # 1: measured (here, or its record taken)
         back = len(jobs)  # this process measures jobs[:back] from the end; the worker went up to `reached`

@@ -1,11 +1,12 @@
 """The early worker's pairs of msprobe dumps (see :mod:`nbprec.compare.early`, which measures them).
 
 Each side's ``dump.json`` files (those of the same ``step*/rank*`` folders in pairs; msprobe's ``proc{pid}`` folders
-taken as the reader takes them, ranked in process-id order) are read with the C scanner;
-the tensors both record under the same payload name, of one shape, are candidates, in the target's order, their
-payloads read with :func:`nbprec.formats._ptzip.small_tensor` (small plain ``.pt`` archives). The worker steps
-aside for a layout it does not know, sides whose ``step*/rank*`` folders differ, a ``dump.json`` over
-:data:`_SCAN_LIMIT`, or payloads that lie outside the run's folder.
+taken as the reader takes them, ranked in process-id order) are read with the C scanner; the tensors both record
+under the same payload name, of one shape, are candidates, in the target's order (the pairs of several
+``dump.json`` files in turns: :func:`candidates`), their payloads read with
+:func:`nbprec.formats._ptzip.small_tensor` (small plain ``.pt`` archives). The worker steps aside for a layout it
+does not know, sides whose ``step*/rank*`` folders differ, a ``dump.json`` over :data:`_SCAN_LIMIT`, or payloads
+that lie outside the run's folder.
 
 The worker sends each scan to the command's process (:class:`Shipper`, :class:`ShippedScans`), whose reader then
 takes it rather than scan the same file again (:mod:`nbprec.formats._prescan`).
@@ -13,6 +14,7 @@ takes it rather than scan the same file again (:mod:`nbprec.formats._prescan`).
 
 from __future__ import annotations
 
+import itertools
 import os
 
 TYPE_CHECKING = False
@@ -34,20 +36,36 @@ _TENSOR_DIR = "dump_tensor_data"
 
 def candidates(roots: tuple[str, str], ship: Callable[[tuple, tuple], None] | None = None) -> Iterator[Candidate]:
     """``(target file, bench file, target dtype, bench dtype, shape, hints)`` of each pair the worker may measure,
-    dump.json by dump.json in the target's order: the tensors both sides record under the same payload name, of
-    one shape, the hints being both sides' recorded (min, max). Each dump.json scanned goes to ``ship`` with its
-    identity (:func:`nbprec.formats._prescan.identity`), for the reader of the command's process."""
-    for t_json, b_json in _paired_dump_jsons(*roots):
-        sides = _tensors(t_json, ship), _tensors(b_json, ship)
-        if sides[0] is None or sides[1] is None:
+    in the target's order: the tensors both sides record under the same payload name, of one shape, the hints
+    being both sides' recorded (min, max). Each dump.json scanned goes to ``ship`` with its identity
+    (:func:`nbprec.formats._prescan.identity`), for the reader of the command's process.
+
+    Where the sides hold several ``dump.json`` files in pairs (steps, ranks), they are all scanned first and their
+    pairs taken in turn, one of each in their order (:func:`nbprec.compare.early_meeting.in_turns`, the command's
+    order too): the same call of every rank comes together, and the tensors data-parallel ranks hold alike (the
+    parameters, the gradients an all-reduce gave every rank) repeat the bytes of a pair just measured, which this
+    process then takes (:mod:`nbprec.compare.small_pairs`) instead of measuring them on each rank."""
+    paired = _paired_dump_jsons(*roots)
+    if len(paired) == 1:
+        yield from _pairs(*paired[0], ship)
+        return
+    turns = [list(_pairs(t_json, b_json, ship)) for t_json, b_json in paired]
+    for turn in itertools.zip_longest(*turns):
+        yield from (pair for pair in turn if pair is not None)
+
+
+def _pairs(t_json: str, b_json: str, ship: Callable[[tuple, tuple], None] | None) -> Iterator[Candidate]:
+    """:func:`candidates` of one pair of ``dump.json`` files, in the target's order."""
+    sides = _tensors(t_json, ship), _tensors(b_json, ship)
+    if sides[0] is None or sides[1] is None:
+        return
+    (t_dir, target), (b_dir, bench) = sides
+    for name, (t_dtype, shape, t_hints) in target.items():
+        found = bench.get(name)
+        if found is None or os.sep in name or found[1] != shape:
             continue
-        (t_dir, target), (b_dir, bench) = sides
-        for name, (t_dtype, shape, t_hints) in target.items():
-            found = bench.get(name)
-            if found is None or os.sep in name or found[1] != shape:
-                continue
-            b_dtype, _shape, b_hints = found
-            yield os.path.join(t_dir, name), os.path.join(b_dir, name), t_dtype, b_dtype, shape, (*t_hints, *b_hints)
+        b_dtype, _shape, b_hints = found
+        yield os.path.join(t_dir, name), os.path.join(b_dir, name), t_dtype, b_dtype, shape, (*t_hints, *b_hints)
 
 
 def _tensors(

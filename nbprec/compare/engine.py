@@ -41,7 +41,7 @@ from nbprec.compare.rules import Rule, column, get_rule, running_precision
 from nbprec.compare.small_pairs import RECENT, Item, Measured, mapped_pair, small_pair, small_pairs
 from nbprec.compare.tasks import ExtremeHints as _ExtremeHints
 from nbprec.compare.tasks import PairTask, RowJob
-from nbprec.compare.workers import Job, Result, batches, default_workers
+from nbprec.compare.workers import Job, Result, batches, default_workers, in_turns
 from nbprec.dump import Dump
 from nbprec.errors import ComparisonError, NbprecError
 from nbprec.formats._files import forget_ahead, read_ahead
@@ -259,8 +259,9 @@ def _start(
     yields the measurements. Close it when done (or on error), and wait for it once they are used."""
     if run_on.orders_jobs:
         run = run_on.submit_batches([jobs], task)
-    else:
+    else:  # (largest first; pairs of one cost in turns, each rank's beside the others': see in_turns)
         groups = task.groups() if run_on.limits is not None and run_on.limits.by_rank else None
+        jobs = in_turns(jobs, task.target_files())
         run = run_on.submit_batches(batches(jobs, numel, run_on.limits, run_on.slots, groups), task)
     return Results(run, len(jobs), progress)
 

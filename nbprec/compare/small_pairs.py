@@ -18,10 +18,13 @@ use it; threads take a batch's pairs together with :func:`small_pairs` (one kern
 
 The same tensors twice: msprobe writes a tensor at each end of each API call it records, so the output of one call
 is usually written again as the input of the next (half the payload bytes of a level ``mix`` training step, a
-third of a level ``L1`` one). A pair whose two payloads hold, byte for byte, the bytes of a pair this process
-measured shortly before (:class:`_Recent`: the same kernel types, sizes and recorded extremes, then the bytes
-compared) takes that pair's values instead of a kernel pass: the same values to the bit, as the kernel's result
-depends on nothing else. Comparing the bytes costs a tenth of measuring them.
+third of a level ``L1`` one). Data-parallel ranks hold many tensors alike too: the parameters, and the gradients
+an all-reduce gave every rank (a third of the payload bytes of a two-rank level ``L1`` training step, most of them
+in mapped payloads), which the command and the worker take rank by rank in turns
+(:func:`nbprec.compare.early_meeting.in_turns`). A pair whose two payloads hold, byte for byte, the bytes of a
+pair this process measured shortly before (:class:`_Recent`: the same kernel types, sizes and recorded extremes,
+then the bytes compared), read whole or mapped, takes that pair's values instead of a kernel pass: the same values
+to the bit, as the kernel's result depends on nothing else. Comparing the bytes costs a tenth of measuring them.
 """
 
 from __future__ import annotations
@@ -69,14 +72,20 @@ def small_pair(
     reading from the disk has started: the caller measures other pairs meanwhile and then asks again, see
     :func:`nbprec.compare.engine._measure_cached_first`)."""
     pair = _read_pair(t_file, t_dtype, b_file, b_dtype, shape, kind, wait)
-    if not pair:
-        return pair
+    return _measured_once(pair, extremes) if pair else pair
+
+
+def _measured_once(
+    pair: tuple[memoryview, int, memoryview, int], extremes: tuple | None, mapped: bool = False
+) -> Measured:
+    """The kernel's values of a pair read (``mapped``: one side mapped at least), or those of a kept pair whose
+    payloads hold the same bytes (see the module docstring)."""
     key = _key(pair, extremes)
     seen = RECENT.find(key, pair[0], pair[2])
     if seen is not None:
         return seen
     measured = FUSED.pair_metrics(*pair, extremes, EPS_BENCH[pair[3]])
-    RECENT.add(key, pair[0], pair[2], measured)
+    RECENT.add(key, pair[0], pair[2], measured, mapped)
     return measured
 
 
@@ -90,7 +99,7 @@ def mapped_pair(item: Item, wait: bool = True) -> Measured | Literal[False] | No
     for any other pair; False as :func:`small_pair` says."""
     *files, extremes = item
     pair = _read_pair(*files, "pt", wait, mapped=True)
-    return pair if not pair else FUSED.pair_metrics(*pair, extremes, EPS_BENCH[pair[3]])
+    return _measured_once(pair, extremes, mapped=True) if pair else pair
 
 
 def small_pairs(items: list[Item], kind: str = "pt") -> list[Measured | None]:
@@ -146,20 +155,24 @@ def _key(pair: tuple[memoryview, int, memoryview, int], extremes: tuple | None) 
 
 
 class _Recent:
-    """The payloads of the pairs this process measured last, read whole (under 1 MiB a side), with what
-    they measured, for a pair that repeats one's bytes (see the module docstring). At most :attr:`PAIRS` pairs
-    and :attr:`BYTES` bytes are kept, the oldest let go first. A key (both kernel types, the target's size in
-    bytes, the recorded extremes) picks the pairs whose bytes are compared: most pairs share their key with
-    none, and comparing differing bytes usually stops at the first ones. Threads measuring batches share it
-    (under a lock; the bytes are compared outside it)."""
+    """The payloads of the pairs this process measured last, with what they measured, for a pair that repeats
+    one's bytes (see the module docstring): pairs read whole (under 1 MiB a side), and pairs with a side mapped
+    (:func:`mapped_pair`), whose views hold the maps open. At most :attr:`PAIRS` pairs, :attr:`BYTES` bytes read
+    (copies this process holds) and :attr:`MAPPED_BYTES` bytes of pairs with a side mapped (the page cache's own
+    pages, no copy: holding them only keeps them mapped) are kept, the oldest let go first. A key (both kernel
+    types, the target's size in bytes, the recorded extremes) picks the pairs whose bytes are compared: most
+    pairs share their key with none, and comparing differing bytes usually stops at the first ones. Threads
+    measuring batches share it (under a lock; the bytes are compared outside it)."""
 
     PAIRS = 64
     BYTES = 16 << 20
+    MAPPED_BYTES = 128 << 20
 
     def __init__(self) -> None:
         self.by_key: dict[tuple, list[tuple[memoryview, memoryview, Measured]]] = {}
-        self.order: deque[tuple[tuple, int]] = deque()  # (key, bytes) of each kept pair, oldest first
+        self.order: deque[tuple[tuple, int, bool]] = deque()  # (key, bytes, mapped) of each kept pair, oldest first
         self.nbytes = 0
+        self.mapped_nbytes = 0
         self.reused = 0  # pairs that took another's values (for tests and benchmarks)
         self.lock = allocate_lock()
 
@@ -181,7 +194,7 @@ class _Recent:
         with self.lock:
             self.by_key.clear()
             self.order.clear()
-            self.nbytes = 0
+            self.nbytes = self.mapped_nbytes = 0
 
     def copy(self, measured: Measured | None) -> Measured | None:
         """``measured`` with a dict of its own (its taker adds columns to it)."""
@@ -190,11 +203,14 @@ class _Recent:
         values, reason, held, counts = measured
         return dict(values), reason, held, counts
 
-    def add(self, key: tuple, t: memoryview, b: memoryview, measured: Measured | None) -> None:
+    def add(self, key: tuple, t: memoryview, b: memoryview, measured: Measured | None, mapped: bool = False) -> None:
+        """Keep a measured pair (``mapped``: one side mapped at least; its size counts against
+        :attr:`MAPPED_BYTES`, else against :attr:`BYTES`), unless it has no recorded extremes or is larger than a
+        quarter of its budget."""
         if measured is None or key[3] is None:  # (no recorded extremes: no key worth keeping)
             return
         size = len(t) + len(b)
-        if size > self.BYTES // 4:
+        if size > (self.MAPPED_BYTES if mapped else self.BYTES) // 4:
             return
         values, reason, held, counts = measured
         kept = (t, b, (dict(values), reason, held, counts))  # (the caller adds columns to its own dict)
@@ -205,16 +221,22 @@ class _Recent:
                 by_key[key] = [kept]
             else:
                 pairs.append(kept)
-            order.append((key, size))
-            self.nbytes += size
-            while len(order) > self.PAIRS or self.nbytes > self.BYTES:
-                old, old_size = order.popleft()
+            order.append((key, size, mapped))
+            if mapped:
+                self.mapped_nbytes += size
+            else:
+                self.nbytes += size
+            while len(order) > self.PAIRS or self.nbytes > self.BYTES or self.mapped_nbytes > self.MAPPED_BYTES:
+                old, old_size, old_mapped = order.popleft()
                 pairs = by_key[old]
                 if len(pairs) == 1:
                     del by_key[old]
                 else:
                     del pairs[0]  # (a key's pairs are kept oldest first)
-                self.nbytes -= old_size
+                if old_mapped:
+                    self.mapped_nbytes -= old_size
+                else:
+                    self.nbytes -= old_size
 
 
 #: This process's :class:`_Recent` (a forked worker starts from a copy of its parent's).

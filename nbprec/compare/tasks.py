@@ -220,6 +220,10 @@ class PairTask:
             return self._measure_batch(jobs, t_dump, b_dump, hints)
         return [measure(job, t_dump, b_dump, hints) for job in jobs]
 
+    def target_files(self) -> Any:
+        """The target index's payload file of each of its rows (a sequence indexed by target position)."""
+        return self._dumps[0].columns["file"]
+
     def portable(self, batch: list[Job]) -> BatchCall:
         """``batch`` as a call that measures it in another process or machine (which reads the files)."""
         if self._sources is None:

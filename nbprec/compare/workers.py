@@ -5,7 +5,8 @@ on one executor (this thread, threads, forked processes, a Dask cluster). This m
 executor shares, once:
 
 - the cost model (:data:`PAIR_SECONDS`, :data:`ELEMENT_SECONDS`) and :func:`batches`, which cuts the jobs into
-  batches within an executor's :class:`BatchLimits`, largest first and shrinking towards the end;
+  batches within an executor's :class:`BatchLimits`, largest first and shrinking towards the end, and
+  :func:`in_turns`, the jobs of several steps or ranks taken in turns (each executor's order);
 - the choice of the local executor for ``compare(parallel=...)`` (:func:`fork_pays`, :func:`use_threads`);
 - the forked processes (:func:`run_processes`), beside which this process measures too: they also run the
   per-pair Python in parallel, which wins on many small tensors; they inherit the opened dumps and the
@@ -128,6 +129,27 @@ def batches(
         remaining -= cost
     runs.extend(batch for batch, _ in filling.values())
     return runs
+
+
+def in_turns(jobs: list[Job], t_file: Any) -> list[Job]:
+    """Engine jobs (in the table's order) in the early worker's order: where the target's tensor payloads
+    (``t_file[target row]``) lie in several folders (steps, ranks), one job of each folder in turn, the folders in
+    the order they come, as :func:`nbprec.compare.early_msprobe.candidates` takes the pairs of several dump.json
+    files; else as they are. A rank's tensors then come beside the same tensors of the other ranks, which
+    data-parallel ranks often hold alike (:mod:`nbprec.compare.small_pairs` takes such repeats)."""
+    folders: dict[str | None, int] = {}
+    counts: list[int] = []
+    keys = []
+    for _i, mode, t_pos, _b_pos in jobs:
+        path = t_file[t_pos] if mode == "tensor" else None
+        folder = folders.setdefault(os.path.dirname(path) if isinstance(path, str) else None, len(folders))
+        if folder == len(counts):
+            counts.append(0)
+        keys.append((counts[folder], folder))
+        counts[folder] += 1
+    if len(folders) < 2:
+        return jobs
+    return [jobs[k] for k in sorted(range(len(jobs)), key=keys.__getitem__)]
 
 
 def work_seconds(jobs: list[Job], numel: np.ndarray) -> float:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from early_support import assert_same, compare_fresh, needs_two_cores
+from early_support import assert_same, compare_fresh, needs_two_cores, payload_entries, record_tensor
 
 from nbprec.compare import early
 from nbprec.formats import _payload
@@ -40,29 +40,6 @@ class _Go:
         return 0
 
 
-def _entries(dump: dict) -> dict[str, dict]:
-    """Every tensor entry of a dump.json with a payload, by its payload's name."""
-    found = {}
-    for body in dump["data"].values():
-        for section in ("input_args", "output"):
-            for item in body.get(section) or []:
-                if isinstance(item, dict) and item.get("data_name"):
-                    found[item["data_name"]] = item
-    return found
-
-
-def _record(entry: dict, tensor: torch.Tensor, dtype: str) -> None:
-    values = tensor.to(torch.float64)
-    entry.update(
-        dtype=f"torch.{dtype}",
-        shape=list(tensor.shape),
-        Max=values.max().item(),
-        Min=values.min().item(),
-        Mean=values.mean().item(),
-        Norm=values.norm().item(),
-    )
-
-
 @pytest.fixture(scope="module")
 def large_pair(tmp_path_factory) -> tuple[Path, Path, list[str]]:
     """(target run, bench run, the large payloads' names in LARGE's order)."""
@@ -72,7 +49,7 @@ def large_pair(tmp_path_factory) -> tuple[Path, Path, list[str]]:
         shutil.copytree(source, run)
     folders = {source: run / "step0" / "rank0" for source, run in runs.items()}
     dumps = {source: json.loads((folder / "dump.json").read_text()) for source, folder in folders.items()}
-    t_entries, b_entries = _entries(dumps[BF16]), _entries(dumps[FP32])
+    t_entries, b_entries = payload_entries(dumps[BF16]), payload_entries(dumps[FP32])
     names = [n for n in t_entries if n in b_entries and ".forward.output." in n][: len(LARGE)]
     generator = torch.Generator().manual_seed(3)
     for name, (shape, how) in zip(names, LARGE, strict=True):
@@ -82,8 +59,8 @@ def large_pair(tmp_path_factory) -> tuple[Path, Path, list[str]]:
             target = target.t().contiguous().t()
         torch.save(target, folders[BF16] / "dump_tensor_data" / name)
         torch.save(bench, folders[FP32] / "dump_tensor_data" / name)
-        _record(t_entries[name], target, "bfloat16")
-        _record(b_entries[name], bench, "float32")
+        record_tensor(t_entries[name], target, "bfloat16")
+        record_tensor(b_entries[name], bench, "float32")
         if how == "wrong max":
             b_entries[name]["Max"] += 1.0
     for source, folder in folders.items():

@@ -11,8 +11,8 @@ Then, rather than stop the worker and fork a process from the command's own to m
 pages, shared with the fork, each side would copy as it touches them, with a core idle while one process stops and
 the other starts), :class:`MeetingExecutor` leaves the worker measuring: the command measures the jobs left from
 the last one back, a few at a time, taking the worker's records in between (:class:`Beside`), and they stop where
-they meet. Both take the jobs in one order: the table's, the target's, with the jobs of several payload folders
-(steps, ranks) in turns (:func:`~nbprec.compare.workers.in_turns`). Each job is measured once, by the worker or
+they meet. Both take the jobs in one order: the table's, the target's, with the jobs of a step's ranks in turns
+(:func:`~nbprec.compare.workers.in_turns`). Each job is measured once, by the worker or
 here. Jobs the worker passed by without a record that fits (pairs it does not measure: another shape, an integer
 dtype, payloads not in the page cache) are measured after the meeting, here or on a forked process when they are
 many (:func:`nbprec.compare.executors.local_executor`).
@@ -260,7 +260,7 @@ class MeetingExecutor(Executor):
     def _meet(self, jobs: list[Job], task: BatchTask) -> Iterator[list[Result]]:
         beside, numel = self._beside, self._numel
         jobs.sort(key=itemgetter(0))  # the table's order, the target's ...
-        jobs = beside.in_turns(jobs)  # ... the payload folders' jobs in turns, as the worker takes them
+        jobs = beside.in_turns(jobs)  # ... a step's ranks in turns, as the worker takes them
         beside.expect(jobs)
         done = bytearray(len(jobs))  # 1: measured (here, or its record taken)
         back = len(jobs)  # this process measures jobs[:back] from the end; the worker went up to `reached`

@@ -40,18 +40,32 @@ def candidates(roots: tuple[str, str], ship: Callable[[tuple, tuple], None] | No
     being both sides' recorded (min, max). Each dump.json scanned goes to ``ship`` with its identity
     (:func:`nbprec.formats._prescan.identity`), for the reader of the command's process.
 
-    Where the sides hold several ``dump.json`` files in pairs (steps, ranks), they are all scanned first and their
-    pairs taken in turn, one of each in their order (:func:`nbprec.compare.early_meeting.in_turns`, the command's
-    order too): the same call of every rank comes together, and the tensors data-parallel ranks hold alike (the
-    parameters, the gradients an all-reduce gave every rank) repeat the bytes of a pair just measured, which this
-    process then takes (:mod:`nbprec.compare.small_pairs`) instead of measuring them on each rank."""
-    paired = _paired_dump_jsons(*roots)
-    if len(paired) == 1:
-        yield from _pairs(*paired[0], ship)
-        return
-    turns = [list(_pairs(t_json, b_json, ship)) for t_json, b_json in paired]
-    for turn in itertools.zip_longest(*turns):
-        yield from (pair for pair in turn if pair is not None)
+    Where a step holds several ranks' ``dump.json`` files in pairs, they are scanned first and their pairs taken in
+    turns, one of each rank in their order (:func:`nbprec.compare.workers.in_turns`, the command's order too): the
+    same call of every rank comes together, and the tensors data-parallel ranks hold alike (the parameters, the
+    gradients an all-reduce gave every rank) repeat the bytes of a pair just measured, which this process then takes
+    (:mod:`nbprec.compare.small_pairs`) instead of measuring them on each rank. Steps come one after the other."""
+    for step in _by_step(_paired_dump_jsons(*roots)):
+        if len(step) == 1:
+            yield from _pairs(*step[0], ship)
+            continue
+        turns = [list(_pairs(t_json, b_json, ship)) for t_json, b_json in step]
+        for turn in itertools.zip_longest(*turns):
+            yield from (pair for pair in turn if pair is not None)
+
+
+def _by_step(paired: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """The pairs of dump.json files in runs of one step folder (the folder above the target's rank folder), in
+    their order."""
+    steps: list[list[tuple[str, str]]] = []
+    last = None
+    for pair in paired:
+        step = os.path.dirname(os.path.dirname(pair[0]))
+        if not steps or step != last:
+            steps.append([])
+        steps[-1].append(pair)
+        last = step
+    return steps
 
 
 def _pairs(t_json: str, b_json: str, ship: Callable[[tuple, tuple], None] | None) -> Iterator[Candidate]:

@@ -6,7 +6,7 @@ executor shares, once:
 
 - the cost model (:data:`PAIR_SECONDS`, :data:`ELEMENT_SECONDS`) and :func:`batches`, which cuts the jobs into
   batches within an executor's :class:`BatchLimits`, largest first and shrinking towards the end, and
-  :func:`in_turns`, the jobs of several steps or ranks taken in turns (each executor's order);
+  :func:`in_turns`, the jobs of a step's ranks taken in turns (each executor's order);
 - the choice of the local executor for ``compare(parallel=...)`` (:func:`fork_pays`, :func:`use_threads`);
 - the forked processes (:func:`run_processes`), beside which this process measures too: they also run the
   per-pair Python in parallel, which wins on many small tensors; they inherit the opened dumps and the
@@ -133,21 +133,28 @@ def batches(
 
 def in_turns(jobs: list[Job], t_file: Any) -> list[Job]:
     """Engine jobs (in the table's order) in the early worker's order: where the target's tensor payloads
-    (``t_file[target row]``) lie in several folders (steps, ranks), one job of each folder in turn, the folders in
-    the order they come, as :func:`nbprec.compare.early_msprobe.candidates` takes the pairs of several dump.json
-    files; else as they are. A rank's tensors then come beside the same tensors of the other ranks, which
-    data-parallel ranks often hold alike (:mod:`nbprec.compare.small_pairs` takes such repeats)."""
-    folders: dict[str | None, int] = {}
+    (``t_file[target row]``) lie in the folders of several ranks of a step (each rank's payload folder, two levels
+    under its step's), one job of each rank in turn, the ranks in the order they come, the steps one after the
+    other, as :func:`nbprec.compare.early_msprobe.candidates` takes the pairs of several dump.json files; else as
+    they are. A rank's tensors then come beside the same tensors of the other ranks, which data-parallel ranks often
+    hold alike (:mod:`nbprec.compare.small_pairs` takes such repeats). Steps are not taken in turns: a training
+    step's tensors differ from the last one's, and the worker would scan every step's dump.json before it starts."""
+    folders: dict[str | None, tuple[int, int]] = {}  # payload folder -> (its step's position, its own)
+    steps: dict[str | None, int] = {}
     counts: list[int] = []
     keys = []
     for _i, mode, t_pos, _b_pos in jobs:
         path = t_file[t_pos] if mode == "tensor" else None
-        folder = folders.setdefault(os.path.dirname(path) if isinstance(path, str) else None, len(folders))
-        if folder == len(counts):
+        folder = os.path.dirname(path) if isinstance(path, str) else None
+        found = folders.get(folder)
+        if found is None:
+            step = os.path.dirname(os.path.dirname(folder)) if folder is not None else None
+            found = folders[folder] = (steps.setdefault(step, len(steps)), len(counts))
             counts.append(0)
-        keys.append((counts[folder], folder))
-        counts[folder] += 1
-    if len(folders) < 2:
+        step, own = found
+        keys.append((step, counts[own], own))
+        counts[own] += 1
+    if len(folders) == len(steps):  # (one payload folder a step: the table's order)
         return jobs
     return [jobs[k] for k in sorted(range(len(jobs)), key=keys.__getitem__)]
 

@@ -77,6 +77,23 @@ def test_the_worker_takes_the_ranks_in_turns(two_ranks):
     assert single == list(early_msprobe._pairs(*early_msprobe._paired_dump_jsons(str(BF16), str(FP32))[0], None))
 
 
+def test_the_worker_takes_steps_one_after_the_other(tmp_path):
+    """Two steps of two ranks: each step's ranks in turns, step 0 before step 1; two steps of one rank: as they
+    come, step by step."""
+    for ranks in (("rank0", "rank1"), ("rank0",)):
+        runs = {}
+        for source in (BF16, FP32):
+            run = runs[source] = tmp_path / "-".join(ranks) / source.name
+            for step in ("step0", "step1"):
+                for rank in ranks:
+                    shutil.copytree(source / "step0" / "rank0", run / step / rank)
+        found = list(early_msprobe.candidates((str(runs[BF16]), str(runs[FP32]))))
+        places = [Path(c[0]).parent.parent.relative_to(runs[BF16]).as_posix() for c in found]
+        half = len(found) // 2
+        assert places[:half] == [f"step0/{rank}" for _ in range(half // len(ranks)) for rank in ranks]
+        assert places[half:] == [f"step1/{rank}" for _ in range(half // len(ranks)) for rank in ranks]
+
+
 def test_the_comparison_takes_its_jobs_in_the_workers_order(two_ranks):
     """The engine's jobs in the table's order (each rank's, rank by rank) come out of ``in_turns`` in the worker's
     order; folders of other lengths take their turns while they last; jobs of one folder, and jobs that are not
@@ -90,6 +107,11 @@ def test_the_comparison_takes_its_jobs_in_the_workers_order(two_ranks):
     jobs = [(i, "tensor", i, i) for i in range(len(uneven))]
     assert [uneven[job[2]] for job in in_turns(jobs, uneven)] == ["a/x/1", "b/x/1", "c/x/1", "a/x/2", "c/x/2", "a/x/3"]
     assert in_turns(jobs[:3], uneven) == jobs[:3]
+    steps = ["s0/r0/d/1", "s0/r0/d/2", "s0/r1/d/1", "s1/r0/d/1", "s1/r0/d/2", "s1/r1/d/1"]
+    jobs = [(i, "tensor", i, i) for i in range(len(steps))]
+    assert [steps[job[2]] for job in in_turns(jobs, steps)] == [steps[k] for k in (0, 2, 1, 3, 5, 4)]  # step by step
+    one_rank = ["s0/r0/d/1", "s0/r0/d/2", "s1/r0/d/1", "s1/r0/d/2"]
+    assert in_turns(jobs[:4], one_rank) == jobs[:4]  # steps are not taken in turns
     mixed = [(0, "statistics", 0, 0), (1, "statistics", 3, 3)]
     assert in_turns(mixed, uneven) == mixed
 

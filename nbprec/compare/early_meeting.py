@@ -12,10 +12,10 @@ pages, shared with the fork, each side would copy as it touches them, with a cor
 the other starts), :class:`MeetingExecutor` leaves the worker measuring: the command measures the jobs left from
 the last one back, a few at a time, taking the worker's records in between (:class:`Beside`), and they stop where
 they meet. Both take the jobs in one order: the table's, the target's, with the jobs of a step's ranks in turns
-(:func:`~nbprec.compare.workers.in_turns`). Each job is measured once, by the worker or
-here. Jobs the worker passed by without a record that fits (pairs it does not measure: another shape, an integer
-dtype, payloads not in the page cache) are measured after the meeting, here or on a forked process when they are
-many (:func:`nbprec.compare.executors.local_executor`).
+(:func:`~nbprec.compare.workers.in_turns`). Each job is measured once, by the worker or here. Jobs the worker passed
+by without a record that fits (pairs it does not measure: another shape, an integer dtype, payloads not in the page
+cache) are measured after the meeting, here or on a forked process when they are many
+(:func:`nbprec.compare.executors.local_executor`).
 """
 
 from __future__ import annotations

@@ -2,11 +2,10 @@
 
 Each side's ``dump.json`` files (those of the same ``step*/rank*`` folders in pairs; msprobe's ``proc{pid}`` folders
 taken as the reader takes them, ranked in process-id order) are read with the C scanner; the tensors both record
-under the same payload name, of one shape, are candidates, in the target's order (the pairs of several
-``dump.json`` files in turns: :func:`candidates`), their payloads read with
-:func:`nbprec.formats._ptzip.small_tensor` (small plain ``.pt`` archives). The worker steps aside for a layout it
-does not know, sides whose ``step*/rank*`` folders differ, a ``dump.json`` over :data:`_SCAN_LIMIT`, or payloads
-that lie outside the run's folder.
+under the same payload name, of one shape, are candidates, in the target's order (the pairs of a step's ranks in
+turns: :func:`candidates`), their payloads read with :func:`nbprec.formats._ptzip.small_tensor` (small plain ``.pt``
+archives). The worker steps aside for a layout it does not know, sides whose ``step*/rank*`` folders differ, a
+``dump.json`` over :data:`_SCAN_LIMIT`, or payloads that lie outside the run's folder.
 
 The worker sends each scan to the command's process (:class:`Shipper`, :class:`ShippedScans`), whose reader then
 takes it rather than scan the same file again (:mod:`nbprec.formats._prescan`).

@@ -21,7 +21,7 @@ is usually written again as the input of the next (half the payload bytes of a l
 third of a level ``L1`` one). Data-parallel ranks hold many tensors alike too: the parameters, and the gradients
 an all-reduce gave every rank (a third of the payload bytes of a two-rank level ``L1`` training step, most of them
 in mapped payloads), which the command and the worker take rank by rank in turns
-(:func:`nbprec.compare.early_meeting.in_turns`). A pair whose two payloads hold, byte for byte, the bytes of a
+(:func:`nbprec.compare.workers.in_turns`). A pair whose two payloads hold, byte for byte, the bytes of a
 pair this process measured shortly before (:class:`_Recent`: the same kernel types, sizes and recorded extremes,
 then the bytes compared), read whole or mapped, takes that pair's values instead of a kernel pass: the same values
 to the bit, as the kernel's result depends on nothing else. Comparing the bytes costs a tenth of measuring them.

@@ -261,7 +261,8 @@ def _start(
         run = run_on.submit_batches([jobs], task)
     else:  # (largest first; pairs of one cost in turns, each rank's beside the others': see in_turns)
         groups = task.groups() if run_on.limits is not None and run_on.limits.by_rank else None
-        jobs = in_turns(jobs, task.target_files())
+        if groups is None:  # (batches by rank keep the ranks apart: no turn would bring twins together)
+            jobs = in_turns(jobs, task.target_files())
         run = run_on.submit_batches(batches(jobs, numel, run_on.limits, run_on.slots, groups), task)
     return Results(run, len(jobs), progress)
 

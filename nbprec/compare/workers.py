@@ -143,9 +143,10 @@ def in_turns(jobs: list[Job], t_file: Any) -> list[Job]:
     steps: dict[str | None, int] = {}
     counts: list[int] = []
     keys = []
+    sep = os.sep
     for _i, mode, t_pos, _b_pos in jobs:
         path = t_file[t_pos] if mode == "tensor" else None
-        folder = os.path.dirname(path) if isinstance(path, str) else None
+        folder = path.rpartition(sep)[0] if isinstance(path, str) else None  # (os.path.dirname: slower)
         found = folders.get(folder)
         if found is None:
             step = os.path.dirname(os.path.dirname(folder)) if folder is not None else None
